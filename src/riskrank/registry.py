@@ -1,0 +1,428 @@
+"""Tools and tool registries: load, validate, normalise.
+
+A registry is the set of tools an agent could be shown. Tools are indexed 0..N-1 in file
+order; every score array in riskrank is aligned with that order.
+
+Accepted formats (auto-detected, or named with ``fmt=``):
+
+* ``plain``: a JSON list (or ``{"tools": [...]}``) or JSONL of records with ``name``,
+  ``description`` and optional ``risk_level``, ``parameters``, ``reason``;
+* ``labels``: an object mapping name -> ``{"risk_level", "description", ...}`` (the shape of
+  the paper's released label files and of ``riskrank audit`` output);
+* ``openai``: an OpenAI function-calling list, ``[{"type": "function", "function": {...}}]``
+  or the legacy ``[{"name", "description", "parameters"}]``;
+* ``mcp``: an MCP ``tools/list`` result ``{"tools": [{"name", "description",
+  "inputSchema", "annotations"}]}``, bare or inside a JSON-RPC response;
+* ``sealtools``: Seal-Tools ``tool.jsonl`` records (``api_name``, ``api_description``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from riskrank.errors import RegistryError, UnknownToolError
+from riskrank.risk import (
+    PERMISSION_CATEGORIES,
+    permission_categories,
+    permission_matrix,
+    split_name,
+)
+
+#: Default text given to the encoder for a tool: its name split into words, then the
+#: description ("file delete: Delete a file ...").
+DEFAULT_TOOL_TEMPLATE = "{name_words}: {description}"
+
+#: MCP tool annotations riskrank reads as risk evidence (MCP spec, 2025-03-26 onwards).
+MCP_ANNOTATION_KEYS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One executable tool as riskrank sees it.
+
+    ``risk_level`` is the audited level 1..5 or None when nobody has labelled the tool;
+    ``permissions`` are the keyword categories of :mod:`riskrank.risk` (computed from the
+    name and description unless given). ``annotations`` keeps MCP tool annotations.
+    """
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any] | None = None
+    risk_level: int | None = None
+    permissions: frozenset[str] = field(default=frozenset())
+    annotations: Mapping[str, Any] | None = None
+    reason: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def text(self, template: str = DEFAULT_TOOL_TEMPLATE) -> str:
+        """The text the encoder embeds for this tool."""
+        return template.format(
+            name=self.name, name_words=split_name(self.name), description=self.description
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (the ``plain`` format, plus permissions and annotations)."""
+        out: dict[str, Any] = {"name": self.name, "description": self.description}
+        if self.risk_level is not None:
+            out["risk_level"] = self.risk_level
+        if self.parameters is not None:
+            out["parameters"] = dict(self.parameters)
+        out["permissions"] = sorted(self.permissions)
+        if self.annotations:
+            out["annotations"] = dict(self.annotations)
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+
+def _check_risk(value: Any, where: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RegistryError(f"{where}: risk_level must be an integer 1-5, got {value!r}")
+    if isinstance(value, float) and (math.isnan(value) or value != int(value)):
+        raise RegistryError(f"{where}: risk_level must be an integer 1-5, got {value!r}")
+    if not 1 <= int(value) <= 5:
+        raise RegistryError(f"{where}: risk_level must be between 1 and 5, got {value!r}")
+    return int(value)
+
+
+def make_tool(
+    name: Any,
+    description: Any,
+    *,
+    where: str,
+    parameters: Any = None,
+    risk_level: Any = None,
+    annotations: Any = None,
+    reason: Any = None,
+    extra: Mapping[str, Any] | None = None,
+) -> Tool:
+    """Validate one record's fields and build a :class:`Tool`; ``where`` names the record
+    in error messages (``file.json: record 12 ('delete_file')``)."""
+    if not isinstance(name, str) or not name.strip():
+        raise RegistryError(f"{where}: 'name' must be a non-empty string, got {name!r}")
+    name = name.strip()
+    where = f"{where} ({name!r})"
+    if description is None:
+        raise RegistryError(f"{where}: missing 'description'")
+    if not isinstance(description, str):
+        raise RegistryError(f"{where}: 'description' must be a string, got {type(description).__name__}")
+    if not description.strip():
+        raise RegistryError(f"{where}: 'description' is empty")
+    if parameters is not None and not isinstance(parameters, Mapping):
+        raise RegistryError(f"{where}: 'parameters' must be a JSON object (a JSON schema), got {type(parameters).__name__}")
+    if annotations is not None:
+        if not isinstance(annotations, Mapping):
+            raise RegistryError(f"{where}: 'annotations' must be a JSON object")
+        for key in MCP_ANNOTATION_KEYS:
+            if key in annotations and not isinstance(annotations[key], bool):
+                raise RegistryError(f"{where}: annotation {key!r} must be true or false, got {annotations[key]!r}")
+    if reason is not None and not isinstance(reason, str):
+        raise RegistryError(f"{where}: 'reason' must be a string")
+    description = " ".join(description.split())
+    return Tool(
+        name=name,
+        description=description,
+        parameters=parameters,
+        risk_level=_check_risk(risk_level, where),
+        permissions=permission_categories(name, description),
+        annotations=dict(annotations) if annotations else None,
+        reason=reason,
+        extra=dict(extra or {}),
+    )
+
+
+class ToolRegistry:
+    """An ordered, validated set of tools with array views for the scoring stages."""
+
+    def __init__(self, tools: Iterable[Tool], source: str = "<memory>") -> None:
+        self.tools: list[Tool] = list(tools)
+        self.source = source
+        if not self.tools:
+            raise RegistryError(f"{source}: the registry holds no tools")
+        self._index: dict[str, int] = {}
+        for i, tool in enumerate(self.tools):
+            if tool.name in self._index:
+                raise RegistryError(
+                    f"{source}: duplicate tool name {tool.name!r} (records {self._index[tool.name]} and {i})"
+                )
+            self._index[tool.name] = i
+        self.risk_levels = np.array([t.risk_level or 0 for t in self.tools], dtype=np.int8)
+        """Audited risk level per tool, 0 where unknown."""
+        self.permissions = permission_matrix(t.permissions for t in self.tools)
+        """Boolean [N, 5] permission-category matrix (column order PERMISSION_CATEGORIES)."""
+        self.perm_counts = self.permissions.sum(axis=1).astype(np.int8)
+
+    # -- container protocol -------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.tools)
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self.tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._index
+
+    def __getitem__(self, key: int | str) -> Tool:
+        if isinstance(key, str):
+            return self.tools[self.index_of(key)]
+        return self.tools[key]
+
+    def index_of(self, name: str) -> int:
+        """Position of a tool by name; :class:`UnknownToolError` names it if absent."""
+        try:
+            return self._index[name]
+        except KeyError:
+            raise UnknownToolError(f"unknown tool {name!r} (not in registry {self.source})") from None
+
+    @property
+    def names(self) -> list[str]:
+        return [t.name for t in self.tools]
+
+    @property
+    def has_labels(self) -> bool:
+        """True when every tool carries an audited risk level."""
+        return bool((self.risk_levels > 0).all())
+
+    @property
+    def n_unlabelled(self) -> int:
+        return int((self.risk_levels == 0).sum())
+
+    def texts(self, template: str = DEFAULT_TOOL_TEMPLATE) -> list[str]:
+        """Encoder input for every tool, in registry order."""
+        try:
+            return [t.text(template) for t in self.tools]
+        except (KeyError, IndexError, ValueError) as exc:
+            raise RegistryError(
+                f"tool text template {template!r} is invalid ({exc}); use the fields {{name}}, {{name_words}}, {{description}}"
+            ) from None
+
+    def fingerprint(self) -> str:
+        """sha256 over names and descriptions: identifies the registry a checkpoint or an
+        embedding matrix was built for."""
+        h = hashlib.sha256()
+        for t in self.tools:
+            h.update(t.name.encode())
+            h.update(b"\x00")
+            h.update(t.description.encode())
+            h.update(b"\x01")
+        return h.hexdigest()
+
+    def with_risk_levels(self, levels: Mapping[str, int | None], *, strict: bool = False) -> ToolRegistry:
+        """A copy with risk levels taken from ``levels`` (name -> level); tools missing from
+        the mapping keep their level (or raise with ``strict``)."""
+        tools = []
+        for t in self.tools:
+            if t.name in levels:
+                tools.append(replace(t, risk_level=_check_risk(levels[t.name], f"{self.source}: {t.name!r}")))
+            elif strict:
+                raise RegistryError(f"{self.source}: no risk level given for tool {t.name!r}")
+            else:
+                tools.append(t)
+        return ToolRegistry(tools, self.source)
+
+    def subset(self, names: Sequence[str]) -> ToolRegistry:
+        return ToolRegistry([self[n] for n in names], self.source)
+
+    def to_records(self) -> list[dict[str, Any]]:
+        return [t.to_dict() for t in self.tools]
+
+    def summary(self) -> dict[str, Any]:
+        levels = self.risk_levels
+        return {
+            "source": self.source,
+            "n_tools": len(self),
+            "risk_levels": {f"L{k}": int((levels == k).sum()) for k in range(1, 6)},
+            "unlabelled": self.n_unlabelled,
+            "permissions": {c: int(self.permissions[:, j].sum()) for j, c in enumerate(PERMISSION_CATEGORIES)},
+        }
+
+    # -- loading ------------------------------------------------------------------------
+    @classmethod
+    def load(cls, path: str | Path, fmt: str = "auto") -> ToolRegistry:
+        """Load and validate a registry file; errors name the file and the record."""
+        path = Path(path)
+        if not path.exists():
+            raise RegistryError(f"{path}: no such file")
+        if path.is_dir():
+            raise RegistryError(f"{path}: is a directory, expected a JSON or JSONL registry file")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise RegistryError(f"{path}: not UTF-8 text") from None
+        data = _parse_json_or_jsonl(text, str(path))
+        return cls.from_data(data, fmt=fmt, source=str(path))
+
+    @classmethod
+    def from_data(cls, data: Any, fmt: str = "auto", source: str = "<memory>") -> ToolRegistry:
+        """Build a registry from already-parsed JSON (see the module docstring for formats)."""
+        if fmt == "auto":
+            fmt = detect_format(data, source)
+        try:
+            parser = _PARSERS[fmt]
+        except KeyError:
+            raise RegistryError(f"unknown registry format {fmt!r}; choose from {', '.join(['auto', *_PARSERS])}") from None
+        return cls(parser(data, source), source)
+
+
+def _parse_json_or_jsonl(text: str, source: str) -> Any:
+    stripped = text.strip()
+    if not stripped:
+        raise RegistryError(f"{source}: file is empty")
+    try:
+        return json.loads(stripped)
+    except json.JSONDecodeError as first:
+        # JSONL: one JSON value per non-empty line.
+        records = []
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                if lineno == 1 and first.lineno > 1:
+                    raise RegistryError(f"{source}: invalid JSON at line {first.lineno}: {first.msg}") from None
+                raise RegistryError(f"{source}: line {lineno}: invalid JSON ({exc.msg})") from None
+        return records
+
+
+def detect_format(data: Any, source: str) -> str:
+    """Guess the registry format from the shape of the parsed JSON."""
+    if isinstance(data, Mapping):
+        if "result" in data and isinstance(data["result"], Mapping) and "tools" in data["result"]:
+            return "mcp"
+        if "tools" in data and isinstance(data["tools"], list):
+            tools = data["tools"]
+            if tools and isinstance(tools[0], Mapping) and ("inputSchema" in tools[0] or "annotations" in tools[0]):
+                return "mcp"
+            return "plain"
+        if data and all(isinstance(v, Mapping) for v in data.values()):
+            return "labels"
+        raise RegistryError(f"{source}: unrecognised registry shape (an object that is neither {{'tools': [...]}} nor a name -> record map)")
+    if isinstance(data, list):
+        if not data:
+            raise RegistryError(f"{source}: the registry holds no tools")
+        first = data[0]
+        if not isinstance(first, Mapping):
+            raise RegistryError(f"{source}: record 0 must be a JSON object, got {type(first).__name__}")
+        if "function" in first or first.get("type") == "function":
+            return "openai"
+        if "api_name" in first:
+            return "sealtools"
+        if "inputSchema" in first:
+            return "mcp"
+        return "plain"
+    raise RegistryError(f"{source}: expected a JSON list or object of tools, got {type(data).__name__}")
+
+
+def _records(data: Any, source: str, key: str = "tools") -> list[Any]:
+    if isinstance(data, Mapping):
+        if key not in data:
+            raise RegistryError(f"{source}: expected a list of tools or an object with {key!r}")
+        data = data[key]
+    if not isinstance(data, list):
+        raise RegistryError(f"{source}: {key!r} must be a list, got {type(data).__name__}")
+    return data
+
+
+def _each(data: list[Any], source: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    for i, rec in enumerate(data):
+        where = f"{source}: record {i}"
+        if not isinstance(rec, Mapping):
+            raise RegistryError(f"{where}: must be a JSON object, got {type(rec).__name__}")
+        yield where, rec
+
+
+def _plain(data: Any, source: str) -> list[Tool]:
+    tools = []
+    for where, rec in _each(_records(data, source), source):
+        known = {"name", "description", "risk_level", "parameters", "reason", "annotations", "permissions"}
+        tools.append(
+            make_tool(
+                rec.get("name"), rec.get("description"), where=where,
+                parameters=rec.get("parameters", rec.get("arguments")),
+                risk_level=rec.get("risk_level"), annotations=rec.get("annotations"),
+                reason=rec.get("reason"), extra={k: v for k, v in rec.items() if k not in known},
+            )
+        )
+    return tools
+
+
+def _labels(data: Any, source: str) -> list[Tool]:
+    tools = []
+    for i, (name, rec) in enumerate(data.items()):
+        where = f"{source}: entry {i}"
+        if not isinstance(rec, Mapping):
+            raise RegistryError(f"{where} ({name!r}): must be a JSON object")
+        known = {"risk_level", "description", "reason", "parameters", "annotations"}
+        tools.append(
+            make_tool(
+                name, rec.get("description"), where=where, risk_level=rec.get("risk_level"),
+                parameters=rec.get("parameters"), annotations=rec.get("annotations"),
+                reason=rec.get("reason"), extra={k: v for k, v in rec.items() if k not in known},
+            )
+        )
+    return tools
+
+
+def _openai(data: Any, source: str) -> list[Tool]:
+    tools = []
+    for where, rec in _each(_records(data, source), source):
+        fn = rec.get("function", rec)
+        if not isinstance(fn, Mapping):
+            raise RegistryError(f"{where}: 'function' must be a JSON object")
+        tools.append(
+            make_tool(
+                fn.get("name"), fn.get("description"), where=where, parameters=fn.get("parameters"),
+                risk_level=rec.get("risk_level", fn.get("risk_level")),
+            )
+        )
+    return tools
+
+
+def _mcp(data: Any, source: str) -> list[Tool]:
+    if isinstance(data, Mapping) and "result" in data:
+        data = data["result"]
+    tools = []
+    for where, rec in _each(_records(data, source), source):
+        description = rec.get("description")
+        annotations = rec.get("annotations")
+        if (description is None or (isinstance(description, str) and not description.strip())) and isinstance(annotations, Mapping):
+            # MCP makes description optional; fall back to the human title when given.
+            description = annotations.get("title") or rec.get("title")
+        tools.append(
+            make_tool(
+                rec.get("name"), description, where=where, parameters=rec.get("inputSchema"),
+                risk_level=rec.get("risk_level"), annotations=annotations,
+            )
+        )
+    return tools
+
+
+def _sealtools(data: Any, source: str) -> list[Tool]:
+    tools = []
+    for where, rec in _each(_records(data, source), source):
+        params = rec.get("parameters")
+        schema = None
+        if isinstance(params, Mapping):
+            schema = {"type": "object", "properties": dict(params), "required": list(rec.get("required", []))}
+        tools.append(
+            make_tool(
+                rec.get("api_name"), rec.get("api_description"), where=where, parameters=schema,
+                risk_level=rec.get("risk_level"), extra={"field": rec.get("field")} if rec.get("field") else None,
+            )
+        )
+    return tools
+
+
+_PARSERS = {"plain": _plain, "labels": _labels, "openai": _openai, "mcp": _mcp, "sealtools": _sealtools}
+REGISTRY_FORMATS = ("auto", *_PARSERS)

@@ -1,0 +1,238 @@
+"""The optional rule filter: a strict exposure policy applied after reranking (paper Section
+4.5, Appendix C).
+
+Greedy pass in reranked order (Appendix C.2): accept a tool if the top-K would still satisfy
+
+- the risk cap        at most ``max_risky`` tools with ``r >= risky_level`` (Eq. 17),
+- the permission cap  at most ``max_broad`` tools with ``perm >= broad_min_perms`` (Eq. 18),
+- redundancy          cosine <= ``redundancy_threshold`` with every accepted tool (Eq. 19),
+
+else defer it; stop once K tools are accepted; if fewer than K were accepted, fill from the
+deferred list in reranked order. The rest of the list follows in reranked order, so MRR can be
+computed on the full filtered list (DESIGN.md).
+
+Unknown risk (level 0) fails closed: an unaudited tool counts as r = 5 for the risk cap, and the
+result names the unlabelled tools the scan met, so a deployment sees where its audit has gaps.
+The filter reads audited labels by design (Section 4.5 assumes an audited registry); the core
+reranker never does.
+
+Cost: Python work is O(scanned * K) per query (the scan stops at K accepted, Appendix C.3);
+the rest of the list is the input past the scanned prefix, copied by numpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from riskrank.errors import RiskrankError
+from riskrank.risk import RISKY_LEVEL
+
+RISK_CAP = "risk_cap"
+PERMISSION_CAP = "permission_cap"
+REDUNDANCY = "redundancy"
+#: Risk level an unlabelled tool (0) is treated as: fail closed.
+UNKNOWN_RISK_AS = 5
+
+
+@dataclass(frozen=True)
+class RuleConfig:
+    """Appendix C.1's constraints; any of the three can be disabled with ``None``."""
+
+    k: int = 5
+    max_risky: int | None = 1
+    risky_level: int = RISKY_LEVEL
+    max_broad: int | None = 2
+    broad_min_perms: int = 2
+    redundancy_threshold: float | None = 0.9
+
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise RiskrankError(f"RuleConfig.k must be >= 1, got {self.k}")
+        for name in ("max_risky", "max_broad"):
+            v = getattr(self, name)
+            if v is not None and v < 0:
+                raise RiskrankError(f"RuleConfig.{name} must be >= 0 or None, got {v}")
+
+
+@dataclass
+class FilterResult:
+    """One query's filtered ranking and why it differs from the input.
+
+    ``order`` is a permutation of the input ranking: ``accepted`` (reranked order), then
+    ``fallback`` (deferred tools, in deferred order, until K), then every other tool in
+    reranked order. ``deferred`` maps each deferred tool, in scan order, to the constraints it
+    broke; ``redundant_with`` names the accepted tool most similar to a redundant one."""
+
+    order: np.ndarray
+    k: int
+    accepted: list[int] = field(default_factory=list)
+    deferred: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    redundant_with: dict[int, int] = field(default_factory=dict)
+    fallback: list[int] = field(default_factory=list)
+    unlabelled: list[int] = field(default_factory=list)
+    n_scanned: int = 0
+
+    @property
+    def top_k(self) -> np.ndarray:
+        """The K tools exposed to the agent (Appendix C.2: only this prefix is evaluated)."""
+        return self.order[: self.k]
+
+    @property
+    def feasible(self) -> bool:
+        """True when K tools satisfied every constraint, i.e. no fallback was needed."""
+        return len(self.accepted) == self.k
+
+
+class RuleFilter:
+    """The rule filter of Section 4.5 over a registry of N tools.
+
+    ``risk_levels`` [N] audited levels 1..5, 0 = unknown; ``perm_counts`` [N] number of
+    permission categories matched (a boolean [N, 5] permission matrix is also accepted);
+    ``tool_emb`` [N, d] unit-norm embeddings, needed only for the redundancy constraint.
+    """
+
+    def __init__(
+        self,
+        config: RuleConfig | None = None,
+        risk_levels: np.ndarray | None = None,
+        perm_counts: np.ndarray | None = None,
+        tool_emb: np.ndarray | None = None,
+    ) -> None:
+        self.config = config = config or RuleConfig()
+        if risk_levels is None or perm_counts is None:
+            raise RiskrankError("RuleFilter needs risk_levels and perm_counts")
+        risk = np.asarray(risk_levels)
+        if risk.ndim != 1:
+            raise RiskrankError(f"risk_levels must be [N], got shape {risk.shape}")
+        if risk.size and (risk.min() < 0 or risk.max() > 5):
+            raise RiskrankError("risk levels must be 1..5, or 0 for unknown")
+        n = risk.shape[0]
+        perm = np.asarray(perm_counts)
+        if perm.ndim == 2:
+            perm = perm.astype(np.int64).sum(axis=1)
+        if perm.shape != (n,):
+            raise RiskrankError(f"perm_counts must have shape ({n},), got {perm.shape}")
+        self.n_tools = n
+        self.unlabelled = risk == 0
+        effective = np.where(self.unlabelled, UNKNOWN_RISK_AS, risk)
+        self.risky = effective >= config.risky_level
+        self.broad = perm >= config.broad_min_perms
+        self.emb: np.ndarray | None = None
+        if config.redundancy_threshold is not None:
+            if tool_emb is None:
+                raise RiskrankError(
+                    "the redundancy constraint needs tool_emb; pass embeddings or set "
+                    "RuleConfig(redundancy_threshold=None)"
+                )
+            emb = np.ascontiguousarray(tool_emb, dtype=np.float32)
+            if emb.ndim != 2 or emb.shape[0] != n:
+                raise RiskrankError(f"tool_emb must be [{n}, d], got shape {emb.shape}")
+            self.emb = emb
+
+    def filter(self, ranking: np.ndarray) -> FilterResult:
+        """Filter one reranked list [L] of tool indices (best first)."""
+        ranking = np.asarray(ranking)
+        if ranking.ndim != 1:
+            raise RiskrankError(f"ranking must be [L], got shape {ranking.shape}")
+        _, results = self.filter_batch(ranking[None, :])
+        return results[0]
+
+    def filter_batch(self, rankings: np.ndarray) -> tuple[np.ndarray, list[FilterResult]]:
+        """Filter Q reranked lists [Q, L]; returns the filtered orders [Q, L] and one
+        :class:`FilterResult` per query (whose ``order`` is a view of that row)."""
+        rankings = np.asarray(rankings)
+        if rankings.ndim != 2:
+            raise RiskrankError(f"rankings must be [Q, L], got shape {rankings.shape}")
+        if not np.issubdtype(rankings.dtype, np.integer):
+            raise RiskrankError(f"rankings must hold integer tool indices, got {rankings.dtype}")
+        if rankings.size and (rankings.min() < 0 or rankings.max() >= self.n_tools):
+            raise RiskrankError(f"tool indices must be in [0, {self.n_tools})")
+        q = rankings.shape[0]
+        results = [self._scan(row) for row in rankings]
+        # results[i].order temporarily holds the placed positions (accepted then fallback).
+        # All of them lie in the scanned prefix, so every column past the longest scan is the
+        # input unchanged: only a [Q, scanned] head is rearranged.
+        n_placed = np.array([r.order.size for r in results], dtype=np.int64)
+        width = max((r.n_scanned for r in results), default=0)
+        rows = np.repeat(np.arange(q), n_placed)
+        pos = np.concatenate([r.order for r in results]) if q else np.zeros(0, np.int64)
+        placed = np.zeros((q, width), dtype=bool)
+        placed[rows, pos] = True
+        head = rankings[:, :width]
+        new_head = np.empty_like(head)
+        cols = np.arange(width)[None, :]
+        # Row-major boolean indexing keeps each row's elements in order, and row q receives
+        # exactly width - n_placed[q] of them: the unplaced tools, in reranked order.
+        new_head[cols >= n_placed[:, None]] = head[~placed]
+        new_head[cols < n_placed[:, None]] = rankings[rows, pos]
+        orders = rankings.copy()
+        orders[:, :width] = new_head
+        for i, r in enumerate(results):
+            r.order = orders[i]
+        return orders, results
+
+    def _scan(self, ranking: np.ndarray) -> FilterResult:
+        """Appendix C.2's greedy pass over the prefix it needs; placed positions go in
+        ``order`` for :meth:`filter_batch` to assemble."""
+        cfg = self.config
+        k = cfg.k
+        max_risky = cfg.max_risky
+        max_broad = cfg.max_broad
+        thr = cfg.redundancy_threshold
+        emb = self.emb
+        res = FilterResult(order=np.zeros(0, np.int64), k=k)
+        acc_pos: list[int] = []
+        def_pos: list[int] = []
+        acc_emb = np.empty((k, emb.shape[1]), np.float32) if emb is not None else None
+        n_risky = n_broad = 0
+        length = ranking.shape[0]
+        start, step = 0, 4 * k + 4
+        while start < length and len(acc_pos) < k:
+            # Read flags a chunk at a time so no per-tool numpy indexing, and nothing past the
+            # scanned prefix is touched.
+            stop = min(length, start + step)
+            step *= 2
+            tools = ranking[start:stop]
+            chunk = zip(
+                tools.tolist(),
+                self.risky[tools].tolist(),
+                self.broad[tools].tolist(),
+                self.unlabelled[tools].tolist(),
+                strict=True,
+            )
+            for off, (t, risky, broad, unlabelled) in enumerate(chunk):
+                if unlabelled:
+                    res.unlabelled.append(t)
+                why: list[str] = []
+                if max_risky is not None and risky and n_risky >= max_risky:
+                    why.append(RISK_CAP)
+                if max_broad is not None and broad and n_broad >= max_broad:
+                    why.append(PERMISSION_CAP)
+                if acc_emb is not None and acc_pos:
+                    sims = acc_emb[: len(acc_pos)] @ emb[t]
+                    best = int(np.argmax(sims))
+                    if sims[best] > thr:
+                        why.append(REDUNDANCY)
+                        res.redundant_with[t] = res.accepted[best]
+                if why:
+                    def_pos.append(start + off)
+                    res.deferred[t] = tuple(why)
+                    continue
+                if acc_emb is not None:
+                    acc_emb[len(acc_pos)] = emb[t]
+                acc_pos.append(start + off)
+                res.accepted.append(t)
+                n_risky += risky
+                n_broad += broad
+                if len(acc_pos) == k:  # Appendix C.2 step 3: stop at |S| = K
+                    res.n_scanned = start + off + 1
+                    break
+            else:
+                res.n_scanned = stop
+            start = stop
+        fb_pos = def_pos[: max(0, k - len(acc_pos))]  # step 4: deferred, in reranked order
+        res.fallback = [int(ranking[p]) for p in fb_pos]
+        res.order = np.asarray(acc_pos + fb_pos, dtype=np.int64)
+        return res

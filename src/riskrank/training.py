@@ -1,0 +1,464 @@
+"""Training the dual-head model, choosing its inference settings on validation, checkpoints.
+
+Triplets (q, t+, t-) with ``negatives`` negatives per positive; negatives come from the
+corpus at random, from the first-stage (dense) top-100 minus gold (the paper's text), or a
+mix. Loss (Eq. 3-5): ``L = L_rel + mu * L_risk`` with the pairwise margin loss on f_rel and
+the MSE of f_risk against (r - 1) / 4 over the labelled tools of the batch.
+
+Validation is split by query, never by triplet. It early-stops the residual head (epoch 0 =
+the encoder's own ranking is a candidate), picks the residual weight beta and then lambda.
+Two lambda rules (``TrainConfig.selection``), both on validation queries only:
+
+* ``budget:R`` (default R = 0.75): an exposure budget relative to the first stage. Take the
+  lambda with the best NDCG@5 among those whose RVR@5 is at most R times the RVR@5 of the
+  first-stage (dense) ranking of the same validation queries; if none meets the budget, the
+  lambda with the lowest RVR@5. "Show the agent at most 3/4 of the risky tools plain
+  retrieval would" is a policy an operator can state; the relevance cost is then measured.
+* ``utility:W``: maximise NDCG@5 - W * RVR@5.
+
+Every random source (torch init, negative sampling, batch order, validation split) is seeded,
+so one seed reproduces bit for bit on CPU. Training reads precomputed embeddings: each
+distinct text is encoded once (the reference implementation re-encodes three texts per
+triplet).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import tempfile
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from riskrank import __version__
+from riskrank.errors import CheckpointError, RiskrankError
+from riskrank.first_stage import rank, top_m
+from riskrank.heads import DESIGNS, DualHead, HeadScorer
+from riskrank.metrics import ndcg_at_k, rvr_at_k
+from riskrank.risk import normalised_risk
+
+SAMPLING = ("random", "hard", "mixed")
+# Wide enough for the residual head, whose sigmoid is sharper than the paper head's.
+DEFAULT_LAM_GRID = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0)
+PAPER_LAM_GRID = (0.0, 0.05, 0.1, 0.2)
+DEFAULT_RESIDUAL_GRID = (0.0, 0.25, 0.5, 1.0)
+
+
+@dataclass
+class TrainConfig:
+    """Hyperparameters; defaults are the paper's (Section 5.1) where it gives them."""
+
+    design: str = "residual"
+    hidden: int = 64
+    rank: int = 64
+    negatives: int = 5
+    sampling: str | None = None
+    """None = the design's default: ``mixed`` for residual, ``hard`` for paper (its text)."""
+    hard_pool: int = 100
+    margin: float = 0.1
+    mu: float = 0.5
+    lr: float = 1e-3
+    batch_size: int = 64
+    epochs: int = 10
+    seed: int = 42
+    early_stopping: bool | None = None
+    """None = on for residual (epoch 0 included), off for paper (trained 10 epochs as printed)."""
+    val_fraction: float = 0.2
+    lam_grid: tuple[float, ...] = DEFAULT_LAM_GRID
+    residual_grid: tuple[float, ...] = DEFAULT_RESIDUAL_GRID
+    selection: str = "budget:0.75"
+    """How lambda is chosen on validation: ``budget:R`` or ``utility:W`` (module docstring)."""
+
+    def resolved(self) -> TrainConfig:
+        cfg = copy.copy(self)
+        if cfg.design not in DESIGNS:
+            raise RiskrankError(f"unknown head design {cfg.design!r}; choose from {', '.join(DESIGNS)}")
+        if cfg.sampling is None:
+            cfg.sampling = "mixed" if cfg.design == "residual" else "hard"
+        if cfg.sampling not in SAMPLING:
+            raise RiskrankError(f"unknown negative sampling {cfg.sampling!r}; choose from {', '.join(SAMPLING)}")
+        if cfg.early_stopping is None:
+            cfg.early_stopping = cfg.design == "residual"
+        for name in ("negatives", "batch_size", "epochs", "hidden", "rank", "hard_pool"):
+            if getattr(cfg, name) < (0 if name == "epochs" else 1):
+                raise RiskrankError(f"{name} must be positive, got {getattr(cfg, name)}")
+        if not 0.0 <= cfg.val_fraction < 1.0:
+            raise RiskrankError(f"val_fraction must be in [0, 1), got {cfg.val_fraction}")
+        parse_selection(cfg.selection)
+        if any(lam < 0 for lam in cfg.lam_grid):
+            raise RiskrankError("lambda values must be >= 0")
+        return cfg
+
+
+@dataclass
+class TrainResult:
+    model: DualHead
+    config: TrainConfig
+    lam: float
+    history: list[dict[str, float]]
+    validation: dict[str, Any]
+    counts: dict[str, int]
+    seconds: float
+    warnings: list[str] = field(default_factory=list)
+
+
+def split_validation(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train positions, validation positions): a seeded split by query."""
+    order = np.random.default_rng(seed + 7919).permutation(n)
+    n_val = round(n * fraction) if fraction > 0 else 0
+    if fraction > 0 and n >= 10:
+        n_val = max(n_val, 1)
+    return np.sort(order[n_val:]), np.sort(order[:n_val])
+
+
+def _pairs(gold: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    q = np.concatenate([np.full(len(g), i) for i, g in enumerate(gold)]).astype(np.int64)
+    t = np.concatenate(gold).astype(np.int64)
+    return q, t
+
+
+def _sample_negatives(
+    rng: np.random.Generator, pair_q: np.ndarray, gold: list[np.ndarray], hard: np.ndarray | None,
+    n_tools: int, k: int, sampling: str,
+) -> np.ndarray:
+    """[P, k] negatives per positive pair; never a gold tool of the pair's query.
+    ``hard`` is the first-stage top-pool per query with gold removed (-1 padded)."""
+    n_pairs = len(pair_q)
+    neg = rng.integers(0, n_tools, size=(n_pairs, k))
+    if sampling != "random" and hard is not None:
+        pool = hard[pair_q]  # [P, pool]
+        sizes = (pool >= 0).sum(axis=1)
+        pick = (rng.random((n_pairs, k)) * np.maximum(sizes, 1)[:, None]).astype(np.int64)
+        hard_neg = np.take_along_axis(pool, pick, axis=1)
+        use_hard = sizes[:, None] > 0
+        if sampling == "mixed":
+            use_hard = use_hard & (rng.random((n_pairs, k)) < 0.5)
+        neg = np.where(use_hard & (hard_neg >= 0), hard_neg, neg)
+    # Resample the (rare) random negatives that hit a gold tool.
+    for _ in range(100):
+        bad = np.array([np.isin(neg[i], gold[pair_q[i]]).any() for i in range(n_pairs)])
+        if not bad.any():
+            break
+        rows = np.flatnonzero(bad)
+        for i in rows:
+            m = np.isin(neg[i], gold[pair_q[i]])
+            neg[i, m] = rng.integers(0, n_tools, size=int(m.sum()))
+    return neg
+
+
+def _hard_pool(query_emb: np.ndarray, tool_emb: np.ndarray, gold: list[np.ndarray], pool: int) -> np.ndarray:
+    """First-stage (dense) top-``pool`` per query with gold removed, -1 padded."""
+    idx = top_m(query_emb @ tool_emb.T, pool)
+    out = np.full_like(idx, -1)
+    for i, g in enumerate(gold):
+        keep = idx[i][~np.isin(idx[i], g)]
+        out[i, : len(keep)] = keep
+    return out
+
+
+def parse_selection(rule: str) -> tuple[str, float]:
+    """``budget:0.75`` -> ("budget", 0.75); ``utility:1`` -> ("utility", 1.0)."""
+    kind, _, value = str(rule).partition(":")
+    try:
+        x = float(value)
+    except ValueError:
+        x = float("nan")
+    if kind not in ("budget", "utility") or not np.isfinite(x) or x < 0:
+        raise RiskrankError(f"invalid lambda selection rule {rule!r}; use budget:R (e.g. budget:0.75) or utility:W (e.g. utility:1)")
+    return kind, x
+
+
+def choose_lambda(rows: list[dict[str, float]], rule: str, reference_rvr: float) -> float:
+    """Apply a selection rule to per-lambda validation rows (keys lam, ndcg@5, rvr@5)."""
+    kind, x = parse_selection(rule)
+    if kind == "utility":
+        return max(rows, key=lambda r: (round(r["ndcg@5"] - x * r["rvr@5"], 10), -r["lam"]))["lam"]
+    ok = [r for r in rows if r["rvr@5"] <= x * reference_rvr + 1e-12]
+    if ok:
+        return max(ok, key=lambda r: (round(r["ndcg@5"], 10), -r["lam"]))["lam"]
+    return min(rows, key=lambda r: (round(r["rvr@5"], 10), -r["ndcg@5"], r["lam"]))["lam"]
+
+
+def lambda_curve(
+    relevance: np.ndarray, f_risk: np.ndarray, gold: list[np.ndarray], risk_levels: np.ndarray, lam_grid: tuple[float, ...],
+) -> list[dict[str, float]]:
+    """NDCG@5 and RVR@5 of s = f_rel - lambda * f_risk for each lambda of the grid."""
+    rows = []
+    for lam in lam_grid:
+        ranking = rank(relevance - np.float32(lam) * f_risk)[:, :5]
+        rows.append({"lam": float(lam), "ndcg@5": float(ndcg_at_k(ranking, gold).mean()),
+                     "rvr@5": float(rvr_at_k(ranking, risk_levels).mean())})
+    return rows
+
+
+def select_inference(
+    scorer: HeadScorer, val_query_emb: np.ndarray, val_gold: list[np.ndarray], risk_levels: np.ndarray,
+    lam_grid: tuple[float, ...], rule: str,
+) -> tuple[float, list[dict[str, float]], float]:
+    """Choose lambda on validation queries; returns (lambda, per-lambda rows, first-stage RVR@5)."""
+    rows = lambda_curve(scorer.relevance(val_query_emb), scorer.f_risk, val_gold, risk_levels, lam_grid)
+    dense_rvr = float(rvr_at_k(rank(val_query_emb @ scorer.tool_emb.numpy().T)[:, :5], risk_levels).mean())
+    return choose_lambda(rows, rule, dense_rvr), rows, dense_rvr
+
+
+def _val_ndcg(model: DualHead, tool_emb: np.ndarray, q: np.ndarray, gold: list[np.ndarray]) -> float:
+    scorer = HeadScorer(model, tool_emb)
+    return float(ndcg_at_k(rank(scorer.relevance(q))[:, :5], gold).mean())
+
+
+def train_heads(
+    tool_emb: np.ndarray,
+    query_emb: np.ndarray,
+    gold: list[np.ndarray],
+    risk_levels: np.ndarray,
+    config: TrainConfig | None = None,
+    *,
+    val_query_emb: np.ndarray | None = None,
+    val_gold: list[np.ndarray] | None = None,
+    progress: bool = True,
+) -> TrainResult:
+    """Train the dual head on precomputed embeddings.
+
+    ``gold`` holds each training query's gold tool indices; ``risk_levels`` the audited level
+    per tool (0 = unlabelled: such tools are excluded from L_risk and counted). Without an
+    explicit validation set, ``config.val_fraction`` of the training queries (by query) is
+    held out for early stopping and the choice of beta and lambda.
+    """
+    cfg = (config or TrainConfig()).resolved()
+    t0 = time.perf_counter()
+    notes: list[str] = []
+    tool_emb = np.ascontiguousarray(tool_emb, dtype=np.float32)
+    query_emb = np.ascontiguousarray(query_emb, dtype=np.float32)
+    for name, arr in (("tool", tool_emb), ("query", query_emb)):
+        if not np.isfinite(arr).all():
+            raise RiskrankError(f"{name} embeddings contain NaN/inf; refusing to train")
+    if query_emb.shape[1] != tool_emb.shape[1]:
+        raise RiskrankError(f"query embeddings have dimension {query_emb.shape[1]}, tool embeddings {tool_emb.shape[1]}")
+    n_tools, dim = tool_emb.shape
+    risk_levels = np.asarray(risk_levels)
+    keep = [i for i, g in enumerate(gold) if len(g)]
+    n_skipped = len(gold) - len(keep)
+    if n_skipped:
+        notes.append(f"{n_skipped} training queries have no gold tool in the corpus and were skipped")
+    if not keep:
+        raise RiskrankError("the training split is empty (no query with a gold tool in the corpus)")
+    gold = [np.asarray(gold[i], dtype=np.int64) for i in keep]
+    query_emb = query_emb[keep]
+    if val_query_emb is None and cfg.val_fraction > 0:
+        tr, va = split_validation(len(gold), cfg.val_fraction, cfg.seed)
+        if len(tr) == 0:
+            raise RiskrankError("too few training queries to hold out a validation split")
+        val_query_emb, val_gold = query_emb[va], [gold[i] for i in va]
+        query_emb, gold = query_emb[tr], [gold[i] for i in tr]
+    has_val = val_query_emb is not None and val_gold is not None and len(val_gold) > 0
+    labelled = risk_levels > 0
+    n_unlabelled = int((~labelled).sum())
+    if n_unlabelled:
+        notes.append(f"{n_unlabelled} tools have no risk label: excluded from L_risk")
+        warnings.warn(notes[-1], stacklevel=2)
+    if not labelled.any():
+        raise RiskrankError("no tool in the registry has a risk label; the risk head cannot be trained")
+
+    torch.manual_seed(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    model = DualHead(dim, cfg.design, cfg.hidden, cfg.rank)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    pair_q, pair_t = _pairs(gold)
+    hard = _hard_pool(query_emb, tool_emb, gold, cfg.hard_pool) if cfg.sampling != "random" else None
+    T = torch.from_numpy(tool_emb)
+    Qe = torch.from_numpy(query_emb)
+    target = torch.from_numpy(normalised_risk(np.where(labelled, risk_levels, 1)))
+    lab_t = torch.from_numpy(labelled)
+
+    history: list[dict[str, float]] = []
+    best_state, best_val, best_epoch = None, -1.0, -1
+    if has_val and cfg.early_stopping:
+        best_val, best_epoch = _val_ndcg(model, tool_emb, val_query_emb, val_gold), 0
+        best_state = copy.deepcopy(model.state_dict())
+        history.append({"epoch": 0, "loss": float("nan"), "val_ndcg@5": best_val})
+    bar = tqdm(range(1, cfg.epochs + 1), desc=f"train {cfg.design} seed {cfg.seed}", disable=not progress, leave=False)
+    for epoch in bar:
+        model.train()
+        neg = _sample_negatives(rng, pair_q, gold, hard, n_tools, cfg.negatives, cfg.sampling)
+        order = rng.permutation(len(pair_q))
+        tot, nb = 0.0, 0
+        for s in range(0, len(order), cfg.batch_size):
+            b = order[s : s + cfg.batch_size]
+            eq = Qe[pair_q[b]]
+            pos = torch.from_numpy(pair_t[b])
+            ng = torch.from_numpy(neg[b])
+            f_pos = model.relevance_head(eq, T[pos])
+            k = ng.shape[1]
+            f_neg = model.relevance_head(eq.repeat_interleave(k, 0), T[ng.reshape(-1)]).view(-1, k)
+            l_rel = torch.relu(cfg.margin - f_pos[:, None] + f_neg).mean()
+            tools = torch.unique(torch.cat([pos, ng.reshape(-1)]))
+            tools = tools[lab_t[tools]]
+            l_risk = ((model.risk_head(T[tools]) - target[tools]) ** 2).mean() if len(tools) else torch.zeros(())
+            loss = l_rel + cfg.mu * l_risk
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            tot += float(loss.detach())
+            nb += 1
+        row = {"epoch": epoch, "loss": tot / max(nb, 1)}
+        if has_val:
+            row["val_ndcg@5"] = _val_ndcg(model, tool_emb, val_query_emb, val_gold)
+            if cfg.early_stopping and row["val_ndcg@5"] > best_val:
+                best_val, best_epoch, best_state = row["val_ndcg@5"], epoch, copy.deepcopy(model.state_dict())
+        history.append(row)
+        bar.set_postfix({k: f"{v:.4f}" for k, v in row.items() if k != "epoch"})
+    if best_state is not None:
+        model.load_state_dict(best_state)
+
+    validation: dict[str, Any] = {"n_queries": len(val_gold) if has_val else 0, "best_epoch": best_epoch}
+    lam = 0.1
+    if has_val:
+        if cfg.design == "residual":
+            grid = []
+            for beta in cfg.residual_grid:
+                model.relevance_head.residual_weight.fill_(beta)
+                grid.append({"beta": float(beta), "ndcg@5": _val_ndcg(model, tool_emb, val_query_emb, val_gold)})
+            best = max(grid, key=lambda r: (round(r["ndcg@5"], 10), -r["beta"]))
+            model.relevance_head.residual_weight.fill_(best["beta"])
+            validation["residual_grid"] = grid
+            validation["residual_weight"] = best["beta"]
+        scorer = HeadScorer(model, tool_emb)
+        lam, rows, dense_rvr = select_inference(scorer, val_query_emb, val_gold, risk_levels, cfg.lam_grid, cfg.selection)
+        validation["lam_grid"] = rows
+        validation["first_stage_rvr@5"] = dense_rvr
+        validation["selection"] = cfg.selection
+        validation["selected"] = next(r for r in rows if r["lam"] == lam)
+    else:
+        notes.append("no validation queries: lambda defaults to the paper's 0.1, no early stopping")
+    model.eval()
+    counts = {
+        "train_queries": len(gold), "val_queries": validation["n_queries"], "positive_pairs": len(pair_q),
+        "skipped_queries": n_skipped, "unlabelled_tools": n_unlabelled,
+    }
+    return TrainResult(model, cfg, float(lam), history, validation, counts, time.perf_counter() - t0, notes)
+
+
+# -- checkpoints ------------------------------------------------------------------------------
+WEIGHTS = "heads.safetensors"
+SIDECAR = "checkpoint.json"
+FORMAT = "riskrank-heads/1"
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def gold_fingerprint(texts: list[str], gold: list[np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for t, g in zip(texts, gold, strict=True):
+        h.update(t.encode())
+        h.update(np.asarray(g, dtype=np.int64).tobytes())
+    return h.hexdigest()
+
+
+def save_checkpoint(
+    result: TrainResult, path: str | Path, *, encoder: dict[str, Any], registry_fingerprint: str,
+    training_data: dict[str, Any] | None = None, inference: dict[str, Any] | None = None,
+) -> Path:
+    """Write ``heads.safetensors`` + ``checkpoint.json`` into directory ``path``. Each file is
+    written atomically and the sidecar (written last) records the weights' sha256, so a
+    torn pair is detected on load. Heads only: the frozen encoder is named, not stored."""
+    from safetensors.torch import save
+
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise CheckpointError(f"{path}: exists and is not a directory")
+    state = {k: v.detach().contiguous() for k, v in result.model.state_dict().items()}
+    blob = save(state)
+    _atomic_write_bytes(path / WEIGHTS, blob)
+    sidecar = {
+        "format": FORMAT,
+        "riskrank_version": __version__,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "encoder": encoder,
+        "head": {"design": result.model.design, "dim": result.model.dim, "hidden": result.model.hidden,
+                 "rank": result.model.rank, "parameters": result.model.n_parameters()},
+        "inference": {"lam": result.lam, **(inference or {})},
+        "hyperparameters": asdict(result.config),
+        "training_data": {"registry_fingerprint": registry_fingerprint, **(training_data or {})},
+        "counts": result.counts,
+        "validation": result.validation,
+        "history": result.history,
+        "train_seconds": result.seconds,
+        "weights_sha256": hashlib.sha256(blob).hexdigest(),
+    }
+    _atomic_write_bytes(path / SIDECAR, json.dumps(sidecar, indent=2, default=float).encode())
+    return path
+
+
+@dataclass
+class Checkpoint:
+    model: DualHead
+    meta: dict[str, Any]
+
+    @property
+    def lam(self) -> float:
+        return float(self.meta["inference"]["lam"])
+
+    @property
+    def encoder_identity(self) -> str:
+        return str(self.meta["encoder"]["identity"])
+
+
+def load_checkpoint(path: str | Path, *, encoder_identity: str | None = None, dim: int | None = None) -> Checkpoint:
+    """Load a checkpoint directory; never unpickles. A mismatched encoder or dimension, a
+    missing file, a torn or corrupt pair is a :class:`CheckpointError` naming the problem."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load
+
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: no such checkpoint directory")
+    side, weights = path / SIDECAR, path / WEIGHTS
+    for f in (side, weights):
+        if not f.is_file():
+            raise CheckpointError(f"{path}: missing {f.name}; not a riskrank checkpoint")
+    try:
+        meta = json.loads(side.read_text(encoding="utf-8"))
+        if meta.get("format") != FORMAT:
+            raise CheckpointError(f"{side}: unknown format {meta.get('format')!r} (expected {FORMAT})")
+        head = meta["head"]
+        design, ck_dim = head["design"], int(head["dim"])
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{side}: corrupt checkpoint sidecar ({exc})") from None
+    blob = weights.read_bytes()
+    if hashlib.sha256(blob).hexdigest() != meta.get("weights_sha256"):
+        raise CheckpointError(f"{weights}: weights do not match the sidecar's sha256 (corrupt or partially written)")
+    if dim is not None and ck_dim != dim:
+        raise CheckpointError(f"{path}: checkpoint heads expect {ck_dim}-d embeddings but the encoder gives {dim}-d")
+    if encoder_identity is not None and meta["encoder"].get("identity") != encoder_identity:
+        raise CheckpointError(
+            f"{path}: trained on encoder {meta['encoder'].get('identity')!r}, not {encoder_identity!r}; "
+            "pass the same --encoder or retrain"
+        )
+    try:
+        state = load(blob)
+        model = DualHead(ck_dim, design, int(head["hidden"]), int(head["rank"]))
+        model.load_state_dict(state, strict=True)
+    except (SafetensorError, RuntimeError, ValueError) as exc:
+        raise CheckpointError(f"{weights}: cannot load head weights ({str(exc).splitlines()[0]})") from None
+    return Checkpoint(model.eval(), meta)

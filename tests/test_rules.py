@@ -1,0 +1,224 @@
+"""Rule filter (Section 4.5, Appendix C): hand-worked examples, properties, and agreement with
+a plain transcription of Appendix C.2's pseudocode."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from riskrank.errors import RiskrankError
+from riskrank.rules import FilterResult, RuleConfig, RuleFilter
+
+
+def naive_filter(ranking, cfg: RuleConfig, risk, perm, emb):
+    """Appendix C.2 as written: S, D; scan in order; stop at |S| = K; fill from D; the rest of
+    the list in reranked order. Unknown risk (0) counts as r = 5."""
+    S, D = [], []
+    for t in ranking:
+        if len(S) == cfg.k:
+            break
+        r = 5 if risk[t] == 0 else risk[t]
+        ok = True
+        if cfg.max_risky is not None and r >= cfg.risky_level:
+            ok &= sum(1 for s in S if (5 if risk[s] == 0 else risk[s]) >= cfg.risky_level) < cfg.max_risky
+        if cfg.max_broad is not None and perm[t] >= cfg.broad_min_perms:
+            ok &= sum(1 for s in S if perm[s] >= cfg.broad_min_perms) < cfg.max_broad
+        if cfg.redundancy_threshold is not None:
+            ok &= all(float(np.dot(emb[t], emb[s])) <= cfg.redundancy_threshold for s in S)
+        (S if ok else D).append(int(t))
+    fallback = D[: max(0, cfg.k - len(S))]
+    top = S + fallback
+    return top + [int(t) for t in ranking if t not in top], S, D
+
+
+def random_case(seed: int):
+    """Tools drawn from a few exact directions, so redundant pairs have cosine 1 and others sit
+    far from 0.9 (no rounding ties between the fast and the naive dot products)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 30))
+    dirs = rng.normal(size=(int(rng.integers(1, 12)), 6))
+    dirs /= np.linalg.norm(dirs, axis=1, keepdims=True)
+    emb = dirs[rng.integers(0, len(dirs), n)].astype(np.float32)
+    risk = rng.choice(6, size=n, p=[0.1, 0.35, 0.25, 0.15, 0.1, 0.05])
+    perm = rng.choice(6, size=n, p=[0.5, 0.2, 0.15, 0.1, 0.03, 0.02])
+    cfg = RuleConfig(
+        k=int(rng.integers(1, 8)),
+        max_risky=[None, 0, 1, 2][rng.integers(4)],
+        max_broad=[None, 0, 1, 2][rng.integers(4)],
+        broad_min_perms=int(rng.integers(1, 4)),
+        redundancy_threshold=[None, 0.5, 0.9][rng.integers(3)],
+    )
+    ranking = rng.permutation(n)[: int(rng.integers(0, n + 1))]
+    return cfg, risk, perm, emb, ranking
+
+
+def make_filter(cfg, risk, perm, emb):
+    return RuleFilter(cfg, risk, perm, emb if cfg.redundancy_threshold is not None else None)
+
+
+SEEDS = st.integers(0, 2**32 - 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(seed=SEEDS)
+def test_filter_agrees_with_naive_pseudocode(seed):
+    cfg, risk, perm, emb, ranking = random_case(seed)
+    res = make_filter(cfg, risk, perm, emb).filter(ranking)
+    order, S, D = naive_filter(ranking, cfg, risk, perm, emb)
+    assert res.order.tolist() == order
+    assert res.accepted == S
+    assert list(res.deferred) == D
+    assert res.n_scanned == len(S) + len(D)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=SEEDS, q=st.integers(1, 6))
+def test_filter_batch_agrees_with_filter_and_naive(seed, q):
+    cfg, risk, perm, emb, _ = random_case(seed)
+    rng = np.random.default_rng(seed + 1)
+    n = len(risk)
+    length = int(rng.integers(0, n + 1))
+    rankings = np.stack([rng.permutation(n)[:length] for _ in range(q)])
+    rf = make_filter(cfg, risk, perm, emb)
+    orders, results = rf.filter_batch(rankings)
+    assert orders.shape == rankings.shape
+    for row, got, res in zip(rankings, orders, results, strict=True):
+        assert got.tolist() == naive_filter(row, cfg, risk, perm, emb)[0]
+        single = rf.filter(row)
+        assert single.order.tolist() == res.order.tolist() == got.tolist()
+        assert (single.accepted, single.deferred, single.fallback) == (res.accepted, res.deferred, res.fallback)
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=SEEDS)
+def test_properties(seed):
+    cfg, risk, perm, emb, ranking = random_case(seed)
+    res = make_filter(cfg, risk, perm, emb).filter(ranking)
+    order = res.order.tolist()
+    pos = {int(t): i for i, t in enumerate(ranking)}
+    # A permutation of the input.
+    assert sorted(order) == sorted(ranking.tolist())
+    # Accepted tools keep their reranked order, then the fallback, in deferred order.
+    assert [pos[t] for t in res.accepted] == sorted(pos[t] for t in res.accepted)
+    assert res.fallback == list(res.deferred)[: len(res.fallback)]
+    top = res.accepted + res.fallback
+    assert order[: len(top)] == top
+    assert len(top) == min(cfg.k, len(ranking))
+    # The rest follows in reranked order.
+    rest = order[len(top):]
+    assert rest == [t for t in ranking.tolist() if t not in set(top)]
+    # Every deferred tool has a reason; redundancy names an accepted tool.
+    assert all(res.deferred.values())
+    for t, s in res.redundant_with.items():
+        assert "redundancy" in res.deferred[t] and s in res.accepted
+    # When K feasible tools exist, the top-K satisfies every constraint.
+    if res.feasible:
+        k_top = np.array(order[: cfg.k])
+        eff = np.where(risk == 0, 5, risk)
+        if cfg.max_risky is not None:
+            assert (eff[k_top] >= cfg.risky_level).sum() <= cfg.max_risky
+        if cfg.max_broad is not None:
+            assert (perm[k_top] >= cfg.broad_min_perms).sum() <= cfg.max_broad
+        if cfg.redundancy_threshold is not None:
+            sims = emb[k_top] @ emb[k_top].T
+            assert (sims[np.triu_indices(len(k_top), 1)] <= cfg.redundancy_threshold).all()
+        assert not res.fallback
+    # Unlabelled tools met by the scan are reported.
+    scanned = ranking[: res.n_scanned].tolist()
+    assert res.unlabelled == [t for t in scanned if risk[t] == 0]
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=SEEDS)
+def test_unknown_risk_is_treated_as_high_risk(seed):
+    cfg, risk, perm, emb, ranking = random_case(seed)
+    a = make_filter(cfg, risk, perm, emb).filter(ranking)
+    b = make_filter(cfg, np.where(risk == 0, 5, risk), perm, emb).filter(ranking)
+    assert a.order.tolist() == b.order.tolist()
+    assert a.deferred == b.deferred and b.unlabelled == []
+
+
+def only_risk_cap(k=5, **kw):
+    return RuleConfig(k=k, max_broad=None, redundancy_threshold=None, **kw)
+
+
+def test_hand_worked_risk_cap():
+    # r = [3, 4, 1, 2, 1, 1, 3], K = 5: tool 0 takes the single risky slot, 1 is deferred,
+    # 2..5 fill the list and the scan stops before 6.
+    rf = RuleFilter(only_risk_cap(), np.array([3, 4, 1, 2, 1, 1, 3]), np.zeros(7, int))
+    res = rf.filter(np.arange(7))
+    assert res.order.tolist() == [0, 2, 3, 4, 5, 1, 6]
+    assert res.accepted == [0, 2, 3, 4, 5]
+    assert res.deferred == {1: ("risk_cap",)}
+    assert res.fallback == [] and res.n_scanned == 6 and res.feasible
+
+
+def test_hand_worked_fallback():
+    # r = [3, 4, 3, 1], K = 3: only tools 0 and 3 fit, so deferred tool 1 fills the last slot.
+    rf = RuleFilter(only_risk_cap(k=3), np.array([3, 4, 3, 1]), np.zeros(4, int))
+    res = rf.filter(np.array([0, 1, 2, 3]))
+    assert res.order.tolist() == [0, 3, 1, 2]
+    assert res.fallback == [1] and not res.feasible
+    assert res.deferred == {1: ("risk_cap",), 2: ("risk_cap",)}
+
+
+def test_hand_worked_reranked_input_and_all_constraints():
+    risk = np.array([1, 1, 3, 1, 1, 1, 4, 1])
+    perm = np.array([2, 3, 0, 2, 0, 0, 0, 0])
+    emb = np.eye(8, dtype=np.float32)
+    emb[4], emb[3] = emb[0], emb[1]  # 4 duplicates 0, 3 duplicates 1
+    rf = RuleFilter(RuleConfig(k=4), risk, perm, emb)
+    res = rf.filter(np.array([2, 0, 6, 1, 4, 3, 5, 7]))
+    # 2 takes the risky slot; 0 (broad) ok; 6 breaks the risk cap; 1 (broad) ok; 4 duplicates
+    # 0; 3 would be a third broad tool and duplicates 1; 5 ok -> K = 4, 7 is never scanned.
+    assert res.accepted == [2, 0, 1, 5]
+    assert res.deferred == {6: ("risk_cap",), 4: ("redundancy",), 3: ("permission_cap", "redundancy")}
+    assert res.redundant_with == {4: 0, 3: 1}
+    assert res.n_scanned == 7 and res.fallback == []
+    assert res.order.tolist() == [2, 0, 1, 5, 6, 4, 3, 7]
+
+
+def test_unlabelled_tool_takes_the_risky_slot_and_is_reported():
+    rf = RuleFilter(only_risk_cap(k=2), np.array([0, 3, 1]), np.zeros(3, int))
+    res = rf.filter(np.array([0, 1, 2]))
+    assert res.accepted == [0, 2] and res.deferred == {1: ("risk_cap",)}
+    assert res.unlabelled == [0]
+
+
+def test_all_constraints_disabled_is_identity():
+    cfg = RuleConfig(max_risky=None, max_broad=None, redundancy_threshold=None)
+    rf = RuleFilter(cfg, np.array([5, 5, 0, 4, 3, 5]), np.full(6, 5))
+    r = np.array([5, 3, 1, 0, 2, 4])
+    assert rf.filter(r).order.tolist() == r.tolist()
+
+
+def test_batch_rest_is_vectorised_and_scan_stops_early():
+    rng = np.random.default_rng(0)
+    n = 5000
+    risk = rng.choice([1, 2, 3, 4], size=n)
+    perm = rng.choice(4, size=n)
+    emb = rng.normal(size=(n, 16)).astype(np.float32)
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    rankings = np.stack([rng.permutation(n) for _ in range(200)])
+    orders, results = RuleFilter(RuleConfig(), risk, perm, emb).filter_batch(rankings)
+    assert max(r.n_scanned for r in results) < 100
+    assert (np.sort(orders, axis=1) == np.arange(n)).all()
+    for row, res in zip(rankings[:20], results[:20], strict=True):
+        assert res.order.tolist() == naive_filter(row, RuleConfig(), risk, perm, emb)[0]
+
+
+def test_accepts_permission_matrix_and_validates():
+    P = np.array([[1, 1, 0, 0, 0], [0, 0, 0, 0, 0]], bool)
+    rf = RuleFilter(RuleConfig(redundancy_threshold=None), np.array([1, 1]), P)
+    assert rf.broad.tolist() == [True, False]
+    with pytest.raises(RiskrankError, match="tool_emb"):
+        RuleFilter(RuleConfig(), np.array([1, 1]), np.array([0, 0]))
+    with pytest.raises(RiskrankError):
+        RuleFilter(RuleConfig(redundancy_threshold=None), np.array([1, 7]), np.array([0, 0]))
+    with pytest.raises(RiskrankError):
+        rf.filter(np.array([0, 2]))
+    with pytest.raises(RiskrankError):
+        RuleConfig(k=0)
+    assert isinstance(rf.filter(np.array([1, 0])), FilterResult)
