@@ -265,14 +265,16 @@ class RiskAwareRetriever:
 
     def rank_scores(
         self, scores: np.ndarray, stages: Stages, *, candidates: np.ndarray | None = None, alpha: float | None = None,
-        risk_source: str | None = None, normalisation: str | None = None,
+        risk_source: str | None = None, normalisation: str | None = None, graph: ToolGraph | None = None,
     ) -> tuple[np.ndarray, list[FilterResult] | None, np.ndarray]:
         """Graph smoothing, ranking and rule filter of precomputed scores [Q, N] (or [Q, M]
         over ``candidates``). Returns (order [Q, L] of tool indices, filter results or None,
-        final scores [Q, L] in the scored set's column order)."""
+        final scores [Q, L] in the scored set's column order). ``graph`` overrides the
+        retriever's graph (edge-type ablations)."""
         alpha = self.alpha if alpha is None else alpha
         if stages.graph and alpha > 0:
-            scores = self.graph.smooth(scores, alpha, candidates, normalisation=normalisation or self.normalisation)
+            g = graph if graph is not None else self.graph
+            scores = g.smooth(scores, alpha, candidates, normalisation=normalisation or self.normalisation)
         local = rank(scores)
         order = local if candidates is None else np.take_along_axis(candidates, local, axis=1)
         results = None
@@ -391,13 +393,21 @@ class RiskAwareRetriever:
         result, graph, choice = fit_components(
             tool_emb, query_emb, gold, registry, cfg, graph_config or GraphConfig(), alpha_grid, normalisations, progress
         )
+        data = {"queries_fingerprint": gold_fingerprint(list(texts), gold), "n_queries": len(texts)}
+        return cls.from_training(registry, enc, tool_emb, result, graph, choice, training_data=data, tool_template=tool_template)
+
+    @classmethod
+    def from_training(
+        cls, registry: ToolRegistry, encoder: Encoder, tool_emb: np.ndarray, result: TrainResult, graph: ToolGraph,
+        choice: dict[str, Any], *, training_data: dict[str, Any] | None = None, tool_template: str = DEFAULT_TOOL_TEMPLATE,
+    ) -> RiskAwareRetriever:
+        """A retriever around freshly trained components (no files involved)."""
         ck = Checkpoint(result.model, {
-            "encoder": {"identity": enc.identity, "name": enc.display_name, "dim": int(tool_emb.shape[1])},
+            "encoder": {"identity": encoder.identity, "name": encoder.display_name, "dim": int(tool_emb.shape[1])},
             "inference": {"lam": result.lam, **choice},
-            "training_data": {"registry_fingerprint": registry.fingerprint(), "queries_fingerprint": gold_fingerprint(list(texts), gold),
-                              "n_queries": len(texts), "tool_template": tool_template},
+            "training_data": {"registry_fingerprint": registry.fingerprint(), "tool_template": tool_template, **(training_data or {})},
         })
-        self = cls(registry, encoder=enc, checkpoint=ck, graph=graph, tool_emb=tool_emb, tool_template=tool_template, progress=progress)
+        self = cls(registry, encoder=encoder, checkpoint=ck, graph=graph, tool_emb=tool_emb, tool_template=tool_template, progress=False)
         self.training = result
         return self
 

@@ -1,0 +1,366 @@
+"""The evaluation runner: every method of the results contract on one benchmark, per seed,
+under the benchmark's protocol, with per-query metrics kept for tables, tests and plots.
+
+Protocols (DESIGN.md): with a training split, the heads train on it once per seed and every
+evaluation split is scored; without one (UltraTool without dev.json), 5-fold cross-fitting
+over the evaluation queries, so each query is scored by models that never saw it. In both,
+a validation slice of the training queries (by query) chooses lambda, beta, alpha and the
+graph normalisation; test queries never choose anything.
+
+All scoring goes through :class:`riskrank.pipeline.RiskAwareRetriever` (components() and
+rank_scores()), the same code the CLI and the servers run.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from riskrank.datasets import Benchmark, QuerySet, crossfit_folds
+from riskrank.encoder import Encoder
+from riskrank.errors import RiskrankError
+from riskrank.experiments.baselines import mmr_rerank
+from riskrank.experiments.methods import MethodSpec, parse_methods
+from riskrank.first_stage import BM25Retriever, top_m
+from riskrank.graph import EDGE_TYPES, GraphConfig, ToolGraph
+from riskrank.metrics import METRICS, evaluate, query_subsets, tool_query_counts
+from riskrank.pipeline import RiskAwareRetriever, Stages, fit_components
+from riskrank.training import TrainConfig, choose_lambda, lambda_curve, split_validation
+
+DEFAULT_SEEDS = (42, 123, 777)
+N_FOLDS = 5
+KEEP_TOP = 10
+
+
+@dataclass
+class EvalRun:
+    """Everything one evaluation produced. ``per_query[seed][split][method][metric]`` is a
+    [Q] array in the split's query order; ``top[seed][split][method]`` the top-10 tool
+    indices; ``filters[seed][split][method]`` per-query rule-filter reports;
+    ``subsets[seed][split]`` boolean query masks; ``choices[seed]`` the validation choices
+    of every fold."""
+
+    dataset: str
+    protocol: str
+    encoder: str
+    seeds: list[int]
+    methods: list[str]
+    splits: dict[str, int]
+    per_query: dict[int, dict[str, dict[str, dict[str, np.ndarray]]]] = field(default_factory=dict)
+    top: dict[int, dict[str, dict[str, np.ndarray]]] = field(default_factory=dict)
+    filters: dict[int, dict[str, dict[str, list[dict[str, Any]]]]] = field(default_factory=dict)
+    subsets: dict[int, dict[str, dict[str, np.ndarray]]] = field(default_factory=dict)
+    choices: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    timing: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def seed_means(self, split: str, method: str) -> dict[str, np.ndarray]:
+        """Per-seed mean of every metric: {metric: [S]} (NaN-aware)."""
+        out: dict[str, list[float]] = {}
+        for s in self.seeds:
+            for m, v in self.per_query[s][split][method].items():
+                v = np.asarray(v, dtype=np.float64)
+                out.setdefault(m, []).append(float(np.nanmean(v)) if np.isfinite(v).any() else float("nan"))
+        return {m: np.array(v) for m, v in out.items()}
+
+    def summary(self, split: str, method: str) -> dict[str, dict[str, float]]:
+        """{metric: {"mean", "std"}} over seeds (std with ddof=1 when there are >= 2 seeds)."""
+        res = {}
+        for m, v in self.seed_means(split, method).items():
+            std = float(np.std(v, ddof=1)) if len(v) > 1 else 0.0
+            res[m] = {"mean": float(np.mean(v)), "std": std}
+        return res
+
+    def results_json(self) -> dict[str, Any]:
+        """The results contract of DESIGN.md."""
+        return {
+            "dataset": self.dataset,
+            "protocol": self.protocol,
+            "encoder": self.encoder,
+            "seeds": self.seeds,
+            "splits": {
+                sp: {"n_queries": n, "methods": {m: self.summary(sp, m) for m in self.methods}}
+                for sp, n in self.splits.items()
+            },
+            "timing": self.timing,
+            "choices": {str(s): c for s, c in self.choices.items()},
+            "notes": self.notes,
+        }
+
+    # -- persistence (reproduce --reuse) ----------------------------------------------------
+    def save(self, directory: str | Path) -> None:
+        """Per-query arrays to one .npz, the rest to JSON (no pickle); atomic."""
+        from riskrank.training import _atomic_write_bytes
+
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        arrays = {}
+        for s in self.seeds:
+            for sp in self.splits:
+                for me in self.methods:
+                    for mt, v in self.per_query[s][sp][me].items():
+                        arrays[_key("pq", s, sp, me, mt)] = np.asarray(v)
+                    arrays[_key("top", s, sp, me)] = self.top[s][sp][me]
+                for name, mask in self.subsets[s][sp].items():
+                    arrays[_key("sub", s, sp, name)] = mask
+        import io
+
+        buf = io.BytesIO()
+        np.savez_compressed(buf, **arrays)
+        _atomic_write_bytes(d / "per_query.npz", buf.getvalue())
+        meta = {
+            "dataset": self.dataset, "protocol": self.protocol, "encoder": self.encoder, "seeds": self.seeds,
+            "methods": self.methods, "splits": self.splits, "filters": {str(s): f for s, f in self.filters.items()},
+            "choices": {str(s): c for s, c in self.choices.items()}, "timing": self.timing, "notes": self.notes,
+        }
+        _atomic_write_bytes(d / "run.json", json.dumps(meta, default=_json_default).encode())
+
+    @classmethod
+    def load(cls, directory: str | Path) -> EvalRun:
+        d = Path(directory)
+        try:
+            meta = json.loads((d / "run.json").read_text())
+            data = np.load(d / "per_query.npz", allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise RiskrankError(f"{d}: no reusable evaluation run ({exc})") from None
+        run = cls(meta["dataset"], meta["protocol"], meta["encoder"], meta["seeds"], meta["methods"], meta["splits"],
+                  timing=meta["timing"], notes=meta["notes"])
+        run.filters = {int(s): f for s, f in meta["filters"].items()}
+        run.choices = {int(s): c for s, c in meta["choices"].items()}
+        for s in run.seeds:
+            run.per_query[s] = {sp: {me: {} for me in run.methods} for sp in run.splits}
+            run.top[s] = {sp: {} for sp in run.splits}
+            run.subsets[s] = {sp: {} for sp in run.splits}
+        for key in data.files:
+            kind, s, *rest = key.split("|")
+            s = int(s)
+            rest = [r.replace("~", "/") for r in rest]
+            if kind == "pq":
+                run.per_query[s][rest[0]][rest[1]][rest[2]] = data[key]
+            elif kind == "top":
+                run.top[s][rest[0]][rest[1]] = data[key]
+            elif kind == "sub":
+                run.subsets[s][rest[0]][rest[1]] = data[key]
+        return run
+
+
+def _key(*parts: Any) -> str:
+    return "|".join(str(p).replace("/", "~") for p in parts)
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(type(o))
+
+
+@dataclass
+class _Fold:
+    """What one training run (one seed, one fold) gives the methods."""
+
+    retrievers: dict[str, RiskAwareRetriever]
+    train_part_gold: list[np.ndarray]
+    train_counts: np.ndarray
+    label_lam: float
+    choice: dict[str, Any]
+    graphs: dict[tuple[str, ...], ToolGraph] = field(default_factory=dict)
+
+
+class Runner:
+    """Evaluate methods on a benchmark. Heavy inputs (embeddings, BM25 scores) are computed
+    once and shared by every seed and fold."""
+
+    def __init__(
+        self, benchmark: Benchmark, methods: Sequence[str] | str, *, seeds: Sequence[int] = DEFAULT_SEEDS,
+        encoder: Encoder | str | None = None, train_overrides: dict[str, Any] | None = None,
+        graph_config: GraphConfig | None = None, n_folds: int = N_FOLDS, progress: bool = True,
+    ) -> None:
+        self.bench = benchmark
+        self.specs = parse_methods(methods)
+        self.seeds = [int(s) for s in seeds]
+        if not self.seeds:
+            raise RiskrankError("no seeds given")
+        self.encoder = encoder if encoder is not None and not isinstance(encoder, str) else Encoder(encoder, progress=progress)
+        self.train_overrides = dict(train_overrides or {})
+        self.graph_config = graph_config or GraphConfig()
+        self.n_folds = n_folds
+        self.progress = progress
+        self.timing: dict[str, float] = {}
+        self.registry = benchmark.registry
+        if not self.registry.has_labels:
+            raise RiskrankError(f"{benchmark.name}: {self.registry.n_unlabelled} tools have no risk label; the exposure metrics need audited labels")
+        t0 = time.perf_counter()
+        self.tool_emb = self.encoder.encode(self.registry.texts(), desc="encoding tools")
+        self.split_emb = {sp: self.encoder.encode(qs.texts, desc=f"encoding {sp}") for sp, qs in benchmark.splits.items()}
+        self.train_emb = self.encoder.encode(benchmark.train.texts, desc="encoding train") if benchmark.train is not None else None
+        self.timing["encode_s"] = time.perf_counter() - t0
+        self._bm25: dict[str, np.ndarray] = {}
+        # One retriever without heads serves bm25, dense, dense+rule and risk_label_penalty.
+        self.base = RiskAwareRetriever(self.registry, encoder=self.encoder, tool_emb=self.tool_emb, mode="dense", progress=False)
+        self.heads_needed = sorted({s.head for s in self.specs if s.trained})
+
+    # -- protocol ---------------------------------------------------------------------------
+    def run(self) -> EvalRun:
+        b = self.bench
+        run = EvalRun(b.name, b.protocol, self.encoder.identity, self.seeds, [s.name for s in self.specs],
+                      {sp: len(qs) for sp, qs in b.splits.items()}, notes=list(b.notes))
+        t_train = t_eval = 0.0
+        for seed in self.seeds:
+            run.per_query[seed] = {sp: {s.name: {} for s in self.specs} for sp in b.splits}
+            run.top[seed] = {sp: {} for sp in b.splits}
+            run.filters[seed] = {sp: {} for sp in b.splits}
+            run.subsets[seed] = {sp: {} for sp in b.splits}
+            run.choices[seed] = []
+            for fold_id, train_q, train_emb, targets in self._folds(seed):
+                t0 = time.perf_counter()
+                fold = self._train(seed, train_q, train_emb)
+                t_train += time.perf_counter() - t0
+                run.choices[seed].append({"fold": fold_id, "label_penalty_lam": fold.label_lam, **fold.choice})
+                t0 = time.perf_counter()
+                for split, idx in targets:
+                    self._evaluate(run, seed, split, idx, fold)
+                t_eval += time.perf_counter() - t0
+        self.timing.update({"train_s": t_train, "evaluate_s": t_eval, "train_s_per_seed": t_train / len(self.seeds)})
+        run.timing = dict(self.timing)
+        return run
+
+    def _folds(self, seed: int):
+        """(fold id, training QuerySet, its embeddings, [(split, query positions)])."""
+        b = self.bench
+        if b.train is not None:
+            yield "all", b.train, self.train_emb, [(sp, np.arange(len(qs))) for sp, qs in b.splits.items()]
+            return
+        (split, qs), = b.splits.items()
+        folds = crossfit_folds(len(qs), self.n_folds, seed)
+        it = tqdm(range(self.n_folds), desc=f"seed {seed} folds", disable=not self.progress, leave=False)
+        for f in it:
+            tr = np.flatnonzero(folds != f)
+            yield f, qs.subset(tr), self.split_emb[split][tr], [(split, np.flatnonzero(folds == f))]
+
+    def _train(self, seed: int, train_q: QuerySet, train_emb: np.ndarray) -> _Fold:
+        gold = [np.asarray(g) for g in train_q.gold]
+        retrievers, choice = {}, {}
+        tr, va = split_validation(len(gold), TrainConfig().val_fraction if "val_fraction" not in self.train_overrides else self.train_overrides["val_fraction"], seed)
+        for head in self.heads_needed:
+            cfg = TrainConfig(design=head, seed=seed, **self.train_overrides).resolved()
+            result, graph, ch = fit_components(self.tool_emb, train_emb, gold, self.registry, cfg, self.graph_config,
+                                               _alpha_grid(), _norms(), progress=self.progress)
+            retrievers[head] = RiskAwareRetriever.from_training(self.registry, self.encoder, self.tool_emb, result, graph, ch)
+            choice[head] = {"lam": result.lam, "residual_weight": result.validation.get("residual_weight"),
+                            "best_epoch": result.validation.get("best_epoch"), "train_seconds": result.seconds, **ch}
+        # risk_label_penalty: lambda on the same validation queries, same rule.
+        label_lam = 0.0
+        if any(s.name.startswith("risk_label_penalty") and s.lam == "selected" for s in self.specs) and len(va):
+            cfg = TrainConfig(seed=seed, **self.train_overrides).resolved()
+            qv = train_emb[va]
+            cos = qv @ self.tool_emb.T
+            vg = [gold[i] for i in va]
+            pq: dict = {}
+            rows = lambda_curve(cos, self.base.label_risk, vg, self.registry.risk_levels, (0.0, *cfg.lam_grid), pq)
+            dense_rvr = rows[0]["rvr@5"]
+            label_lam = choose_lambda(rows[1:], cfg.selection, dense_rvr, cfg.tolerance, pq)
+        part = [gold[i] for i in tr]
+        return _Fold(retrievers, part, tool_query_counts(gold, len(self.registry)), label_lam, choice)
+
+    # -- methods ------------------------------------------------------------------------------
+    def _bm25_scores(self, split: str) -> np.ndarray:
+        if split not in self._bm25:
+            if not hasattr(self, "_bm25_model"):
+                self._bm25_model = BM25Retriever(self.registry.texts())
+            self._bm25[split] = self._bm25_model.score(self.bench.splits[split].texts)
+        return self._bm25[split]
+
+    def _graph(self, fold: _Fold, spec: MethodSpec, retriever: RiskAwareRetriever) -> ToolGraph | None:
+        if tuple(spec.edge_types) == EDGE_TYPES:
+            return None  # the retriever's own full graph
+        key = tuple(spec.edge_types)
+        if key not in fold.graphs:
+            cfg = GraphConfig(**{**self.graph_config.__dict__, "edge_types": key})
+            fold.graphs[key] = ToolGraph.build(self.tool_emb, fold.train_part_gold, self.registry.risk_levels, self.registry.permissions, cfg)
+        return fold.graphs[key]
+
+    def _rank(self, spec: MethodSpec, split: str, idx: np.ndarray, q: np.ndarray, cos: np.ndarray, fold: _Fold, cache: dict) -> tuple[np.ndarray, list | None]:
+        stages = Stages(heads=spec.trained, graph=spec.graph, rule=spec.rule is not None)
+        cand = None
+        if spec.candidates is not None:
+            ck = ("cand", spec.candidates)
+            if ck not in cache:
+                cache[ck] = top_m(cos, spec.candidates)
+            cand = cache[ck]
+        if spec.relevance == "bm25":
+            return self.base.rank_scores(self._bm25_scores(split)[idx], stages)[:2]
+        if spec.relevance == "mmr":
+            return mmr_rerank(q, self.tool_emb, cand, spec.mmr_lambda), None
+        if spec.relevance == "cross-encoder":
+            from riskrank.experiments.cross_encoder import cross_encoder_rank
+
+            return cross_encoder_rank(spec.model, self.bench.splits[split].texts, idx, self.registry.texts(), cand, cache), None
+        if spec.relevance == "dense":
+            lam = fold.label_lam if spec.lam == "selected" else float(spec.lam)
+            f_rel, f_risk = self.base.components(q, stages, cand, cos if cand is None else np.take_along_axis(cos, cand, 1))
+            return self.base.rank_scores(f_rel - np.float32(lam) * f_risk, stages, candidates=cand, risk_source=spec.rule or "labels")[:2]
+        r = fold.retrievers[spec.head]
+        rk = ("rel", spec.head, spec.candidates)
+        if rk not in cache:
+            cache[rk] = r.components(q, stages, cand, cos if cand is None else np.take_along_axis(cos, cand, 1))
+        f_rel, f_risk = cache[rk]
+        lam = r.lam if spec.lam == "selected" else float(spec.lam)
+        alpha = r.alpha if spec.alpha == "selected" else float(spec.alpha)
+        return r.rank_scores(f_rel - np.float32(lam) * f_risk, stages, candidates=cand, alpha=alpha,
+                             risk_source=spec.rule or "labels", graph=self._graph(fold, spec, r) if spec.graph else None)[:2]
+
+    def _evaluate(self, run: EvalRun, seed: int, split: str, idx: np.ndarray, fold: _Fold) -> None:
+        qs = self.bench.splits[split]
+        q = self.split_emb[split][idx]
+        gold = [qs.gold[i] for i in idx]
+        cos = q @ self.tool_emb.T
+        risk = self.registry.risk_levels
+        n = len(qs)
+        cache: dict = {}
+        subsets = query_subsets(gold, risk, fold.train_counts)
+        for name, mask in subsets.items():
+            full = run.subsets[seed][split].setdefault(name, np.zeros(n, dtype=bool))
+            full[idx] = mask
+        for spec in self.specs:
+            order, results = self._rank(spec, split, idx, q, cos, fold, cache)
+            metrics = evaluate(order, gold, risk)
+            store = run.per_query[seed][split][spec.name]
+            for m in METRICS:
+                store.setdefault(m, np.full(n, np.nan))[idx] = metrics[m]
+            top = run.top[seed][split].setdefault(spec.name, np.full((n, KEEP_TOP), -1, dtype=np.int32))
+            top[idx, : min(KEEP_TOP, order.shape[1])] = order[:, :KEEP_TOP]
+            if results is not None:
+                flist = run.filters[seed][split].setdefault(spec.name, [None] * n)
+                for j, fr in zip(idx, results, strict=True):
+                    flist[int(j)] = {
+                        "deferred": {str(int(t)): list(r) for t, r in fr.deferred.items()},
+                        "fallback": [int(t) for t in fr.fallback], "unlabelled": [int(t) for t in fr.unlabelled],
+                    }
+
+
+def _alpha_grid() -> tuple[float, ...]:
+    from riskrank.pipeline import DEFAULT_ALPHA_GRID
+
+    return DEFAULT_ALPHA_GRID
+
+
+def _norms() -> tuple[str, ...]:
+    from riskrank.graph import NORMALISATIONS
+
+    return NORMALISATIONS
+
+
+def run_evaluation(benchmark: Benchmark, methods: Sequence[str] | str, **kwargs: Any) -> EvalRun:
+    """Evaluate ``methods`` on ``benchmark`` (see :class:`Runner` for the options)."""
+    return Runner(benchmark, methods, **kwargs).run()
