@@ -346,7 +346,7 @@ def train_heads(
     best_state, best_val, best_epoch = None, -1.0, -1
     if has_val and cfg.early_stopping:
         best_val, best_epoch = _val_ndcg(model, tool_emb, val_query_emb, val_gold), 0
-        best_state = copy.deepcopy(model.state_dict())
+        best_state = copy.deepcopy(model.relevance_head.state_dict())
         history.append({"epoch": 0, "loss": float("nan"), "val_ndcg@5": best_val})
     bar = tqdm(range(1, cfg.epochs + 1), desc=f"train {cfg.design} seed {cfg.seed}", disable=not progress, leave=False)
     for epoch in bar:
@@ -380,11 +380,13 @@ def train_heads(
         if has_val:
             row["val_ndcg@5"] = _val_ndcg(model, tool_emb, val_query_emb, val_gold)
             if cfg.early_stopping and row["val_ndcg@5"] > best_val:
-                best_val, best_epoch, best_state = row["val_ndcg@5"], epoch, copy.deepcopy(model.state_dict())
+                best_val, best_epoch, best_state = row["val_ndcg@5"], epoch, copy.deepcopy(model.relevance_head.state_dict())
         history.append(row)
         bar.set_postfix({k: f"{v:.4f}" for k, v in row.items() if k != "epoch"})
     if best_state is not None:
-        model.load_state_dict(best_state)
+        # Early stopping picks the relevance head's epoch; the risk head keeps training to the
+        # end (its loss does not depend on the queries, so validation NDCG says nothing of it).
+        model.relevance_head.load_state_dict(best_state)
 
     validation: dict[str, Any] = {"n_queries": len(val_gold) if has_val else 0, "best_epoch": best_epoch}
     lam = 0.1

@@ -1,0 +1,402 @@
+"""The ``riskrank`` command.
+
+Every command is a thin shell over the library (datasets, RiskAwareRetriever, the
+experiments); nothing is scored here. User mistakes (bad files, unknown names, bad values)
+print one ``error:`` line and exit with status 2; no traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from riskrank.errors import RiskrankError
+
+EXIT_USAGE = 2
+
+# Quiet third-party chatter before anything heavy is imported.
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+
+def _seeds(value: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in value.split(",") if s.strip()]
+    except ValueError:
+        raise click.BadParameter(f"seeds must be comma-separated integers, got {value!r}") from None
+    if not seeds:
+        raise click.BadParameter("give at least one seed")
+    return seeds
+
+
+def fmt(x: float, digits: int = 3) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def print_table(rows: list[list[str]], header: list[str]) -> None:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    line = "  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths, strict=True)))
+    click.echo(line)
+    click.echo("-" * len(line))
+    for r in rows:
+        click.echo("  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))))
+
+
+def write_json_atomic(path: str | Path, obj: Any) -> None:
+    from riskrank.training import _atomic_write_bytes
+
+    _atomic_write_bytes(Path(path), (json.dumps(obj, indent=2, default=float) + "\n").encode())
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="riskrank")
+def main() -> None:
+    """riskrank: risk-aware tool retrieval for LLM agents.
+
+    Ranks a tool registry for a task by relevance and operational risk, with a knob
+    (lambda) between them, a strict exposure policy (the rule filter), and retrieval-time
+    safety metrics (RVR, SRR, sNDCG, ...).
+    """
+
+
+# -- data ------------------------------------------------------------------------------------
+@main.group()
+def data() -> None:
+    """Benchmark data: fetch UltraTool, Seal-Tools and the released risk labels."""
+
+
+@data.command("fetch")
+@click.option("--source", default="upstream", show_default=True,
+              help="'upstream' (GitHub raw files at pinned commits) or a local mirror directory in <owner>/<repo>/<path> layout.")
+@click.option("--dest", type=click.Path(file_okay=False), default=None,
+              help="Data directory [default: $RISKRANK_DATA or ~/.cache/riskrank/data].")
+@click.option("--no-optional", is_flag=True, help="Skip the optional files (UltraTool dev.json, Seal-Tools train/test_out).")
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+def data_fetch(source: str, dest: str | None, no_optional: bool, quiet: bool) -> None:
+    """Copy or download the benchmark files, verifying sha256; files already present and
+    valid are skipped; writes are atomic."""
+    from riskrank.datasets import resolve_data_dir
+    from riskrank.datasets.fetch import fetch
+    from riskrank.errors import DataError
+
+    target = resolve_data_dir(dest)
+    if source != "upstream" and not Path(source).is_dir():
+        raise RiskrankError(f"--source {source}: not a directory (use 'upstream' or a mirror directory)")
+    try:
+        report = fetch(source, target, progress=not quiet, include_optional=not no_optional)
+    except DataError as exc:
+        rep = getattr(exc, "report", None)
+        if rep is not None:
+            click.echo(rep.format(), err=True)
+        raise
+    click.echo(report.format())
+    click.echo(f"data directory: {target}")
+    if not report.ok:
+        sys.exit(1)
+
+
+# -- evaluate -----------------------------------------------------------------------------------
+CONTRACT_COLUMNS = ("ndcg@5", "mrr", "sndcg@5", "rvr@5", "srr@5")
+
+
+@main.command()
+@click.option("--dataset", type=click.Choice(["ultratool", "sealtools", "demo"]), required=True)
+@click.option("--data", "data_dir", type=click.Path(file_okay=False), default=None, help="Data directory (a mirror directory works too).")
+@click.option("--methods", default="bm25,dense", show_default=True,
+              help="Comma-separated: bm25, dense, dense+rule, risk_label_penalty, mmr, rel_only, core, core+graph, "
+                   "core+graph+rule, core+graph+rule_pred, paper_rel_only, paper_core, top100/core, ... "
+                   "(variants: core@lam=0.05, core+graph[edges=co+sem], ce:MODEL).")
+@click.option("--query-mode", type=click.Choice(["question", "plan"]), default="question", show_default=True,
+              help="UltraTool query text: the question, or the plan steps that call a tool.")
+@click.option("--seeds", default="42,123,777", show_default=True, help="Seeds for trained methods.")
+@click.option("--encoder", default=None, help="sentence-transformers model name or folder [default: bundled all-MiniLM-L6-v2].")
+@click.option("--selection", default=None, help="Lambda rule on validation: budget:R (default budget:0.75) or utility:W.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None, help="Write the results-contract JSON here.")
+@click.option("--all-metrics", is_flag=True, help="Print every metric, not only the paper's five.")
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+def evaluate(dataset: str, data_dir: str | None, methods: str, query_mode: str, seeds: str, encoder: str | None,
+             selection: str | None, json_out: str | None, all_metrics: bool, quiet: bool) -> None:
+    """Evaluate retrieval methods on a benchmark and print NDCG@5, MRR, sNDCG@5, RVR@5, SRR@5."""
+    from riskrank.datasets import load_benchmark
+    from riskrank.experiments.runner import run_evaluation
+    from riskrank.metrics import METRICS
+
+    kwargs = {"query_mode": query_mode} if dataset == "ultratool" else {}
+    if dataset != "ultratool" and query_mode != "question":
+        raise RiskrankError("--query-mode applies to UltraTool only")
+    bench = load_benchmark(dataset, data_dir, **kwargs)
+    overrides = {"selection": selection} if selection else {}
+    run = run_evaluation(bench, methods, seeds=_seeds(seeds), encoder=encoder, train_overrides=overrides, progress=not quiet)
+    res = run.results_json()
+    res["query_mode"] = query_mode
+    click.echo(f"{bench.name}: {bench.protocol}; encoder {run.encoder}; seeds {','.join(map(str, run.seeds))}")
+    for note in bench.notes:
+        click.echo(f"note: {note}")
+    cols = METRICS if all_metrics else CONTRACT_COLUMNS
+    trained = any(m in methods for m in ("core", "rel_only"))
+    for split, block in res["splits"].items():
+        click.echo(f"\n[{split}] {block['n_queries']} queries")
+        rows = []
+        for m, vals in block["methods"].items():
+            rows.append([m, *[fmt(vals[c]["mean"]) + (f"±{fmt(vals[c]['std'])}" if trained and len(run.seeds) > 1 else "") for c in cols]])
+        print_table(rows, ["method", *cols])
+    if json_out:
+        write_json_atomic(json_out, res)
+        click.echo(f"\nwrote {json_out}")
+
+
+# -- retrieve -----------------------------------------------------------------------------------
+@main.command()
+@click.argument("task")
+@click.option("--registry", type=click.Path(dir_okay=False), default=None, help="Tool registry file [default: the bundled demo registry].")
+@click.option("--checkpoint", type=click.Path(file_okay=False), default=None, help="Checkpoint directory from `riskrank train`.")
+@click.option("-k", "k", type=int, default=5, show_default=True)
+@click.option("--mode", default=None, help="dense, dense+rule, core, core+graph (graph), core+graph+rule (rule) [default: core with a checkpoint, else dense].")
+@click.option("--lam", "lam", type=float, default=None, help="Risk weight lambda [default: the checkpoint's validated value; 0 for dense].")
+@click.option("--alpha", type=float, default=None, help="Graph smoothing alpha [default: the checkpoint's].")
+@click.option("--risk-source", type=click.Choice(["labels", "predicted"]), default="labels", show_default=True,
+              help="Risk levels the rule filter reads: audited labels, or the risk head's predictions.")
+@click.option("--encoder", default=None, help="Encoder name or folder (must match the checkpoint's).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def retrieve(task: str, registry: str | None, checkpoint: str | None, k: int, mode: str | None, lam: float | None,
+             alpha: float | None, risk_source: str, encoder: str | None, as_json: bool) -> None:
+    """Rank a registry's tools for TASK and show the top-k with scores, risk levels and
+    permission categories (and, in rule modes, what was deferred and why)."""
+    from riskrank.datasets.demo import demo_registry_path
+    from riskrank.pipeline import RiskAwareRetriever
+
+    retriever = RiskAwareRetriever.from_paths(registry or demo_registry_path(), checkpoint, encoder=encoder,
+                                              mode=mode, risk_source=risk_source, progress=False)
+    res = retriever.retrieve(task, k=k, lam=lam, alpha=alpha)
+    if as_json:
+        click.echo(json.dumps(res.to_dict(), indent=2))
+        return
+    show_result(res)
+
+
+def show_result(res: Any, title: str | None = None) -> None:
+    from riskrank.metrics import rvr_at_k, srr_at_k
+
+    click.echo(title or f"task: {res.task}")
+    click.echo(f"mode {res.mode}, lambda {res.lam:g}" + (f", alpha {res.alpha:g}" if "graph" in res.mode else "")
+               + (f", risk source {res.risk_source}" if "rule" in res.mode else ""))
+    rows = []
+    for t in res.tools:
+        level = f"L{t.risk_level}" if t.risk_level else "?"
+        pred = f"L{t.predicted_level}" if t.predicted_level else "-"
+        rows.append([str(t.rank), t.name, fmt(t.score), fmt(t.f_rel), fmt(t.f_risk), level, pred, ",".join(t.permissions) or "-"])
+    print_table(rows, ["#", "tool", "score", "f_rel", "f_risk", "risk", "pred", "permissions"])
+    levels = [t.risk_level or 0 for t in res.tools]
+    if levels and all(levels):
+        import numpy as np
+
+        arr = np.array([list(range(len(levels)))])
+        lv = np.array(levels)
+        click.echo(f"RVR@{len(levels)} {fmt(float(rvr_at_k(arr, lv, len(levels))[0]), 2)}   SRR@{len(levels)} {fmt(float(srr_at_k(arr, lv, len(levels))[0]), 2)}")
+    if res.deferred:
+        click.echo("deferred by the rule filter:")
+        for d in res.deferred:
+            extra = f" (redundant with {d.redundant_with})" if d.redundant_with else ""
+            click.echo(f"  {d.name}: {', '.join(d.reasons)}{extra}")
+    if res.fallback:
+        click.echo(f"fallback (too few tools met every rule): {', '.join(res.fallback)}")
+    if res.unlabelled:
+        click.echo(f"unlabelled tools treated as high risk (fail closed): {', '.join(res.unlabelled)}")
+
+
+# -- train ----------------------------------------------------------------------------------------
+@main.command()
+@click.option("--dataset", type=click.Choice(["ultratool", "sealtools", "demo"]), default=None,
+              help="Train on a benchmark's training split (UltraTool without dev.json: all test.json queries).")
+@click.option("--registry", type=click.Path(dir_okay=False), default=None, help="A registry file (with --queries).")
+@click.option("--queries", type=click.Path(dir_okay=False), default=None,
+              help="JSONL of {\"task\": ..., \"gold\": [tool names]} for --registry.")
+@click.option("--data", "data_dir", type=click.Path(file_okay=False), default=None)
+@click.option("--out", type=click.Path(file_okay=False), required=True, help="Checkpoint directory to write.")
+@click.option("--design", type=click.Choice(["residual", "paper"]), default="residual", show_default=True)
+@click.option("--sampling", type=click.Choice(["random", "hard", "mixed"]), default=None, help="Negatives [default: mixed; paper: hard].")
+@click.option("--epochs", type=int, default=10, show_default=True)
+@click.option("--seed", type=int, default=42, show_default=True)
+@click.option("--selection", default="budget:0.75", show_default=True, help="Lambda rule: budget:R or utility:W.")
+@click.option("--encoder", default=None)
+@click.option("--force", is_flag=True, help="Overwrite an existing checkpoint directory.")
+def train(dataset: str | None, registry: str | None, queries: str | None, data_dir: str | None, out: str, design: str,
+          sampling: str | None, epochs: int, seed: int, selection: str, encoder: str | None, force: bool) -> None:
+    """Train the dual-head reranker and write a checkpoint (heads, ToolGraph, chosen lambda/alpha)."""
+    from riskrank.pipeline import RiskAwareRetriever, is_checkpoint_dir
+    from riskrank.training import TrainConfig
+
+    if is_checkpoint_dir(out) and not force:
+        raise RiskrankError(f"{out} already holds a checkpoint; pass --force to overwrite it")
+    reg, texts, gold = _training_data(dataset, registry, queries, data_dir)
+    cfg = TrainConfig(design=design, sampling=sampling, epochs=epochs, seed=seed, selection=selection)
+    r = RiskAwareRetriever.fit(reg, texts, gold, encoder=encoder, train_config=cfg)
+    r.save(out)
+    tr = r.training
+    click.echo(f"trained {design} heads on {tr.counts['train_queries']} queries (+{tr.counts['val_queries']} validation) in {tr.seconds:.1f}s")
+    sel = tr.validation.get("selected", {})
+    click.echo(f"lambda {r.lam:g} (validation NDCG@5 {fmt(sel.get('ndcg@5'))}, RVR@5 {fmt(sel.get('rvr@5'))}), alpha {r.alpha:g}, "
+               f"normalisation {r.normalisation}" + (f", residual weight {tr.validation['residual_weight']:g}" if "residual_weight" in tr.validation else ""))
+    for note in tr.warnings:
+        click.echo(f"note: {note}")
+    click.echo(f"wrote {out}")
+
+
+def _training_data(dataset: str | None, registry: str | None, queries: str | None, data_dir: str | None):
+    import numpy as np
+
+    from riskrank.registry import ToolRegistry
+
+    if dataset and (registry or queries):
+        raise RiskrankError("give either --dataset or --registry with --queries, not both")
+    if dataset:
+        from riskrank.datasets import load_benchmark
+
+        b = load_benchmark(dataset, data_dir)
+        qs = b.train if b.train is not None else next(iter(b.splits.values()))
+        return b.registry, qs.texts, qs.gold
+    if not (registry and queries):
+        raise RiskrankError("give --dataset, or --registry and --queries")
+    reg = ToolRegistry.load(registry)
+    texts, gold, skipped = [], [], 0
+    path = Path(queries)
+    if not path.is_file():
+        raise RiskrankError(f"{queries}: no such file")
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            task, names = rec["task"], rec["gold"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise RiskrankError(f"{queries}: line {lineno}: expected {{\"task\": str, \"gold\": [tool names]}}") from None
+        if not isinstance(task, str) or not task.strip() or not isinstance(names, list):
+            raise RiskrankError(f"{queries}: line {lineno}: 'task' must be a non-empty string and 'gold' a list")
+        idx = sorted({reg.index_of(n) for n in names if n in reg})
+        unknown = [n for n in names if n not in reg]
+        if unknown:
+            raise RiskrankError(f"{queries}: line {lineno}: unknown tool(s) {', '.join(map(repr, unknown))} (not in {registry})")
+        if not idx:
+            skipped += 1
+            continue
+        texts.append(task)
+        gold.append(np.asarray(idx))
+    if not texts:
+        raise RiskrankError(f"{queries}: no training queries")
+    return reg, texts, gold
+
+
+# -- graph ---------------------------------------------------------------------------------------
+@main.group()
+def graph() -> None:
+    """ToolGraph inspection."""
+
+
+@graph.command("stats")
+@click.option("--dataset", type=click.Choice(["ultratool", "sealtools", "demo"]), default=None)
+@click.option("--registry", type=click.Path(dir_okay=False), default=None)
+@click.option("--data", "data_dir", type=click.Path(file_okay=False), default=None)
+@click.option("--threshold", type=float, default=0.65, show_default=True, help="Semantic edge threshold.")
+@click.option("--edges", default="co,sem,perm,risk", show_default=True, help="Edge types to build.")
+@click.option("--encoder", default=None)
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None)
+def graph_stats(dataset: str | None, registry: str | None, data_dir: str | None, threshold: float, edges: str,
+                encoder: str | None, json_out: str | None) -> None:
+    """Edge counts per type, degree statistics, and how many semantic edges each threshold
+    would give under this encoder (co-occurrence edges use the training queries only)."""
+    from riskrank.encoder import Encoder
+    from riskrank.graph import GraphConfig, ToolGraph, semantic_threshold_table
+    from riskrank.registry import ToolRegistry
+
+    if bool(dataset) == bool(registry):
+        raise RiskrankError("give exactly one of --dataset or --registry")
+    train_gold: list = []
+    if dataset:
+        from riskrank.datasets import load_benchmark
+
+        b = load_benchmark(dataset, data_dir)
+        reg = b.registry
+        qs = b.train if b.train is not None else next(iter(b.splits.values()))
+        train_gold = qs.gold
+        source = f"{dataset}: training queries = {qs.name} ({len(qs)})"
+    else:
+        reg = ToolRegistry.load(registry)
+        source = f"{registry}: no training queries (no co-occurrence edges)"
+    enc = Encoder(encoder, progress=True)
+    emb = enc.encode(reg.texts(), desc="encoding tools")
+    cfg = GraphConfig(sem_threshold=threshold, edge_types=tuple(e.strip() for e in edges.split(",") if e.strip()))
+    g = ToolGraph.build(emb, train_gold, reg.risk_levels, reg.permissions, cfg)
+    st = g.stats()
+    table = semantic_threshold_table(emb)
+    click.echo(f"{source}; {len(reg)} tools; encoder {enc.identity}")
+    print_table([[k, str(v)] for k, v in st["edges"].items()], ["edge type", "edges"])
+    click.echo("")
+    print_table([[k, fmt(float(v), 2)] for k, v in st["degree"].items()], ["degree", "value"])
+    click.echo("\nsemantic edges per cosine threshold (this encoder):")
+    print_table([[f"> {t}", str(c), fmt(table["mean_neighbours"][t], 2)] for t, c in table["counts"].items()],
+                ["threshold", "pairs", "neighbours/tool"])
+    q = table["quantiles"]
+    click.echo("pairwise cosine quantiles: " + ", ".join(f"{k} {fmt(float(v))}" for k, v in q.items()))
+    if json_out:
+        write_json_atomic(json_out, {"stats": st, "semantic_thresholds": table, "encoder": enc.identity})
+
+
+# -- demo ----------------------------------------------------------------------------------------
+@main.command()
+@click.option("--tasks", default=None, help="Comma-separated demo task ids to show [default: a fixed selection].")
+def demo(tasks: str | None) -> None:
+    """Train on the bundled demo registry in seconds, then show relevance-only vs risk-aware
+    vs rule-filtered top-5 lists with their risk levels, RVR and SRR (the paper's Figure 1)."""
+    from riskrank.experiments.demo import run_demo
+
+    run_demo(tasks.split(",") if tasks else None, echo=click.echo, show=show_result)
+
+
+# -- commands that live with their feature (each module exports a click command) ------------------
+_FEATURE_COMMANDS: list[tuple[str, str]] = [
+]
+
+
+def _register_feature_commands() -> None:
+    import importlib
+
+    for module, name in _FEATURE_COMMANDS:
+        main.add_command(getattr(importlib.import_module(module), name))
+
+
+_register_feature_commands()
+
+
+def run() -> int:
+    """Entry point with the error policy: RiskrankError -> one line, exit 2."""
+    try:
+        main.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except RiskrankError as exc:
+        click.echo(f"error: {exc}", err=True)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except OSError as exc:
+        # Disk full, permission denied, ...: name the file, no traceback.
+        click.echo(f"error: {exc}", err=True)
+        return EXIT_USAGE
+    return 0
+
+
+def entry() -> None:
+    sys.exit(run())
