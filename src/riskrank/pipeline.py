@@ -29,7 +29,7 @@ from riskrank.graph import NORMALISATIONS, GraphConfig, ToolGraph
 from riskrank.heads import HeadScorer
 from riskrank.metrics import ndcg_at_k
 from riskrank.registry import DEFAULT_TOOL_TEMPLATE, ToolRegistry
-from riskrank.risk import level_from_score, normalised_risk
+from riskrank.risk import fail_closed_levels, level_from_score, normalised_risk
 from riskrank.rules import FilterResult, RuleConfig, RuleFilter
 from riskrank.training import (
     SIDECAR,
@@ -239,7 +239,11 @@ class RiskAwareRetriever:
 
     def rule_filter(self, risk_source: str) -> RuleFilter:
         if risk_source not in self._filters:
-            levels = self.registry.risk_levels if risk_source == "labels" else self.predicted_levels
+            if risk_source == "labels":
+                # Unlabelled tools fail closed, except where MCP annotations say read-only.
+                levels = fail_closed_levels(self.registry.risk_levels, [t.annotations for t in self.registry])
+            else:
+                levels = self.predicted_levels
             self._filters[risk_source] = RuleFilter(self.rule_config, levels, self.registry.perm_counts, self.tool_emb)
         return self._filters[risk_source]
 

@@ -122,3 +122,99 @@ def normalised_risk(levels: np.ndarray) -> np.ndarray:
 def level_from_score(f_risk: np.ndarray) -> np.ndarray:
     """Invert (r - 1) / 4: map a risk-head output in [0, 1] to the nearest level 1..5."""
     return np.clip(np.rint(np.asarray(f_risk) * 4.0 + 1.0), 1, 5).astype(np.int8)
+
+
+# -- the keyword annotator: transparent rubric evidence -----------------------------------------
+# Word stems per rubric level, matched like the permission patterns (word boundary at the
+# start). The highest level with evidence wins; permission categories and MCP annotations
+# raise or bound it. Deliberately simple and explainable: every level comes with the words
+# that set it.
+LEVEL_PATTERNS: dict[int, tuple[str, ...]] = {
+    5: (
+        r"bulk (?:export|delet\w*|transfer\w*)", r"mass (?:delet\w*|email\w*|messag\w*)", r"all users?\b",
+        r"disabl\w* " + _GAP + r"(?:audit\w*|logging|security|firewall|antivirus|2fa|mfa|encryption|monitoring)",
+        r"private keys?\b", r"root access\b", r"privilege escalat\w*", r"exploit\w*", r"malware\b",
+        r"format\w* " + _GAP + r"(?:disk|drive|partition)s?\b", r"wipe\w*", r"drop (?:database|schema)s?\b",
+        r"surveil\w*", r"keylog\w*", r"ddos\b",
+    ),
+    4: (
+        r"delet\w*", r"remov\w*", r"drop\w*", r"terminat\w*", r"destroy\w*", r"purg\w*", r"revok\w*",
+        r"eras\w*", r"overwrit\w*", r"truncat\w*", r"transfer\w* " + _GAP + r"(?:funds?|money|payment|balance|crypto\w*)",
+        r"wire\b", r"withdraw\w*", r"pay\b", r"pays\b", r"payments?\b", r"purchas\w*", r"buy\w*", r"sell\w*", r"trad(?:e|es|ing)\b",
+        r"refund\w*", r"deploy\w*", r"shut ?down\w*", r"reboot\w*", r"restart\w*", r"grant\w*",
+        r"permissions?\b", r"roles?\b", r"iam\b", r"admin\w*", r"firewall\w*", r"unlock\w*", r"execut\w*",
+        r"shell\b", r"sudo\b", r"reset password\w*", r"change password\w*", r"cancel\w*", r"prescri\w*",
+        r"send (?:money|funds|crypto\w*|payment)", r"publish\w*",
+    ),
+    3: (
+        r"writ\w*", r"updat\w*", r"modif\w*", r"edit\w*", r"creat\w*", r"insert\w*", r"upload\w*", r"sav(?:e|es|ed|ing)\b",
+        r"send\w*", r"email\w*", r"post\w*", r"book\w*", r"reserv\w*", r"schedul\w*", r"submit\w*", r"register\w*",
+        r"medical\b", r"health\w*", r"patients?\b", r"diagnos\w*", r"bank\w*", r"financ\w*", r"salar\w*", r"payroll\b",
+        r"ssn\b", r"social security\b", r"passports?\b", r"credit cards?\b", r"passwords?\b", r"tokens?\b",
+        r"credentials?\b", r"personal (?:data|information|records?)\b", r"location track\w*", r"transactions?\b",
+        r"accounts?\b", r"records?\b", r"install\w*", r"configur\w*", r"lock\w*",
+    ),
+    2: (
+        r"set\b", r"sets\b", r"setting\w*", r"chang\w*", r"add\w*", r"toggl\w*", r"mark\w*", r"subscrib\w*",
+        r"follow\w*", r"like\b", r"rat(?:e|es|ing)\b", r"remind\w*", r"contacts?\b", r"calendar\w*", r"my\b",
+        r"personal\b", r"profiles?\b", r"messag\w*", r"notif\w*", r"share\w*", r"translat\w*",
+    ),
+}
+_LEVEL_RX = {lvl: re.compile(r"\b(?:" + "|".join(p) + ")") for lvl, p in LEVEL_PATTERNS.items()}
+_READ_ONLY_CAP = 2  # readOnlyHint with nothing else: at most L2 (reading can still be sensitive)
+
+
+def keyword_level(name: str, description: str, annotations: dict | None = None) -> tuple[int, list[str]]:
+    """Rubric level 1..5 from keywords, permission categories and MCP annotations, with the
+    evidence for it (e.g. ``["L4: 'delete'", "perm: file_write"]``).
+
+    MCP annotations (spec 2025-03-26) are hints from the server, read as evidence:
+    ``destructiveHint: true`` -> at least L4; ``readOnlyHint: true`` -> at most L2 unless
+    keywords show writes or destruction (then the annotation is contradicted and ignored);
+    ``openWorldHint: true`` -> at least L2. ``idempotentHint`` does not change the level.
+    Only explicit values count (the spec's defaults are not evidence).
+    """
+    text = normalise_text(split_name(name) + " " + description)
+    level, evidence = 1, []
+    for lvl in (5, 4, 3, 2):
+        m = _LEVEL_RX[lvl].search(text)
+        if m:
+            level = lvl
+            evidence.append(f"L{lvl}: {m.group(0)!r}")
+            break
+    cats = permission_categories(name, description)
+    if cats:
+        evidence.extend(f"perm: {c}" for c in sorted(cats))
+        floor = 4 if cats & {"shell_execution", "code_execution"} else 3
+        if len(cats) >= 2:
+            floor = max(floor, 4)
+        level = max(level, floor)
+    ann = annotations or {}
+    if ann.get("destructiveHint") is True:
+        level = max(level, 4)
+        evidence.append("mcp: destructiveHint")
+    elif ann.get("readOnlyHint") is True and level <= 3 and not (cats - {"credential_handling", "network_access"}):
+        if level > _READ_ONLY_CAP:
+            evidence.append(f"mcp: readOnlyHint caps L{level} at L{_READ_ONLY_CAP}")
+        level = min(level, _READ_ONLY_CAP)
+        evidence.append("mcp: readOnlyHint")
+    if ann.get("openWorldHint") is True and level < 2:
+        level = 2
+        evidence.append("mcp: openWorldHint")
+    return level, evidence
+
+
+def fail_closed_levels(risk_levels: np.ndarray, annotations: Iterable[dict | None]) -> np.ndarray:
+    """Risk levels for the rule filter's audited-label path on a partly audited registry.
+    Audited levels stay. An unlabelled tool whose MCP annotations say ``readOnlyHint: true``
+    (and not ``destructiveHint: true``) becomes L2 (low); ``destructiveHint: true`` makes it
+    L5. Any other unlabelled tool stays 0, which the rule filter treats as L5 (fail closed)
+    and reports as unlabelled."""
+    out = np.asarray(risk_levels, dtype=np.int8).copy()
+    for i, ann in enumerate(annotations):
+        if out[i] == 0 and ann:
+            if ann.get("destructiveHint") is True:
+                out[i] = 5
+            elif ann.get("readOnlyHint") is True:
+                out[i] = _READ_ONLY_CAP
+    return out
