@@ -124,9 +124,11 @@ def evaluate(dataset: str, data_dir: str | None, methods: str, query_mode: str, 
              selection: str | None, json_out: str | None, all_metrics: bool, quiet: bool) -> None:
     """Evaluate retrieval methods on a benchmark and print NDCG@5, MRR, sNDCG@5, RVR@5, SRR@5."""
     from riskrank.datasets import load_benchmark
+    from riskrank.experiments.methods import parse_methods
     from riskrank.experiments.runner import run_evaluation
     from riskrank.metrics import METRICS
 
+    parse_methods(methods)  # fail on a bad method name before any data is read
     kwargs = {"query_mode": query_mode} if dataset == "ultratool" else {}
     if dataset != "ultratool" and query_mode != "question":
         raise RiskrankError("--query-mode applies to UltraTool only")
@@ -347,6 +349,30 @@ def graph_stats(dataset: str | None, registry: str | None, data_dir: str | None,
         write_json_atomic(json_out, {"stats": st, "semantic_thresholds": table, "encoder": enc.identity})
 
 
+# -- reproduce -----------------------------------------------------------------------------------
+@main.command()
+@click.option("--dataset", type=click.Choice(["ultratool", "sealtools"]), required=True)
+@click.option("--data", "data_dir", type=click.Path(file_okay=False), default=None)
+@click.option("--out", type=click.Path(file_okay=False), required=True, help="Output directory (report.md, results.json, figures).")
+@click.option("--encoder", default=None)
+@click.option("--seeds", default="42,123,777", show_default=True)
+@click.option("--reuse", is_flag=True, help="Rebuild the report from OUT/cache without retraining when it matches.")
+@click.option("--no-cross-encoders", is_flag=True, help="Skip the fine-tuned cross-encoder baseline (ce-minilm-ft).")
+@click.option("--cross-encoder", "extra_ce", multiple=True, help="Also rerank the dense top-100 with this CrossEncoder (name or folder).")
+@click.option("--quiet", is_flag=True)
+def reproduce(dataset: str, data_dir: str | None, out: str, encoder: str | None, seeds: str, reuse: bool,
+              no_cross_encoders: bool, extra_ce: tuple[str, ...], quiet: bool) -> None:
+    """Reproduce the paper's tables and figures on one dataset: OUT/report.md, OUT/results.json, PNGs."""
+    import time
+
+    from riskrank.experiments.reproduce import reproduce as run_reproduce
+
+    t0 = time.perf_counter()
+    res = run_reproduce(dataset, out, data=data_dir, encoder=encoder, seeds=_seeds(seeds), reuse=reuse,
+                        cross_encoders=not no_cross_encoders, extra_cross_encoders=extra_ce, progress=not quiet, echo=click.echo)
+    click.echo(f"wrote {out}/report.md, {out}/results.json and {len(res['figures'])} figures in {time.perf_counter() - t0:.0f}s")
+
+
 # -- demo ----------------------------------------------------------------------------------------
 @main.command()
 @click.option("--tasks", default=None, help="Comma-separated demo task ids to show [default: a fixed selection].")
@@ -360,6 +386,9 @@ def demo(tasks: str | None) -> None:
 
 # -- commands that live with their feature (each module exports a click command) ------------------
 _FEATURE_COMMANDS: list[tuple[str, str]] = [
+    ("riskrank.audit", "audit_command"),
+    ("riskrank.audit", "agreement_command"),
+    ("riskrank.server", "serve_command"),
 ]
 
 

@@ -28,11 +28,19 @@ class MethodSpec:
     rule: str | None = None  # None | "labels" | "predicted"
     candidates: int | None = None  # None = full pool; M = rerank the dense top-M
     mmr_lambda: float = 0.7
-    model: str | None = None  # cross-encoder name or folder
+    model: str | None = None  # cross-encoder name or folder, or "ce-minilm-ft"
 
     @property
     def trained(self) -> bool:
         return self.relevance == "heads"
+
+    @property
+    def seed_independent(self) -> bool:
+        """Computed once (first seed) and shared: deterministic baselines, and cross-encoders,
+        which are trained once per training split with one seed (issue 5)."""
+        return self.relevance in ("bm25", "mmr", "cross-encoder") or (
+            self.relevance == "dense" and self.lam != "selected"
+        )
 
 
 def _heads(name: str, head: str, **kw) -> MethodSpec:
@@ -45,6 +53,7 @@ BASE_METHODS: dict[str, MethodSpec] = {
     "dense+rule": MethodSpec("dense+rule", "dense", rule="labels"),
     "risk_label_penalty": MethodSpec("risk_label_penalty", "dense", lam="selected"),
     "mmr": MethodSpec("mmr", "mmr", candidates=100),
+    "ce-minilm-ft": MethodSpec("ce-minilm-ft", "cross-encoder", candidates=100, model="ce-minilm-ft"),
     "rel_only": _heads("rel_only", "residual"),
     "core": _heads("core", "residual", lam="selected"),
     "core+graph": _heads("core+graph", "residual", lam="selected", graph=True),

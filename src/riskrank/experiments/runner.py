@@ -175,6 +175,8 @@ class _Fold:
     label_lam: float
     choice: dict[str, Any]
     graphs: dict[tuple[str, ...], ToolGraph] = field(default_factory=dict)
+    train_q: QuerySet | None = None
+    train_emb: np.ndarray | None = None
 
 
 class Runner:
@@ -222,15 +224,28 @@ class Runner:
             run.filters[seed] = {sp: {} for sp in b.splits}
             run.subsets[seed] = {sp: {} for sp in b.splits}
             run.choices[seed] = []
+            first = seed == self.seeds[0]
+            specs = [s for s in self.specs if first or not s.seed_independent]
             for fold_id, train_q, train_emb, targets in self._folds(seed):
                 t0 = time.perf_counter()
                 fold = self._train(seed, train_q, train_emb)
+                fold.train_q, fold.train_emb = train_q, train_emb
                 t_train += time.perf_counter() - t0
                 run.choices[seed].append({"fold": fold_id, "label_penalty_lam": fold.label_lam, **fold.choice})
                 t0 = time.perf_counter()
                 for split, idx in targets:
-                    self._evaluate(run, seed, split, idx, fold)
+                    self._evaluate(run, seed, split, idx, fold, specs)
                 t_eval += time.perf_counter() - t0
+            if not first:
+                # Seed-independent methods: the first seed's per-query results, shared.
+                base = self.seeds[0]
+                for sp in b.splits:
+                    for s in self.specs:
+                        if s.seed_independent:
+                            run.per_query[seed][sp][s.name] = run.per_query[base][sp][s.name]
+                            run.top[seed][sp][s.name] = run.top[base][sp][s.name]
+                            if s.name in run.filters[base][sp]:
+                                run.filters[seed][sp][s.name] = run.filters[base][sp][s.name]
         self.timing.update({"train_s": t_train, "evaluate_s": t_eval, "train_s_per_seed": t_train / len(self.seeds)})
         run.timing = dict(self.timing)
         return run
@@ -320,7 +335,7 @@ class Runner:
         return r.rank_scores(f_rel - np.float32(lam) * f_risk, stages, candidates=cand, alpha=alpha,
                              risk_source=spec.rule or "labels", graph=self._graph(fold, spec, r) if spec.graph else None)[:2]
 
-    def _evaluate(self, run: EvalRun, seed: int, split: str, idx: np.ndarray, fold: _Fold) -> None:
+    def _evaluate(self, run: EvalRun, seed: int, split: str, idx: np.ndarray, fold: _Fold, specs: list[MethodSpec]) -> None:
         qs = self.bench.splits[split]
         q = self.split_emb[split][idx]
         gold = [qs.gold[i] for i in idx]
@@ -332,8 +347,11 @@ class Runner:
         for name, mask in subsets.items():
             full = run.subsets[seed][split].setdefault(name, np.zeros(n, dtype=bool))
             full[idx] = mask
-        for spec in self.specs:
+        for spec in specs:
+            t0 = time.perf_counter()
             order, results = self._rank(spec, split, idx, q, cos, fold, cache)
+            key = "cross_encoder_s" if spec.relevance == "cross-encoder" else "rank_s"
+            self.timing[key] = self.timing.get(key, 0.0) + time.perf_counter() - t0
             metrics = evaluate(order, gold, risk)
             store = run.per_query[seed][split][spec.name]
             for m in METRICS:

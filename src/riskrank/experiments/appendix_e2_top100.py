@@ -1,0 +1,16 @@
+"""Appendix E.2: candidate-matched evaluation. riskrank reranks the same dense top-100 the
+baseline rerankers receive; graph smoothing runs on the candidate-induced subgraph."""
+
+from __future__ import annotations
+
+from riskrank.experiments.common import HEADERS, PAPER_COLUMNS, cell, md_table
+from riskrank.experiments.runner import EvalRun
+
+ROWS = ("mmr", "ce-minilm-ft", "top100/core", "top100/core+graph", "top100/core+graph+rule", "core", "core+graph", "core+graph+rule")
+METHODS = ROWS
+
+
+def build(run: EvalRun, split: str) -> str:
+    rows = [[f"`{m}`", "dense top-100" if (m.startswith("top100/") or m in ("mmr", "ce-minilm-ft")) else "full pool",
+             *[cell(run, split, m, c) for c in PAPER_COLUMNS]] for m in ROWS if m in run.methods]
+    return md_table(["method", "scored set", *[HEADERS[c] for c in PAPER_COLUMNS]], rows)

@@ -1,0 +1,925 @@
+"""The HTTP service: ``riskrank serve``.
+
+One :class:`~riskrank.pipeline.RiskAwareRetriever` behind a small JSON API (FastAPI on
+uvicorn); nothing is scored here. ``POST /v1/retrieve`` returns the risk-aware top-k for a
+task, ``GET /v1/tools/{name}`` one tool's spec and risk evidence, ``/healthz`` and ``/readyz``
+the probes, ``POST /v1/admin/reload`` swaps the registry/checkpoint without a restart.
+
+Guarantees, each tested over real HTTP (tests/test_server*.py):
+
+- every error is ``{"error": {"code", "message"}}`` with a stable code, never a traceback;
+- a missing or wrong bearer token is a 401 before routing, so an unauthenticated caller
+  cannot learn which tools or paths exist; only a loopback bind with ``--insecure`` runs
+  without a token;
+- limits: body size, task length, k, lambda and alpha ranges, per-request timeout, in-flight
+  requests;
+- hot swap: new artefacts load and validate in a worker thread, then replace the old ones
+  in one assignment; a request reads the active artefacts once, so in-flight requests finish
+  on the old ones, and a bad artefact leaves the old one serving.
+
+Concurrent queries are encoded in one batch by :class:`BatchingEncoder` (a single thread
+owns the model, which also keeps the tokenizer out of concurrent use); scoring runs in the
+request threads.
+
+FastAPI, pydantic and uvicorn are imported inside the functions that need them, so the
+``riskrank`` CLI starts without them. This module deliberately has no
+``from __future__ import annotations``: FastAPI reads the request models of
+:func:`create_app`'s endpoints, which are local classes, from real annotations.
+"""
+
+import concurrent.futures
+import hmac
+import ipaddress
+import json
+import os
+import queue
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import click
+
+from riskrank.errors import RiskrankError
+
+TOKEN_ENV = "RISKRANK_TOKEN"
+ADMIN_TOKEN_ENV = "RISKRANK_ADMIN_TOKEN"
+MIN_TOKEN_CHARS = 16
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json"})
+ADMIN_PREFIX = "/v1/admin/"
+#: Every mode string the API accepts (pipeline.parse_mode's grammar, spelled out for the schema).
+MODES = ("dense", "dense+rule", "core", "core+rule", "core+graph", "core+graph+rule", "graph", "rule")
+RISK_SOURCES = ("labels", "predicted")
+FILL_LEVELS = ("none", "keyword")
+#: Where a tool's risk level comes from (``risk_provenance`` in every response).
+PROVENANCE = {
+    "audited": "risk_level given in the registry (an audit)",
+    "keyword": "filled by riskrank's keyword annotator (name, description, MCP annotations)",
+    "annotation": "unlabelled; MCP annotations set the rule filter's level (readOnlyHint -> L2, destructiveHint -> L5)",
+    "unlabelled": "unlabelled; the rule filter treats it as L5 (fail closed)",
+}
+_PROBE_TASK = "riskrank readiness probe: list the files in a folder"
+#: pipeline.MAX_K, repeated so that importing this module does not import the pipeline (torch);
+#: a test keeps the two equal.
+MAX_K = 100
+
+
+# -- configuration ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Limits:
+    """Per-request limits; the OpenAPI schema states the ones the request model checks."""
+
+    max_body_bytes: int = 64 * 1024
+    max_task_chars: int = 4000
+    max_k: int = 100
+    max_lambda: float = 10.0
+    timeout_s: float = 10.0
+    max_inflight: int = 256
+
+    def __post_init__(self) -> None:
+        for name in ("max_body_bytes", "max_task_chars", "max_k", "max_inflight"):
+            if getattr(self, name) < 1:
+                raise RiskrankError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_k > MAX_K:
+            raise RiskrankError(f"max_k cannot exceed the retriever's limit {MAX_K}")
+        if not self.max_lambda >= 0 or not self.timeout_s > 0:
+            raise RiskrankError("max_lambda must be >= 0 and timeout_s > 0")
+
+
+@dataclass(frozen=True)
+class ArtefactSpec:
+    """What a catalogue is loaded from; a reload changes any of these fields."""
+
+    registry: str
+    checkpoint: str | None = None
+    mode: str | None = None
+    risk_source: str = "labels"
+    fill_levels: str = "none"
+    """``keyword``: give unlabelled tools the keyword annotator's level (proxy mode's audit)."""
+
+
+# -- the catalogue: a retriever plus the risk evidence the responses report -----------------------
+def audit_registry(registry: Any, fill: bool = True) -> tuple[Any, list[str], list[list[str]]]:
+    """(registry, provenance [N], evidence [N]) for a registry.
+
+    With ``fill``, every unlabelled tool gets the level of
+    :func:`riskrank.risk.keyword_level` (keywords, permission categories and its MCP
+    annotations) with provenance ``keyword``; audited levels are never overwritten. Without
+    it, unlabelled tools keep no level and are ``annotation`` (the rule filter's fail-closed
+    path reads their MCP hints) or ``unlabelled`` (treated as L5)."""
+    from riskrank.risk import fail_closed_levels, keyword_level
+
+    provenance, evidence, filled = [], [], {}
+    closed = fail_closed_levels(registry.risk_levels, [t.annotations for t in registry])
+    for i, tool in enumerate(registry):
+        if tool.risk_level is not None:
+            provenance.append("audited")
+            evidence.append([f"audited: L{tool.risk_level}"] + ([tool.reason] if tool.reason else []))
+        elif fill:
+            level, why = keyword_level(tool.name, tool.description, dict(tool.annotations or {}))
+            filled[tool.name] = level
+            provenance.append("keyword")
+            evidence.append(why)
+        elif closed[i] > 0:
+            provenance.append("annotation")
+            evidence.append([f"mcp annotations -> L{int(closed[i])} for the rule filter"])
+        else:
+            provenance.append("unlabelled")
+            evidence.append(["no audited level: the rule filter treats it as L5 (fail closed)"])
+    if filled:
+        registry = registry.with_risk_levels(filled)
+    return registry, provenance, evidence
+
+
+@dataclass
+class Catalogue:
+    """The artefacts one generation of the service answers from."""
+
+    retriever: Any
+    spec: ArtefactSpec
+    generation: int
+    provenance: list[str]
+    evidence: list[list[str]]
+    loaded_at: float = field(default_factory=time.time)
+    load_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        from riskrank.risk import fail_closed_levels
+
+        reg = self.registry
+        levels = fail_closed_levels(reg.risk_levels, [t.annotations for t in reg])
+        # The level the rule filter reads under risk_source=labels (0 = unknown counts as 5).
+        self.effective_levels = [int(v) if v > 0 else 5 for v in levels]
+
+    @property
+    def registry(self) -> Any:
+        return self.retriever.registry
+
+    @property
+    def has_heads(self) -> bool:
+        return self.retriever.scorer is not None
+
+    def modes(self) -> list[str]:
+        return [m for m in MODES if self.has_heads or not m.startswith(("core", "graph", "rule"))]
+
+    def check_request(self, mode: str | None, risk_source: str | None) -> None:
+        """Modes and risk sources this catalogue can serve (clear codes before any work)."""
+        from riskrank.pipeline import parse_mode
+
+        if mode is not None and parse_mode(mode).heads and not self.has_heads:
+            raise ApiError(422, "mode_unavailable", f"mode {mode!r} needs a checkpoint; this server has none (modes: {', '.join(self.modes())})")
+        if risk_source == "predicted" and not self.has_heads:
+            raise ApiError(422, "mode_unavailable", "risk_source 'predicted' needs a checkpoint (the learned risk head)")
+
+    def tool_spec(self, index: int) -> dict[str, Any]:
+        """One tool as an agent or an operator needs it: the spec plus its risk evidence."""
+        t = self.registry[index]
+        predicted = self.retriever.predicted_levels
+        return {
+            "name": t.name,
+            "description": t.description,
+            "input_schema": dict(t.parameters) if t.parameters is not None else {"type": "object", "properties": {}},
+            "risk_level": t.risk_level,
+            "effective_level": self.effective_levels[index],
+            "risk_provenance": self.provenance[index],
+            "risk_evidence": self.evidence[index],
+            "predicted_level": int(predicted[index]) if predicted is not None else None,
+            "f_risk": float(self.retriever.f_risk[index]),
+            "permissions": sorted(t.permissions),
+            "annotations": dict(t.annotations) if t.annotations else None,
+        }
+
+    def result_dict(self, result: Any) -> dict[str, Any]:
+        out = result.to_dict()
+        for tool in out["tools"]:
+            tool["effective_level"] = self.effective_levels[tool["index"]]
+            tool["risk_provenance"] = self.provenance[tool["index"]]
+        out["generation"] = self.generation
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        r = self.retriever
+        return {
+            "generation": self.generation,
+            "registry": self.spec.registry,
+            "registry_fingerprint": self.registry.fingerprint(),
+            "n_tools": len(self.registry),
+            "risk_levels": self.registry.summary()["risk_levels"],
+            "risk_provenance": {p: self.provenance.count(p) for p in PROVENANCE if p in self.provenance},
+            "checkpoint": self.spec.checkpoint,
+            "mode": r.mode,
+            "modes": self.modes(),
+            "risk_source": r.risk_source,
+            "lambda": r.lam,
+            "alpha": r.alpha,
+            "encoder": r.encoder.identity,
+            "loaded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.loaded_at)),
+            "load_seconds": round(self.load_seconds, 3),
+        }
+
+
+def load_catalogue(spec: ArtefactSpec, encoder: Any, generation: int = 1, *, registry: Any = None) -> Catalogue:
+    """Load and validate one generation: the registry (or the given ``registry`` object), the
+    checkpoint, a retriever over them, and a probe query through the default mode (encoder,
+    heads, graph and rule filter all run once), so a bad artefact fails here, not on a
+    user's request."""
+    from riskrank.pipeline import RiskAwareRetriever
+    from riskrank.registry import ToolRegistry
+
+    if spec.fill_levels not in FILL_LEVELS:
+        raise RiskrankError(f"fill_levels must be one of {', '.join(FILL_LEVELS)}, got {spec.fill_levels!r}")
+    t0 = time.perf_counter()
+    reg = registry if registry is not None else ToolRegistry.load(spec.registry)
+    reg, provenance, evidence = audit_registry(reg, fill=spec.fill_levels == "keyword")
+    retriever = RiskAwareRetriever(
+        reg, encoder=encoder, checkpoint=spec.checkpoint, mode=spec.mode, risk_source=spec.risk_source, progress=False
+    )
+    retriever.retrieve(_PROBE_TASK, k=1)
+    return Catalogue(retriever, spec, generation, provenance, evidence, load_seconds=time.perf_counter() - t0)
+
+
+# -- encoding ---------------------------------------------------------------------------------------
+class BatchingEncoder:
+    """An encoder front that encodes concurrent requests' texts in one batch.
+
+    One worker thread owns the wrapped encoder: callers enqueue texts and wait. While the
+    model encodes one batch, new requests queue up and form the next one, so under load the
+    model runs fewer, larger batches (on CPU a batch of 8 short queries costs about 3 single
+    ones) and never from two threads at once. Same interface as :class:`riskrank.encoder.Encoder`
+    for the retriever (``encode``, ``identity``, ``dim``, ``display_name``)."""
+
+    def __init__(self, encoder: Any, max_batch: int = 64) -> None:
+        self.inner = encoder
+        self.identity = encoder.identity
+        self.display_name = getattr(encoder, "display_name", encoder.identity)
+        self.max_batch = max_batch
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._worker = threading.Thread(target=self._run, name="riskrank-encoder", daemon=True)
+        self._worker.start()
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+    def warm(self) -> None:
+        """Load the model now (a cache hit never loads it, so the first new query would)."""
+        model = getattr(self.inner, "model", None)
+        if model is not None and hasattr(model, "encode"):
+            model.encode(["warm up"], convert_to_numpy=True)
+
+    def encode(self, texts: Sequence[str], *, desc: str = "encoding") -> Any:
+        texts = list(texts)
+        if len(texts) > self.max_batch:  # a registry: its own batch, still on the worker
+            fut: concurrent.futures.Future = concurrent.futures.Future()
+            self._queue.put((texts, fut, True))
+            return fut.result()
+        fut = concurrent.futures.Future()
+        self._queue.put((texts, fut, False))
+        return fut.result()
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            batch = [first]
+            if not first[2]:
+                n = len(first[0])
+                while n < self.max_batch:
+                    try:
+                        item = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item[2]:
+                        self._encode_each([item])
+                        continue
+                    batch.append(item)
+                    n += len(item[0])
+            self._encode_each(batch)
+
+    def _encode_each(self, batch: list) -> None:
+        import numpy as np
+
+        try:
+            vecs = self.inner.encode([t for texts, _, _ in batch for t in texts])
+        except BaseException as exc:
+            if len(batch) == 1:
+                batch[0][1].set_exception(exc)
+                return
+            for texts, fut, _ in batch:  # one bad request must not fail its batch-mates
+                _settle(fut, self.inner.encode, texts)
+            return
+        start = 0
+        for texts, fut, _ in batch:
+            fut.set_result(np.ascontiguousarray(vecs[start : start + len(texts)]))
+            start += len(texts)
+
+
+def _settle(fut: concurrent.futures.Future, fn: Callable, arg: Any) -> None:
+    try:
+        fut.set_result(fn(arg))
+    except BaseException as exc:
+        fut.set_exception(exc)
+
+
+def make_encoder(encoder: Any = None, device: str = "cpu", threads: int | None = None) -> BatchingEncoder:
+    """A :class:`BatchingEncoder` over ``encoder`` (an Encoder-like object, or a name/folder)."""
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+    if encoder is None or isinstance(encoder, str):
+        from riskrank.encoder import Encoder
+
+        encoder = Encoder(encoder, device=device, progress=False)
+    return encoder if isinstance(encoder, BatchingEncoder) else BatchingEncoder(encoder)
+
+
+# -- the service: the active catalogue and its hot swap -------------------------------------------------
+class ApiError(Exception):
+    """An error response: HTTP status, stable code, message."""
+
+    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.headers = status, code, message, headers
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.message}}
+
+
+class Service:
+    """Holds the active :class:`Catalogue` and replaces it atomically on reload.
+
+    A request reads ``service.active`` once and uses that object to the end, so a swap never
+    changes the artefacts under a running request; the old generation is freed when the last
+    request holding it finishes."""
+
+    def __init__(self, catalogue: Catalogue | None, encoder: Any, limits: Limits | None = None) -> None:
+        self.active = catalogue
+        self.encoder = encoder
+        self.limits = limits or Limits()
+        self.inflight = 0
+        self._reload_lock = threading.Lock()
+        self.reload_status: dict[str, Any] = {"state": "idle"}
+
+    @classmethod
+    def from_spec(cls, spec: ArtefactSpec, encoder: Any = None, limits: Limits | None = None, **enc: Any) -> "Service":
+        encoder = make_encoder(encoder, **enc)
+        return cls(load_catalogue(spec, encoder), encoder, limits)
+
+    def begin_reload(self) -> bool:
+        """Claim the single reload slot; False if a reload is already running."""
+        return self._reload_lock.acquire(blocking=False)
+
+    def reload(self, spec: ArtefactSpec) -> Catalogue:
+        """Load ``spec`` and make it active (the caller holds the slot from :meth:`begin_reload`).
+        On any error the active catalogue stays and the error is raised."""
+        old = self.active
+        generation = (old.generation if old is not None else 0) + 1
+        self.reload_status = {"state": "loading", "started_at": time.time(), "spec": _spec_dict(spec)}
+        try:
+            new = load_catalogue(spec, self.encoder, generation)
+            self.active = new  # the swap: one reference assignment
+            self.reload_status = {**self.reload_status, "state": "succeeded", "finished_at": time.time(), "generation": generation}
+            return new
+        except BaseException as exc:
+            self.reload_status = {**self.reload_status, "state": "failed", "finished_at": time.time(), "error": _error_body(exc)["error"]}
+            raise
+        finally:
+            self._reload_lock.release()
+
+
+def _spec_dict(spec: ArtefactSpec) -> dict[str, Any]:
+    return {"registry": spec.registry, "checkpoint": spec.checkpoint, "mode": spec.mode,
+            "risk_source": spec.risk_source, "fill_levels": spec.fill_levels}
+
+
+def _error_body(exc: BaseException) -> dict[str, Any]:
+    if isinstance(exc, ApiError):
+        return exc.body()
+    if isinstance(exc, RiskrankError):
+        return {"error": {"code": exc.code, "message": str(exc)}}
+    if isinstance(exc, OSError):
+        return {"error": {"code": "io_error", "message": str(exc)}}
+    return {"error": {"code": "internal_error", "message": "internal error; see the server log"}}
+
+
+# -- authentication and binding -------------------------------------------------------------------
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def read_token(token_file: str | None, env: str | None) -> str | None:
+    """The bearer token from a file (first line) or an environment variable; None if neither
+    is set. Tokens are never taken from the command line (visible in ``ps``)."""
+    value: str | None = None
+    source = ""
+    if token_file:
+        path = Path(token_file)
+        try:
+            value = path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise RiskrankError(f"cannot read the token file {path}: {exc}") from None
+        source = str(path)
+    elif env and os.environ.get(env):
+        value, source = os.environ[env].strip(), f"${env}"
+    if value is None:
+        return None
+    if len(value) < MIN_TOKEN_CHARS or any(c.isspace() for c in value) or not value.isascii():
+        raise RiskrankError(f"the token in {source} must be at least {MIN_TOKEN_CHARS} printable ASCII characters without spaces")
+    return value
+
+
+def check_bind(host: str, token: str | None, insecure: bool) -> None:
+    """A token is required unless the server is bound to loopback and ``--insecure`` is given."""
+    if insecure and not is_loopback(host):
+        raise RiskrankError(f"--insecure is allowed only on a loopback address (127.0.0.1, ::1, localhost), not {host!r}")
+    if token is None and not insecure:
+        raise RiskrankError(
+            f"no bearer token: set ${TOKEN_ENV} or pass --token-file FILE "
+            "(or, on a loopback address only, --insecure to run without one)"
+        )
+
+
+class Gate:
+    """ASGI middleware in front of everything: bearer auth, then the body-size limit.
+
+    Auth runs before routing, so a caller without the token gets the same 401 for every
+    path, existing or not. Bodies are buffered up to the limit, then replayed to the app."""
+
+    def __init__(self, app: Any, *, token: str | None, admin_token: str | None = None, max_body_bytes: int = 64 * 1024) -> None:
+        self.app = app
+        self.token = token.encode() if token else None
+        self.admin_token = admin_token.encode() if admin_token else None
+        self.max_body = max_body_bytes
+
+    def _authorised(self, scope: dict, path: str) -> bool:
+        required = self.admin_token if (self.admin_token and path.startswith(ADMIN_PREFIX)) else self.token
+        if required is None:
+            return True
+        given = b""
+        for key, value in scope.get("headers", ()):
+            if key == b"authorization":
+                scheme, _, cred = value.partition(b" ")
+                if scheme.lower() == b"bearer":
+                    given = cred.strip()
+                break
+        return hmac.compare_digest(given, required)
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        if path not in PUBLIC_PATHS and not self._authorised(scope, path):
+            await _send_json(send, 401, ApiError(401, "unauthorized", "missing or invalid bearer token").body(),
+                             {"www-authenticate": 'Bearer realm="riskrank"'})
+            return
+        headers = dict(scope.get("headers", ()))
+        length = headers.get(b"content-length")
+        if scope.get("method") in ("POST", "PUT", "PATCH") and length not in (None, b"0") and not _is_json(headers.get(b"content-type")):
+            await _send_json(send, 415, ApiError(415, "unsupported_media_type", "send the body as JSON with Content-Type: application/json").body())
+            return
+        if length is not None:
+            try:
+                too_big = int(length) > self.max_body
+            except ValueError:
+                await _send_json(send, 400, ApiError(400, "malformed_request", "invalid Content-Length").body())
+                return
+            if too_big:
+                await _send_json(send, 413, _too_large(self.max_body))
+                return
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                await _send_json(send, 413, _too_large(self.max_body))
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body, replayed = b"".join(chunks), False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+def _is_json(content_type: bytes | None) -> bool:
+    media = (content_type or b"").split(b";")[0].strip().lower()
+    return media == b"application/json" or (media.startswith(b"application/") and media.endswith(b"+json"))
+
+
+def _too_large(limit: int) -> dict[str, Any]:
+    return ApiError(413, "body_too_large", f"request body exceeds {limit} bytes").body()
+
+
+async def _send_json(send: Callable, status: int, body: dict, headers: dict[str, str] | None = None) -> None:
+    raw = json.dumps(body, separators=(",", ":")).encode()
+    hdrs = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
+    hdrs += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": hdrs})
+    await send({"type": "http.response.body", "body": raw})
+
+
+# -- the application --------------------------------------------------------------------------------
+_RANGE_ERRORS = {"greater_than_equal", "less_than_equal", "greater_than", "less_than", "finite_number"}
+_FIELD_CODES = {"task": "task", "k": "k", "lambda": "lambda", "alpha": "alpha"}
+
+
+def _validation_error(errors: Sequence[dict]) -> "ApiError":
+    """pydantic errors -> one ApiError with a stable code (first error decides the code)."""
+    err = errors[0]
+    loc = [str(p) for p in err.get("loc", ()) if p != "body"]
+    fieldname = loc[0] if loc else ""
+    kind = err.get("type", "")
+    if kind in ("json_invalid", "json_type"):
+        return ApiError(400, "malformed_json", f"the request body is not valid JSON ({err.get('msg', '')})")
+    if not loc and kind in ("model_attributes_type", "model_type", "dict_type", "missing"):
+        return ApiError(400, "malformed_json", "the request body must be a JSON object")
+    where = ".".join(loc) or "body"
+    message = f"{where}: {err.get('msg', 'invalid')}"
+    if kind == "extra_forbidden":
+        return ApiError(422, "unknown_field", f"unknown field {where!r}")
+    if fieldname == "task" and kind == "string_too_long":
+        return ApiError(422, "task_too_long", message)
+    if fieldname in _FIELD_CODES and kind in _RANGE_ERRORS:
+        return ApiError(422, f"{_FIELD_CODES[fieldname]}_out_of_range", message)
+    if fieldname == "mode" and kind == "literal_error":
+        return ApiError(422, "invalid_mode", message)
+    if fieldname == "risk_source" and kind == "literal_error":
+        return ApiError(422, "invalid_risk_source", message)
+    return ApiError(422, "invalid_request", message)
+
+
+def create_app(service: Service | None, *, limits: Limits | None = None, token: str | None = None,
+               admin_token: str | None = None) -> Any:
+    """The ASGI application: the FastAPI app behind :class:`Gate`. ``service`` may be None to
+    render the OpenAPI schema only (``riskrank serve --write-openapi``)."""
+    from typing import Annotated, Literal
+
+    import anyio
+    import anyio.to_thread
+    from fastapi import FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from pydantic import BaseModel, ConfigDict, Field
+    from starlette.exceptions import HTTPException
+
+    from riskrank import __version__
+
+    limits = limits or (service.limits if service is not None else Limits())
+    Mode = Literal[MODES]
+    strict = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, populate_by_name=True)
+
+    class RetrieveRequest(BaseModel):
+        model_config = strict
+        task: Annotated[str, Field(min_length=1, max_length=limits.max_task_chars,
+                                   description="The user's task, in natural language.")]
+        k: Annotated[int, Field(ge=1, le=limits.max_k, description="How many tools to return.")] = 5
+        lam: Annotated[float | None, Field(alias="lambda", ge=0, le=limits.max_lambda,
+                                           description="Risk weight lambda in s = f_rel - lambda * f_risk [default: the checkpoint's; 0 for dense].")] = None
+        mode: Annotated[Mode | None, Field(description="Pipeline stages [default: the server's].")] = None
+        alpha: Annotated[float | None, Field(ge=0, le=1, description="Graph smoothing alpha (graph modes).")] = None
+        risk_source: Annotated[Literal[RISK_SOURCES] | None, Field(description="Levels the rule filter reads.")] = None
+
+    class RankedTool(BaseModel):
+        rank: int
+        name: str
+        index: int
+        score: float
+        f_rel: float
+        f_risk: float
+        risk_level: int | None = Field(description="Audited (or keyword-filled) level 1-5; null if unlabelled.")
+        effective_level: int = Field(description="The level the rule filter reads with risk_source=labels.")
+        risk_provenance: Literal[tuple(PROVENANCE)]
+        predicted_level: int | None
+        permissions: list[str]
+        description: str
+
+    class Deferral(BaseModel):
+        name: str
+        index: int
+        reasons: list[str]
+        redundant_with: str | None
+
+    class RetrieveResponse(BaseModel):
+        task: str
+        mode: str
+        lam: float = Field(alias="lambda")
+        alpha: float
+        risk_source: str
+        tools: list[RankedTool]
+        deferred: list[Deferral]
+        fallback: list[str]
+        unlabelled: list[str]
+        generation: int
+
+    class ToolSpec(BaseModel):
+        name: str
+        description: str
+        input_schema: dict[str, Any]
+        risk_level: int | None
+        effective_level: int
+        risk_provenance: Literal[tuple(PROVENANCE)]
+        risk_evidence: list[str]
+        predicted_level: int | None
+        f_risk: float
+        permissions: list[str]
+        annotations: dict[str, Any] | None
+
+    class ReloadRequest(BaseModel):
+        model_config = strict
+        registry: str | None = Field(None, description="Registry file on the server [default: the current one, re-read].")
+        checkpoint: str | None = Field(None, description="Checkpoint directory; null for none [default: the current one].")
+        mode: Mode | None = None
+        risk_source: Literal[RISK_SOURCES] | None = None
+        fill_levels: Literal[FILL_LEVELS] | None = None
+        wait: bool = Field(True, description="Answer when the new artefacts serve (or failed); false: answer 202 at once.")
+
+    class ErrorDetail(BaseModel):
+        code: str
+        message: str
+
+    class ErrorBody(BaseModel):
+        error: ErrorDetail
+
+    errors = {s: {"model": ErrorBody} for s in (400, 401, 413, 415, 422, 503, 504)}
+    app = FastAPI(
+        title="riskrank", version=__version__, docs_url=None, redoc_url=None,
+        description="Risk-aware tool retrieval for LLM agents: the top-k tools for a task, ranked by relevance "
+                    "and operational risk. Every error is {\"error\": {\"code\", \"message\"}}.",
+    )
+
+    def active() -> Catalogue:
+        cat = service.active if service is not None else None
+        if cat is None:
+            raise ApiError(503, "not_ready", "the service is still loading")
+        return cat
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        e = _validation_error(exc.errors())
+        return JSONResponse(e.body(), status_code=e.status)
+
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, exc: HTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        msg = {404: "no such endpoint", 405: "method not allowed on this endpoint"}.get(exc.status_code, str(exc.detail))
+        return JSONResponse({"error": {"code": code, "message": msg}}, status_code=exc.status_code)
+
+    @app.exception_handler(RiskrankError)
+    async def _riskrank(request: Request, exc: RiskrankError) -> JSONResponse:
+        return JSONResponse(_error_body(exc), status_code=422)
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception) -> JSONResponse:
+        import logging
+
+        logging.getLogger("riskrank.server").exception("internal error on %s", request.url.path)
+        return JSONResponse(_error_body(exc), status_code=500)
+
+    @app.get("/healthz", tags=["probes"], summary="Liveness: the process answers.")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["probes"], summary="Readiness: artefacts loaded and validated.",
+             responses={503: {"model": ErrorBody}})
+    async def readyz() -> dict[str, Any]:
+        return {"status": "ready", "generation": active().generation}
+
+    @app.post("/v1/retrieve", response_model=RetrieveResponse, tags=["retrieval"], responses=errors,
+              summary="The risk-aware top-k tools for a task.")
+    async def retrieve(req: RetrieveRequest) -> Any:
+        if not req.task.strip():
+            raise ApiError(422, "task_empty", "task: the task text is empty")
+        cat = active()  # read once: this request finishes on these artefacts whatever a reload does
+        cat.check_request(req.mode, req.risk_source)
+        if service.inflight >= limits.max_inflight:
+            raise ApiError(503, "overloaded", f"more than {limits.max_inflight} requests in flight; retry later", {"retry-after": "1"})
+        service.inflight += 1
+        try:
+            def work() -> dict[str, Any]:
+                res = cat.retriever.retrieve(req.task, k=req.k, lam=req.lam, mode=req.mode, alpha=req.alpha, risk_source=req.risk_source)
+                return cat.result_dict(res)
+
+            try:
+                with anyio.fail_after(limits.timeout_s):
+                    out = await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+            except TimeoutError:
+                raise ApiError(504, "timeout", f"the request took longer than {limits.timeout_s:g} s") from None
+        finally:
+            service.inflight -= 1
+        return JSONResponse(out)
+
+    @app.get("/v1/tools/{name:path}", response_model=ToolSpec, tags=["catalogue"], responses=errors,
+             summary="One tool's spec, risk level and the evidence for it.")
+    async def tool(name: str) -> Any:
+        cat = active()
+        if name not in cat.registry:
+            raise ApiError(404, "unknown_tool", f"no tool named {name!r}")
+        return JSONResponse(cat.tool_spec(cat.registry.index_of(name)))
+
+    @app.get("/v1/info", tags=["catalogue"], responses=errors, summary="The registry, checkpoint and modes being served.")
+    async def info() -> dict[str, Any]:
+        return {**active().summary(), "limits": asdict(limits)}
+
+    @app.post("/v1/admin/reload", tags=["admin"], status_code=200, responses={**errors, 409: {"model": ErrorBody}, 202: {}},
+              summary="Load new artefacts in the background and swap them in atomically.")
+    async def reload(req: ReloadRequest) -> Any:
+        import asyncio
+
+        cur = active()
+        given = req.model_fields_set
+        spec = replace(
+            cur.spec,
+            **{name: getattr(req, name) for name in ("registry", "checkpoint", "mode", "risk_source", "fill_levels")
+               if name in given and (getattr(req, name) is not None or name in ("checkpoint", "mode"))},
+        )
+        if not service.begin_reload():
+            raise ApiError(409, "reload_in_progress", "a reload is already running")
+        future = asyncio.get_running_loop().run_in_executor(None, service.reload, spec)
+        if not req.wait:
+            future.add_done_callback(lambda f: f.exception())  # retrieved: no "never retrieved" warning
+            return JSONResponse({"status": "loading", "spec": _spec_dict(spec)}, status_code=202)
+        try:
+            new = await future
+        except BaseException as exc:
+            body = _error_body(exc)
+            body["error"]["message"] = f"reload failed, generation {cur.generation} still serving: {body['error']['message']}"
+            return JSONResponse(body, status_code=500 if body["error"]["code"] == "internal_error" else 422)
+        return {"status": "reloaded", **new.summary()}
+
+    @app.get("/v1/admin/reload", tags=["admin"], responses=errors, summary="The state of the last reload.")
+    async def reload_status() -> dict[str, Any]:
+        return dict(service.reload_status) if service is not None else {"state": "idle"}
+
+    base_openapi = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = base_openapi()
+            schema.setdefault("components", {})["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+            for path, ops in schema["paths"].items():
+                if path not in PUBLIC_PATHS:
+                    for op in ops.values():
+                        op["security"] = [{"bearer": []}]
+                        op.setdefault("responses", {}).setdefault("401", {
+                            "description": "Missing or invalid bearer token",
+                            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+                        })
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi
+    gated = Gate(app, token=token, admin_token=admin_token, max_body_bytes=limits.max_body_bytes)
+    gated.fastapi = app  # for tests and embedding
+    return gated
+
+
+def openapi_schema(limits: Limits | None = None) -> dict[str, Any]:
+    """The OpenAPI document (docs/openapi.json is this, for the default limits)."""
+    return create_app(None, limits=limits).fastapi.openapi()
+
+
+def write_openapi(path: str | Path) -> None:
+    Path(path).write_text(json.dumps(openapi_schema(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+# -- running ---------------------------------------------------------------------------------------------
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening-ready socket (port 0: a free port, read back with ``getsockname``)."""
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as exc:
+        sock.close()
+        raise RiskrankError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+def uvicorn_server(app: Any, sock: socket.socket, log_level: str = "warning", lifespan: str = "off") -> Any:
+    import uvicorn
+
+    host, port = sock.getsockname()[:2]
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=log_level == "debug",
+                            server_header=False, timeout_graceful_shutdown=10, lifespan=lifespan)
+    return uvicorn.Server(config)
+
+
+def token_options(f: Callable) -> Callable:
+    """The auth and bind options ``serve`` and ``mcp --transport streamable-http`` share."""
+    opts = [
+        click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind."),
+        click.option("--port", type=int, default=8000, show_default=True, help="Port (0: any free port)."),
+        click.option("--token-file", type=click.Path(dir_okay=False), default=None,
+                     help=f"File holding the bearer token [default: ${TOKEN_ENV}]."),
+        click.option("--token-env", default=TOKEN_ENV, show_default=True, help="Environment variable holding the token."),
+        click.option("--insecure", is_flag=True, help="Run without a token (loopback addresses only)."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def catalogue_options(f: Callable) -> Callable:
+    """Artefact options shared by ``serve`` and ``mcp``."""
+    opts = [
+        click.option("--registry", type=click.Path(dir_okay=False), default=None,
+                     help="Tool registry file (JSON/JSONL, OpenAI functions, MCP tools/list) [default: the bundled demo registry]."),
+        click.option("--checkpoint", type=click.Path(file_okay=False), default=None, help="Checkpoint directory from `riskrank train`."),
+        click.option("--mode", type=click.Choice(MODES), default=None,
+                     help="Default pipeline [default: core with a checkpoint, else dense]."),
+        click.option("--risk-source", type=click.Choice(RISK_SOURCES), default="labels", show_default=True,
+                     help="Levels the rule filter reads."),
+        click.option("--fill-levels", type=click.Choice(FILL_LEVELS), default="none", show_default=True,
+                     help="keyword: give unlabelled tools the keyword annotator's level (reads MCP annotations)."),
+        click.option("--encoder", default=None, help="Encoder name or folder (must match the checkpoint's)."),
+        click.option("--device", default="cpu", show_default=True, help="Encoder device (cpu, cuda)."),
+        click.option("--threads", type=int, default=None, help="torch threads for encoding [default: torch's]."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def _echo(msg: str) -> None:
+    click.echo(f"riskrank: {msg}", err=True)
+
+
+@click.command("serve")
+@catalogue_options
+@token_options
+@click.option("--admin-token-file", type=click.Path(dir_okay=False), default=None,
+              help=f"Separate token for /v1/admin/* [default: ${ADMIN_TOKEN_ENV}, else the bearer token].")
+@click.option("--max-body-bytes", type=int, default=Limits.max_body_bytes, show_default=True)
+@click.option("--max-task-chars", type=int, default=Limits.max_task_chars, show_default=True)
+@click.option("--max-lambda", type=float, default=Limits.max_lambda, show_default=True)
+@click.option("--timeout", "timeout_s", type=float, default=Limits.timeout_s, show_default=True, help="Per-request timeout (s).")
+@click.option("--max-inflight", type=int, default=Limits.max_inflight, show_default=True, help="Requests in flight before 503.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True)
+@click.option("--write-openapi", "openapi_out", type=click.Path(dir_okay=False), default=None,
+              help="Write the OpenAPI schema to FILE and exit.")
+def serve_command(registry: str | None, checkpoint: str | None, mode: str | None, risk_source: str, fill_levels: str,
+                  encoder: str | None, device: str, threads: int | None, host: str, port: int, token_file: str | None,
+                  token_env: str, insecure: bool, admin_token_file: str | None, max_body_bytes: int, max_task_chars: int,
+                  max_lambda: float, timeout_s: float, max_inflight: int, log_level: str, openapi_out: str | None) -> None:
+    """Serve risk-aware tool retrieval over HTTP (POST /v1/retrieve; docs/serving.md).
+
+    A bearer token (from $RISKRANK_TOKEN or --token-file) is required unless the server
+    binds a loopback address with --insecure."""
+    if openapi_out:
+        write_openapi(openapi_out)
+        _echo(f"wrote {openapi_out}")
+        return
+    limits = Limits(max_body_bytes=max_body_bytes, max_task_chars=max_task_chars, max_lambda=max_lambda,
+                    timeout_s=timeout_s, max_inflight=max_inflight)
+    token = read_token(token_file, token_env)
+    admin_token = read_token(admin_token_file, ADMIN_TOKEN_ENV)
+    check_bind(host, token, insecure)
+    sock = bind_socket(host, port)
+    spec = ArtefactSpec(registry or _demo_registry(), checkpoint, mode, risk_source, fill_levels)
+    _echo(f"loading {spec.registry}" + (f" with checkpoint {checkpoint}" if checkpoint else ""))
+    service = Service.from_spec(spec, encoder, limits, device=device, threads=threads)
+    service.encoder.warm()
+    s = service.active.summary()
+    bound = sock.getsockname()
+    url_host = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+    auth = "none (--insecure, loopback)" if token is None else f"bearer token from {token_file or '$' + token_env}"
+    _echo(f"serving {s['n_tools']} tools, mode {s['mode']} (modes: {', '.join(s['modes'])}), encoder {s['encoder']}")
+    _echo(f"listening on http://{url_host}:{bound[1]}  auth: {auth}")
+    server = uvicorn_server(create_app(service, limits=limits, token=token, admin_token=admin_token), sock, log_level)
+    server.run(sockets=[sock])
+
+
+def _demo_registry() -> str:
+    from riskrank.datasets.demo import demo_registry_path
+
+    _echo("no --registry: serving the bundled demo registry")
+    return str(demo_registry_path())
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m riskrank.server --write-openapi FILE`
+    sys.exit(serve_command())

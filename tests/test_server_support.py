@@ -1,0 +1,119 @@
+"""Shared fixtures for the server, MCP and adapter tests (no tests here).
+
+``HashEncoder`` is a deterministic bag-of-words encoder: it makes a retriever in
+milliseconds, without loading a model, so the HTTP and MCP tests exercise the serving code
+and not sentence-transformers. One slow test per front end runs the real default encoder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from riskrank.datasets.demo import demo_registry_path
+
+TOKEN = "test-token-0123456789abcdef"
+ADMIN_TOKEN = "admin-token-0123456789abcdef"
+
+
+class HashEncoder:
+    """Signed feature hashing of words and word pairs, L2-normalised: lexical overlap as cosine."""
+
+    def __init__(self, dim: int = 64, delay: float = 0.0) -> None:
+        self.dim = dim
+        self.identity = self.display_name = f"hash-encoder-{dim}"
+        self.delay = delay
+        self.calls: list[int] = []
+
+    def encode(self, texts, *, desc: str = "") -> np.ndarray:
+        self.calls.append(len(texts))
+        if self.delay:
+            time.sleep(self.delay)
+        out = np.zeros((len(texts), self.dim), np.float32)
+        for i, text in enumerate(texts):
+            words = re.findall(r"[a-z0-9]+", text.lower())
+            for w in words + [a + " " + b for a, b in zip(words, words[1:], strict=False)]:
+                h = int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(), "little")
+                out[i, h % self.dim] += 1.0 if (h >> 32) & 1 else -1.0
+            out[i, 0] += 0.01
+        return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+def make_checkpoint(path: Path, registry_path: Path | str | None = None, encoder: HashEncoder | None = None,
+                    lam: float = 0.2) -> Path:
+    """An untrained (randomly initialised, seeded) checkpoint for HashEncoder: the serving
+    code needs valid heads, not good ones, and training would cost seconds."""
+    import torch
+
+    from riskrank.heads import DualHead
+    from riskrank.registry import ToolRegistry
+    from riskrank.training import TrainConfig, TrainResult, save_checkpoint
+
+    encoder = encoder or HashEncoder()
+    reg = ToolRegistry.load(registry_path or demo_registry_path())
+    torch.manual_seed(0)
+    model = DualHead(encoder.dim)
+    result = TrainResult(model, TrainConfig(), lam, [], {}, {"train_queries": 0, "val_queries": 0}, 0.0)
+    return save_checkpoint(
+        result, path, encoder={"identity": encoder.identity, "name": encoder.display_name, "dim": encoder.dim},
+        registry_fingerprint=reg.fingerprint(), inference={"alpha": 0.1, "normalisation": "row"},
+    )
+
+
+MCP_TOOLS = {
+    "tools": [
+        {"name": "read_notes", "description": "Return the text of a saved note.",
+         "inputSchema": {"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"]},
+         "annotations": {"readOnlyHint": True}},
+        {"name": "purge_notes", "description": "Permanently remove every note in a notebook.",
+         "inputSchema": {"type": "object", "properties": {"notebook": {"type": "string"}}},
+         "annotations": {"destructiveHint": True}},
+        {"name": "tidy_notes", "description": "Tidy up the notebook layout.",
+         "inputSchema": {"type": "object", "properties": {}},
+         "annotations": {"destructiveHint": True, "readOnlyHint": False}},
+        {"name": "search_web", "description": "Search the web for pages about a topic.",
+         "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}},
+         "annotations": {"readOnlyHint": True, "openWorldHint": True}},
+        {"name": "count_words", "description": "Count the words in a piece of text.",
+         "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}},
+    ]
+}
+
+
+def write_mcp_registry(path: Path) -> Path:
+    path.write_text(json.dumps(MCP_TOOLS), encoding="utf-8")
+    return path
+
+
+class ServerThread:
+    """uvicorn serving ``app`` on a loopback port chosen by the OS, in a thread of the test
+    process (real sockets, real HTTP)."""
+
+    def __init__(self, app) -> None:
+        from riskrank.server import bind_socket, uvicorn_server
+
+        self.sock = bind_socket("127.0.0.1", 0)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn_server(app, self.sock, "warning")
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    def __enter__(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.time() + 20
+        while not self.server.started:
+            if time.time() > deadline or not self.thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+        self.sock.close()
