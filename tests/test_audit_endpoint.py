@@ -21,7 +21,6 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
@@ -68,6 +67,7 @@ class FakeEndpoint:
         self.script = {k: list(v) for k, v in (script or {}).items()}
         self.delay, self.api_key, self.fault_every = delay, api_key, fault_every
         self.requests: list[dict] = []
+        self.injected: dict[str, int] = {}
         self.lock = threading.Lock()
         endpoint = self
 
@@ -81,7 +81,7 @@ class FakeEndpoint:
         self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 
     def __enter__(self) -> FakeEndpoint:
         self.thread.start()
@@ -118,13 +118,16 @@ class FakeEndpoint:
                                   "temperature": body.get("temperature"), "auth": h.headers.get("Authorization")})
             actions = self.script.get(name)
             action = actions.pop(0) if actions else None
-            n_tool = len({r["tool"] for r in self.requests})
+            n_tool = len({(r["model"], r["tool"]) for r in self.requests})
         if self.delay:
             time.sleep(self.delay)
         if action is None and self.fault_every and n % self.fault_every == 1:
             action = 429 if (n // self.fault_every) % 2 == 0 else 500
         if action is None and self.fault_every and len(body["messages"]) == 1 and n_tool % self.fault_every == 3:
             action = "garbage"
+        if action is not None:
+            with self.lock:
+                self.injected[str(action)] = self.injected.get(str(action), 0) + 1
         if isinstance(action, str) and action.startswith("sleep:"):
             time.sleep(float(action[6:]))
             action = None
@@ -225,7 +228,7 @@ def test_timeout_is_retried():
 def test_hard_errors_stop_the_run():
     with FakeEndpoint(api_key="right") as ep:
         ann = _annotator(ep.url, api_key="wrong")
-        with pytest.raises(AnnotatorError, match="HTTP 401.*api-key"):
+        with pytest.raises(AnnotatorError, match=r"HTTP 401.*api-key"):
             list(ann.annotate(_tools(3)))
     with FakeEndpoint() as ep:
         ann = _annotator(ep.url.removesuffix("/v1") + "/nope")
@@ -323,16 +326,18 @@ def main() -> None:
     args = ap.parse_args()
     ep = FakeEndpoint(delay=args.delay, fault_every=7 if args.faults else 0, port=args.port)
     print(f"serving {ep.url} (models: strict, lenient, noisy)", flush=True)
+
+    def stop(*_):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
     try:
-        ep.server.serve_forever()
+        ep.server.serve_forever(poll_interval=0.05)
     except KeyboardInterrupt:
         pass
     finally:
-        n = len(ep.requests)
-        codes = "429/500 injected every 7th request" if args.faults else "no faults"
-        print(f"{n} requests served ({codes})", flush=True)
+        print(f"{len(ep.requests)} requests served; injected: {ep.injected or 'nothing'}", flush=True)
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     main()

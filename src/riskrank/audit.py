@@ -63,7 +63,7 @@ class AuditError(RiskrankError):
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
-    from riskrank.training import _atomic_write_bytes
+    from riskrank.fileio import atomic_write_bytes as _atomic_write_bytes
 
     _atomic_write_bytes(Path(path), text.encode("utf-8"))
 
@@ -614,6 +614,11 @@ def _valid_level(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 5
 
 
+def _axis_label(rater: str, sources: dict[str, str]) -> str:
+    src = sources.get(rater, rater)
+    return rater if src == rater or src.startswith("votes in") else f"{rater}: {Path(src).name}"
+
+
 def confusion_png(report: AgreementReport, path: str | Path) -> Path:
     """Confusion matrices as heat maps, one panel per pair (colour: row-normalised share;
     text: counts)."""
@@ -637,14 +642,14 @@ def confusion_png(report: AgreementReport, path: str | Path) -> Path:
         ticks = [f"L{k}" for k in RISK_LEVELS]
         ax.set_xticks(range(_K), ticks)
         ax.set_yticks(range(_K), ticks)
-        ax.set_xlabel(p.b)
-        ax.set_ylabel(p.a)
+        ax.set_xlabel(_axis_label(p.b, report.sources))
+        ax.set_ylabel(_axis_label(p.a, report.sources))
         ax.set_title(f"{p.a} vs {p.b}: exact {p.exact:.2f}, κ {p.kappa:.2f}", fontsize=10)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=120)
     plt.close(fig)
-    from riskrank.training import _atomic_write_bytes
+    from riskrank.fileio import atomic_write_bytes as _atomic_write_bytes
 
     _atomic_write_bytes(Path(path), buf.getvalue())
     return Path(path)
@@ -714,7 +719,11 @@ def audit_command(registry: str | None, fmt: str, dataset: str | None, data_dir:
             "rate_limit": rate_limit, "workers": workers}
     anns = [make_annotator(a, benchmark=bench, encoder=encoder, openai_options=opts,
                            crossfit={"n_folds": folds, "seed": seed, "progress": not quiet}) for a in annotators]
-    run = run_audit(reg, anns, log_path, progress=not quiet, echo=click.echo)
+    try:
+        run = run_audit(reg, anns, log_path, progress=not quiet, echo=click.echo)
+    except KeyboardInterrupt:
+        click.echo(f"interrupted: the finished votes are in {log_path}; rerun the same command to continue", err=True)
+        raise
     previous = None
     if out_path.is_file():
         with contextlib.suppress(AuditError):

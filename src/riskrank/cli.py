@@ -49,7 +49,7 @@ def print_table(rows: list[list[str]], header: list[str]) -> None:
 
 
 def write_json_atomic(path: str | Path, obj: Any) -> None:
-    from riskrank.training import _atomic_write_bytes
+    from riskrank.fileio import atomic_write_bytes as _atomic_write_bytes
 
     _atomic_write_bytes(Path(path), (json.dumps(obj, indent=2, default=float) + "\n").encode())
 
@@ -389,6 +389,7 @@ _FEATURE_COMMANDS: list[tuple[str, str]] = [
     ("riskrank.audit", "audit_command"),
     ("riskrank.audit", "agreement_command"),
     ("riskrank.server", "serve_command"),
+    ("riskrank.mcp_server", "mcp_command"),
 ]
 
 

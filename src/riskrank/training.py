@@ -40,8 +40,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import os
-import tempfile
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -54,6 +52,7 @@ from tqdm.auto import tqdm
 
 from riskrank import __version__
 from riskrank.errors import CheckpointError, RiskrankError
+from riskrank.fileio import atomic_write_bytes
 from riskrank.first_stage import rank, top_m
 from riskrank.heads import DESIGNS, DualHead, HeadScorer
 from riskrank.metrics import ndcg_at_k, rvr_at_k
@@ -422,20 +421,6 @@ SIDECAR = "checkpoint.json"
 FORMAT = "riskrank-heads/1"
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def gold_fingerprint(texts: list[str], gold: list[np.ndarray]) -> str:
     h = hashlib.sha256()
     for t, g in zip(texts, gold, strict=True):
@@ -458,7 +443,7 @@ def save_checkpoint(
         raise CheckpointError(f"{path}: exists and is not a directory")
     state = {k: v.detach().contiguous() for k, v in result.model.state_dict().items()}
     blob = save(state)
-    _atomic_write_bytes(path / WEIGHTS, blob)
+    atomic_write_bytes(path / WEIGHTS, blob)
     sidecar = {
         "format": FORMAT,
         "riskrank_version": __version__,
@@ -475,7 +460,7 @@ def save_checkpoint(
         "train_seconds": result.seconds,
         "weights_sha256": hashlib.sha256(blob).hexdigest(),
     }
-    _atomic_write_bytes(path / SIDECAR, json.dumps(sidecar, indent=2, default=float).encode())
+    atomic_write_bytes(path / SIDECAR, json.dumps(sidecar, indent=2, default=float).encode())
     return path
 
 

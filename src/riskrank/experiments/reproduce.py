@@ -32,7 +32,7 @@ from riskrank.experiments import (
 )
 from riskrank.experiments.common import f3, mean
 from riskrank.experiments.runner import DEFAULT_SEEDS, EvalRun, Runner
-from riskrank.training import _atomic_write_bytes
+from riskrank.fileio import atomic_write_bytes as _atomic_write_bytes
 
 RUN_CACHE = "cache/run"
 

@@ -97,7 +97,7 @@ class EvalRun:
     # -- persistence (reproduce --reuse) ----------------------------------------------------
     def save(self, directory: str | Path) -> None:
         """Per-query arrays to one .npz, the rest to JSON (no pickle); atomic."""
-        from riskrank.training import _atomic_write_bytes
+        from riskrank.fileio import atomic_write_bytes as _atomic_write_bytes
 
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
