@@ -8,6 +8,7 @@ and not sentence-transformers. One slow test per front end runs the real default
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
 import threading
@@ -38,7 +39,7 @@ class HashEncoder:
         out = np.zeros((len(texts), self.dim), np.float32)
         for i, text in enumerate(texts):
             words = re.findall(r"[a-z0-9]+", text.lower())
-            for w in words + [a + " " + b for a, b in zip(words, words[1:], strict=False)]:
+            for w in words + [a + " " + b for a, b in itertools.pairwise(words)]:
                 h = int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(), "little")
                 out[i, h % self.dim] += 1.0 if (h >> 32) & 1 else -1.0
             out[i, 0] += 0.01
@@ -95,13 +96,13 @@ class ServerThread:
     """uvicorn serving ``app`` on a loopback port chosen by the OS, in a thread of the test
     process (real sockets, real HTTP)."""
 
-    def __init__(self, app) -> None:
+    def __init__(self, app, lifespan: str = "off") -> None:
         from riskrank.server import bind_socket, uvicorn_server
 
         self.sock = bind_socket("127.0.0.1", 0)
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn_server(app, self.sock, "warning")
+        self.server = uvicorn_server(app, self.sock, "warning", lifespan=lifespan)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
     def __enter__(self) -> ServerThread:
@@ -117,3 +118,54 @@ class ServerThread:
         self.server.should_exit = True
         self.thread.join(timeout=15)
         self.sock.close()
+
+
+# -- subprocess entry points (run with `python -c`, see cli_argv) ---------------------------------
+def run_fake_upstream(page_size: int = 2) -> None:
+    """A small MCP server over stdio with annotated tools, listed in pages of ``page_size``
+    (so the proxy's pagination is exercised); calling a tool echoes its name and arguments."""
+    import anyio
+    import mcp_types as types
+    from mcp.server.lowlevel.server import Server
+    from mcp.server.stdio import stdio_server
+
+    tools = [types.Tool.model_validate(t) for t in MCP_TOOLS["tools"]]
+
+    async def list_tools(ctx, params):
+        start = int(params.cursor) if params is not None and params.cursor else 0
+        nxt = start + page_size
+        return types.ListToolsResult(tools=tools[start:nxt], next_cursor=str(nxt) if nxt < len(tools) else None)
+
+    async def call_tool(ctx, params):
+        text = json.dumps({"called": params.name, "arguments": params.arguments or {}})
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+
+    server = Server("fake-upstream", on_list_tools=list_tools, on_call_tool=call_tool)
+
+    async def main() -> None:
+        async with stdio_server() as (r, w):
+            await server.run(r, w, server.create_initialization_options())
+
+    anyio.run(main)
+
+
+def run_cli_with_hash_encoder(argv: list[str]) -> None:
+    """`riskrank ARGV` with the encoder replaced by HashEncoder (no model load)."""
+    import riskrank.mcp_server
+    import riskrank.server
+    from riskrank.cli import main
+
+    def make(encoder=None, device="cpu", threads=None):
+        return riskrank.server.BatchingEncoder(HashEncoder())
+
+    riskrank.server.make_encoder = make
+    riskrank.mcp_server.make_encoder = make
+    main.main(argv, prog_name="riskrank")
+
+
+def python_c(call: str) -> list[str]:
+    """argv running ``call`` (a Python expression using this module) in a fresh interpreter."""
+    import sys
+
+    tests = str(Path(__file__).parent)
+    return [sys.executable, "-c", f"import sys; sys.path.insert(0, {tests!r}); import test_server_support as s; {call}"]

@@ -207,8 +207,10 @@ class Encoder:
         assert self._dim is not None
         return self._dim
 
-    def encode(self, texts: Sequence[str], *, desc: str = "encoding") -> np.ndarray:
-        """L2-normalised float32 embeddings [len(texts), dim]; cached texts are not re-encoded."""
+    def encode(self, texts: Sequence[str], *, desc: str = "encoding", store: bool = True) -> np.ndarray:
+        """L2-normalised float32 embeddings [len(texts), dim]; cached texts are not re-encoded.
+        ``store=False`` reads the cache but does not add to it (a long-running server's
+        one-off queries would otherwise grow the cache without bound)."""
         texts = list(texts)
         for i, t in enumerate(texts):
             if not isinstance(t, str) or not t.strip():
@@ -223,17 +225,17 @@ class Encoder:
             todo = [by_key[k] for k in missing]
             vecs = self._encode_model(todo, desc)
             found.update(zip(missing, vecs, strict=True))
-            if self.cache is not None:
+            if self.cache is not None and store:
                 self.cache.put_many(self.identity, list(zip(missing, vecs, strict=True)))
         out = np.stack([found[k] for k in keys]).astype(np.float32, copy=False)
         if out.shape[1] != self.dim:
             raise RiskrankError(f"cached embeddings for {self.identity} have dimension {out.shape[1]}, expected {self.dim}")
         return out
 
-    def encode_query(self, text: str) -> np.ndarray:
+    def encode_query(self, text: str, *, store: bool = True) -> np.ndarray:
         if not isinstance(text, str) or not text.strip():
             raise RiskrankError("the task/query text is empty")
-        return self.encode([text])[0]
+        return self.encode([text], store=store)[0]
 
     def _encode_model(self, texts: list[str], desc: str) -> np.ndarray:
         model = self.model
@@ -264,7 +266,9 @@ class ArrayEncoder:
         self.identity = self.display_name = identity
         self.dim = int(next(iter(table.values())).shape[0])
 
-    def encode(self, texts: Sequence[str], *, desc: str = "encoding") -> np.ndarray:
+    def encode(self, texts: Sequence[str], *, desc: str = "encoding", store: bool = True) -> np.ndarray:
+        if len(texts) == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
         try:
             out = np.stack([self.table[t] for t in texts]).astype(np.float32)
         except KeyError as exc:

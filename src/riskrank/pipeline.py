@@ -14,6 +14,7 @@ followed by ``+rule``. ``graph`` and ``rule`` are short for ``core+graph`` and
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -166,8 +167,10 @@ class RiskAwareRetriever:
         tool_template: str = DEFAULT_TOOL_TEMPLATE,
         tool_emb: np.ndarray | None = None,
         progress: bool = True,
+        cache_queries: bool = True,
     ) -> None:
         self.registry = registry
+        self.cache_queries = cache_queries
         self.encoder = encoder if encoder is not None and not isinstance(encoder, str) else Encoder(encoder, progress=progress)
         self.tool_template = tool_template
         self.checkpoint_path: Path | None = None
@@ -197,7 +200,7 @@ class RiskAwareRetriever:
         self.rule_config = rule_config or RuleConfig()
         self.graph_config = graph_config or GraphConfig(normalisation=self.normalisation)
         self._graph = graph if graph is not None else self._graph_from_checkpoint()
-        self._filters: dict[str, RuleFilter] = {}
+        self._filters: dict[tuple[str, int], RuleFilter] = {}
         # Audited risk as a score, for the dense risk-label-penalty baseline.
         self.label_risk = np.where(registry.risk_levels > 0, normalised_risk(np.maximum(registry.risk_levels, 1)), 0.5).astype(np.float32)
 
@@ -237,19 +240,28 @@ class RiskAwareRetriever:
     def predicted_levels(self) -> np.ndarray | None:
         return level_from_score(self.scorer.f_risk) if self.scorer is not None else None
 
-    def rule_filter(self, risk_source: str) -> RuleFilter:
-        if risk_source not in self._filters:
+    def rule_filter(self, risk_source: str, k: int | None = None) -> RuleFilter:
+        """The rule filter for a risk source; ``k`` (the list length exposed) replaces the
+        configured K, so the caps hold for the whole list an agent sees."""
+        k = self.rule_config.k if k is None else int(k)
+        key = (risk_source, k)
+        if key not in self._filters:
             if risk_source == "labels":
                 # Unlabelled tools fail closed, except where MCP annotations say read-only.
                 levels = fail_closed_levels(self.registry.risk_levels, [t.annotations for t in self.registry])
             else:
                 levels = self.predicted_levels
-            self._filters[risk_source] = RuleFilter(self.rule_config, levels, self.registry.perm_counts, self.tool_emb)
-        return self._filters[risk_source]
+            config = dataclasses.replace(self.rule_config, k=k)
+            self._filters[key] = RuleFilter(config, levels, self.registry.perm_counts, self.tool_emb)
+        return self._filters[key]
 
     # -- batch scoring (experiments and servers) ---------------------------------------------
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return self.encoder.encode(list(texts), desc="encoding queries")
+        """Query embeddings; cached for benchmark queries, not stored for live traffic
+        (``cache_queries=False``)."""
+        if self.cache_queries:
+            return self.encoder.encode(list(texts), desc="encoding queries")
+        return self.encoder.encode(list(texts), desc="encoding queries", store=False)
 
     def candidate_set(self, query_emb: np.ndarray, m: int | None) -> tuple[np.ndarray | None, np.ndarray]:
         """(candidates [Q, M] or None for the full pool, cosine [Q, N or M])."""
@@ -270,6 +282,7 @@ class RiskAwareRetriever:
     def rank_scores(
         self, scores: np.ndarray, stages: Stages, *, candidates: np.ndarray | None = None, alpha: float | None = None,
         risk_source: str | None = None, normalisation: str | None = None, graph: ToolGraph | None = None,
+        k: int | None = None,
     ) -> tuple[np.ndarray, list[FilterResult] | None, np.ndarray]:
         """Graph smoothing, ranking and rule filter of precomputed scores [Q, N] (or [Q, M]
         over ``candidates``). Returns (order [Q, L] of tool indices, filter results or None,
@@ -283,24 +296,26 @@ class RiskAwareRetriever:
         order = local if candidates is None else np.take_along_axis(candidates, local, axis=1)
         results = None
         if stages.rule:
-            order, results = self.rule_filter(self._check_risk_source(risk_source or self.risk_source)).filter_batch(order)
+            order, results = self.rule_filter(self._check_risk_source(risk_source or self.risk_source), k).filter_batch(order)
         return order, results, scores
 
     def rank_batch(
         self, query_emb: np.ndarray, *, mode: str | None = None, lam: float | None = None, alpha: float | None = None,
-        candidates: int | str | None = "default", risk_source: str | None = None,
+        candidates: int | str | None = "default", risk_source: str | None = None, k: int | None = None,
     ) -> BatchRanking:
         """Rank the registry for many encoded queries at once."""
         stages = parse_mode(mode or self.mode)
         lam = self.effective_lambda(stages, lam)
         m = self.candidates if candidates == "default" else candidates
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int | np.integer) or m < 1):
+            raise RiskrankError(f"candidates must be a positive integer (top-M) or None for the full pool, got {m!r}")
         query_emb = np.atleast_2d(np.asarray(query_emb, dtype=np.float32))
         if query_emb.shape[1] != self.tool_emb.shape[1]:
             raise RiskrankError(f"query embeddings have dimension {query_emb.shape[1]}, tools {self.tool_emb.shape[1]}")
         cand, cos = self.candidate_set(query_emb, m)
         f_rel, f_risk = self.components(query_emb, stages, cand, cos)
         scores = f_rel - np.float32(lam) * f_risk
-        order, results, final = self.rank_scores(scores, stages, candidates=cand, alpha=alpha, risk_source=risk_source)
+        order, results, final = self.rank_scores(scores, stages, candidates=cand, alpha=alpha, risk_source=risk_source, k=k)
         # Align per-tool values with the returned order.
         if cand is None:
             pos = order
@@ -342,7 +357,8 @@ class RiskAwareRetriever:
                 raise RiskrankError("the task text is empty")
         mode_name = parse_mode(mode or self.mode).name
         source = self._check_risk_source(risk_source or self.risk_source)
-        batch = self.rank_batch(self.encode_queries(tasks), mode=mode, lam=lam, alpha=alpha, candidates=candidates, risk_source=source)
+        batch = self.rank_batch(self.encode_queries(tasks), mode=mode, lam=lam, alpha=alpha, candidates=candidates,
+                                risk_source=source, k=max(k, self.rule_config.k))
         predicted = self.predicted_levels
         eff_lam = self.effective_lambda(parse_mode(mode_name), lam)
         out = []
@@ -356,7 +372,8 @@ class RiskAwareRetriever:
                     predicted_level=int(predicted[idx]) if predicted is not None else None,
                     permissions=sorted(t.permissions), description=t.description,
                 ))
-            res = RetrievalResult(task, mode_name, eff_lam, self.alpha if parse_mode(mode_name).graph else 0.0, source, tools)
+            eff_alpha = (self.alpha if alpha is None else float(alpha)) if parse_mode(mode_name).graph else 0.0
+            res = RetrievalResult(task, mode_name, eff_lam, eff_alpha, source, tools)
             if batch.filters is not None:
                 fr = batch.filters[qi]
                 top = set(int(i) for i in fr.top_k[:k])

@@ -275,23 +275,25 @@ class ToolRegistry:
 
 
 def _parse_json_or_jsonl(text: str, source: str) -> Any:
-    stripped = text.strip()
-    if not stripped:
+    if not text.strip():
         raise RegistryError(f"{source}: file is empty")
     try:
-        return json.loads(stripped)
+        return json.loads(text)  # unstripped, so error line numbers are the file's own
     except json.JSONDecodeError as first:
-        # JSONL: one JSON value per non-empty line.
+        # JSONL: one JSON value per non-empty line. If the first value does not parse on its
+        # own line, the file is a (broken) JSON document: report the JSON error.
         records = []
+        seen_first = False
         for lineno, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
                 records.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                if lineno == 1 and first.lineno > 1:
+                if not seen_first:
                     raise RegistryError(f"{source}: invalid JSON at line {first.lineno}: {first.msg}") from None
                 raise RegistryError(f"{source}: line {lineno}: invalid JSON ({exc.msg})") from None
+            seen_first = True
         return records
 
 
@@ -358,6 +360,8 @@ def _plain(data: Any, source: str) -> list[Tool]:
 
 
 def _labels(data: Any, source: str) -> list[Tool]:
+    if not isinstance(data, Mapping):
+        raise RegistryError(f"{source}: a label file must be a JSON object mapping tool name -> {{risk_level, description}}, got {type(data).__name__}")
     tools = []
     for i, (name, rec) in enumerate(data.items()):
         where = f"{source}: entry {i}"

@@ -161,6 +161,15 @@ LEVEL_PATTERNS: dict[int, tuple[str, ...]] = {
     ),
 }
 _LEVEL_RX = {lvl: re.compile(r"\b(?:" + "|".join(p) + ")") for lvl, p in LEVEL_PATTERNS.items()}
+# Evidence that a tool changes state, which contradicts an MCP readOnlyHint: state-changing
+# verbs in base, third-person and -ing forms. Past participles ("saved note", "deleted
+# files", "created date") are usually adjectives in a read-only tool's description.
+_WRITE_VERBS = (
+    "writ", "updat", "modif", "edit", "creat", "insert", "upload", "sav", "send", "post", "submit", "install",
+    "delet", "remov", "drop", "terminat", "destroy", "purg", "revok", "eras", "overwrit", "truncat", "transfer",
+    "withdraw", "pay", "purchas", "deploy", "restart", "reboot", "grant", "unlock", "execut", "wip", "format",
+)
+_WRITE_RX = re.compile(r"\b(?:" + "|".join(_WRITE_VERBS) + r")(?:e|es|s|ies|y|ing|ting)?\b")
 _READ_ONLY_CAP = 2  # readOnlyHint with nothing else: at most L2 (reading can still be sensitive)
 
 
@@ -170,7 +179,8 @@ def keyword_level(name: str, description: str, annotations: dict | None = None) 
 
     MCP annotations (spec 2025-03-26) are hints from the server, read as evidence:
     ``destructiveHint: true`` -> at least L4; ``readOnlyHint: true`` -> at most L2 unless
-    keywords show writes or destruction (then the annotation is contradicted and ignored);
+    keywords show writes or destruction, or the tool matches the file-write, shell or code
+    execution categories (then the annotation is contradicted and ignored);
     ``openWorldHint: true`` -> at least L2. ``idempotentHint`` does not change the level.
     Only explicit values count (the spec's defaults are not evidence).
     """
@@ -193,7 +203,7 @@ def keyword_level(name: str, description: str, annotations: dict | None = None) 
     if ann.get("destructiveHint") is True:
         level = max(level, 4)
         evidence.append("mcp: destructiveHint")
-    elif ann.get("readOnlyHint") is True and level <= 3 and not (cats - {"credential_handling", "network_access"}):
+    elif ann.get("readOnlyHint") is True and not _WRITE_RX.search(text) and not (cats - {"credential_handling", "network_access"}):
         if level > _READ_ONLY_CAP:
             evidence.append(f"mcp: readOnlyHint caps L{level} at L{_READ_ONLY_CAP}")
         level = min(level, _READ_ONLY_CAP)

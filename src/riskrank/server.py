@@ -177,8 +177,10 @@ class Catalogue:
 
     def tool_spec(self, index: int) -> dict[str, Any]:
         """One tool as an agent or an operator needs it: the spec plus its risk evidence."""
+        from riskrank.risk import level_from_score
+
         t = self.registry[index]
-        predicted = self.retriever.predicted_levels
+        scorer = self.retriever.scorer
         return {
             "name": t.name,
             "description": t.description,
@@ -187,14 +189,18 @@ class Catalogue:
             "effective_level": self.effective_levels[index],
             "risk_provenance": self.provenance[index],
             "risk_evidence": self.evidence[index],
-            "predicted_level": int(predicted[index]) if predicted is not None else None,
+            "predicted_level": int(level_from_score(scorer.f_risk[index : index + 1])[0]) if scorer is not None else None,
             "f_risk": float(self.retriever.f_risk[index]),
             "permissions": sorted(t.permissions),
             "annotations": dict(t.annotations) if t.annotations else None,
         }
 
-    def result_dict(self, result: Any) -> dict[str, Any]:
+    def result_dict(self, result: Any, alpha: float | None = None) -> dict[str, Any]:
         out = result.to_dict()
+        if alpha is not None and out["alpha"]:
+            # RetrievalResult reports the retriever's alpha even when the call passed another
+            # (pipeline.retrieve_many); the smoothing itself used the one passed.
+            out["alpha"] = float(alpha)
         for tool in out["tools"]:
             tool["effective_level"] = self.effective_levels[tool["index"]]
             tool["risk_provenance"] = self.provenance[tool["index"]]
@@ -246,20 +252,27 @@ def load_catalogue(spec: ArtefactSpec, encoder: Any, generation: int = 1, *, reg
 class BatchingEncoder:
     """An encoder front that encodes concurrent requests' texts in one batch.
 
-    One worker thread owns the wrapped encoder: callers enqueue texts and wait. While the
-    model encodes one batch, new requests queue up and form the next one, so under load the
-    model runs fewer, larger batches (on CPU a batch of 8 short queries costs about 3 single
-    ones) and never from two threads at once. Same interface as :class:`riskrank.encoder.Encoder`
-    for the retriever (``encode``, ``identity``, ``dim``, ``display_name``)."""
+    Each caller enqueues its texts, then takes the model lock; whoever holds it encodes
+    everything queued so far (its own texts included) in one batch and hands the others their
+    rows, so a caller that finds its result ready skips the model. One request alone encodes in
+    its own thread, with no hand-off; under load the model runs fewer, larger batches (on CPU a
+    batch of 8 short queries costs about 3 single ones), and never from two threads at once,
+    which also keeps the tokenizer out of concurrent use. Same interface as
+    :class:`riskrank.encoder.Encoder` for the retriever (``encode``, ``identity``, ``dim``,
+    ``display_name``)."""
 
     def __init__(self, encoder: Any, max_batch: int = 64) -> None:
         self.inner = encoder
+        # Live queries are read from the embedding cache but not added to it: a long-running
+        # server would otherwise grow the shared cache without bound.
+        import inspect
+
+        self._encode_kw = {"store": False} if "store" in inspect.signature(encoder.encode).parameters else {}
         self.identity = encoder.identity
         self.display_name = getattr(encoder, "display_name", encoder.identity)
         self.max_batch = max_batch
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._worker = threading.Thread(target=self._run, name="riskrank-encoder", daemon=True)
-        self._worker.start()
+        self._lock = threading.Lock()
 
     @property
     def dim(self) -> int:
@@ -269,50 +282,47 @@ class BatchingEncoder:
         """Load the model now (a cache hit never loads it, so the first new query would)."""
         model = getattr(self.inner, "model", None)
         if model is not None and hasattr(model, "encode"):
-            model.encode(["warm up"], convert_to_numpy=True)
+            with self._lock:
+                model.encode(["warm up"], convert_to_numpy=True)
 
     def encode(self, texts: Sequence[str], *, desc: str = "encoding") -> Any:
-        texts = list(texts)
-        if len(texts) > self.max_batch:  # a registry: its own batch, still on the worker
-            fut: concurrent.futures.Future = concurrent.futures.Future()
-            self._queue.put((texts, fut, True))
-            return fut.result()
-        fut = concurrent.futures.Future()
-        self._queue.put((texts, fut, False))
-        return fut.result()
-
-    def _run(self) -> None:
-        while True:
-            first = self._queue.get()
-            batch = [first]
-            if not first[2]:
-                n = len(first[0])
-                while n < self.max_batch:
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        self._queue.put((list(texts), fut))
+        with self._lock:
+            if not fut.done():  # nobody took it yet: encode everything waiting, ours included
+                pending = []
+                while True:
                     try:
-                        item = self._queue.get_nowait()
+                        pending.append(self._queue.get_nowait())
                     except queue.Empty:
                         break
-                    if item[2]:
-                        self._encode_each([item])
-                        continue
-                    batch.append(item)
-                    n += len(item[0])
+                self._encode_batches(pending)
+        return fut.result()
+
+    def _encode_batches(self, pending: list) -> None:
+        batch: list = []
+        for item in pending:
+            if batch and sum(len(t) for t, _ in batch) + len(item[0]) > self.max_batch:
+                self._encode_each(batch)
+                batch = []
+            batch.append(item)
+        if batch:
             self._encode_each(batch)
 
     def _encode_each(self, batch: list) -> None:
         import numpy as np
 
         try:
-            vecs = self.inner.encode([t for texts, _, _ in batch for t in texts])
+            vecs = self.inner.encode([t for texts, _ in batch for t in texts], **self._encode_kw)
         except BaseException as exc:
             if len(batch) == 1:
                 batch[0][1].set_exception(exc)
                 return
-            for texts, fut, _ in batch:  # one bad request must not fail its batch-mates
+            for texts, fut in batch:  # one bad request must not fail its batch-mates
                 _settle(fut, self.inner.encode, texts)
             return
         start = 0
-        for texts, fut, _ in batch:
+        for texts, fut in batch:
             fut.set_result(np.ascontiguousarray(vecs[start : start + len(texts)]))
             start += len(texts)
 
@@ -324,12 +334,30 @@ def _settle(fut: concurrent.futures.Future, fn: Callable, arg: Any) -> None:
         fut.set_exception(exc)
 
 
-def make_encoder(encoder: Any = None, device: str = "cpu", threads: int | None = None) -> BatchingEncoder:
-    """A :class:`BatchingEncoder` over ``encoder`` (an Encoder-like object, or a name/folder)."""
-    if threads is not None:
-        import torch
+def limit_threads(threads: int) -> None:
+    """Intra-op threads for torch (encoding) and BLAS (scoring), process-wide.
 
-        torch.set_num_threads(threads)
+    A server answers many small requests: a one-query matrix product or encoder pass gains
+    nothing from several threads, and on a busy machine their spin-waiting costs dearly
+    (measured here with 2 CPUs under load: a [1, 384] x [384, 2032] product took 20 ms with 2
+    OpenBLAS threads and 0.3 ms with one; a MiniLM query 1,000 ms with 2 torch threads and
+    100 ms with one). Concurrency comes from batching requests instead. Only the CLI calls
+    this: a library must not change its host's thread pools."""
+    import torch
+
+    torch.set_num_threads(threads)
+    try:  # a dependency of scikit-learn, so present; the BLAS limit is an optimisation only
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover
+        return
+    threadpool_limits(threads)
+
+
+def make_encoder(encoder: Any = None, device: str = "cpu", threads: int | None = None) -> BatchingEncoder:
+    """A :class:`BatchingEncoder` over ``encoder`` (an Encoder-like object, or a name/folder);
+    ``threads``: see :func:`limit_threads`."""
+    if threads is not None:
+        limit_threads(threads)
     if encoder is None or isinstance(encoder, str):
         from riskrank.encoder import Encoder
 
@@ -484,7 +512,8 @@ class Gate:
             return
         headers = dict(scope.get("headers", ()))
         length = headers.get(b"content-length")
-        if scope.get("method") in ("POST", "PUT", "PATCH") and length not in (None, b"0") and not _is_json(headers.get(b"content-type")):
+        has_body = length not in (None, b"0") or b"chunked" in headers.get(b"transfer-encoding", b"").lower()
+        if has_body and scope.get("method") in ("POST", "PUT", "PATCH") and not _is_json(headers.get(b"content-type")):
             await _send_json(send, 415, ApiError(415, "unsupported_media_type", "send the body as JSON with Content-Type: application/json").body())
             return
         if length is not None:
@@ -576,7 +605,7 @@ def create_app(service: Service | None, *, limits: Limits | None = None, token: 
 
     import anyio
     import anyio.to_thread
-    from fastapi import FastAPI, Request
+    from fastapi import Body, FastAPI, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
     from pydantic import BaseModel, ConfigDict, Field
@@ -718,10 +747,11 @@ def create_app(service: Service | None, *, limits: Limits | None = None, token: 
         if service.inflight >= limits.max_inflight:
             raise ApiError(503, "overloaded", f"more than {limits.max_inflight} requests in flight; retry later", {"retry-after": "1"})
         service.inflight += 1
+        t0 = time.perf_counter()
         try:
             def work() -> dict[str, Any]:
                 res = cat.retriever.retrieve(req.task, k=req.k, lam=req.lam, mode=req.mode, alpha=req.alpha, risk_source=req.risk_source)
-                return cat.result_dict(res)
+                return cat.result_dict(res, req.alpha)
 
             try:
                 with anyio.fail_after(limits.timeout_s):
@@ -730,7 +760,7 @@ def create_app(service: Service | None, *, limits: Limits | None = None, token: 
                 raise ApiError(504, "timeout", f"the request took longer than {limits.timeout_s:g} s") from None
         finally:
             service.inflight -= 1
-        return JSONResponse(out)
+        return JSONResponse(out, headers={"server-timing": f"retrieve;dur={(time.perf_counter() - t0) * 1000:.2f}"})
 
     @app.get("/v1/tools/{name:path}", response_model=ToolSpec, tags=["catalogue"], responses=errors,
              summary="One tool's spec, risk level and the evidence for it.")
@@ -746,10 +776,11 @@ def create_app(service: Service | None, *, limits: Limits | None = None, token: 
 
     @app.post("/v1/admin/reload", tags=["admin"], status_code=200, responses={**errors, 409: {"model": ErrorBody}, 202: {}},
               summary="Load new artefacts in the background and swap them in atomically.")
-    async def reload(req: ReloadRequest) -> Any:
+    async def reload(req: Annotated[ReloadRequest | None, Body()] = None) -> Any:
         import asyncio
 
         cur = active()
+        req = req or ReloadRequest()  # no body: re-read the current artefacts
         given = req.model_fields_set
         spec = replace(
             cur.spec,
@@ -810,7 +841,9 @@ def write_openapi(path: str | Path) -> None:
 def bind_socket(host: str, port: int) -> socket.socket:
     """A listening-ready socket (port 0: a free port, read back with ``getsockname``)."""
     family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto must say TCP: asyncio sets TCP_NODELAY on accepted sockets only when it does, and
+    # without it a keep-alive response (headers, then body) waits ~40 ms for a delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host.strip("[]"), port))
@@ -858,7 +891,8 @@ def catalogue_options(f: Callable) -> Callable:
                      help="keyword: give unlabelled tools the keyword annotator's level (reads MCP annotations)."),
         click.option("--encoder", default=None, help="Encoder name or folder (must match the checkpoint's)."),
         click.option("--device", default="cpu", show_default=True, help="Encoder device (cpu, cuda)."),
-        click.option("--threads", type=int, default=None, help="torch threads for encoding [default: torch's]."),
+        click.option("--threads", type=click.IntRange(1), default=1, show_default=True,
+                     help="torch and BLAS threads per process (more help only long texts or very large registries)."),
     ]
     for opt in reversed(opts):
         f = opt(f)

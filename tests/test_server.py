@@ -1,0 +1,411 @@
+"""The HTTP service over real HTTP on loopback (uvicorn in a thread of the test process):
+auth, every limit, malformed input, concurrency, hot swap under load, the OpenAPI document.
+
+The retriever runs on HashEncoder (tests/test_server_support.py), so these tests measure the
+service, not a model; tests/test_server_cli.py runs `riskrank serve` with the real encoder."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from riskrank.datasets.demo import demo_registry_path
+from riskrank.errors import RiskrankError
+from riskrank.server import (
+    ArtefactSpec,
+    BatchingEncoder,
+    Limits,
+    Service,
+    check_bind,
+    create_app,
+    openapi_schema,
+    read_token,
+)
+from test_server_support import (
+    ADMIN_TOKEN,
+    TOKEN,
+    HashEncoder,
+    ServerThread,
+    make_checkpoint,
+    write_mcp_registry,
+)
+
+DEMO = str(demo_registry_path())
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "openapi.json"
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> str:
+    return str(make_checkpoint(tmp_path_factory.mktemp("ck") / "ck"))
+
+
+@pytest.fixture(scope="module")
+def service(checkpoint) -> Service:
+    return Service.from_spec(ArtefactSpec(DEMO, checkpoint, mode="rule"), HashEncoder())
+
+
+@pytest.fixture(scope="module")
+def server(service):
+    with ServerThread(create_app(service, token=TOKEN, admin_token=ADMIN_TOKEN)) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        yield c
+
+
+def wait_for(cond, timeout: float = 60.0) -> None:
+    deadline = time.time() + timeout
+    while not cond():
+        assert time.time() < deadline, "timed out waiting"
+        time.sleep(0.01)
+
+
+def error(resp: httpx.Response, status: int, code: str) -> dict:
+    assert resp.status_code == status, resp.text
+    assert resp.headers["content-type"].startswith("application/json")
+    body = resp.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}
+    assert body["error"]["code"] == code, body
+    assert "Traceback" not in resp.text
+    return body["error"]
+
+
+# -- probes and auth --------------------------------------------------------------------------------
+def test_probes_and_schema_are_public(client):
+    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/readyz").json() == {"status": "ready", "generation": 1}
+    assert client.get("/openapi.json").json()["info"]["title"] == "riskrank"
+
+
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong-token-0123456789"}, {"Authorization": f"Basic {TOKEN}"},
+                                     {"Authorization": TOKEN}, {"Authorization": f"Bearer {TOKEN}x"}])
+@pytest.mark.parametrize("method,path", [("POST", "/v1/retrieve"), ("GET", "/v1/tools/read_file"), ("GET", "/v1/tools/no_such_tool"),
+                                         ("GET", "/v1/info"), ("GET", "/v1/no/such/path"), ("POST", "/v1/admin/reload")])
+def test_missing_or_wrong_token_is_401_everywhere(client, headers, method, path):
+    resp = client.request(method, path, headers=headers, json={"task": "delete my files"})
+    err = error(resp, 401, "unauthorized")
+    assert resp.headers["www-authenticate"].startswith("Bearer")
+    # The same answer for an existing tool, a missing one and a missing path: nothing leaks.
+    assert err["message"] == "missing or invalid bearer token"
+    assert "read_file" not in resp.text
+
+
+def test_admin_endpoints_need_the_admin_token(client):
+    error(client.post("/v1/admin/reload", headers=AUTH, json={}), 401, "unauthorized")
+    assert client.get("/v1/admin/reload", headers=ADMIN).status_code == 200
+
+
+def test_bind_rules(tmp_path, monkeypatch):
+    check_bind("127.0.0.1", None, True)
+    check_bind("::1", None, True)
+    check_bind("localhost", None, True)
+    check_bind("0.0.0.0", TOKEN, False)
+    with pytest.raises(RiskrankError, match="loopback"):
+        check_bind("0.0.0.0", None, True)
+    with pytest.raises(RiskrankError, match="loopback"):
+        check_bind("192.168.1.5", TOKEN, True)
+    with pytest.raises(RiskrankError, match="no bearer token"):
+        check_bind("127.0.0.1", None, False)
+    f = tmp_path / "token"
+    f.write_text(TOKEN + "\n")
+    assert read_token(str(f), None) == TOKEN
+    f.write_text("short")
+    with pytest.raises(RiskrankError, match="at least 16"):
+        read_token(str(f), None)
+    monkeypatch.setenv("RR_TEST_TOKEN", TOKEN)
+    assert read_token(None, "RR_TEST_TOKEN") == TOKEN
+    monkeypatch.delenv("RR_TEST_TOKEN")
+    assert read_token(None, "RR_TEST_TOKEN") is None
+    with pytest.raises(RiskrankError, match="cannot read"):
+        read_token(str(tmp_path / "missing"), None)
+
+
+def test_cli_refuses_unsafe_binds(monkeypatch, capsys):
+    from riskrank.cli import run
+
+    monkeypatch.delenv("RISKRANK_TOKEN", raising=False)
+    for argv, msg in [(["serve", "--host", "0.0.0.0", "--insecure"], "only on a loopback"),
+                      (["serve", "--port", "0"], "no bearer token")]:
+        monkeypatch.setattr("sys.argv", ["riskrank", *argv])
+        assert run() == 2
+        err = capsys.readouterr().err
+        assert msg in err and "Traceback" not in err
+
+
+# -- retrieval ------------------------------------------------------------------------------------------
+def test_retrieve_matches_the_pipeline(client, service):
+    resp = client.post("/v1/retrieve", headers=AUTH, json={"task": "delete the old log files on the server", "k": 5})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    direct = service.active.retriever.retrieve("delete the old log files on the server", k=5)
+    assert [t["name"] for t in body["tools"]] == [t.name for t in direct.tools]
+    assert body["mode"] == "core+graph+rule" and body["generation"] == 1
+    for t in body["tools"]:
+        assert {"score", "f_rel", "f_risk", "risk_level", "effective_level", "risk_provenance", "permissions", "description"} <= set(t)
+        assert t["risk_provenance"] == "audited"
+    assert body["deferred"] and all(d["reasons"] for d in body["deferred"])
+    assert sum(t["effective_level"] >= 3 for t in body["tools"]) <= 1 or body["fallback"]
+
+
+@pytest.mark.parametrize("req,mode", [({"mode": "dense"}, "dense"), ({"mode": "dense+rule"}, "dense+rule"), ({"mode": "core"}, "core"),
+                                      ({"mode": "graph", "alpha": 0.3}, "core+graph"), ({"mode": "rule", "risk_source": "predicted"}, "core+graph+rule")])
+def test_retrieve_modes(client, req, mode):
+    resp = client.post("/v1/retrieve", headers=AUTH, json={"task": "send an email to my team", "k": 3, "lambda": 0.5, **req})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["mode"] == mode and len(body["tools"]) == 3 and body["lambda"] == 0.5
+    if "alpha" in req:
+        assert body["alpha"] == 0.3
+
+
+def test_tool_spec(client):
+    spec = client.get("/v1/tools/delete_file", headers=AUTH).json()
+    assert spec["name"] == "delete_file" and spec["risk_level"] >= 3 and spec["risk_provenance"] == "audited"
+    assert spec["input_schema"]["type"] == "object" and spec["predicted_level"] in range(1, 6)
+    error(client.get("/v1/tools/no_such_tool", headers=AUTH), 404, "unknown_tool")
+    info = client.get("/v1/info", headers=AUTH).json()
+    assert info["n_tools"] == 98 and "rule" in info["modes"] and info["limits"]["max_k"] == 100
+
+
+# -- limits and malformed input ---------------------------------------------------------------------------
+@pytest.mark.parametrize("body,status,code", [
+    ({"task": "x" * 4001}, 422, "task_too_long"),
+    ({"task": "   "}, 422, "task_empty"),
+    ({"task": ""}, 422, "invalid_request"),
+    ({}, 422, "invalid_request"),
+    ({"task": 42}, 422, "invalid_request"),
+    ({"task": "ok", "k": 0}, 422, "k_out_of_range"),
+    ({"task": "ok", "k": 101}, 422, "k_out_of_range"),
+    ({"task": "ok", "k": "5"}, 422, "invalid_request"),
+    ({"task": "ok", "k": 2.5}, 422, "invalid_request"),
+    ({"task": "ok", "k": True}, 422, "invalid_request"),
+    ({"task": "ok", "lambda": -0.1}, 422, "lambda_out_of_range"),
+    ({"task": "ok", "lambda": 10.5}, 422, "lambda_out_of_range"),
+    ({"task": "ok", "lambda": "0.1"}, 422, "invalid_request"),
+    ({"task": "ok", "alpha": 1.5}, 422, "alpha_out_of_range"),
+    ({"task": "ok", "mode": "yolo"}, 422, "invalid_mode"),
+    ({"task": "ok", "risk_source": "vibes"}, 422, "invalid_risk_source"),
+    ({"task": "ok", "top_k": 3}, 422, "unknown_field"),
+])
+def test_request_limits(client, body, status, code):
+    error(client.post("/v1/retrieve", headers=AUTH, json=body), status, code)
+
+
+@pytest.mark.parametrize("raw,ctype,status,code", [
+    (b'{"task": "x",', "application/json", 400, "malformed_json"),
+    (b"not json at all", "application/json", 400, "malformed_json"),
+    (b'{"task": "x", "lambda": NaN}', "application/json", 422, "lambda_out_of_range"),
+    (b'["task"]', "application/json", 400, "malformed_json"),
+    (b'"task"', "application/json", 400, "malformed_json"),
+    (b"", "application/json", 400, "malformed_json"),
+    (b"task=x", "application/x-www-form-urlencoded", 415, "unsupported_media_type"),
+    (b'{"task": "x"}', "text/plain", 415, "unsupported_media_type"),
+    (b'{"task": "x", "lambda": 1e999}', "application/json", 422, "lambda_out_of_range"),
+])
+def test_malformed_bodies(client, raw, ctype, status, code):
+    error(client.post("/v1/retrieve", headers={**AUTH, "content-type": ctype}, content=raw), status, code)
+
+
+def test_body_size_limit(client, server):
+    big = json.dumps({"task": "x" * 70_000}).encode()
+    error(client.post("/v1/retrieve", headers={**AUTH, "content-type": "application/json"}, content=big), 413, "body_too_large")
+
+    # Chunked, no Content-Length: the limit holds while the body streams in.
+    def chunks():
+        for _ in range(20):
+            yield b" " * 8192
+
+    resp = client.post("/v1/retrieve", headers={**AUTH, "content-type": "application/json"}, content=chunks())
+    error(resp, 413, "body_too_large")
+    # A raw request that lies about its length is refused before the body is read.
+    with socket.create_connection(("127.0.0.1", server.port)) as s:
+        s.sendall(f"POST /v1/retrieve HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+                  "Content-Type: application/json\r\nContent-Length: 999999999\r\n\r\n{".encode())
+        s.settimeout(10)
+        raw = b""
+        while b"body_too_large" not in raw:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            raw += chunk
+    assert raw.startswith(b"HTTP/1.1 413") and b"body_too_large" in raw
+
+
+def test_routing_errors_are_json(client):
+    error(client.get("/v1/retrieve", headers=AUTH), 405, "method_not_allowed")
+    error(client.get("/v1/nothing/here", headers=AUTH), 404, "not_found")
+
+
+def test_mode_unavailable_without_checkpoint():
+    svc = Service.from_spec(ArtefactSpec(DEMO), HashEncoder())
+    with ServerThread(create_app(svc, token=TOKEN)) as s, httpx.Client(base_url=s.url) as c:
+        assert c.post("/v1/retrieve", headers=AUTH, json={"task": "delete a file", "mode": "dense+rule"}).status_code == 200
+        for body in ({"task": "x", "mode": "core"}, {"task": "x", "mode": "rule"}, {"task": "x", "risk_source": "predicted"}):
+            error(c.post("/v1/retrieve", headers=AUTH, json=body), 422, "mode_unavailable")
+
+
+def test_timeout_internal_error_and_overload():
+    limits = Limits(timeout_s=0.3, max_inflight=2)
+    svc = Service.from_spec(ArtefactSpec(DEMO), HashEncoder(), limits)
+    with ServerThread(create_app(svc, token=TOKEN)) as s, httpx.Client(base_url=s.url, timeout=30) as c:
+        svc.encoder.inner.delay = 1.0
+        error(c.post("/v1/retrieve", headers=AUTH, json={"task": "slow one"}), 504, "timeout")
+        with ThreadPoolExecutor(6) as pool:
+            codes = list(pool.map(lambda i: c.post("/v1/retrieve", headers=AUTH, json={"task": f"busy {i}"}).status_code, range(6)))
+        assert 503 in codes, codes
+        time.sleep(1.5)  # let the abandoned threads drain
+        svc.encoder.inner.delay = 0.0
+
+        def boom(*a, **kw):
+            raise RuntimeError("secret internal detail")
+
+        svc.active.retriever.retrieve = boom
+        resp = c.post("/v1/retrieve", headers=AUTH, json={"task": "anything"})
+        err = error(resp, 500, "internal_error")
+        assert "secret" not in err["message"]
+
+
+# -- concurrency and hot swap ---------------------------------------------------------------------------
+def test_50_concurrent_clients(server, service):
+    tasks = [f"task {i}: " + ["delete old files", "check the weather", "send money to alice", "run a shell script"][i % 4] for i in range(50)]
+    expected = {t: [x.name for x in service.active.retriever.retrieve(t, k=5).tools] for t in tasks}
+    barrier = threading.Barrier(50)
+
+    def one(task: str) -> list:
+        with httpx.Client(base_url=server.url, timeout=60) as c:
+            barrier.wait()
+            out = []
+            for _ in range(2):
+                r = c.post("/v1/retrieve", headers=AUTH, json={"task": task, "k": 5})
+                out.append((r.status_code, [t["name"] for t in r.json()["tools"]] if r.status_code == 200 else r.text))
+            return out
+
+    with ThreadPoolExecutor(50) as pool:
+        results = dict(zip(tasks, pool.map(one, tasks), strict=True))
+    for task, outs in results.items():
+        for status, names in outs:
+            assert status == 200, names
+            assert names == expected[task]
+
+
+def test_reload_during_load(checkpoint, tmp_path):
+    reg_b = write_mcp_registry(tmp_path / "b.json")
+    svc = Service.from_spec(ArtefactSpec(DEMO, checkpoint, mode="rule"), HashEncoder())
+    names_a = set(svc.active.registry.names)
+    names_b = {t["name"] for t in json.loads(reg_b.read_text())["tools"]}
+    stop = threading.Event()
+    seen: list[tuple[int, int, set]] = []
+
+    def hammer(url: str, i: int) -> None:
+        with httpx.Client(base_url=url, timeout=60) as c:
+            while not stop.is_set():
+                r = c.post("/v1/retrieve", headers=AUTH, json={"task": f"remove notes {i} {time.time()}", "k": 3})
+                body = r.json()
+                seen.append((r.status_code, body.get("generation", -1), {t["name"] for t in body.get("tools", [])}))
+
+    with ServerThread(create_app(svc, token=TOKEN)) as s, httpx.Client(base_url=s.url, timeout=60) as c:
+        workers = [threading.Thread(target=hammer, args=(s.url, i)) for i in range(12)]
+        for w in workers:
+            w.start()
+        wait_for(lambda: len(seen) >= 20)
+        r = c.post("/v1/admin/reload", headers=AUTH, json={"registry": str(reg_b), "checkpoint": None, "mode": "dense+rule", "fill_levels": "keyword"})
+        assert r.status_code == 200, r.text
+        assert r.json()["generation"] == 2 and r.json()["n_tools"] == 5
+        n = len(seen)
+        wait_for(lambda: len(seen) >= n + 20)
+        # Bad artefacts: the error comes back, generation 2 keeps serving.
+        bad = tmp_path / "bad.json"
+        bad.write_text('{"tools": [{"name": "x"}]}')
+        err = error(c.post("/v1/admin/reload", headers=AUTH, json={"registry": str(bad)}), 422, "invalid_registry")
+        assert "generation 2 still serving" in err["message"]
+        error(c.post("/v1/admin/reload", headers=AUTH, json={"checkpoint": str(tmp_path)}), 422, "invalid_checkpoint")
+        error(c.post("/v1/admin/reload", headers=AUTH, json={"mode": "rule"}), 422, "invalid_input")
+        error(c.post("/v1/admin/reload", headers=AUTH, json={"registry": 5}), 422, "invalid_request")
+        n = len(seen)
+        wait_for(lambda: len(seen) >= n + 20)
+        stop.set()
+        for w in workers:
+            w.join()
+        assert c.get("/readyz").json()["generation"] == 2
+        status = c.get("/v1/admin/reload", headers=AUTH).json()
+        assert status["state"] == "failed" and status["error"]["code"] == "invalid_input"
+    assert len(seen) >= 60
+    assert all(code == 200 for code, _, _ in seen), {code for code, _, _ in seen}
+    gens = [g for _, g, _ in seen]
+    assert 1 in gens and 2 in gens
+    # Every answer comes whole from one generation: never a mix of old and new tools.
+    for _, gen, names in seen:
+        assert names <= (names_a if gen == 1 else names_b)
+
+
+def test_reload_in_background_and_conflict(tmp_path):
+    svc = Service.from_spec(ArtefactSpec(DEMO), HashEncoder())
+    with ServerThread(create_app(svc, token=TOKEN)) as s, httpx.Client(base_url=s.url, timeout=30) as c:
+        assert c.post("/v1/admin/reload", headers=AUTH).json()["generation"] == 2  # no body: re-read the same files
+        svc.encoder.inner.delay = 0.5  # the reload's probe query takes a while
+        r = c.post("/v1/admin/reload", headers=AUTH, json={"wait": False})
+        assert r.status_code == 202 and r.json()["status"] == "loading"
+        error(c.post("/v1/admin/reload", headers=AUTH, json={}), 409, "reload_in_progress")
+        for _ in range(100):
+            if c.get("/v1/admin/reload", headers=AUTH).json()["state"] == "succeeded":
+                break
+            time.sleep(0.05)
+        assert c.get("/readyz").json()["generation"] == 3
+
+
+# -- pieces -------------------------------------------------------------------------------------------
+def test_batching_encoder_matches_and_isolates_errors():
+    inner = HashEncoder()
+    enc = BatchingEncoder(inner)
+    texts = [f"query number {i}" for i in range(40)]
+    with ThreadPoolExecutor(20) as pool:
+        got = list(pool.map(lambda t: enc.encode([t])[0], texts))
+    for t, v in zip(texts, got, strict=True):
+        assert (v == inner.encode([t])[0]).all()
+
+    class Picky(HashEncoder):
+        def encode(self, texts, *, desc=""):
+            if any("bad" in t for t in texts):
+                raise RiskrankError("bad text")
+            return super().encode(texts)
+
+    enc = BatchingEncoder(Picky())
+    with ThreadPoolExecutor(8) as pool:
+        futs = [pool.submit(enc.encode, [t]) for t in ["a good one", "bad", "another good one", "fine"] * 4]
+    outcomes = [f.exception() is None for f in futs]
+    assert outcomes == [True, False, True, True] * 4
+
+
+def test_openapi_document_is_current():
+    """docs/openapi.json is the served schema (regenerate: riskrank serve --write-openapi docs/openapi.json)."""
+    assert json.loads(DOCS.read_text()) == json.loads(json.dumps(openapi_schema()))
+
+
+def test_limits_constant_matches_pipeline():
+    from riskrank.pipeline import MAX_K
+    from riskrank.server import MAX_K as SERVER_MAX_K
+
+    assert SERVER_MAX_K == MAX_K == Limits().max_k
+
+
+def test_importing_the_cli_does_not_import_the_servers_dependencies():
+    import subprocess
+    import sys
+
+    code = ("import sys, riskrank.cli; heavy = [m for m in ('fastapi', 'uvicorn', 'mcp', 'pydantic') if m in sys.modules]; "
+            "print(','.join(heavy))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ}, check=True)
+    assert out.stdout.strip() == ""
