@@ -1,0 +1,268 @@
+"""RiskAwareRetriever on the bundled demo registry: modes, bounds, clear errors without a
+checkpoint, training on the demo, rule-mode deferrals, predicted risk, and top-M candidates
+agreeing with the full pool."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from riskrank.encoder import ArrayEncoder
+from riskrank.errors import CheckpointError, RiskrankError
+from riskrank.first_stage import rank
+from riskrank.pipeline import RiskAwareRetriever, Stages, parse_mode
+from riskrank.rules import PERMISSION_CAP, REDUNDANCY, RISK_CAP
+
+RISKY_TASK = "Delete all the files in my home folder and run a shell script to wipe the logs."
+TASKS = [
+    "What's the weather going to be like in Lisbon this weekend?",
+    "Wire $200 from my checking account to Alice.",
+    RISKY_TASK,
+]
+
+
+# -- modes ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("mode", "stages"),
+    [
+        ("dense", Stages(False, False, False)),
+        ("dense+rule", Stages(False, False, True)),
+        ("core", Stages(True, False, False)),
+        ("core+rule", Stages(True, False, True)),
+        ("core+graph", Stages(True, True, False)),
+        ("core+graph+rule", Stages(True, True, True)),
+        ("graph", Stages(True, True, False)),
+        ("rule", Stages(True, True, True)),
+    ],
+)
+def test_parse_mode(mode, stages):
+    assert parse_mode(mode) == stages
+    assert parse_mode(stages.name) == stages
+
+
+@pytest.mark.parametrize("mode", ["", "bm25", "dense+graph", "core+core", "rule+core", "core+graph+graph", "core+", "Core"])
+def test_parse_mode_invalid(mode):
+    with pytest.raises(RiskrankError, match="unknown mode"):
+        parse_mode(mode)
+
+
+# -- without a checkpoint ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def dense(encoder, demo, demo_tool_emb):
+    return RiskAwareRetriever(demo.registry, encoder=encoder, tool_emb=demo_tool_emb, progress=False)
+
+
+def test_dense_mode_without_checkpoint(dense, encoder, demo, demo_tool_emb):
+    assert dense.mode == "dense" and dense.checkpoint is None
+    res = dense.retrieve(TASKS[0], k=5)
+    assert res.mode == "dense" and res.lam == 0.0 and len(res.tools) == 5
+    cos = encoder.encode_query(TASKS[0]) @ demo_tool_emb.T
+    expected = rank(cos)[0, :5]
+    assert [t.index for t in res.tools] == expected.tolist()
+    assert [t.rank for t in res.tools] == [1, 2, 3, 4, 5]
+    np.testing.assert_allclose([t.score for t in res.tools], cos[expected], atol=1e-6)
+    assert "weather" in res.tools[0].name
+    for t in res.tools:
+        tool = demo.registry[t.index]
+        assert t.name == tool.name and t.risk_level == tool.risk_level and t.predicted_level is None
+        assert t.permissions == sorted(tool.permissions)
+    d = res.to_dict()
+    assert d["mode"] == "dense" and len(d["tools"]) == 5 and d["deferred"] == []
+
+
+def test_dense_rule_works_with_labels_only(dense, demo):
+    res = dense.retrieve(RISKY_TASK, k=5, mode="dense+rule")
+    levels = [demo.registry[t.index].risk_level for t in res.tools]
+    assert res.mode == "dense+rule"
+    assert sum(lv >= 3 for lv in levels) <= 1 or res.fallback
+    assert res.deferred and all(set(d.reasons) <= {RISK_CAP, PERMISSION_CAP, REDUNDANCY} for d in res.deferred)
+
+
+@pytest.mark.parametrize("mode", ["core", "graph", "rule", "core+rule"])
+def test_modes_needing_a_checkpoint(dense, mode):
+    with pytest.raises(RiskrankError, match="needs a checkpoint"):
+        dense.retrieve(TASKS[0], mode=mode)
+
+
+def test_predicted_risk_needs_a_checkpoint(dense, encoder, demo, demo_tool_emb):
+    with pytest.raises(RiskrankError, match="needs a checkpoint"):
+        dense.retrieve(TASKS[0], mode="dense+rule", risk_source="predicted")
+    with pytest.raises(RiskrankError, match="needs a checkpoint"):
+        RiskAwareRetriever(demo.registry, encoder=encoder, tool_emb=demo_tool_emb, risk_source="predicted")
+    with pytest.raises(RiskrankError, match="unknown risk source"):
+        RiskAwareRetriever(demo.registry, encoder=encoder, tool_emb=demo_tool_emb, risk_source="gut")
+    with pytest.raises(RiskrankError, match="unknown mode"):
+        RiskAwareRetriever(demo.registry, encoder=encoder, tool_emb=demo_tool_emb, mode="fast")
+
+
+def test_save_needs_a_fitted_retriever(dense, tmp_path):
+    with pytest.raises(RiskrankError, match="fit"):
+        dense.save(tmp_path / "ck")
+
+
+def test_label_penalty_in_dense_mode(dense, demo):
+    """dense with lambda > 0 is the risk-label-penalty baseline: cos - lambda (r - 1) / 4."""
+    res = dense.retrieve(TASKS[2], k=10, lam=0.5)
+    for t in res.tools:
+        assert t.score == pytest.approx(t.f_rel - 0.5 * (demo.registry[t.index].risk_level - 1) / 4, abs=1e-6)
+    assert all(a.score >= b.score for a, b in zip(res.tools, res.tools[1:], strict=False))
+
+
+# -- bounds and bad input --------------------------------------------------------------------------
+@pytest.mark.parametrize("k", [0, -1, 101, True, 2.5, "5"])
+def test_k_bounds(dense, k):
+    with pytest.raises(RiskrankError, match="k must be an integer between 1 and 100"):
+        dense.retrieve(TASKS[0], k=k)
+
+
+def test_k_edges(dense, demo):
+    assert len(dense.retrieve(TASKS[0], k=1).tools) == 1
+    res = dense.retrieve(TASKS[0], k=100)
+    assert len(res.tools) == len(demo.registry) < 100
+    assert sorted(t.index for t in res.tools) == list(range(len(demo.registry)))
+
+
+@pytest.mark.parametrize("task", ["", "   ", "\n"])
+def test_empty_task(dense, task):
+    with pytest.raises(RiskrankError, match="empty"):
+        dense.retrieve(task)
+
+
+@pytest.mark.parametrize("lam", [-0.1, float("nan"), float("inf")])
+def test_bad_lambda(dense, lam):
+    with pytest.raises(RiskrankError, match="lambda must be a finite number >= 0"):
+        dense.retrieve(TASKS[0], lam=lam)
+
+
+def test_query_dimension_mismatch(dense):
+    with pytest.raises(RiskrankError, match="dimension"):
+        dense.rank_batch(np.ones((1, 7), dtype=np.float32))
+
+
+def test_tool_embedding_rows_must_match(encoder, demo, demo_tool_emb):
+    with pytest.raises(RiskrankError, match="rows"):
+        RiskAwareRetriever(demo.registry, encoder=encoder, tool_emb=demo_tool_emb[:-1])
+
+
+# -- trained on the demo ------------------------------------------------------------------------------
+def test_fit_on_demo(demo_fitted, demo):
+    r = demo_fitted
+    assert r.mode == "core" and r.scorer is not None
+    tr = r.training
+    assert tr.counts["train_queries"] + tr.counts["val_queries"] == len(demo.train)
+    assert r.lam in tr.config.lam_grid and r.alpha >= 0
+    assert r.f_risk.shape == (len(demo.registry),)
+    # the risk head orders the audited levels: mean predicted risk rises from L1 to L4+
+    lv = demo.registry.risk_levels
+    assert r.f_risk[lv >= 4].mean() > r.f_risk[lv == 1].mean()
+
+
+@pytest.mark.parametrize(("mode", "name"), [("core", "core"), ("graph", "core+graph"), ("rule", "core+graph+rule")])
+def test_retrieve_modes_after_fit(demo_fitted, demo, mode, name):
+    res = demo_fitted.retrieve(TASKS[0], k=5, mode=mode)
+    assert res.mode == name and len(res.tools) == 5
+    assert len({t.index for t in res.tools}) == 5
+    assert "weather" in " ".join(t.name for t in res.tools)
+    for t in res.tools:
+        assert 0.0 < t.f_rel < 1.0 and 0.0 < t.f_risk < 1.0
+        assert t.predicted_level in (1, 2, 3, 4, 5)
+    if mode == "core":
+        assert res.alpha == 0.0
+        for t in res.tools:
+            assert t.score == pytest.approx(t.f_rel - res.lam * t.f_risk, abs=1e-6)
+        assert all(a.score >= b.score for a, b in zip(res.tools, res.tools[1:], strict=False))
+    else:
+        assert res.alpha == demo_fitted.alpha
+
+
+def test_lambda_trades_relevance_for_risk(demo_fitted, demo):
+    levels = demo.registry.risk_levels
+    lo = demo_fitted.retrieve(RISKY_TASK, k=5, mode="core", lam=0.0)
+    hi = demo_fitted.retrieve(RISKY_TASK, k=5, mode="core", lam=5.0)
+    assert hi.lam == 5.0 and lo.lam == 0.0
+    assert sum(levels[t.index] for t in hi.tools) < sum(levels[t.index] for t in lo.tools)
+
+
+def test_rule_mode_reports_deferrals(demo_fitted, demo):
+    res = demo_fitted.retrieve(RISKY_TASK, k=5, mode="rule", lam=0.0)
+    assert res.risk_source == "labels"
+    assert res.deferred, "a task that needs destructive tools must hit the risk cap"
+    levels = demo.registry.risk_levels
+    shown = {t.index for t in res.tools}
+    for d in res.deferred:
+        assert d.reasons and set(d.reasons) <= {RISK_CAP, PERMISSION_CAP, REDUNDANCY}
+        assert d.name == demo.registry[d.index].name
+        if RISK_CAP in d.reasons:
+            assert levels[d.index] >= 3
+        if d.index not in shown:
+            assert d.name not in res.fallback
+    if not res.fallback:
+        assert sum(levels[i] >= 3 for i in shown) <= 1
+    assert "deferred" in res.to_dict() and res.to_dict()["deferred"][0]["reasons"]
+
+
+def test_rule_mode_with_predicted_risk(demo_fitted):
+    res = demo_fitted.retrieve(RISKY_TASK, k=5, mode="rule", lam=0.0, risk_source="predicted")
+    assert res.risk_source == "predicted"
+    predicted = demo_fitted.predicted_levels
+    assert predicted is not None and set(np.unique(predicted)) <= {1, 2, 3, 4, 5}
+    if not res.fallback:
+        assert sum(predicted[t.index] >= 3 for t in res.tools) <= 1
+    assert all(t.predicted_level == predicted[t.index] for t in res.tools)
+    for d in res.deferred:
+        if RISK_CAP in d.reasons:
+            assert predicted[d.index] >= 3
+
+
+def test_candidates_match_the_full_pool_when_they_cover_the_top(demo_fitted, encoder):
+    q = encoder.encode([TASKS[1]])
+    full = demo_fitted.rank_batch(q, mode="core", candidates=None)
+    cos_rank = rank(q @ demo_fitted.tool_emb.T)[0]
+    top = full.order[0, :5]
+    # the smallest dense top-M that contains the full pool's top-5
+    m = max(int(np.flatnonzero(cos_rank == t)[0]) for t in top) + 1
+    for M in (m, m + 7):
+        cand = demo_fitted.rank_batch(q, mode="core", candidates=M)
+        assert cand.order.shape == (1, M)
+        np.testing.assert_array_equal(cand.order[0, :5], top)
+        np.testing.assert_allclose(cand.score[0, :5], full.score[0, :5], atol=1e-6)
+        np.testing.assert_allclose(cand.f_rel[0, :5], full.f_rel[0, :5], atol=1e-6)
+    a = demo_fitted.retrieve(TASKS[1], k=5, mode="core", candidates=m)
+    b = demo_fitted.retrieve(TASKS[1], k=5, mode="core", candidates=None)
+    assert [t.name for t in a.tools] == [t.name for t in b.tools]
+
+
+def test_retrieve_many_matches_retrieve(demo_fitted):
+    many = demo_fitted.retrieve_many(TASKS, k=5, mode="graph")
+    for task, res in zip(TASKS, many, strict=True):
+        one = demo_fitted.retrieve(task, k=5, mode="graph")
+        assert [t.name for t in res.tools] == [t.name for t in one.tools]
+        np.testing.assert_allclose([t.score for t in res.tools], [t.score for t in one.tools], atol=1e-6)
+
+
+def test_saved_checkpoint_reproduces_the_retriever(demo_fitted, encoder, demo, tmp_path):
+    path = demo_fitted.save(tmp_path / "ck")
+    assert (path / "checkpoint.json").is_file() and (path / "heads.safetensors").is_file()
+    loaded = RiskAwareRetriever(demo.registry, encoder=encoder, checkpoint=path, progress=False)
+    assert loaded.lam == demo_fitted.lam and loaded.alpha == demo_fitted.alpha
+    assert loaded.normalisation == demo_fitted.normalisation
+    for mode in ("core", "graph", "rule"):
+        a = demo_fitted.retrieve(RISKY_TASK, k=5, mode=mode)
+        b = loaded.retrieve(RISKY_TASK, k=5, mode=mode)
+        assert [t.name for t in a.tools] == [t.name for t in b.tools], mode
+        np.testing.assert_allclose([t.score for t in a.tools], [t.score for t in b.tools], atol=1e-6)
+
+
+def test_checkpoint_with_another_encoder_is_refused(demo_fitted, demo, demo_tool_emb, tmp_path):
+    path = demo_fitted.save(tmp_path / "ck")
+    other = ArrayEncoder({"x": np.ones(384, dtype=np.float32)}, identity="some-other-encoder")
+    with pytest.raises(CheckpointError, match="trained on encoder"):
+        RiskAwareRetriever(demo.registry, encoder=other, checkpoint=path, tool_emb=demo_tool_emb)
+    with pytest.raises(CheckpointError, match="384-d"):
+        RiskAwareRetriever(demo.registry, encoder=demo_fitted.encoder, checkpoint=path, tool_emb=demo_tool_emb[:, :100])
+
+
+@pytest.mark.parametrize("m", [0, -3, 2.5])
+def test_bad_candidate_count(dense, m):
+    with pytest.raises(RiskrankError, match="candidates"):
+        dense.retrieve(TASKS[0], candidates=m)
