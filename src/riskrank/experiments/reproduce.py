@@ -107,7 +107,7 @@ def _protocol_text(run: EvalRun, bench) -> str:
 
 
 def reproduce(
-    dataset: str, out: str | Path, *, data: str | Path | None = None, encoder: str | None = None,
+    dataset: str, out: str | Path, *, data: str | Path | None = None, encoder: Any = None,
     seeds: Sequence[int] = DEFAULT_SEEDS, reuse: bool = False, cross_encoders: bool = True,
     extra_cross_encoders: Sequence[str] = (), progress: bool = True, echo: Callable[[str], None] = print,
 ) -> dict[str, Any]:

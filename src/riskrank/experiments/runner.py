@@ -211,6 +211,7 @@ class Runner:
         # One retriever without heads serves bm25, dense, dense+rule and risk_label_penalty.
         self.base = RiskAwareRetriever(self.registry, encoder=self.encoder, tool_emb=self.tool_emb, mode="dense", progress=False)
         self.heads_needed = sorted({s.head for s in self.specs if s.trained})
+        self.ce_info: list[dict[str, Any]] = []
 
     # -- protocol ---------------------------------------------------------------------------
     def run(self) -> EvalRun:
@@ -248,6 +249,12 @@ class Runner:
                                 run.filters[seed][sp][s.name] = run.filters[base][sp][s.name]
         self.timing.update({"train_s": t_train, "evaluate_s": t_eval, "train_s_per_seed": t_train / len(self.seeds)})
         run.timing = dict(self.timing)
+        if self.ce_info:
+            run.notes.append("cross-encoder runs: " + "; ".join(
+                f"{c['method']} {c['split']}: {c.get('n_queries')} queries, prepare {c.get('prepare_s', 0):.0f}s, rerank {c.get('rerank_s', 0):.0f}s"
+                + (f", {c['finetune_steps']} fine-tuning steps" if c.get("finetune_steps") else "")
+                + (" (reused from cache)" if c.get("finetune_reused") else "")
+                for c in self.ce_info))
         return run
 
     def _folds(self, seed: int):
@@ -318,9 +325,7 @@ class Runner:
         if spec.relevance == "mmr":
             return mmr_rerank(q, self.tool_emb, cand, spec.mmr_lambda), None
         if spec.relevance == "cross-encoder":
-            from riskrank.experiments.cross_encoder import cross_encoder_rank
-
-            return cross_encoder_rank(spec.model, self.bench.splits[split].texts, idx, self.registry.texts(), cand, cache), None
+            return self._cross_encoder(spec, split, idx, cand, fold), None
         if spec.relevance == "dense":
             lam = fold.label_lam if spec.lam == "selected" else float(spec.lam)
             f_rel, f_risk = self.base.components(q, stages, cand, cos if cand is None else np.take_along_axis(cos, cand, 1))
@@ -334,6 +339,27 @@ class Runner:
         alpha = r.alpha if spec.alpha == "selected" else float(spec.alpha)
         return r.rank_scores(f_rel - np.float32(lam) * f_risk, stages, candidates=cand, alpha=alpha,
                              risk_source=spec.rule or "labels", graph=self._graph(fold, spec, r) if spec.graph else None)[:2]
+
+    def _cross_encoder(self, spec: MethodSpec, split: str, idx: np.ndarray, cand: np.ndarray, fold: _Fold) -> np.ndarray:
+        """A cross-encoder reranking the dense top-100; ``ce-minilm-ft`` is fine-tuned on this
+        fold's training queries (once, first seed; cached on disk by the split's fingerprint)."""
+        from riskrank.experiments.cross_encoder import (
+            FT_METHOD,
+            cross_encoder_rank,
+            hard_negatives_from_scores,
+        )
+
+        texts = [self.bench.splits[split].texts[i] for i in idx]
+        kw: dict[str, Any] = {}
+        if spec.model == FT_METHOD:
+            assert fold.train_q is not None and fold.train_emb is not None
+            hn = hard_negatives_from_scores(fold.train_emb @ self.tool_emb.T, fold.train_q.gold)
+            kw = {"train_texts": fold.train_q.texts, "train_gold": fold.train_q.gold, "hard_negatives": hn, "seed": self.seeds[0]}
+        info: dict[str, Any] = {}
+        order = cross_encoder_rank(spec.model, texts, self.registry.texts(), cand, progress=self.progress, info=info, **kw)
+        self.ce_info.append({"method": spec.name, "split": split, **{k: v for k, v in info.items() if k != "finetune"},
+                             "finetune_steps": (info.get("finetune") or {}).get("steps")})
+        return order
 
     def _evaluate(self, run: EvalRun, seed: int, split: str, idx: np.ndarray, fold: _Fold, specs: list[MethodSpec]) -> None:
         qs = self.bench.splits[split]
