@@ -11,9 +11,10 @@ Two flavours, one code path:
   and its settings.
 
 Cost is the whole design problem here: a cross-encoder reads every (query, tool) pair through
-the transformer, and 2 CPU cores score only tens of pairs per second with all six MiniLM
-layers. The defaults below (see ``FT_DEFAULTS`` and ``DEFAULT_DEPTH``) were measured to keep
-both benchmarks' cross-encoder cost near 20 minutes; the report quotes the measured times.
+the transformer. With all six MiniLM layers at 64 tokens one CPU core scores about 33 pairs a
+second and takes about 2 s per 16-pair training step, so the defaults (``FT_DEFAULTS``,
+``DEFAULT_DEPTH``) are sized for both benchmarks together (six fine-tunes, 1,700 reranked
+queries) to cost about 20-25 minutes on two idle cores. A loaded machine takes longer.
 """
 
 from __future__ import annotations
@@ -39,10 +40,11 @@ from riskrank.errors import RiskrankError
 FT_METHOD = "ce-minilm-ft"
 SIDECAR = "riskrank_cross_encoder.json"
 SIDECAR_FORMAT = 1
-DEFAULT_DEPTH = 30
-"""Dense candidates rescored per query by the runner (the rest keep their dense order): on
-the MiniLM fine-tune, depth 30 scored within 0.01 NDCG@5 of depth 50 on both benchmarks at 60%
-of its cost (UltraTool fold 0: 0.528 vs 0.526; Seal-Tools test_in: 0.637 vs 0.644)."""
+DEFAULT_DEPTH = 20
+"""Dense candidates rescored per query (the rest keep their dense order); chosen for cost. With
+the default fine-tune, NDCG@5 at depth 10 / 20 / 30 was 0.479 / 0.498 / 0.523 on UltraTool
+fold 0 (dense 0.302) and 0.607 / 0.607 / 0.609 on Seal-Tools test_in (dense 0.623); each
+further 10 candidates costs about 17,000 pairs over both benchmarks (about 5 idle minutes)."""
 
 
 @dataclass(frozen=True)
@@ -52,11 +54,12 @@ class FinetuneConfig:
     seed: int = 42
     max_steps: int | None = 100
     """Optimisation steps (100 x 16 = 1,600 pairs, a quarter of one pass over UltraTool's
-    positives). The step count, not the clock, defines the model, so a run on a busy machine
-    trains the same model as one on an idle machine; ``None`` trains until the budget."""
+    positives): about 2 minutes on two idle cores. When the step count ends the run, the model
+    does not depend on the machine's speed; ``None`` trains until the budget."""
     budget_s: float = 300.0
     """Wall-clock cap of the optimisation loop (loading and saving add a few seconds). It binds
-    only on a heavily loaded machine; the sidecar then records the steps actually done."""
+    on a loaded machine (here, with load averages of 3 to 7 on two cores, 100 steps took 340 to
+    800 s); the sidecar then records the steps actually done and ``stopped_by: budget``."""
     max_length: int = 64
     """Tokens per (query, tool) pair; truncation cuts the longer side (the query) first."""
     n_layers: int = 6

@@ -75,7 +75,7 @@ _MOD = re.compile(r"@(?P<key>[a-z_]+)=(?P<val>[^@\[]+)|\[edges=(?P<edges>[a-z+]*
 
 def parse_method(name: str) -> MethodSpec:
     """A contract name (``core+graph``) or a variant (``core@lam=0.05``,
-    ``core+graph[edges=co+sem]``, ``ce:PATH`` for a cross-encoder reranking the dense top-100)."""
+    ``core+graph[edges=co+sem]``, ``ce:PATH`` for a cross-encoder rescoring the top-20 of the dense top-100)."""
     name = name.strip()
     if name.startswith("ce:") or name.startswith("cross-encoder:"):
         model = name.split(":", 1)[1]

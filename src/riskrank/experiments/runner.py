@@ -341,7 +341,7 @@ class Runner:
                              risk_source=spec.rule or "labels", graph=self._graph(fold, spec, r) if spec.graph else None)[:2]
 
     def _cross_encoder(self, spec: MethodSpec, split: str, idx: np.ndarray, cand: np.ndarray, fold: _Fold) -> np.ndarray:
-        """A cross-encoder reranking the dense top-100; ``ce-minilm-ft`` is fine-tuned on this
+        """A cross-encoder rescoring the top-20 of the dense top-100 (cross_encoder.DEFAULT_DEPTH; the rest keep dense order); ``ce-minilm-ft`` is fine-tuned on this
         fold's training queries (once, first seed; cached on disk by the split's fingerprint)."""
         from riskrank.experiments.cross_encoder import (
             FT_METHOD,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from riskrank.experiments.common import HEADERS, PAPER_COLUMNS, cell, md_table
 from riskrank.experiments.runner import EvalRun
 
-ROWS = (("BM25", "bm25"), ("dense encoder", "dense"), ("dense + fine-tuned cross-encoder", "ce-minilm-ft"),
+ROWS = (("BM25", "bm25"), ("dense encoder", "dense"), ("dense + fine-tuned MiniLM cross-encoder (top-20 rescored)", "ce-minilm-ft"),
         ("dense + rule filter", "dense+rule"), ("riskrank core (validated lambda)", "core"),
         ("riskrank core + graph + rule filter", "core+graph+rule"))
 METHODS = tuple(m for _, m in ROWS)
