@@ -266,3 +266,28 @@ def test_checkpoint_with_another_encoder_is_refused(demo_fitted, demo, demo_tool
 def test_bad_candidate_count(dense, m):
     with pytest.raises(RiskrankError, match="candidates"):
         dense.retrieve(TASKS[0], candidates=m)
+
+
+@pytest.mark.parametrize("mode", ["dense", "core", "core+graph", "core+graph+rule", "dense+rule"])
+def test_top_prefix_equals_the_full_ranking(demo_fitted, encoder, mode):
+    q = encoder.encode(TASKS)
+    full = demo_fitted.rank_batch(q, mode=mode, candidates=None)
+    for top in (1, 5, 12):
+        part = demo_fitted.rank_batch(q, mode=mode, candidates=None, top=top)
+        np.testing.assert_array_equal(part.order, full.order[:, :top])
+        np.testing.assert_allclose(part.score, full.score[:, :top], atol=1e-6)
+        np.testing.assert_allclose(part.f_rel, full.f_rel[:, :top], atol=1e-6)
+
+
+def test_ann_first_stage(demo_fitted, encoder, demo, demo_tool_emb):
+    ann = RiskAwareRetriever(demo.registry, encoder=encoder, checkpoint=demo_fitted.checkpoint, tool_emb=demo_tool_emb,
+                             first_stage="ann", candidates=40, progress=False)
+    exact = RiskAwareRetriever(demo.registry, encoder=encoder, checkpoint=demo_fitted.checkpoint, tool_emb=demo_tool_emb,
+                               candidates=40, progress=False)
+    # A 98-tool registry has 2 IVF cells and 32 probes: the index scans them all, so ANN = exact.
+    for mode in ("core", "core+graph+rule"):
+        a = ann.retrieve_many(TASKS, k=5, mode=mode)
+        b = exact.retrieve_many(TASKS, k=5, mode=mode)
+        assert [[t.name for t in r.tools] for r in a] == [[t.name for t in r.tools] for r in b]
+    with pytest.raises(RiskrankError, match="unknown first stage"):
+        RiskAwareRetriever(demo.registry, encoder=encoder, tool_emb=demo_tool_emb, first_stage="lsh", progress=False)

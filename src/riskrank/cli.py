@@ -165,16 +165,22 @@ def evaluate(dataset: str, data_dir: str | None, methods: str, query_mode: str, 
 @click.option("--risk-source", type=click.Choice(["labels", "predicted"]), default="labels", show_default=True,
               help="Risk levels the rule filter reads: audited labels, or the risk head's predictions.")
 @click.option("--encoder", default=None, help="Encoder name or folder (must match the checkpoint's).")
+@click.option("--candidates", type=click.IntRange(1), default=None,
+              help="Rerank the first stage's top-M tools instead of the full pool [default: full pool].")
+@click.option("--first-stage", type=click.Choice(["exact", "ann"]), default="exact", show_default=True,
+              help="How the top-M is found: exact cosine, or an approximate IVF index (10^5+ tools).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def retrieve(task: str, registry: str | None, checkpoint: str | None, k: int, mode: str | None, lam: float | None,
-             alpha: float | None, risk_source: str, encoder: str | None, as_json: bool) -> None:
+             alpha: float | None, risk_source: str, encoder: str | None, candidates: int | None, first_stage: str,
+             as_json: bool) -> None:
     """Rank a registry's tools for TASK and show the top-k with scores, risk levels and
     permission categories (and, in rule modes, what was deferred and why)."""
     from riskrank.datasets.demo import demo_registry_path
     from riskrank.pipeline import RiskAwareRetriever
 
     retriever = RiskAwareRetriever.from_paths(registry or demo_registry_path(), checkpoint, encoder=encoder,
-                                              mode=mode, risk_source=risk_source, progress=False)
+                                              mode=mode, risk_source=risk_source, progress=False,
+                                              candidates=candidates, first_stage=first_stage)
     res = retriever.retrieve(task, k=k, lam=lam, alpha=alpha)
     if as_json:
         click.echo(json.dumps(res.to_dict(), indent=2))

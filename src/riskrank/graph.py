@@ -149,6 +149,23 @@ def _pattern_tables(P: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return codes, sizes, shared
 
 
+def _max_explicit_weight(raw: sp.csr_matrix, P: np.ndarray, perm_raw: float, chunk: int = 1 << 22) -> float:
+    """max over explicit pairs of raw_ij + perm_raw * m_ij. m_ij from 5-bit category patterns
+    (a popcount lookup), a chunk of rows at a time: two [nnz, 5] float gathers would take
+    gigabytes at a million tools."""
+    if raw.nnz == 0:
+        return 0.0
+    codes = _pattern_codes(P).astype(np.uint8)
+    popcount = np.array([bin(x).count("1") for x in range(1 << P.shape[1])], dtype=np.float64)
+    rows = np.repeat(np.arange(raw.shape[0], dtype=np.int32), np.diff(raw.indptr))
+    best = -np.inf
+    for a in range(0, raw.nnz, chunk):
+        b = min(raw.nnz, a + chunk)
+        shared = popcount[codes[rows[a:b]] & codes[raw.indices[a:b]]]
+        best = max(best, float((raw.data[a:b] + perm_raw * shared).max()))
+    return best
+
+
 def _max_pair_overlap(P: np.ndarray) -> int:
     """max over pairs i != j of m_ij, from pattern group sizes."""
     _, sizes, shared = _pattern_tables(P)
@@ -196,6 +213,11 @@ class ToolGraph:
         deg_explicit = np.asarray(A.sum(axis=1), dtype=np.float64).ravel()
         deg_perm = P.astype(np.float64) @ P.sum(axis=0, dtype=np.float64) - self._perm_self
         self.degree = deg_explicit + self.perm_coef * deg_perm
+        # Full-pool smoothing reads the permission factor through each category's member
+        # list (O(tools with that category)), not through the dense [N, 5] matrix.
+        self._perm_members = [np.flatnonzero(P[:, k]) for k in range(_N_CATEGORIES)]
+        self._perm_any = np.flatnonzero(self._perm_self)
+        self._full_scaling: dict[str, tuple[np.ndarray | None, np.ndarray, np.ndarray]] = {}
 
     # ------------------------------------------------------------------ construction
 
@@ -210,11 +232,17 @@ class ToolGraph:
         progress: bool = False,
         *,
         block_rows: int | None = None,
+        semantic_index: Any | None = None,
     ) -> ToolGraph:
         """Build the graph of Appendix B from description embeddings [N, d] (unit-norm),
         the gold tool sets of the TRAINING queries only, audited risk levels [N] (0 = unknown;
         unknown is not risky here: the graph smooths, the rule filter is the safety control)
-        and the boolean permission matrix [N, 5]."""
+        and the boolean permission matrix [N, 5].
+
+        ``semantic_index`` (an :class:`riskrank.ann.ANNRetriever` over the same embeddings)
+        finds the semantic edges approximately instead of comparing all N^2 / 2 pairs: the
+        way to build a graph over 10^5-10^6 tools (with ``GraphConfig.sem_knn`` set, since an
+        encoder's similarity threshold connects ever more pairs as a registry grows)."""
         config = config or GraphConfig()
         emb = _check_embeddings(tool_emb)
         n = emb.shape[0]
@@ -241,14 +269,12 @@ class ToolGraph:
                 both = sp.diags(risky) @ (counts > 0).astype(np.float64) @ sp.diags(risky)
                 parts["risk"] = (both * config.risk_weight).tocsr()
         if "sem" in types:
-            cos = _semantic_edges(emb, config.sem_threshold, config.sem_knn, block_rows, progress)
+            if semantic_index is not None:
+                cos = _semantic_edges_ann(semantic_index, n, config.sem_threshold, config.sem_knn, progress)
+            else:
+                cos = _semantic_edges(emb, config.sem_threshold, config.sem_knn, block_rows, progress)
             parts["sem"] = (cos * config.sem_weight).tocsr()
 
-        raw = sp.csr_matrix((n, n), dtype=np.float64)
-        for part in parts.values():
-            raw = raw + part
-        raw = sp.csr_matrix(raw)
-        raw.eliminate_zeros()
         type_counts = {}
         for name in ("co", "sem", "risk"):
             part = parts.get(name)
@@ -257,25 +283,22 @@ class ToolGraph:
             else:
                 part.eliminate_zeros()
                 type_counts[name] = part.nnz // 2
+        raw = sp.csr_matrix((n, n), dtype=np.float64)
+        for name in list(parts):
+            raw = raw + parts.pop(name)  # drop each part once added: tens of millions of pairs at 10^6 tools
+        raw = sp.csr_matrix(raw)
+        raw.eliminate_zeros()
 
         P = perms.astype(np.float64) if "perm" in types else np.zeros((n, _N_CATEGORIES))
         perm_raw = config.perm_weight / _N_CATEGORIES  # per shared category (Table 10)
         # Eq. 8's maximum over all pairs, exactly: explicit pairs carry their permission part
         # too; a permission-only pair can be no heavier than the largest m_ij overall.
-        coo = raw.tocoo()
-        shared = (P[coo.row] * P[coo.col]).sum(axis=1)
-        max_explicit = float((coo.data + perm_raw * shared).max()) if coo.nnz else 0.0
+        max_explicit = _max_explicit_weight(raw, P > 0, perm_raw)
         max_perm = perm_raw * _max_pair_overlap(P) if perm_raw > 0 else 0.0
         max_raw = max(max_explicit, max_perm)
         scale = 1.0 / max_raw if max_raw > 0 else 0.0
-        return cls(
-            (raw * scale).tocsr(),
-            P,
-            perm_raw * scale,
-            config,
-            max_raw=max_raw,
-            type_counts=type_counts,
-        )
+        raw.data *= scale
+        return cls(raw, P, perm_raw * scale, config, max_raw=max_raw, type_counts=type_counts)
 
     # ------------------------------------------------------------------ smoothing
 
@@ -330,7 +353,9 @@ class ToolGraph:
             block = s2[rows]
             prop = propagate(block, norm) if cand2 is None else propagate(block, cand2[rows], norm)
             # (h0 + h1) / 2 = (1 - alpha/2) s + (alpha/2) s Â^T
-            out[rows] = (1.0 - alpha / 2.0) * block + (alpha / 2.0) * prop
+            prop *= np.float32(alpha / 2.0)
+            prop += np.float32(1.0 - alpha / 2.0) * block
+            out[rows] = prop
         return out[0] if one_d else out
 
     def _check_candidates(self, cand: np.ndarray, shape: tuple[int, ...]) -> None:
@@ -368,14 +393,47 @@ class ToolGraph:
         y = x * dinv
         return ((adj_times(y) + y) * dinv).astype(np.float32)
 
+    def _scaling(self, norm: str) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+        """(pre, post, isolated) with x Â^T = post * ((pre * x) A [+ pre * x for sym_self]),
+        cached per normalisation; ``isolated`` lists the tools whose row of Â is the identity
+        (row normalisation, degree 0)."""
+        if norm not in self._full_scaling:
+            deg = self.degree
+            none = np.zeros(0, dtype=np.int64)
+            with np.errstate(divide="ignore"):
+                if norm == "row":
+                    post = np.where(deg > 0, 1.0 / deg, 0.0).astype(np.float32)
+                    self._full_scaling[norm] = (None, post, np.flatnonzero(deg <= 0))
+                elif norm == "sym":
+                    d = np.where(deg > 0, 1.0 / np.sqrt(deg), 0.0).astype(np.float32)
+                    self._full_scaling[norm] = (d, d, none)
+                else:
+                    d = (1.0 / np.sqrt(deg + 1.0)).astype(np.float32)
+                    self._full_scaling[norm] = (d, d, none)
+        return self._full_scaling[norm]
+
     def _propagate_full(self, s: np.ndarray, norm: str) -> np.ndarray:
-        A, P, p_self = self.explicit, self.permissions, self._perm_self
-
-        def adj_times(y: np.ndarray) -> np.ndarray:
-            y = np.ascontiguousarray(y, dtype=np.float32)
-            return np.asarray((A @ y.T).T) + self._perm_product(y, P, p_self)
-
-        return self._normalise(s, self.degree.astype(np.float32), norm, adj_times)
+        """s Â^T over the full pool: one sparse product for the explicit edges, the
+        permission edges through per-category sums, then the normalisation's scaling."""
+        pre, post, isolated = self._scaling(norm)
+        y = np.ascontiguousarray(s if pre is None else s * pre, dtype=np.float32)
+        out = np.ascontiguousarray((self.explicit @ y.T).T, dtype=np.float32)
+        c = self.perm_coef
+        if c != 0.0:
+            P = self.permissions
+            for k, members in enumerate(self._perm_members):
+                if members.size:
+                    w = P[members, k]
+                    total = (y[:, members] @ w.astype(np.float64)) * c  # sum_j P_jk y_j, [Q]
+                    out[:, members] += (total[:, None] * w).astype(np.float32)
+            idx = self._perm_any  # minus the diagonal of P P^T: a tool is not its own neighbour
+            out[:, idx] -= (c * self._perm_self[idx]) * y[:, idx]
+        if norm == "sym_self":
+            out += y
+        out *= post
+        if isolated.size:
+            out[:, isolated] = s[:, isolated]
+        return out
 
     def _propagate_sub(self, s: np.ndarray, cand: np.ndarray, norm: str) -> np.ndarray:
         """Subgraph induced by each row's candidates: explicit entries are found by looking up
@@ -599,6 +657,30 @@ def _semantic_edges(
     M = sp.csr_matrix((v, (r, c)), shape=(n, n))
     # kNN picks are directed: keep an edge if either end picked the other.
     return (M + M.T).tocsr() if knn is None else M.maximum(M.T).tocsr()
+
+
+def _semantic_edges_ann(index: Any, n: int, threshold: float, knn: int | None, progress: bool) -> sp.csr_matrix:
+    """Semantic edges from an ANN index's directed neighbour pairs (``index.neighbours``),
+    made symmetric like :func:`_semantic_edges`: an edge exists if either end found the other
+    (the larger of the two cosines where both did, as ``M.maximum(M.T)``, without holding
+    both matrices: at a million tools the pairs are tens of millions)."""
+    if getattr(index, "n_tools", n) != n:
+        raise RiskrankError(f"semantic_index covers {index.n_tools} tools, the registry {n}")
+    r, c, v = index.neighbours(knn, threshold=threshold, progress=progress)
+    keep = r != c
+    key = np.minimum(r, c)[keep] * np.int64(n) + np.maximum(r, c)[keep]
+    v = v[keep]
+    del r, c, keep
+    order = np.lexsort((-v, key))  # each pair's largest cosine first
+    key, v = key[order], v[order]
+    del order
+    first = np.ones(key.size, dtype=bool)
+    first[1:] = key[1:] != key[:-1]
+    lo, hi = np.divmod(key[first], np.int64(n))
+    lo, hi = lo.astype(np.int32), hi.astype(np.int32)
+    v = v[first].astype(np.float64)
+    del key, first
+    return sp.csr_matrix((np.concatenate([v, v]), (np.concatenate([lo, hi]), np.concatenate([hi, lo]))), shape=(n, n))
 
 
 def semantic_threshold_table(

@@ -20,12 +20,17 @@ Combined score (Eq. 6): ``s(q, t) = f_rel(q, t) - lambda * f_risk(t)``.
 Factorised scoring: the first layer of any head on ``[e_q; e_t]`` is ``W = [W_q | W_t]``, so
 ``h = ReLU(W_q e_q + W_t e_t + b)``. :class:`HeadScorer` precomputes ``E_t W_t^T`` (N x 64),
 ``E_t V^T`` (N x r) and ``f_risk`` once per registry; a query then costs O(N * 64) plus the
-cosine the first stage computes anyway, instead of O(N * 2d * 64).
+cosine the first stage computes anyway, instead of O(N * 2d * 64). Over the full pool the
+cosine and the bilinear term are one product, ``(scale e_q + beta V^T U e_q) . e_t``, and the
+tools are processed in cache-sized blocks (docs/benchmarks.md has the measurements).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -130,8 +135,17 @@ class HeadScorer:
     registry; per query the work is O(N * (hidden + rank)) plus the cosine.
     """
 
-    # Elements of the [q, n, hidden] activation block processed at once (bounds memory).
-    block_elems = 1 << 22
+    # Elements of the [n, hidden] activation block processed at once: small enough to stay in
+    # the CPU cache (a block of tool-side projections is read from memory once and reused by
+    # every query of a batch), large enough that per-block Python overhead is noise.
+    block_elems = 1 << 18
+    #: Threads that split a full-pool call's tools into contiguous ranges (from
+    #: ``parallel_min_tools`` tools on). Each runs single-threaded kernels, so keep BLAS and
+    #: torch at one intra-op thread when raising it: on two cores this doubles full-pool
+    #: throughput at 10^5-10^6 tools, where intra-op threading of these many small kernels
+    #: does not (and collapses when the other core is busy).
+    workers = 1
+    parallel_min_tools = 1 << 16
 
     def __init__(self, model: DualHead, tool_emb: np.ndarray) -> None:
         self.design = model.design
@@ -149,58 +163,150 @@ class HeadScorer:
                 self.bias = float(rel.bias)
                 self.beta = float(rel.residual_weight)
                 self.u = rel.u.weight.detach().float()  # [r, d]
-                self.tool_v = (self.tool_emb @ rel.v.weight.detach().float().T).contiguous()  # [N, r]
+                self.v = rel.v.weight.detach().float()  # [r, d]
+                self.tool_v = (self.tool_emb @ self.v.T).contiguous()  # [N, r]
+        self._local = threading.local()
+        self._executor: ThreadPoolExecutor | None = None
+        self._executor_size = 0
+
+    def _work_buffer(self, rows: int, cols: int) -> torch.Tensor:
+        """A per-thread scratch block, reused across calls: a fresh megabyte per query costs
+        more in page faults than the arithmetic done in it (and threads must not share it)."""
+        buf = getattr(self._local, "buf", None)
+        if buf is None or buf.shape[0] < rows or buf.shape[1] != cols:
+            buf = self._local.buf = torch.empty((rows, cols), dtype=torch.float32)
+        return buf[:rows]
 
     @property
     def n_tools(self) -> int:
         return int(self.tool_emb.shape[0])
 
-    def _mlp(self, hq: torch.Tensor, th: torch.Tensor) -> torch.Tensor:
-        """sum_h w2_h * ReLU(hq_h + th_h) + b2, for hq [q, H] and th [q, n, H] or [n, H]."""
-        if th.dim() == 2:
-            th = th.unsqueeze(0)
-        return torch.relu(th + hq[:, None, :]) @ self.w.l2_w + self.w.l2_b
-
     def logits(self, query_emb: np.ndarray, candidates: np.ndarray | None = None, *, cos: np.ndarray | None = None) -> np.ndarray:
         """Pre-sigmoid relevance [Q, N] (or [Q, M] over ``candidates``). ``cos`` may pass
         the first stage's cosine matrix in the same shape to avoid recomputing it."""
-        q = torch.from_numpy(np.ascontiguousarray(np.atleast_2d(query_emb), dtype=np.float32))
-        n_q = q.shape[0]
-        width = self.n_tools if candidates is None else candidates.shape[1]
-        out = torch.empty((n_q, width), dtype=torch.float32)
-        hq = q @ self.w.l1_q.T + self.w.l1_b  # [Q, H]
-        uq = q @ self.u.T if self.design == "residual" else None
+        q = np.ascontiguousarray(np.atleast_2d(query_emb), dtype=np.float32)
+        if cos is not None:
+            cos = np.atleast_2d(np.asarray(cos, dtype=np.float32))
+        # numpy (BLAS) for the small query-side products: torch's CPU matmul is slower here.
+        hq = q @ self.w.l1_q.numpy().T + self.w.l1_b.numpy()  # W_q e_q + b, [Q, H]
+        uq = q @ self.u.numpy().T if self.design == "residual" else None  # U e_q, [Q, r]
+        with torch.no_grad():
+            if candidates is None:
+                return self._logits_full(q, hq, uq, cos)
+            return self._logits_candidates(q, hq, uq, np.asarray(candidates), cos)
+
+    def _combine(self, out: np.ndarray, bil: np.ndarray | None, cs: np.ndarray | None) -> None:
+        """out (the MLP term, without b2) -> scale * cos + beta * (bilinear + MLP) + bias."""
+        out += np.float32(self.w.l2_b)
+        if self.design == "residual":
+            out += bil
+            out *= np.float32(self.beta)
+            out += np.float32(self.scale) * cs
+            out += np.float32(self.bias)
+
+    def _logits_full(self, q: np.ndarray, hq: np.ndarray, uq: np.ndarray | None, cos: np.ndarray | None) -> np.ndarray:
+        n, hidden = self.tool_hidden.shape
+        out = np.empty((q.shape[0], n), dtype=np.float32)
+        fold = None
+        if self.design == "residual" and cos is None:
+            # scale * q.e + beta * (U q).(V e) = (scale * q + beta * V^T U q) . e: the cosine
+            # and the bilinear term are one product with the tool embeddings, so E_t V^T is
+            # not read at all (a quarter less memory traffic per query at d = 384).
+            fold = np.float32(self.scale) * q + np.float32(self.beta) * (uq @ self.v.numpy())
+        step = max(1, min(n, self.block_elems // hidden))
+        workers = max(1, min(int(self.workers), -(-n // step)))
+        if workers == 1 or n < self.parallel_min_tools:
+            self._logits_range(0, n, step, out, hq, uq, cos, fold)
+            return out
+        # Contiguous tool ranges, one per thread: no synchronisation inside a call, so a busy
+        # machine slows it down gracefully (per-op thread barriers do not).
+        cuts = [min(n, round(n * k / workers / step) * step) for k in range(workers + 1)]
+        cuts[-1] = n
+        pool = self._pool(workers)
+        jobs = [pool.submit(self._logits_range, a, b, step, out, hq, uq, cos, fold) for a, b in itertools.pairwise(cuts) if b > a]
+        for job in jobs:
+            job.result()
+        return out
+
+    def _pool(self, workers: int) -> ThreadPoolExecutor:
+        if self._executor is None or self._executor_size != workers:
+            if self._executor is not None:
+                self._executor.shutdown(wait=False)
+            self._executor = ThreadPoolExecutor(workers, thread_name_prefix="riskrank-heads")
+            self._executor_size = workers
+        return self._executor
+
+    def _logits_range(
+        self, lo: int, hi: int, step: int, out: np.ndarray, hq: np.ndarray, uq: np.ndarray | None,
+        cos: np.ndarray | None, fold: np.ndarray | None,
+    ) -> None:
+        """Logits of tools [lo, hi) into out[:, lo:hi]."""
         hidden = self.tool_hidden.shape[1]
+        th, w2 = self.tool_hidden, self.w.l2_w.numpy()
+        buf_t = self._work_buffer(step, hidden)
+        buf = buf_t.numpy()
+        residual = self.design == "residual"
+        te = self.tool_emb.numpy()
+        tv = self.tool_v.numpy() if residual else None
+        # Tool blocks outermost, so each block of E_t (and E_t W_t^T, E_t V^T) is read from
+        # memory once for the whole batch: the linear terms as one matrix product per block
+        # over all queries, the MLP per query on the block while it sits in cache. torch for
+        # the elementwise add/ReLU (several times faster than numpy's maximum here), BLAS for
+        # the products.
+        with torch.no_grad():
+            for c in range(lo, hi, step):
+                e = min(hi, c + step)
+                b_t, b = buf_t[: e - c], buf[: e - c]
+                for i in range(hq.shape[0]):
+                    torch.add(th[c:e], torch.from_numpy(hq[i]), out=b_t)
+                    torch.relu_(b_t)
+                    np.matmul(b, w2, out=out[i, c:e])
+                blk = out[:, c:e]
+                if fold is not None:
+                    blk += np.float32(self.w.l2_b)
+                    blk *= np.float32(self.beta)
+                    blk += fold @ te[c:e].T
+                    blk += np.float32(self.bias)
+                elif residual:
+                    self._combine(blk, uq @ tv[c:e].T, cos[:, c:e])
+                else:
+                    self._combine(blk, None, None)
+
+    def _logits_candidates(self, q: np.ndarray, hq: np.ndarray, uq: np.ndarray | None, cand: np.ndarray, cos: np.ndarray | None) -> np.ndarray:
+        n_q, width = cand.shape
+        hidden = self.tool_hidden.shape[1]
+        out = np.empty((n_q, width), dtype=np.float32)
+        th, w2 = self.tool_hidden.numpy(), self.w.l2_w.numpy()
+        residual = self.design == "residual"
         q_step = max(1, min(n_q, self.block_elems // max(1, width * hidden)))
         n_step = width if q_step > 1 else max(1, self.block_elems // hidden)
-        cand_t = None if candidates is None else torch.from_numpy(np.ascontiguousarray(candidates, dtype=np.int64))
-        with torch.no_grad():
-            for a in range(0, n_q, q_step):
-                b = min(n_q, a + q_step)
-                for c in range(0, width, n_step):
-                    e = min(width, c + n_step)
-                    if cand_t is None:
-                        th = self.tool_hidden[c:e]
-                        blk = self._mlp(hq[a:b], th)
-                        if self.design == "residual":
-                            tv = self.tool_v[c:e]
-                            bil = uq[a:b] @ tv.T
-                            cs = q[a:b] @ self.tool_emb[c:e].T if cos is None else torch.from_numpy(np.ascontiguousarray(cos[a:b, c:e], dtype=np.float32))
-                    else:
-                        idx = cand_t[a:b, c:e]
-                        blk = self._mlp(hq[a:b], self.tool_hidden[idx])
-                        if self.design == "residual":
-                            bil = (self.tool_v[idx] * uq[a:b, None, :]).sum(-1)
-                            cs = (self.tool_emb[idx] * q[a:b, None, :]).sum(-1) if cos is None else torch.from_numpy(np.ascontiguousarray(cos[a:b, c:e], dtype=np.float32))
-                    if self.design == "residual":
-                        blk = self.scale * cs + self.beta * (bil + blk) + self.bias
-                    out[a:b, c:e] = blk
-        return out.numpy()
+        for a in range(0, n_q, q_step):
+            b = min(n_q, a + q_step)
+            for c in range(0, width, n_step):
+                e = min(width, c + n_step)
+                idx = cand[a:b, c:e]
+                h = torch.from_numpy(th[idx])  # gathered E_t W_t^T rows, [q, m, H]
+                h += torch.from_numpy(hq[a:b, None, :])
+                torch.relu_(h)
+                o = out[a:b, c:e]
+                np.matmul(h.numpy(), w2, out=o)
+                bil = cs = None
+                if residual:
+                    bil = np.einsum("qmr,qr->qm", self.tool_v.numpy()[idx], uq[a:b])
+                    cs = np.einsum("qmd,qd->qm", self.tool_emb.numpy()[idx], q[a:b]) if cos is None else cos[a:b, c:e]
+                self._combine(o, bil, cs)
+        return out
 
     def relevance(self, query_emb: np.ndarray, candidates: np.ndarray | None = None, *, cos: np.ndarray | None = None) -> np.ndarray:
         """f_rel in (0, 1): [Q, N], or [Q, M] over per-query ``candidates``."""
         z = self.logits(query_emb, candidates, cos=cos)
-        return (1.0 / (1.0 + np.exp(-z, dtype=np.float32))).astype(np.float32)
+        # 1 / (1 + exp(-z)) in place: a million-tool row allocates nothing more. exp overflows
+        # to inf for z < -88, and 1 / inf = 0 is the right limit.
+        np.negative(z, out=z)
+        with np.errstate(over="ignore"):
+            np.exp(z, out=z)
+        z += np.float32(1.0)
+        return np.reciprocal(z, out=z)
 
     def risk(self, candidates: np.ndarray | None = None) -> np.ndarray:
         return self.f_risk if candidates is None else self.f_risk[candidates]

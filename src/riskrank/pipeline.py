@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from riskrank.ann import ANNRetriever
 from riskrank.encoder import Encoder
 from riskrank.errors import CheckpointError, RiskrankError
 from riskrank.first_stage import rank, top_m
@@ -46,6 +47,8 @@ from riskrank.training import (
 
 MODE_ALIASES = {"graph": "core+graph", "rule": "core+graph+rule"}
 RISK_SOURCES = ("labels", "predicted")
+#: "exact": cosine over every tool; "ann": an IVF index finds the top-M candidates (large registries).
+FIRST_STAGES = ("exact", "ann")
 GRAPH_FILE = "graph.npz"
 DEFAULT_ALPHA_GRID = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
 MAX_K = 100
@@ -168,6 +171,7 @@ class RiskAwareRetriever:
         tool_emb: np.ndarray | None = None,
         progress: bool = True,
         cache_queries: bool = True,
+        first_stage: str = "exact",
     ) -> None:
         self.registry = registry
         self.cache_queries = cache_queries
@@ -186,6 +190,11 @@ class RiskAwareRetriever:
         if checkpoint is not None and tool_emb.shape[1] != checkpoint.model.dim:
             raise CheckpointError(f"checkpoint heads expect {checkpoint.model.dim}-d embeddings, got {tool_emb.shape[1]}-d")
         self.tool_emb = tool_emb
+        if first_stage not in FIRST_STAGES:
+            raise RiskrankError(f"unknown first stage {first_stage!r}; choose from {', '.join(FIRST_STAGES)}")
+        self.first_stage = first_stage
+        # The approximate index (large registries) finds the top-M candidates; built lazily.
+        self._ann: ANNRetriever | None = None
         self.scorer = HeadScorer(checkpoint.model, tool_emb) if checkpoint is not None else None
         inference = checkpoint.meta.get("inference", {}) if checkpoint is not None else {}
         self.lam = float(lam if lam is not None else inference.get("lam", 0.1))
@@ -228,7 +237,11 @@ class RiskAwareRetriever:
         """The ToolGraph; built on first use from the registry alone (semantic and permission
         edges; no training queries, so no co-occurrence edges) when none was given."""
         if self._graph is None:
-            self._graph = ToolGraph.build(self.tool_emb, [], self.registry.risk_levels, self.registry.permissions, self.graph_config)
+            # With the approximate first stage, semantic edges come from the same index (no
+            # all-pairs similarity over a large registry).
+            index = self.ann if self.first_stage == "ann" else None
+            self._graph = ToolGraph.build(self.tool_emb, [], self.registry.risk_levels, self.registry.permissions,
+                                          self.graph_config, semantic_index=index)
         return self._graph
 
     @property
@@ -263,16 +276,30 @@ class RiskAwareRetriever:
             return self.encoder.encode(list(texts), desc="encoding queries")
         return self.encoder.encode(list(texts), desc="encoding queries", store=False)
 
-    def candidate_set(self, query_emb: np.ndarray, m: int | None) -> tuple[np.ndarray | None, np.ndarray]:
-        """(candidates [Q, M] or None for the full pool, cosine [Q, N or M])."""
-        cos = np.atleast_2d(query_emb) @ self.tool_emb.T
+    @property
+    def ann(self) -> ANNRetriever:
+        """The approximate first-stage index (IVF), built on first use."""
+        if self._ann is None:
+            self._ann = ANNRetriever(self.tool_emb)
+        return self._ann
+
+    def candidate_set(self, query_emb: np.ndarray, m: int | None, *, need_cos: bool = True) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """(candidates [Q, M] or None for the full pool, cosine [Q, N or M]). Over the full
+        pool the cosine is skipped when ``need_cos`` is false (the residual head folds it
+        into its own product with the tool embeddings)."""
+        query_emb = np.atleast_2d(query_emb)
         if m is None or m >= len(self.registry):
-            return None, cos
+            return None, (query_emb @ self.tool_emb.T if need_cos else None)
+        if self.first_stage == "ann":
+            return self.ann.search(query_emb, m)
+        cos = query_emb @ self.tool_emb.T
         cand = top_m(cos, m)
         return cand, np.take_along_axis(cos, cand, axis=1)
 
-    def components(self, query_emb: np.ndarray, stages: Stages, candidates: np.ndarray | None, cos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def components(self, query_emb: np.ndarray, stages: Stages, candidates: np.ndarray | None, cos: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """(f_rel [Q, L], f_risk [Q, L] or [L]) for the scored set."""
+        if cos is None and not stages.heads:
+            cos = self.candidate_set(query_emb, None)[1] if candidates is None else np.einsum("qmd,qd->qm", self.tool_emb[candidates], np.atleast_2d(query_emb))
         if stages.heads:
             if self.scorer is None:
                 raise RiskrankError(f"mode {stages.name!r} needs a checkpoint (train one with `riskrank train`)")
@@ -282,28 +309,37 @@ class RiskAwareRetriever:
     def rank_scores(
         self, scores: np.ndarray, stages: Stages, *, candidates: np.ndarray | None = None, alpha: float | None = None,
         risk_source: str | None = None, normalisation: str | None = None, graph: ToolGraph | None = None,
-        k: int | None = None,
+        k: int | None = None, top: int | None = None,
     ) -> tuple[np.ndarray, list[FilterResult] | None, np.ndarray]:
         """Graph smoothing, ranking and rule filter of precomputed scores [Q, N] (or [Q, M]
         over ``candidates``). Returns (order [Q, L] of tool indices, filter results or None,
         final scores [Q, L] in the scored set's column order). ``graph`` overrides the
-        retriever's graph (edge-type ablations)."""
+        retriever's graph (edge-type ablations). ``top`` keeps only the first ``top``
+        positions of the order, found without sorting the whole pool (the same positions as
+        the full ranking's prefix)."""
         alpha = self.alpha if alpha is None else alpha
         if stages.graph and alpha > 0:
             g = graph if graph is not None else self.graph
             scores = g.smooth(scores, alpha, candidates, normalisation=normalisation or self.normalisation)
-        local = rank(scores)
-        order = local if candidates is None else np.take_along_axis(candidates, local, axis=1)
         results = None
         if stages.rule:
-            order, results = self.rule_filter(self._check_risk_source(risk_source or self.risk_source), k).filter_batch(order)
+            rf = self.rule_filter(self._check_risk_source(risk_source or self.risk_source), k)
+            if top is not None:
+                order, results = rf.filter_scores(scores, candidates, length=top)
+                return order, results, scores
+        local = rank(scores) if top is None else top_m(scores, top)
+        order = local if candidates is None else np.take_along_axis(candidates, local, axis=1)
+        if stages.rule:
+            order, results = rf.filter_batch(order)
         return order, results, scores
 
     def rank_batch(
         self, query_emb: np.ndarray, *, mode: str | None = None, lam: float | None = None, alpha: float | None = None,
         candidates: int | str | None = "default", risk_source: str | None = None, k: int | None = None,
+        top: int | None = None,
     ) -> BatchRanking:
-        """Rank the registry for many encoded queries at once."""
+        """Rank the registry for many encoded queries at once (the first ``top`` positions
+        only when given: what a caller needing the top-k asks for at scale)."""
         stages = parse_mode(mode or self.mode)
         lam = self.effective_lambda(stages, lam)
         m = self.candidates if candidates == "default" else candidates
@@ -312,10 +348,11 @@ class RiskAwareRetriever:
         query_emb = np.atleast_2d(np.asarray(query_emb, dtype=np.float32))
         if query_emb.shape[1] != self.tool_emb.shape[1]:
             raise RiskrankError(f"query embeddings have dimension {query_emb.shape[1]}, tools {self.tool_emb.shape[1]}")
-        cand, cos = self.candidate_set(query_emb, m)
+        fold = stages.heads and self.scorer is not None and self.scorer.design == "residual"
+        cand, cos = self.candidate_set(query_emb, m, need_cos=not fold)
         f_rel, f_risk = self.components(query_emb, stages, cand, cos)
         scores = f_rel - np.float32(lam) * f_risk
-        order, results, final = self.rank_scores(scores, stages, candidates=cand, alpha=alpha, risk_source=risk_source, k=k)
+        order, results, final = self.rank_scores(scores, stages, candidates=cand, alpha=alpha, risk_source=risk_source, k=k, top=top)
         # Align per-tool values with the returned order.
         if cand is None:
             pos = order
@@ -358,7 +395,7 @@ class RiskAwareRetriever:
         mode_name = parse_mode(mode or self.mode).name
         source = self._check_risk_source(risk_source or self.risk_source)
         batch = self.rank_batch(self.encode_queries(tasks), mode=mode, lam=lam, alpha=alpha, candidates=candidates,
-                                risk_source=source, k=max(k, self.rule_config.k))
+                                risk_source=source, k=max(k, self.rule_config.k), top=k)
         predicted = self.predicted_levels
         eff_lam = self.effective_lambda(parse_mode(mode_name), lam)
         out = []

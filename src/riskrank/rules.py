@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from riskrank.errors import RiskrankError
+from riskrank.first_stage import top_m
 from riskrank.risk import RISKY_LEVEL
 
 RISK_CAP = "risk_cap"
@@ -171,6 +172,51 @@ class RuleFilter:
         orders[:, :width] = new_head
         for i, r in enumerate(results):
             r.order = orders[i]
+        return orders, results
+
+    def filter_scores(
+        self, scores: np.ndarray, candidates: np.ndarray | None = None, *, length: int | None = None
+    ) -> tuple[np.ndarray, list[FilterResult]]:
+        """The rule filter straight from scores, without sorting the pool: the first
+        ``length`` (default K) positions of ``filter_batch(ranking)``, where ``ranking`` is the
+        stable descending order of ``scores`` [Q, L] (over the full pool, or over per-query
+        ``candidates`` [Q, L] of tool indices).
+
+        Only a prefix of each ranking is selected (:func:`riskrank.first_stage.top_m`), and a
+        row whose scan runs off the prefix before K tools are accepted is redone with a
+        prefix four times longer, so the result equals the full sort's exactly. Returns the
+        filtered orders [Q, length] and one :class:`FilterResult` per query (``order`` is the
+        filtered prefix; accepted, deferred, fallback and reasons are those of the full list).
+        """
+        scores = np.atleast_2d(np.asarray(scores))
+        if scores.ndim != 2:
+            raise RiskrankError(f"scores must be [Q, L], got shape {scores.shape}")
+        width = scores.shape[1]
+        if candidates is not None:
+            candidates = np.atleast_2d(np.asarray(candidates))
+            if candidates.shape != scores.shape:
+                raise RiskrankError(f"candidates shape {candidates.shape} != scores shape {scores.shape}")
+        length = self.config.k if length is None else int(length)
+        if length < 1:
+            raise RiskrankError(f"length must be >= 1, got {length}")
+        length = min(length, width)
+        # Appendix C.2's scan rarely reads past a few K; start there and grow when it does.
+        prefix = min(width, max(length, 8 * self.config.k + 8))
+
+        def ranking(rows: np.ndarray | slice, m: int) -> np.ndarray:
+            local = top_m(scores[rows], m)
+            return local if candidates is None else np.take_along_axis(candidates[rows], local, axis=1)
+
+        orders, results = self.filter_batch(ranking(slice(None), prefix))
+        orders = orders[:, :length].copy()
+        for i, res in enumerate(results):
+            m = prefix
+            while len(res.accepted) < self.config.k and res.n_scanned >= m and m < width:
+                m = min(width, 4 * m)
+                row_orders, (res,) = self.filter_batch(ranking(slice(i, i + 1), m))
+                orders[i] = row_orders[0, :length]
+            results[i] = res
+            res.order = orders[i]
         return orders, results
 
     def _scan(self, ranking: np.ndarray) -> FilterResult:

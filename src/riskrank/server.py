@@ -100,6 +100,10 @@ class ArtefactSpec:
     risk_source: str = "labels"
     fill_levels: str = "none"
     """``keyword``: give unlabelled tools the keyword annotator's level (proxy mode's audit)."""
+    candidates: int | None = None
+    """Rerank the first stage's top-M instead of the full pool (large registries)."""
+    first_stage: str = "exact"
+    """``ann``: an IVF index finds the top-M (with ``candidates``), for 10^5+ tools."""
 
 
 # -- the catalogue: a retriever plus the risk evidence the responses report -----------------------
@@ -242,7 +246,8 @@ def load_catalogue(spec: ArtefactSpec, encoder: Any, generation: int = 1, *, reg
     reg = registry if registry is not None else ToolRegistry.load(spec.registry)
     reg, provenance, evidence = audit_registry(reg, fill=spec.fill_levels == "keyword")
     retriever = RiskAwareRetriever(
-        reg, encoder=encoder, checkpoint=spec.checkpoint, mode=spec.mode, risk_source=spec.risk_source, progress=False
+        reg, encoder=encoder, checkpoint=spec.checkpoint, mode=spec.mode, risk_source=spec.risk_source, progress=False,
+        candidates=spec.candidates, first_stage=spec.first_stage,
     )
     retriever.retrieve(_PROBE_TASK, k=1)
     return Catalogue(retriever, spec, generation, provenance, evidence, load_seconds=time.perf_counter() - t0)
@@ -893,6 +898,10 @@ def catalogue_options(f: Callable) -> Callable:
         click.option("--device", default="cpu", show_default=True, help="Encoder device (cpu, cuda)."),
         click.option("--threads", type=click.IntRange(1), default=1, show_default=True,
                      help="torch and BLAS threads per process (more help only long texts or very large registries)."),
+        click.option("--candidates", type=click.IntRange(1), default=None,
+                     help="Rerank the first stage's top-M tools instead of the full pool [default: full pool]."),
+        click.option("--first-stage", type=click.Choice(["exact", "ann"]), default="exact", show_default=True,
+                     help="How the top-M is found: exact cosine, or an approximate IVF index (10^5+ tools)."),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -917,7 +926,7 @@ def _echo(msg: str) -> None:
 @click.option("--write-openapi", "openapi_out", type=click.Path(dir_okay=False), default=None,
               help="Write the OpenAPI schema to FILE and exit.")
 def serve_command(registry: str | None, checkpoint: str | None, mode: str | None, risk_source: str, fill_levels: str,
-                  encoder: str | None, device: str, threads: int | None, host: str, port: int, token_file: str | None,
+                  encoder: str | None, device: str, threads: int | None, candidates: int | None, first_stage: str, host: str, port: int, token_file: str | None,
                   token_env: str, insecure: bool, admin_token_file: str | None, max_body_bytes: int, max_task_chars: int,
                   max_lambda: float, timeout_s: float, max_inflight: int, log_level: str, openapi_out: str | None) -> None:
     """Serve risk-aware tool retrieval over HTTP (POST /v1/retrieve; docs/serving.md).
@@ -934,7 +943,7 @@ def serve_command(registry: str | None, checkpoint: str | None, mode: str | None
     admin_token = read_token(admin_token_file, ADMIN_TOKEN_ENV)
     check_bind(host, token, insecure)
     sock = bind_socket(host, port)
-    spec = ArtefactSpec(registry or _demo_registry(), checkpoint, mode, risk_source, fill_levels)
+    spec = ArtefactSpec(registry or _demo_registry(), checkpoint, mode, risk_source, fill_levels, candidates, first_stage)
     _echo(f"loading {spec.registry}" + (f" with checkpoint {checkpoint}" if checkpoint else ""))
     service = Service.from_spec(spec, encoder, limits, device=device, threads=threads)
     service.encoder.warm()
