@@ -147,6 +147,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--request-mode", default=None, help="Mode each request asks for [default: the server's].")
     p.add_argument("--encoder", default=None)
     p.add_argument("--threads", type=int, default=None, help="torch threads in the server.")
+    p.add_argument("--encoder-backend", default=None, choices=["auto", "torch", "onnx"],
+                   help="The server's encoder forward pass [default: the server's, auto].")
     p.add_argument("--clients", default="1,8", help="Comma-separated concurrency levels.")
     p.add_argument("--requests", type=int, default=200, help="Timed requests per level.")
     p.add_argument("--warmup", type=int, default=20)
@@ -166,7 +168,8 @@ def main(argv: list[str] | None = None) -> dict:
     port = free_port()
     cmd = [sys.executable, "-c", "from riskrank.cli import entry; entry()", "serve", "--registry", registry,
            "--host", "127.0.0.1", "--port", str(port), "--insecure", "--log-level", "warning"]
-    for flag, value in (("--checkpoint", args.checkpoint), ("--mode", args.mode), ("--encoder", args.encoder), ("--threads", args.threads)):
+    for flag, value in (("--checkpoint", args.checkpoint), ("--mode", args.mode), ("--encoder", args.encoder), ("--threads", args.threads),
+                        ("--encoder-backend", args.encoder_backend)):
         if value is not None:
             cmd += [flag, str(value)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -208,7 +211,7 @@ def main(argv: list[str] | None = None) -> dict:
     env_info = {
         "cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
         "load_avg_before": [round(x, 2) for x in load_before], "load_avg_after": [round(x, 2) for x in os.getloadavg()],
-        "server_startup_s": round(startup, 2), "torch_threads": args.threads,
+        "server_startup_s": round(startup, 2), "torch_threads": args.threads, "encoder_backend": args.encoder_backend or "auto",
     }
     out = {"registry": registry, "n_tools": info["n_tools"], "mode": args.request_mode or info["mode"], "queries": args.queries,
            "encoder": info["encoder"], "k": args.k, "environment": env_info, "results": results}

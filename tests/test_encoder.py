@@ -144,3 +144,31 @@ def test_array_encoder():
 def test_array_encoder_empty_batch():
     enc = ArrayEncoder({"a": np.array([3.0, 4.0])})
     assert enc.encode([]).shape == (0, 2)
+
+
+def test_onnx_backend_gives_the_same_embeddings(tmp_path):
+    texts = ["  padded   text with spaces ", "Delete ALL files in /var/log older than 30 days!", "word " * 400,
+             "émigré café naïve — unicode ✓", "short", "wire $200 to Alice"]
+    onnx = Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, backend="onnx")
+    torch_enc = Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False)
+    a, b = onnx.encode(texts), torch_enc.encode(texts)
+    assert a.dtype == np.float32 and a.shape == b.shape
+    np.testing.assert_allclose(a, b, atol=1e-5)  # truncation, padding, unicode, batches by length
+    exported = list((tmp_path / "onnx").glob("*.onnx"))
+    assert len(exported) == 1
+    # A second encoder reuses the export; a corrupt export is a clear error, not a crash.
+    again = Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, backend="onnx")
+    np.testing.assert_allclose(again.encode(texts[:2]), b[:2], atol=1e-5)
+    exported[0].write_bytes(b"not a model")
+    with pytest.raises(RiskrankError, match="exported encoder"):
+        Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, backend="onnx").encode(["x"])
+    # auto falls back to PyTorch with a warning where ONNX cannot serve.
+    with pytest.warns(UserWarning, match="using PyTorch"):
+        auto = Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, backend="auto")
+        np.testing.assert_allclose(auto.encode(texts[:1]), b[:1], atol=1e-6)
+    assert auto.backend == "torch"
+
+
+def test_unknown_backend():
+    with pytest.raises(RiskrankError, match="unknown encoder backend"):
+        Encoder(None, backend="tensorrt")

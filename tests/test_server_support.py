@@ -155,7 +155,7 @@ def run_cli_with_hash_encoder(argv: list[str]) -> None:
     import riskrank.server
     from riskrank.cli import main
 
-    def make(encoder=None, device="cpu", threads=None):
+    def make(encoder=None, device="cpu", threads=None, backend="torch"):
         return riskrank.server.BatchingEncoder(HashEncoder())
 
     riskrank.server.make_encoder = make

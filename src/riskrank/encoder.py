@@ -18,6 +18,7 @@ import json
 import os
 import sqlite3
 import threading
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -159,13 +160,21 @@ class Encoder:
         batch_size: int = 64,
         device: str = "cpu",
         progress: bool = True,
+        backend: str = "torch",
     ) -> None:
+        from riskrank.onnx_backend import BACKENDS
+
+        if backend not in BACKENDS:
+            raise RiskrankError(f"unknown encoder backend {backend!r}; choose from {', '.join(BACKENDS)}")
+        self.backend = backend
+        self._onnx = None
+        self._cache_dir = Path(cache_dir or default_cache_dir())
         self.display_name, self.folder = resolve_model(name_or_path)
         self.identity = model_identity(self.display_name, self.folder)
         self.batch_size = batch_size
         self.device = device
         self.progress = progress
-        self.cache = EmbeddingCache(Path(cache_dir or default_cache_dir()) / "embeddings.sqlite") if use_cache else None
+        self.cache = EmbeddingCache(self._cache_dir / "embeddings.sqlite") if use_cache else None
         self._model = None
         self._dim: int | None = None
         self._lock = threading.Lock()
@@ -237,19 +246,42 @@ class Encoder:
             raise RiskrankError("the task/query text is empty")
         return self.encode([text], store=store)[0]
 
+    def onnx_backend(self):
+        """The ONNX Runtime forward pass (``backend="onnx"``, or ``"auto"`` when the model and
+        the device allow it; ``auto`` falls back to PyTorch, with a warning, where not)."""
+        if self._onnx is None and self.backend != "torch":
+            from riskrank.onnx_backend import OnnxEncoderBackend
+
+            model = self.model
+            if self.device != "cpu" and self.backend == "auto":
+                self.backend = "torch"
+                return None
+            try:
+                self._onnx = OnnxEncoderBackend(model, self.identity, self._cache_dir)
+            except RiskrankError as exc:
+                if self.backend == "onnx":
+                    raise
+                warnings.warn(f"encoder: using PyTorch ({exc})", stacklevel=2)
+                self.backend = "torch"
+        return self._onnx
+
     def _encode_model(self, texts: list[str], desc: str) -> np.ndarray:
         model = self.model
         show = self.progress and len(texts) > 4 * self.batch_size
-        import torch
+        onnx = self.onnx_backend()
+        if onnx is not None:
+            vecs = onnx.encode(texts, self.batch_size, desc=desc if show else None)
+        else:
+            import torch
 
-        with torch.inference_mode():
-            vecs = model.encode(
-                texts,
-                batch_size=self.batch_size,
-                convert_to_numpy=True,
-                normalize_embeddings=True,
-                show_progress_bar=show,
-            )
+            with torch.inference_mode():
+                vecs = model.encode(
+                    texts,
+                    batch_size=self.batch_size,
+                    convert_to_numpy=True,
+                    normalize_embeddings=True,
+                    show_progress_bar=show,
+                )
         vecs = np.asarray(vecs, dtype=np.float32)
         if not np.isfinite(vecs).all():
             bad = int((~np.isfinite(vecs).all(axis=1)).sum())

@@ -293,7 +293,7 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstream: str | None = None, 
 @click.option("--transport", type=click.Choice(["stdio", "streamable-http"]), default="stdio", show_default=True)
 @token_options
 def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, risk_source: str, fill_levels: str,
-                encoder: str | None, device: str, threads: int | None, candidates: int | None, first_stage: str, upstream: str | None, forward: bool, k: int,
+                encoder: str | None, device: str, encoder_backend: str, threads: int | None, candidates: int | None, first_stage: str, upstream: str | None, forward: bool, k: int,
                 transport: str, host: str, port: int, token_file: str | None, token_env: str, insecure: bool) -> None:
     """Serve find_tools (risk-aware tool search) over MCP: stdio, or streamable HTTP.
 
@@ -315,6 +315,6 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
         sock = bind_socket(host, port)
     spec = ArtefactSpec(registry or ("" if upstream else _demo_registry()), checkpoint, mode, risk_source, fill_levels,
                         candidates, first_stage)
-    enc = make_encoder(encoder, device=device, threads=threads)
+    enc = make_encoder(encoder, device=device, threads=threads, backend=encoder_backend)
     anyio.run(lambda: run(spec, enc, upstream=upstream, forward=forward, k=k, transport=transport, sock=sock,
                           token=token, echo=_echo))

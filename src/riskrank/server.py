@@ -289,6 +289,9 @@ class BatchingEncoder:
         if model is not None and hasattr(model, "encode"):
             with self._lock:
                 model.encode(["warm up"], convert_to_numpy=True)
+                onnx = getattr(self.inner, "onnx_backend", None)
+                if onnx is not None and onnx() is not None:  # export (first time) and load now
+                    onnx().encode(["warm up"])
 
     def encode(self, texts: Sequence[str], *, desc: str = "encoding") -> Any:
         fut: concurrent.futures.Future = concurrent.futures.Future()
@@ -358,15 +361,16 @@ def limit_threads(threads: int) -> None:
     threadpool_limits(threads)
 
 
-def make_encoder(encoder: Any = None, device: str = "cpu", threads: int | None = None) -> BatchingEncoder:
+def make_encoder(encoder: Any = None, device: str = "cpu", threads: int | None = None, backend: str = "torch") -> BatchingEncoder:
     """A :class:`BatchingEncoder` over ``encoder`` (an Encoder-like object, or a name/folder);
-    ``threads``: see :func:`limit_threads`."""
+    ``threads``: see :func:`limit_threads`; ``backend``: the encoder's forward pass (``auto``
+    uses ONNX Runtime where the model allows it: half the latency, the same embeddings)."""
     if threads is not None:
         limit_threads(threads)
     if encoder is None or isinstance(encoder, str):
         from riskrank.encoder import Encoder
 
-        encoder = Encoder(encoder, device=device, progress=False)
+        encoder = Encoder(encoder, device=device, progress=False, backend=backend)
     return encoder if isinstance(encoder, BatchingEncoder) else BatchingEncoder(encoder)
 
 
@@ -896,6 +900,9 @@ def catalogue_options(f: Callable) -> Callable:
                      help="keyword: give unlabelled tools the keyword annotator's level (reads MCP annotations)."),
         click.option("--encoder", default=None, help="Encoder name or folder (must match the checkpoint's)."),
         click.option("--device", default="cpu", show_default=True, help="Encoder device (cpu, cuda)."),
+        click.option("--encoder-backend", type=click.Choice(["auto", "torch", "onnx"]), default="auto", show_default=True,
+                     help="Encoder forward pass: ONNX Runtime (same embeddings, ~2x faster on CPU; exported once "
+                          "and cached) or PyTorch; auto = ONNX where the model allows it."),
         click.option("--threads", type=click.IntRange(1), default=1, show_default=True,
                      help="torch and BLAS threads per process (more help only long texts or very large registries)."),
         click.option("--candidates", type=click.IntRange(1), default=None,
@@ -926,7 +933,7 @@ def _echo(msg: str) -> None:
 @click.option("--write-openapi", "openapi_out", type=click.Path(dir_okay=False), default=None,
               help="Write the OpenAPI schema to FILE and exit.")
 def serve_command(registry: str | None, checkpoint: str | None, mode: str | None, risk_source: str, fill_levels: str,
-                  encoder: str | None, device: str, threads: int | None, candidates: int | None, first_stage: str, host: str, port: int, token_file: str | None,
+                  encoder: str | None, device: str, encoder_backend: str, threads: int | None, candidates: int | None, first_stage: str, host: str, port: int, token_file: str | None,
                   token_env: str, insecure: bool, admin_token_file: str | None, max_body_bytes: int, max_task_chars: int,
                   max_lambda: float, timeout_s: float, max_inflight: int, log_level: str, openapi_out: str | None) -> None:
     """Serve risk-aware tool retrieval over HTTP (POST /v1/retrieve; docs/serving.md).
@@ -945,13 +952,15 @@ def serve_command(registry: str | None, checkpoint: str | None, mode: str | None
     sock = bind_socket(host, port)
     spec = ArtefactSpec(registry or _demo_registry(), checkpoint, mode, risk_source, fill_levels, candidates, first_stage)
     _echo(f"loading {spec.registry}" + (f" with checkpoint {checkpoint}" if checkpoint else ""))
-    service = Service.from_spec(spec, encoder, limits, device=device, threads=threads)
+    service = Service.from_spec(spec, encoder, limits, device=device, threads=threads, backend=encoder_backend)
     service.encoder.warm()
     s = service.active.summary()
     bound = sock.getsockname()
     url_host = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
     auth = "none (--insecure, loopback)" if token is None else f"bearer token from {token_file or '$' + token_env}"
-    _echo(f"serving {s['n_tools']} tools, mode {s['mode']} (modes: {', '.join(s['modes'])}), encoder {s['encoder']}")
+    backend = getattr(service.encoder.inner, "backend", None)
+    _echo(f"serving {s['n_tools']} tools, mode {s['mode']} (modes: {', '.join(s['modes'])}), encoder {s['encoder']}"
+          + (f" ({'ONNX Runtime' if backend == 'onnx' else 'PyTorch'})" if backend else ""))
     _echo(f"listening on http://{url_host}:{bound[1]}  auth: {auth}")
     server = uvicorn_server(create_app(service, limits=limits, token=token, admin_token=admin_token), sock, log_level)
     server.run(sockets=[sock])
