@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import http.server
+import os
 import threading
 from collections.abc import Iterator
 from functools import partial
@@ -22,7 +23,8 @@ from riskrank.datasets.fetch import (
 )
 from riskrank.errors import DataError
 
-REAL_MIRROR = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+# The shared mirror: $RISKRANK_MIRROR (CI sets it), else ../shared/datasets beside the checkout.
+REAL_MIRROR = Path(os.environ.get("RISKRANK_MIRROR") or Path(__file__).resolve().parents[2] / "shared" / "datasets")
 
 UT = "JoeYing1019/UltraTool"
 ST = "fairyshine/Seal-Tools"
