@@ -167,8 +167,23 @@ def test_onnx_backend_gives_the_same_embeddings(tmp_path):
         auto = Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, backend="auto")
         np.testing.assert_allclose(auto.encode(texts[:1]), b[:1], atol=1e-6)
     assert auto.backend == "torch"
+    ok = Encoder(None, cache_dir=tmp_path / "fresh", use_cache=False, progress=False, backend="auto")
+    ok.encode(["x"])
+    assert ok.backend == "onnx"  # auto reports what it runs
 
 
 def test_unknown_backend():
     with pytest.raises(RiskrankError, match="unknown encoder backend"):
         Encoder(None, backend="tensorrt")
+
+
+def test_auto_backend_falls_back_on_any_export_failure(tmp_path):
+    (tmp_path / "onnx").write_text("a file where the export folder should be")
+    with pytest.warns(UserWarning, match="using PyTorch"):
+        enc = Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, backend="auto")
+        assert enc.encode(["hello world"]).shape == (1, 384)
+    assert enc.backend == "torch"
+    with pytest.raises(RiskrankError, match="onnx encoder backend failed"):
+        Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, backend="onnx").encode(["hello world"])
+    with pytest.raises(RiskrankError, match="runs on the CPU"):
+        Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, backend="onnx", device="meta").onnx_backend()

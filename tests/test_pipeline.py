@@ -289,5 +289,7 @@ def test_ann_first_stage(demo_fitted, encoder, demo, demo_tool_emb):
         a = ann.retrieve_many(TASKS, k=5, mode=mode)
         b = exact.retrieve_many(TASKS, k=5, mode=mode)
         assert [[t.name for t in r.tools] for r in a] == [[t.name for t in r.tools] for r in b]
+    default = RiskAwareRetriever(demo.registry, encoder=encoder, tool_emb=demo_tool_emb, first_stage="ann", progress=False)
+    assert default.candidates == 100  # an index finds a top-M, never the full pool
     with pytest.raises(RiskrankError, match="unknown first stage"):
         RiskAwareRetriever(demo.registry, encoder=encoder, tool_emb=demo_tool_emb, first_stage="lsh", progress=False)

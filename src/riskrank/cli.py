@@ -168,7 +168,7 @@ def evaluate(dataset: str, data_dir: str | None, methods: str, query_mode: str, 
 @click.option("--candidates", type=click.IntRange(1), default=None,
               help="Rerank the first stage's top-M tools instead of the full pool [default: full pool].")
 @click.option("--first-stage", type=click.Choice(["exact", "ann"]), default="exact", show_default=True,
-              help="How the top-M is found: exact cosine, or an approximate IVF index (10^5+ tools).")
+              help="How the top-M is found: exact cosine, or an approximate IVF index (10^5+ tools; M = 100 unless --candidates).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def retrieve(task: str, registry: str | None, checkpoint: str | None, k: int, mode: str | None, lam: float | None,
              alpha: float | None, risk_source: str, encoder: str | None, candidates: int | None, first_stage: str,

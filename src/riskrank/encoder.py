@@ -249,20 +249,30 @@ class Encoder:
     def onnx_backend(self):
         """The ONNX Runtime forward pass (``backend="onnx"``, or ``"auto"`` when the model and
         the device allow it; ``auto`` falls back to PyTorch, with a warning, where not)."""
-        if self._onnx is None and self.backend != "torch":
-            from riskrank.onnx_backend import OnnxEncoderBackend
-
-            model = self.model
-            if self.device != "cpu" and self.backend == "auto":
+        if self._onnx is not None or self.backend == "torch":
+            return self._onnx
+        model = self.model
+        with self._lock:
+            if self._onnx is not None or self.backend == "torch":
+                return self._onnx
+            if self.device != "cpu":
+                if self.backend == "onnx":
+                    raise RiskrankError(f"the onnx encoder backend runs on the CPU; use --encoder-backend torch for device {self.device!r}")
                 self.backend = "torch"
                 return None
+            from riskrank.onnx_backend import OnnxEncoderBackend
+
             try:
                 self._onnx = OnnxEncoderBackend(model, self.identity, self._cache_dir)
-            except RiskrankError as exc:
+            except Exception as exc:  # auto: any export/load failure means PyTorch, never a dead server
                 if self.backend == "onnx":
-                    raise
+                    if isinstance(exc, RiskrankError):
+                        raise
+                    raise RiskrankError(f"the onnx encoder backend failed: {exc}") from None
                 warnings.warn(f"encoder: using PyTorch ({exc})", stacklevel=2)
                 self.backend = "torch"
+                return None
+            self.backend = "onnx"
         return self._onnx
 
     def _encode_model(self, texts: list[str], desc: str) -> np.ndarray:

@@ -22,6 +22,7 @@ import), so the ``riskrank`` CLI starts without it. No ``from __future__ import 
 the SDK builds the tools' input schemas from the real annotations of local functions.
 """
 
+import dataclasses
 import json
 import os
 import shlex
@@ -267,7 +268,7 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstream: str | None = None, 
                 raise RiskrankError(f"the upstream server {upstream!r} failed: {_leaf_message(exc)}") from None
             source = f"upstream: {upstream}"
             registry = upstream_registry(records, source)
-            spec = ArtefactSpec(source, spec.checkpoint, spec.mode, spec.risk_source, "keyword")
+            spec = dataclasses.replace(spec, registry=source, fill_levels="keyword")
         catalogue = await anyio.to_thread.run_sync(lambda: load_catalogue(spec, encoder, registry=registry))
         if hasattr(encoder, "warm"):
             await anyio.to_thread.run_sync(encoder.warm)  # the first find_tools must not wait for the model

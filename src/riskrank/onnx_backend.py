@@ -128,9 +128,9 @@ class OnnxEncoderBackend:
         starts = range(0, len(texts), batch_size)
         for a in tqdm(starts, desc=desc, unit="batch", leave=False) if desc else starts:
             idx = order[a : a + batch_size]
-            tok = self._tokens([texts[i] for i in idx], "np")
-            feeds = {n: np.asarray(tok[n], dtype=np.int64) for n in self.inputs}
-            with self._lock:  # one session, one run at a time (threads are the session's own)
+            with self._lock:  # one tokenizer and session run at a time (the session has its own threads)
+                tok = self._tokens([texts[i] for i in idx], "np")
+                feeds = {n: np.asarray(tok[n], dtype=np.int64) for n in self.inputs}
                 hidden = self.session.run(None, feeds)[0]
             mask = feeds["attention_mask"][..., None].astype(np.float32)
             emb = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)

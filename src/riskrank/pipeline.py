@@ -26,7 +26,7 @@ import numpy as np
 from riskrank.ann import ANNRetriever
 from riskrank.encoder import Encoder
 from riskrank.errors import CheckpointError, RiskrankError
-from riskrank.first_stage import rank, top_m
+from riskrank.first_stage import DEFAULT_TOP_M, rank, top_m
 from riskrank.graph import NORMALISATIONS, GraphConfig, ToolGraph
 from riskrank.heads import HeadScorer
 from riskrank.metrics import ndcg_at_k
@@ -193,6 +193,8 @@ class RiskAwareRetriever:
         if first_stage not in FIRST_STAGES:
             raise RiskrankError(f"unknown first stage {first_stage!r}; choose from {', '.join(FIRST_STAGES)}")
         self.first_stage = first_stage
+        if first_stage == "ann" and candidates is None:
+            candidates = DEFAULT_TOP_M  # an approximate index only finds a top-M; the full pool needs none
         # The approximate index (large registries) finds the top-M candidates; built lazily.
         self._ann: ANNRetriever | None = None
         self.scorer = HeadScorer(checkpoint.model, tool_emb) if checkpoint is not None else None

@@ -224,6 +224,8 @@ class Catalogue:
             "mode": r.mode,
             "modes": self.modes(),
             "risk_source": r.risk_source,
+            "candidates": r.candidates,
+            "first_stage": r.first_stage,
             "lambda": r.lam,
             "alpha": r.alpha,
             "encoder": r.encoder.identity,
@@ -430,7 +432,8 @@ class Service:
 
 def _spec_dict(spec: ArtefactSpec) -> dict[str, Any]:
     return {"registry": spec.registry, "checkpoint": spec.checkpoint, "mode": spec.mode,
-            "risk_source": spec.risk_source, "fill_levels": spec.fill_levels}
+            "risk_source": spec.risk_source, "fill_levels": spec.fill_levels, "candidates": spec.candidates,
+            "first_stage": spec.first_stage}
 
 
 def _error_body(exc: BaseException) -> dict[str, Any]:
@@ -908,7 +911,7 @@ def catalogue_options(f: Callable) -> Callable:
         click.option("--candidates", type=click.IntRange(1), default=None,
                      help="Rerank the first stage's top-M tools instead of the full pool [default: full pool]."),
         click.option("--first-stage", type=click.Choice(["exact", "ann"]), default="exact", show_default=True,
-                     help="How the top-M is found: exact cosine, or an approximate IVF index (10^5+ tools)."),
+                     help="How the top-M is found: exact cosine, or an approximate IVF index (10^5+ tools; M = 100 unless --candidates)."),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -960,7 +963,8 @@ def serve_command(registry: str | None, checkpoint: str | None, mode: str | None
     auth = "none (--insecure, loopback)" if token is None else f"bearer token from {token_file or '$' + token_env}"
     backend = getattr(service.encoder.inner, "backend", None)
     _echo(f"serving {s['n_tools']} tools, mode {s['mode']} (modes: {', '.join(s['modes'])}), encoder {s['encoder']}"
-          + (f" ({'ONNX Runtime' if backend == 'onnx' else 'PyTorch'})" if backend else ""))
+          + (f" ({'ONNX Runtime' if backend == 'onnx' else 'PyTorch'})" if backend else "")
+          + (f", first stage {s['first_stage']} top-{s['candidates']}" if s.get("candidates") else ""))
     _echo(f"listening on http://{url_host}:{bound[1]}  auth: {auth}")
     server = uvicorn_server(create_app(service, limits=limits, token=token, admin_token=admin_token), sock, log_level)
     server.run(sockets=[sock])
