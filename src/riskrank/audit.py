@@ -44,6 +44,7 @@ import numpy as np
 from riskrank import __version__
 from riskrank.annotators import Annotator, Failure, Vote, make_annotator, tool_key
 from riskrank.errors import RiskrankError
+from riskrank.fileio import atomic_write_bytes, atomic_write_text
 from riskrank.registry import REGISTRY_FORMATS, ToolRegistry
 from riskrank.risk import ANNOTATION_PROMPT, RISK_LEVELS
 
@@ -60,12 +61,6 @@ class AuditError(RiskrankError):
     """A vote log, label file or review file is unusable."""
 
     code = "audit_error"
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    from riskrank.fileio import atomic_write_bytes as _atomic_write_bytes
-
-    _atomic_write_bytes(Path(path), text.encode("utf-8"))
 
 
 def default_side_paths(out: str | Path) -> tuple[Path, Path]:
@@ -357,7 +352,7 @@ def write_review(path: str | Path, queue: list[dict[str, Any]]) -> None:
     if not queue:
         path.unlink(missing_ok=True)
         return
-    _atomic_write_text(path, "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in queue))
+    atomic_write_text(path, "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in queue))
 
 
 def apply_review(labels_path: str | Path, review_path: str | Path) -> tuple[int, int]:
@@ -386,7 +381,7 @@ def apply_review(labels_path: str | Path, review_path: str | Path) -> tuple[int,
             if rec.get(src):
                 lab[dst] = rec[src]
         applied += 1
-    _atomic_write_text(labels_path, json.dumps(labels, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(labels_path, json.dumps(labels, indent=2, ensure_ascii=False) + "\n")
     return applied, pending
 
 
@@ -649,9 +644,7 @@ def confusion_png(report: AgreementReport, path: str | Path) -> Path:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=120)
     plt.close(fig)
-    from riskrank.fileio import atomic_write_bytes as _atomic_write_bytes
-
-    _atomic_write_bytes(Path(path), buf.getvalue())
+    atomic_write_bytes(Path(path), buf.getvalue())
     return Path(path)
 
 
@@ -729,7 +722,7 @@ def audit_command(registry: str | None, fmt: str, dataset: str | None, data_dir:
         with contextlib.suppress(AuditError):
             previous = _read_json_file(out_path, "label file")
     labels, queue = build_labels(reg, run, previous=previous if isinstance(previous, dict) else None, source=source)
-    _atomic_write_text(out_path, json.dumps(labels, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(out_path, json.dumps(labels, indent=2, ensure_ascii=False) + "\n")
     write_review(review_path, queue)
 
     n = len(labels)
@@ -778,5 +771,5 @@ def agreement_command(labels: tuple[str, ...], png: str | None, json_out: str | 
         confusion_png(report, png)
         click.echo(f"\nwrote {png}")
     if json_out:
-        _atomic_write_text(Path(json_out), json.dumps(report.to_dict(), indent=2, default=float) + "\n")
+        atomic_write_text(Path(json_out), json.dumps(report.to_dict(), indent=2, default=float) + "\n")
         click.echo(f"wrote {json_out}")

@@ -266,8 +266,6 @@ class Encoder:
                 self._onnx = OnnxEncoderBackend(model, self.identity, self._cache_dir)
             except Exception as exc:  # auto: any export/load failure means PyTorch, never a dead server
                 if self.backend == "onnx":
-                    if isinstance(exc, RiskrankError):
-                        raise
                     raise RiskrankError(f"the onnx encoder backend failed: {exc}") from None
                 warnings.warn(f"encoder: using PyTorch ({exc})", stacklevel=2)
                 self.backend = "torch"

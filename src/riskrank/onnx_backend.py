@@ -14,8 +14,7 @@ reused. ``onnxruntime`` and ``onnx`` are imported lazily.
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
+import io
 import threading
 import warnings
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from riskrank.errors import RiskrankError
+from riskrank.fileio import atomic_write_bytes
 
 BACKENDS = ("torch", "onnx", "auto")
 MAX_EXPORT_DIFF = 1e-4
@@ -101,22 +101,17 @@ class OnnxEncoderBackend:
                 return self.m(**dict(zip(names, args, strict=True))).last_hidden_state
 
         axes = {n: {0: "batch", 1: "tokens"} for n in [*names, "hidden"]}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".export-", suffix=".onnx", dir=self.path.parent)
-        os.close(fd)
+        buf = io.BytesIO()
         try:
             # The exporter's tracer warnings concern code paths this fixed graph does not take
             # (the export is checked against PyTorch right after).
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                torch.onnx.export(_Wrap(auto).eval(), tuple(sample[n] for n in names), tmp, input_names=names,
+                torch.onnx.export(_Wrap(auto).eval(), tuple(sample[n] for n in names), buf, input_names=names,
                                   output_names=["hidden"], dynamic_axes=axes, opset_version=17, dynamo=False)
-            os.replace(tmp, self.path)
+            atomic_write_bytes(self.path, buf.getvalue())
         except Exception as exc:
             raise RiskrankError(f"cannot export the encoder to ONNX: {exc}") from None
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
 
     def encode(self, texts: list[str], batch_size: int = 64, desc: str | None = None) -> np.ndarray:
         """Unit-norm float32 embeddings [len(texts), dim]; batches sorted by length like

@@ -26,7 +26,7 @@ import numpy as np
 from riskrank.ann import ANNRetriever
 from riskrank.encoder import Encoder
 from riskrank.errors import CheckpointError, RiskrankError
-from riskrank.first_stage import DEFAULT_TOP_M, rank, top_m
+from riskrank.first_stage import DEFAULT_TOP_M, DenseRetriever, rank, top_m
 from riskrank.graph import NORMALISATIONS, GraphConfig, ToolGraph
 from riskrank.heads import HeadScorer
 from riskrank.metrics import ndcg_at_k
@@ -292,11 +292,7 @@ class RiskAwareRetriever:
         query_emb = np.atleast_2d(query_emb)
         if m is None or m >= len(self.registry):
             return None, (query_emb @ self.tool_emb.T if need_cos else None)
-        if self.first_stage == "ann":
-            return self.ann.search(query_emb, m)
-        cos = query_emb @ self.tool_emb.T
-        cand = top_m(cos, m)
-        return cand, np.take_along_axis(cos, cand, axis=1)
+        return (self.ann if self.first_stage == "ann" else DenseRetriever(self.tool_emb)).search(query_emb, m)
 
     def components(self, query_emb: np.ndarray, stages: Stages, candidates: np.ndarray | None, cos: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """(f_rel [Q, L], f_risk [Q, L] or [L]) for the scored set."""

@@ -290,10 +290,12 @@ class BatchingEncoder:
         model = getattr(self.inner, "model", None)
         if model is not None and hasattr(model, "encode"):
             with self._lock:
-                model.encode(["warm up"], convert_to_numpy=True)
-                onnx = getattr(self.inner, "onnx_backend", None)
-                if onnx is not None and onnx() is not None:  # export (first time) and load now
-                    onnx().encode(["warm up"])
+                # The ONNX forward pass, when the encoder runs one, is exported (first time) and loaded now.
+                onnx = self.inner.onnx_backend() if hasattr(self.inner, "onnx_backend") else None
+                if onnx is not None:
+                    onnx.encode(["warm up"])
+                else:
+                    model.encode(["warm up"], convert_to_numpy=True)
 
     def encode(self, texts: Sequence[str], *, desc: str = "encoding") -> Any:
         fut: concurrent.futures.Future = concurrent.futures.Future()
