@@ -49,9 +49,9 @@ def print_table(rows: list[list[str]], header: list[str]) -> None:
 
 
 def write_json_atomic(path: str | Path, obj: Any) -> None:
-    from riskrank.fileio import atomic_write_bytes as _atomic_write_bytes
+    from riskrank.fileio import atomic_write_bytes
 
-    _atomic_write_bytes(Path(path), (json.dumps(obj, indent=2, default=float) + "\n").encode())
+    atomic_write_bytes(Path(path), (json.dumps(obj, indent=2, default=float) + "\n").encode())
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -150,18 +150,17 @@ def _pattern_tables(P: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _max_explicit_weight(raw: sp.csr_matrix, P: np.ndarray, perm_raw: float, chunk: int = 1 << 22) -> float:
-    """max over explicit pairs of raw_ij + perm_raw * m_ij. m_ij from 5-bit category patterns
-    (a popcount lookup), a chunk of rows at a time: two [nnz, 5] float gathers would take
+    """max over explicit pairs of raw_ij + perm_raw * m_ij. m_ij from the pattern table of
+    :func:`_pattern_tables`, a chunk of rows at a time: two [nnz, 5] float gathers would take
     gigabytes at a million tools."""
     if raw.nnz == 0:
         return 0.0
-    codes = _pattern_codes(P).astype(np.uint8)
-    popcount = np.array([bin(x).count("1") for x in range(1 << P.shape[1])], dtype=np.float64)
+    codes, _, table = _pattern_tables(P)
     rows = np.repeat(np.arange(raw.shape[0], dtype=np.int32), np.diff(raw.indptr))
     best = -np.inf
     for a in range(0, raw.nnz, chunk):
         b = min(raw.nnz, a + chunk)
-        shared = popcount[codes[rows[a:b]] & codes[raw.indices[a:b]]]
+        shared = table[codes[rows[a:b]], codes[raw.indices[a:b]]]
         best = max(best, float((raw.data[a:b] + perm_raw * shared).max()))
     return best
 

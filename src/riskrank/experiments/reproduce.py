@@ -32,7 +32,7 @@ from riskrank.experiments import (
 )
 from riskrank.experiments.common import f3, mean
 from riskrank.experiments.runner import DEFAULT_SEEDS, EvalRun, Runner
-from riskrank.fileio import atomic_write_bytes as _atomic_write_bytes
+from riskrank.fileio import atomic_write_bytes
 
 RUN_CACHE = "cache/run"
 
@@ -176,8 +176,8 @@ def reproduce(
     results = run.results_json()
     results["tables"] = extra
     results["figures"] = [p.name for p in figures]
-    _atomic_write_bytes(out / "results.json", (json.dumps(results, indent=2, default=_default) + "\n").encode())
-    _atomic_write_bytes(out / "report.md", ("\n".join(sections) + "\n").encode())
+    atomic_write_bytes(out / "results.json", (json.dumps(results, indent=2, default=_default) + "\n").encode())
+    atomic_write_bytes(out / "report.md", ("\n".join(sections) + "\n").encode())
     return results
 
 

@@ -97,7 +97,7 @@ class EvalRun:
     # -- persistence (reproduce --reuse) ----------------------------------------------------
     def save(self, directory: str | Path) -> None:
         """Per-query arrays to one .npz, the rest to JSON (no pickle); atomic."""
-        from riskrank.fileio import atomic_write_bytes as _atomic_write_bytes
+        from riskrank.fileio import atomic_write_bytes
 
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
@@ -114,13 +114,13 @@ class EvalRun:
 
         buf = io.BytesIO()
         np.savez_compressed(buf, **arrays)
-        _atomic_write_bytes(d / "per_query.npz", buf.getvalue())
+        atomic_write_bytes(d / "per_query.npz", buf.getvalue())
         meta = {
             "dataset": self.dataset, "protocol": self.protocol, "encoder": self.encoder, "seeds": self.seeds,
             "methods": self.methods, "splits": self.splits, "filters": {str(s): f for s, f in self.filters.items()},
             "choices": {str(s): c for s, c in self.choices.items()}, "timing": self.timing, "notes": self.notes,
         }
-        _atomic_write_bytes(d / "run.json", json.dumps(meta, default=_json_default).encode())
+        atomic_write_bytes(d / "run.json", json.dumps(meta, default=_json_default).encode())
 
     @classmethod
     def load(cls, directory: str | Path) -> EvalRun:
