@@ -10,7 +10,8 @@ import pytest
 from riskrank.encoder import ArrayEncoder
 from riskrank.errors import CheckpointError, RiskrankError
 from riskrank.first_stage import rank
-from riskrank.pipeline import RiskAwareRetriever, Stages, parse_mode
+from riskrank.modes import Stages, parse_mode
+from riskrank.pipeline import RiskAwareRetriever
 from riskrank.rules import PERMISSION_CAP, REDUNDANCY, RISK_CAP
 
 RISKY_TASK = "Delete all the files in my home folder and run a shell script to wipe the logs."

@@ -394,11 +394,14 @@ def test_openapi_document_is_current():
     assert json.loads(DOCS.read_text()) == json.loads(json.dumps(openapi_schema()))
 
 
-def test_limits_constant_matches_pipeline():
-    from riskrank.pipeline import MAX_K
-    from riskrank.server import MAX_K as SERVER_MAX_K
+def test_modes_import_without_torch():
+    """The names every surface shares load without the engine (one copy, no torch)."""
+    import subprocess
+    import sys
 
-    assert SERVER_MAX_K == MAX_K == Limits().max_k
+    code = "import sys, riskrank.modes; print(','.join(m for m in ('torch',) if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
 
 
 def test_importing_the_cli_does_not_import_the_servers_dependencies():

@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from riskrank.errors import RiskrankError
+from riskrank.modes import MAX_K
 
 __all__ = ["ToolGuard", "tool_name", "tool_record"]
 
@@ -140,8 +141,8 @@ class ToolGuard:
     ) -> None:
         if url and (registry is not None or checkpoint):
             raise GuardError("give either url (a riskrank server) or registry/checkpoint (in-process), not both")
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 100:
-            raise GuardError(f"k must be an integer between 1 and 100, got {k!r}")
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+            raise GuardError(f"k must be an integer between 1 and {MAX_K}, got {k!r}")
         self.registry, self.checkpoint, self.k, self.lam, self.encoder_spec = registry, checkpoint, k, lam, encoder
         self.mode = mode or ("core+graph+rule" if checkpoint else "dense+rule")
         self.fill_levels = fill_levels

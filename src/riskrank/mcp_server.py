@@ -32,9 +32,8 @@ from typing import Any
 import click
 
 from riskrank.errors import RiskrankError
+from riskrank.modes import MAX_K, MODES
 from riskrank.server import (
-    MAX_K,
-    MODES,
     ApiError,
     ArtefactSpec,
     Catalogue,

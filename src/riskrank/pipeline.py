@@ -6,10 +6,8 @@ scores s = f_rel - lambda * f_risk -> ToolGraph smoothing -> rule filter -> rank
 The CLI, the HTTP server, the MCP server and the experiments all call this object (or its
 batch method :meth:`RiskAwareRetriever.rank_scores`), so no stage is implemented twice.
 
-Modes (``+``-separated stages): ``dense`` (cosine; with lambda > 0 and audited labels it is the
-paper's risk-label-penalty baseline), ``core`` (dual head), ``core+graph``, and any of them
-followed by ``+rule``. ``graph`` and ``rule`` are short for ``core+graph`` and
-``core+graph+rule``.
+The mode grammar and the result types live in :mod:`riskrank.modes` (no torch), so every
+surface can name a mode or read a result without importing this module.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +28,16 @@ from riskrank.first_stage import DEFAULT_TOP_M, DenseRetriever, rank, top_m
 from riskrank.graph import NORMALISATIONS, GraphConfig, ToolGraph
 from riskrank.heads import HeadScorer
 from riskrank.metrics import ndcg_at_k
+from riskrank.modes import (
+    FIRST_STAGES,
+    MAX_K,
+    RISK_SOURCES,
+    Deferral,
+    RankedTool,
+    RetrievalResult,
+    Stages,
+    parse_mode,
+)
 from riskrank.registry import DEFAULT_TOOL_TEMPLATE, ToolRegistry
 from riskrank.risk import fail_closed_levels, level_from_score, normalised_risk
 from riskrank.rules import FilterResult, RuleConfig, RuleFilter
@@ -45,91 +53,8 @@ from riskrank.training import (
     train_heads,
 )
 
-MODE_ALIASES = {"graph": "core+graph", "rule": "core+graph+rule"}
-RISK_SOURCES = ("labels", "predicted")
-#: "exact": cosine over every tool; "ann": an IVF index finds the top-M candidates (large registries).
-FIRST_STAGES = ("exact", "ann")
 GRAPH_FILE = "graph.npz"
 DEFAULT_ALPHA_GRID = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
-MAX_K = 100
-
-
-@dataclass(frozen=True)
-class Stages:
-    """Which stages a mode runs."""
-
-    heads: bool
-    graph: bool
-    rule: bool
-
-    @property
-    def name(self) -> str:
-        return "+".join(["core" if self.heads else "dense", *(["graph"] if self.graph else []), *(["rule"] if self.rule else [])])
-
-
-def parse_mode(mode: str) -> Stages:
-    """``core+graph+rule`` -> Stages(heads, graph, rule); clear error on anything else."""
-    full = MODE_ALIASES.get(mode, mode)
-    parts = full.split("+")
-    valid = parts[0] in ("dense", "core") and all(p in ("graph", "rule") for p in parts[1:]) and len(set(parts)) == len(parts)
-    if not valid or (parts[0] == "dense" and "graph" in parts):
-        raise RiskrankError(
-            f"unknown mode {mode!r}; use dense, dense+rule, core, core+rule, core+graph, core+graph+rule (or graph, rule)"
-        )
-    return Stages(heads=parts[0] == "core", graph="graph" in parts, rule="rule" in parts)
-
-
-@dataclass
-class RankedTool:
-    """One tool of a returned ranking, with the evidence behind its place."""
-
-    rank: int
-    name: str
-    index: int
-    score: float
-    f_rel: float
-    f_risk: float
-    risk_level: int | None
-    predicted_level: int | None
-    permissions: list[str]
-    description: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-@dataclass
-class Deferral:
-    """A tool the rule filter pushed out of the top-k, and why."""
-
-    name: str
-    index: int
-    reasons: list[str]
-    redundant_with: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-@dataclass
-class RetrievalResult:
-    task: str
-    mode: str
-    lam: float
-    alpha: float
-    risk_source: str
-    tools: list[RankedTool]
-    deferred: list[Deferral] = field(default_factory=list)
-    fallback: list[str] = field(default_factory=list)
-    unlabelled: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "task": self.task, "mode": self.mode, "lambda": self.lam, "alpha": self.alpha,
-            "risk_source": self.risk_source, "tools": [t.to_dict() for t in self.tools],
-            "deferred": [d.to_dict() for d in self.deferred], "fallback": self.fallback,
-            "unlabelled": self.unlabelled,
-        }
 
 
 @dataclass

@@ -45,15 +45,13 @@ from typing import Any
 import click
 
 from riskrank.errors import RiskrankError
+from riskrank.modes import MAX_K, MODES, RISK_SOURCES, parse_mode
 
 TOKEN_ENV = "RISKRANK_TOKEN"
 ADMIN_TOKEN_ENV = "RISKRANK_ADMIN_TOKEN"
 MIN_TOKEN_CHARS = 16
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json"})
 ADMIN_PREFIX = "/v1/admin/"
-#: Every mode string the API accepts (pipeline.parse_mode's grammar, spelled out for the schema).
-MODES = ("dense", "dense+rule", "core", "core+rule", "core+graph", "core+graph+rule", "graph", "rule")
-RISK_SOURCES = ("labels", "predicted")
 FILL_LEVELS = ("none", "keyword")
 #: Where a tool's risk level comes from (``risk_provenance`` in every response).
 PROVENANCE = {
@@ -63,9 +61,6 @@ PROVENANCE = {
     "unlabelled": "unlabelled; the rule filter treats it as L5 (fail closed)",
 }
 _PROBE_TASK = "riskrank readiness probe: list the files in a folder"
-#: pipeline.MAX_K, repeated so that importing this module does not import the pipeline (torch);
-#: a test keeps the two equal.
-MAX_K = 100
 
 
 # -- configuration ----------------------------------------------------------------------------
@@ -168,12 +163,10 @@ class Catalogue:
         return self.retriever.scorer is not None
 
     def modes(self) -> list[str]:
-        return [m for m in MODES if self.has_heads or not m.startswith(("core", "graph", "rule"))]
+        return [m for m in MODES if self.has_heads or not parse_mode(m).heads]
 
     def check_request(self, mode: str | None, risk_source: str | None) -> None:
         """Modes and risk sources this catalogue can serve (clear codes before any work)."""
-        from riskrank.pipeline import parse_mode
-
         if mode is not None and parse_mode(mode).heads and not self.has_heads:
             raise ApiError(422, "mode_unavailable", f"mode {mode!r} needs a checkpoint; this server has none (modes: {', '.join(self.modes())})")
         if risk_source == "predicted" and not self.has_heads:

@@ -31,7 +31,8 @@ from riskrank.experiments.methods import MethodSpec, parse_methods
 from riskrank.first_stage import BM25Retriever, top_m
 from riskrank.graph import EDGE_TYPES, GraphConfig, ToolGraph
 from riskrank.metrics import METRICS, evaluate, query_subsets, tool_query_counts
-from riskrank.pipeline import RiskAwareRetriever, Stages, fit_components
+from riskrank.modes import Stages
+from riskrank.pipeline import RiskAwareRetriever, fit_components
 from riskrank.training import TrainConfig, choose_lambda, lambda_curve, split_validation
 
 DEFAULT_SEEDS = (42, 123, 777)

@@ -1,0 +1,108 @@
+"""The names every surface shares: the mode grammar, the shared constants and the result types.
+
+Standard library only (no numpy, no torch), so the CLI, the servers and the agent adapters
+can validate a request and describe a result without loading the engine.
+
+Modes are ``+``-separated stages: ``dense`` (cosine; with lambda > 0 and audited labels it
+is the paper's risk-label-penalty baseline), ``core`` (the dual head), ``core+graph``
+(ToolGraph smoothing), and any of them followed by ``+rule`` (the rule filter). ``graph``
+and ``rule`` are short for ``core+graph`` and ``core+graph+rule``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from riskrank.errors import RiskrankError
+
+MODE_ALIASES = {"graph": "core+graph", "rule": "core+graph+rule"}
+#: Every mode string :func:`parse_mode` accepts, spelled out (CLI choices, API schemas).
+MODES = ("dense", "dense+rule", "core", "core+rule", "core+graph", "core+graph+rule", "graph", "rule")
+#: Which risk levels the rule filter reads: the audited labels, or the risk head's predictions.
+RISK_SOURCES = ("labels", "predicted")
+#: "exact": cosine over every tool; "ann": an IVF index finds the top-M candidates (large registries).
+FIRST_STAGES = ("exact", "ann")
+#: The longest list one retrieval returns.
+MAX_K = 100
+
+
+@dataclass(frozen=True)
+class Stages:
+    """Which stages a mode runs."""
+
+    heads: bool
+    graph: bool
+    rule: bool
+
+    @property
+    def name(self) -> str:
+        return "+".join(["core" if self.heads else "dense", *(["graph"] if self.graph else []), *(["rule"] if self.rule else [])])
+
+
+def parse_mode(mode: str) -> Stages:
+    """``core+graph+rule`` -> Stages(heads, graph, rule); clear error on anything else."""
+    full = MODE_ALIASES.get(mode, mode)
+    parts = full.split("+")
+    valid = parts[0] in ("dense", "core") and all(p in ("graph", "rule") for p in parts[1:]) and len(set(parts)) == len(parts)
+    if not valid or (parts[0] == "dense" and "graph" in parts):
+        raise RiskrankError(
+            f"unknown mode {mode!r}; use dense, dense+rule, core, core+rule, core+graph, core+graph+rule (or graph, rule)"
+        )
+    return Stages(heads=parts[0] == "core", graph="graph" in parts, rule="rule" in parts)
+
+
+@dataclass
+class RankedTool:
+    """One tool of a returned ranking, with the evidence behind its place."""
+
+    rank: int
+    name: str
+    index: int
+    score: float
+    f_rel: float
+    f_risk: float
+    risk_level: int | None
+    predicted_level: int | None
+    permissions: list[str]
+    description: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Deferral:
+    """A tool the rule filter pushed out of the top-k, and why."""
+
+    name: str
+    index: int
+    reasons: list[str]
+    redundant_with: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class RetrievalResult:
+    """The risk-aware top-k for one task: the ranked tools and, in rule modes, what the rule
+    filter deferred, admitted as fallback, or treated as high risk for want of a label."""
+
+    task: str
+    mode: str
+    lam: float
+    alpha: float
+    risk_source: str
+    tools: list[RankedTool]
+    deferred: list[Deferral] = field(default_factory=list)
+    fallback: list[str] = field(default_factory=list)
+    unlabelled: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task, "mode": self.mode, "lambda": self.lam, "alpha": self.alpha,
+            "risk_source": self.risk_source, "tools": [t.to_dict() for t in self.tools],
+            "deferred": [d.to_dict() for d in self.deferred], "fallback": self.fallback,
+            "unlabelled": self.unlabelled,
+        }
