@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from riskrank.adapters import GuardError, ToolGuard, tool_name, tool_record
+from riskrank.catalogue import ArtefactSpec
 from riskrank.datasets.demo import demo_registry_path
-from riskrank.server import ArtefactSpec, Service, create_app
+from riskrank.server import Service, create_app
 from test_server_support import MCP_TOOLS, TOKEN, HashEncoder, ServerThread
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "guarded_agent.py"

@@ -13,10 +13,12 @@ import httpx
 import pytest
 from mcp import Client, StdioServerParameters
 
+from riskrank.catalogue import ArtefactSpec, label_provenance, load_catalogue
 from riskrank.datasets.demo import demo_registry_path
+from riskrank.encoder import make_encoder
 from riskrank.mcp_server import ToolFinder, build_server
 from riskrank.registry import ToolRegistry
-from riskrank.server import ArtefactSpec, Gate, audit_registry, load_catalogue, make_encoder
+from riskrank.server import Gate
 from test_server_support import (
     MCP_TOOLS,
     TOKEN,
@@ -110,7 +112,7 @@ def test_find_tools_errors_are_json(dense_catalogue, args, code):
 # -- MCP annotations as risk evidence -------------------------------------------------------------------
 def test_annotations_as_risk_evidence():
     reg = ToolRegistry.from_data(MCP_TOOLS, fmt="mcp")
-    filled, prov, evidence = audit_registry(reg, fill=True)
+    filled, prov, evidence = label_provenance(reg, fill=True)
     level = {t.name: t.risk_level for t in filled}
     ev = dict(zip(reg.names, evidence, strict=True))
     assert set(prov) == {"keyword"}
@@ -123,7 +125,7 @@ def test_annotations_as_risk_evidence():
     assert level["count_words"] == 1
 
     # Without filling: the rule filter's fail-closed path reads the hints of unlabelled tools.
-    _, prov, _ = audit_registry(reg, fill=False)
+    _, prov, _ = label_provenance(reg, fill=False)
     assert dict(zip(reg.names, prov, strict=True)) == {
         "read_notes": "annotation", "purge_notes": "annotation", "tidy_notes": "annotation",
         "search_web": "annotation", "count_words": "unlabelled"}
@@ -231,7 +233,7 @@ def test_upstream_failures_are_one_line_errors(monkeypatch, capsys):
 
     import riskrank.mcp_server
     from riskrank.cli import run
-    from riskrank.server import BatchingEncoder
+    from riskrank.encoder import BatchingEncoder
 
     monkeypatch.setattr(riskrank.mcp_server, "make_encoder", lambda *a, **k: BatchingEncoder(HashEncoder()))
     for cmd, msg in [("definitely-not-a-command --flag", "No such file"),

@@ -17,11 +17,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from riskrank.catalogue import ArtefactSpec
 from riskrank.datasets.demo import demo_registry_path
+from riskrank.encoder import BatchingEncoder
 from riskrank.errors import RiskrankError
 from riskrank.server import (
-    ArtefactSpec,
-    BatchingEncoder,
     Limits,
     Service,
     check_bind,

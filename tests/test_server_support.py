@@ -151,12 +151,13 @@ def run_fake_upstream(page_size: int = 2) -> None:
 
 def run_cli_with_hash_encoder(argv: list[str]) -> None:
     """`riskrank ARGV` with the encoder replaced by HashEncoder (no model load)."""
+    import riskrank.encoder
     import riskrank.mcp_server
     import riskrank.server
     from riskrank.cli import main
 
     def make(encoder=None, device="cpu", threads=None, backend="torch"):
-        return riskrank.server.BatchingEncoder(HashEncoder())
+        return riskrank.encoder.BatchingEncoder(HashEncoder())
 
     riskrank.server.make_encoder = make
     riskrank.mcp_server.make_encoder = make

@@ -235,8 +235,9 @@ class ToolGuard:
     def _catalogue(self, tools: Sequence[Any] | None) -> Any:
         """The catalogue for a tool set, built once per distinct set (an agent's tool list is
         usually the same from one turn to the next)."""
+        from riskrank.catalogue import ArtefactSpec, load_catalogue
+        from riskrank.encoder import make_encoder
         from riskrank.registry import ToolRegistry
-        from riskrank.server import ArtefactSpec, load_catalogue, make_encoder
 
         base = self._base_registry()
         if tools is None:

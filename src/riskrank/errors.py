@@ -2,8 +2,8 @@
 
 Every mistake a user can make (bad file, bad record, wrong dimension, unknown tool ...)
 raises a subclass of :class:`RiskrankError` whose message names the thing and what is
-wrong. The CLI, the HTTP server and the MCP server turn these into a one-line message
-(exit code 2 / JSON error) instead of a traceback.
+wrong. The CLI turns these into a one-line message (exit code 2), the HTTP and MCP servers
+into the body of :func:`error_body`; never a traceback.
 """
 
 from __future__ import annotations
@@ -37,3 +37,15 @@ class UnknownToolError(RiskrankError):
     """A tool name is not in the registry."""
 
     code = "unknown_tool"
+
+
+def error_body(exc: BaseException) -> dict[str, dict[str, str]]:
+    """The one response body every surface (HTTP, MCP, a reload's status) gives for an error:
+    ``{"error": {"code", "message"}}``. A :class:`RiskrankError` keeps its stable code and
+    message; an OS error is ``io_error``; anything else is a bug, and its message (which
+    may hold internals) is not shown."""
+    if isinstance(exc, RiskrankError):
+        return {"error": {"code": exc.code, "message": str(exc)}}
+    if isinstance(exc, OSError):
+        return {"error": {"code": "io_error", "message": str(exc)}}
+    return {"error": {"code": "internal_error", "message": "internal error; see the server log"}}

@@ -31,19 +31,17 @@ from typing import Any
 
 import click
 
-from riskrank.errors import RiskrankError
+from riskrank.catalogue import ArtefactSpec, Catalogue, load_catalogue
+from riskrank.encoder import make_encoder
+from riskrank.errors import RiskrankError, error_body
 from riskrank.modes import MAX_K, MODES
 from riskrank.server import (
     ApiError,
-    ArtefactSpec,
-    Catalogue,
     Gate,
     Limits,
     bind_socket,
     catalogue_options,
     check_bind,
-    load_catalogue,
-    make_encoder,
     read_token,
     token_options,
     uvicorn_server,
@@ -139,9 +137,7 @@ def _result(payload: dict[str, Any], is_error: bool = False) -> Any:
 
 
 def _error_result(exc: BaseException) -> Any:
-    from riskrank.server import _error_body
-
-    return _result(_error_body(exc), is_error=True)
+    return _result(error_body(exc), is_error=True)
 
 
 def build_server(finder: ToolFinder, *, name: str = "riskrank", upstream: Any = None) -> Any:

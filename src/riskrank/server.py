@@ -27,40 +27,37 @@ FastAPI, pydantic and uvicorn are imported inside the functions that need them, 
 :func:`create_app`'s endpoints, which are local classes, from real annotations.
 """
 
-import concurrent.futures
 import hmac
 import ipaddress
 import json
 import os
-import queue
 import socket
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import click
 
-from riskrank.errors import RiskrankError
-from riskrank.modes import MAX_K, MODES, RISK_SOURCES, parse_mode
+from riskrank.catalogue import (
+    FILL_LEVELS,
+    PROVENANCE,
+    ArtefactSpec,
+    Catalogue,
+    LiveCatalogue,
+    load_catalogue,
+)
+from riskrank.encoder import make_encoder
+from riskrank.errors import RiskrankError, error_body
+from riskrank.modes import MAX_K, MODES, RISK_SOURCES
 
 TOKEN_ENV = "RISKRANK_TOKEN"
 ADMIN_TOKEN_ENV = "RISKRANK_ADMIN_TOKEN"
 MIN_TOKEN_CHARS = 16
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json"})
 ADMIN_PREFIX = "/v1/admin/"
-FILL_LEVELS = ("none", "keyword")
-#: Where a tool's risk level comes from (``risk_provenance`` in every response).
-PROVENANCE = {
-    "audited": "risk_level given in the registry (an audit)",
-    "keyword": "filled by riskrank's keyword annotator (name, description, MCP annotations)",
-    "annotation": "unlabelled; MCP annotations set the rule filter's level (readOnlyHint -> L2, destructiveHint -> L5)",
-    "unlabelled": "unlabelled; the rule filter treats it as L5 (fail closed)",
-}
-_PROBE_TASK = "riskrank readiness probe: list the files in a folder"
 
 
 # -- configuration ----------------------------------------------------------------------------
@@ -85,294 +82,8 @@ class Limits:
             raise RiskrankError("max_lambda must be >= 0 and timeout_s > 0")
 
 
-@dataclass(frozen=True)
-class ArtefactSpec:
-    """What a catalogue is loaded from; a reload changes any of these fields."""
-
-    registry: str
-    checkpoint: str | None = None
-    mode: str | None = None
-    risk_source: str = "labels"
-    fill_levels: str = "none"
-    """``keyword``: give unlabelled tools the keyword annotator's level (proxy mode's audit)."""
-    candidates: int | None = None
-    """Rerank the first stage's top-M instead of the full pool (large registries)."""
-    first_stage: str = "exact"
-    """``ann``: an IVF index finds the top-M (with ``candidates``), for 10^5+ tools."""
-
-
-# -- the catalogue: a retriever plus the risk evidence the responses report -----------------------
-def audit_registry(registry: Any, fill: bool = True) -> tuple[Any, list[str], list[list[str]]]:
-    """(registry, provenance [N], evidence [N]) for a registry.
-
-    With ``fill``, every unlabelled tool gets the level of
-    :func:`riskrank.risk.keyword_level` (keywords, permission categories and its MCP
-    annotations) with provenance ``keyword``; audited levels are never overwritten. Without
-    it, unlabelled tools keep no level and are ``annotation`` (the rule filter's fail-closed
-    path reads their MCP hints) or ``unlabelled`` (treated as L5)."""
-    from riskrank.risk import fail_closed_levels, keyword_level
-
-    provenance, evidence, filled = [], [], {}
-    closed = fail_closed_levels(registry.risk_levels, [t.annotations for t in registry])
-    for i, tool in enumerate(registry):
-        if tool.risk_level is not None:
-            provenance.append("audited")
-            evidence.append([f"audited: L{tool.risk_level}"] + ([tool.reason] if tool.reason else []))
-        elif fill:
-            level, why = keyword_level(tool.name, tool.description, dict(tool.annotations or {}))
-            filled[tool.name] = level
-            provenance.append("keyword")
-            evidence.append(why)
-        elif closed[i] > 0:
-            provenance.append("annotation")
-            evidence.append([f"mcp annotations -> L{int(closed[i])} for the rule filter"])
-        else:
-            provenance.append("unlabelled")
-            evidence.append(["no audited level: the rule filter treats it as L5 (fail closed)"])
-    if filled:
-        registry = registry.with_risk_levels(filled)
-    return registry, provenance, evidence
-
-
-@dataclass
-class Catalogue:
-    """The artefacts one generation of the service answers from."""
-
-    retriever: Any
-    spec: ArtefactSpec
-    generation: int
-    provenance: list[str]
-    evidence: list[list[str]]
-    loaded_at: float = field(default_factory=time.time)
-    load_seconds: float = 0.0
-
-    def __post_init__(self) -> None:
-        from riskrank.risk import fail_closed_levels
-
-        reg = self.registry
-        levels = fail_closed_levels(reg.risk_levels, [t.annotations for t in reg])
-        # The level the rule filter reads under risk_source=labels (0 = unknown counts as 5).
-        self.effective_levels = [int(v) if v > 0 else 5 for v in levels]
-
-    @property
-    def registry(self) -> Any:
-        return self.retriever.registry
-
-    @property
-    def has_heads(self) -> bool:
-        return self.retriever.scorer is not None
-
-    def modes(self) -> list[str]:
-        return [m for m in MODES if self.has_heads or not parse_mode(m).heads]
-
-    def check_request(self, mode: str | None, risk_source: str | None) -> None:
-        """Modes and risk sources this catalogue can serve (clear codes before any work)."""
-        if mode is not None and parse_mode(mode).heads and not self.has_heads:
-            raise ApiError(422, "mode_unavailable", f"mode {mode!r} needs a checkpoint; this server has none (modes: {', '.join(self.modes())})")
-        if risk_source == "predicted" and not self.has_heads:
-            raise ApiError(422, "mode_unavailable", "risk_source 'predicted' needs a checkpoint (the learned risk head)")
-
-    def tool_spec(self, index: int) -> dict[str, Any]:
-        """One tool as an agent or an operator needs it: the spec plus its risk evidence."""
-        from riskrank.risk import level_from_score
-
-        t = self.registry[index]
-        scorer = self.retriever.scorer
-        return {
-            "name": t.name,
-            "description": t.description,
-            "input_schema": dict(t.parameters) if t.parameters is not None else {"type": "object", "properties": {}},
-            "risk_level": t.risk_level,
-            "effective_level": self.effective_levels[index],
-            "risk_provenance": self.provenance[index],
-            "risk_evidence": self.evidence[index],
-            "predicted_level": int(level_from_score(scorer.f_risk[index : index + 1])[0]) if scorer is not None else None,
-            "f_risk": float(self.retriever.f_risk[index]),
-            "permissions": sorted(t.permissions),
-            "annotations": dict(t.annotations) if t.annotations else None,
-        }
-
-    def result_dict(self, result: Any, alpha: float | None = None) -> dict[str, Any]:
-        out = result.to_dict()
-        if alpha is not None and out["alpha"]:
-            # RetrievalResult reports the retriever's alpha even when the call passed another
-            # (pipeline.retrieve_many); the smoothing itself used the one passed.
-            out["alpha"] = float(alpha)
-        for tool in out["tools"]:
-            tool["effective_level"] = self.effective_levels[tool["index"]]
-            tool["risk_provenance"] = self.provenance[tool["index"]]
-        out["generation"] = self.generation
-        return out
-
-    def summary(self) -> dict[str, Any]:
-        r = self.retriever
-        return {
-            "generation": self.generation,
-            "registry": self.spec.registry,
-            "registry_fingerprint": self.registry.fingerprint(),
-            "n_tools": len(self.registry),
-            "risk_levels": self.registry.summary()["risk_levels"],
-            "risk_provenance": {p: self.provenance.count(p) for p in PROVENANCE if p in self.provenance},
-            "checkpoint": self.spec.checkpoint,
-            "mode": r.mode,
-            "modes": self.modes(),
-            "risk_source": r.risk_source,
-            "candidates": r.candidates,
-            "first_stage": r.first_stage,
-            "lambda": r.lam,
-            "alpha": r.alpha,
-            "encoder": r.encoder.identity,
-            "loaded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.loaded_at)),
-            "load_seconds": round(self.load_seconds, 3),
-        }
-
-
-def load_catalogue(spec: ArtefactSpec, encoder: Any, generation: int = 1, *, registry: Any = None) -> Catalogue:
-    """Load and validate one generation: the registry (or the given ``registry`` object), the
-    checkpoint, a retriever over them, and a probe query through the default mode (encoder,
-    heads, graph and rule filter all run once), so a bad artefact fails here, not on a
-    user's request."""
-    from riskrank.pipeline import RiskAwareRetriever
-    from riskrank.registry import ToolRegistry
-
-    if spec.fill_levels not in FILL_LEVELS:
-        raise RiskrankError(f"fill_levels must be one of {', '.join(FILL_LEVELS)}, got {spec.fill_levels!r}")
-    t0 = time.perf_counter()
-    reg = registry if registry is not None else ToolRegistry.load(spec.registry)
-    reg, provenance, evidence = audit_registry(reg, fill=spec.fill_levels == "keyword")
-    retriever = RiskAwareRetriever(
-        reg, encoder=encoder, checkpoint=spec.checkpoint, mode=spec.mode, risk_source=spec.risk_source, progress=False,
-        candidates=spec.candidates, first_stage=spec.first_stage,
-    )
-    retriever.retrieve(_PROBE_TASK, k=1)
-    return Catalogue(retriever, spec, generation, provenance, evidence, load_seconds=time.perf_counter() - t0)
-
-
-# -- encoding ---------------------------------------------------------------------------------------
-class BatchingEncoder:
-    """An encoder front that encodes concurrent requests' texts in one batch.
-
-    Each caller enqueues its texts, then takes the model lock; whoever holds it encodes
-    everything queued so far (its own texts included) in one batch and hands the others their
-    rows, so a caller that finds its result ready skips the model. One request alone encodes in
-    its own thread, with no hand-off; under load the model runs fewer, larger batches (on CPU a
-    batch of 8 short queries costs about 3 single ones), and never from two threads at once,
-    which also keeps the tokenizer out of concurrent use. Same interface as
-    :class:`riskrank.encoder.Encoder` for the retriever (``encode``, ``identity``, ``dim``,
-    ``display_name``)."""
-
-    def __init__(self, encoder: Any, max_batch: int = 64) -> None:
-        self.inner = encoder
-        # Live queries are read from the embedding cache but not added to it: a long-running
-        # server would otherwise grow the shared cache without bound.
-        import inspect
-
-        self._encode_kw = {"store": False} if "store" in inspect.signature(encoder.encode).parameters else {}
-        self.identity = encoder.identity
-        self.display_name = getattr(encoder, "display_name", encoder.identity)
-        self.max_batch = max_batch
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._lock = threading.Lock()
-
-    @property
-    def dim(self) -> int:
-        return self.inner.dim
-
-    def warm(self) -> None:
-        """Load the model now (a cache hit never loads it, so the first new query would)."""
-        model = getattr(self.inner, "model", None)
-        if model is not None and hasattr(model, "encode"):
-            with self._lock:
-                # The ONNX forward pass, when the encoder runs one, is exported (first time) and loaded now.
-                onnx = self.inner.onnx_backend() if hasattr(self.inner, "onnx_backend") else None
-                if onnx is not None:
-                    onnx.encode(["warm up"])
-                else:
-                    model.encode(["warm up"], convert_to_numpy=True)
-
-    def encode(self, texts: Sequence[str], *, desc: str = "encoding") -> Any:
-        fut: concurrent.futures.Future = concurrent.futures.Future()
-        self._queue.put((list(texts), fut))
-        with self._lock:
-            if not fut.done():  # nobody took it yet: encode everything waiting, ours included
-                pending = []
-                while True:
-                    try:
-                        pending.append(self._queue.get_nowait())
-                    except queue.Empty:
-                        break
-                self._encode_batches(pending)
-        return fut.result()
-
-    def _encode_batches(self, pending: list) -> None:
-        batch: list = []
-        for item in pending:
-            if batch and sum(len(t) for t, _ in batch) + len(item[0]) > self.max_batch:
-                self._encode_each(batch)
-                batch = []
-            batch.append(item)
-        if batch:
-            self._encode_each(batch)
-
-    def _encode_each(self, batch: list) -> None:
-        import numpy as np
-
-        try:
-            vecs = self.inner.encode([t for texts, _ in batch for t in texts], **self._encode_kw)
-        except BaseException as exc:
-            if len(batch) == 1:
-                batch[0][1].set_exception(exc)
-                return
-            for texts, fut in batch:  # one bad request must not fail its batch-mates
-                _settle(fut, self.inner.encode, texts)
-            return
-        start = 0
-        for texts, fut in batch:
-            fut.set_result(np.ascontiguousarray(vecs[start : start + len(texts)]))
-            start += len(texts)
-
-
-def _settle(fut: concurrent.futures.Future, fn: Callable, arg: Any) -> None:
-    try:
-        fut.set_result(fn(arg))
-    except BaseException as exc:
-        fut.set_exception(exc)
-
-
-def limit_threads(threads: int) -> None:
-    """Intra-op threads for torch (encoding) and BLAS (scoring), process-wide.
-
-    A server answers many small requests: a one-query matrix product or encoder pass gains
-    nothing from several threads, and on a busy machine their spin-waiting costs dearly
-    (measured here with 2 CPUs under load: a [1, 384] x [384, 2032] product took 20 ms with 2
-    OpenBLAS threads and 0.3 ms with one; a MiniLM query 1,000 ms with 2 torch threads and
-    100 ms with one). Concurrency comes from batching requests instead. Only the CLI calls
-    this: a library must not change its host's thread pools."""
-    import torch
-
-    torch.set_num_threads(threads)
-    try:  # a dependency of scikit-learn, so present; the BLAS limit is an optimisation only
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover
-        return
-    threadpool_limits(threads)
-
-
-def make_encoder(encoder: Any = None, device: str = "cpu", threads: int | None = None, backend: str = "torch") -> BatchingEncoder:
-    """A :class:`BatchingEncoder` over ``encoder`` (an Encoder-like object, or a name/folder);
-    ``threads``: see :func:`limit_threads`; ``backend``: the encoder's forward pass (``auto``
-    uses ONNX Runtime where the model allows it: half the latency, the same embeddings)."""
-    if threads is not None:
-        limit_threads(threads)
-    if encoder is None or isinstance(encoder, str):
-        from riskrank.encoder import Encoder
-
-        encoder = Encoder(encoder, device=device, progress=False, backend=backend)
-    return encoder if isinstance(encoder, BatchingEncoder) else BatchingEncoder(encoder)
-
-
 # -- the service: the active catalogue and its hot swap -------------------------------------------------
-class ApiError(Exception):
+class ApiError(RiskrankError):
     """An error response: HTTP status, stable code, message."""
 
     def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
@@ -383,62 +94,16 @@ class ApiError(Exception):
         return {"error": {"code": self.code, "message": self.message}}
 
 
-class Service:
-    """Holds the active :class:`Catalogue` and replaces it atomically on reload.
-
-    A request reads ``service.active`` once and uses that object to the end, so a swap never
-    changes the artefacts under a running request; the old generation is freed when the last
-    request holding it finishes."""
-
+class Service(LiveCatalogue):
     def __init__(self, catalogue: Catalogue | None, encoder: Any, limits: Limits | None = None) -> None:
-        self.active = catalogue
-        self.encoder = encoder
+        super().__init__(catalogue, encoder)
         self.limits = limits or Limits()
         self.inflight = 0
-        self._reload_lock = threading.Lock()
-        self.reload_status: dict[str, Any] = {"state": "idle"}
 
     @classmethod
     def from_spec(cls, spec: ArtefactSpec, encoder: Any = None, limits: Limits | None = None, **enc: Any) -> "Service":
         encoder = make_encoder(encoder, **enc)
         return cls(load_catalogue(spec, encoder), encoder, limits)
-
-    def begin_reload(self) -> bool:
-        """Claim the single reload slot; False if a reload is already running."""
-        return self._reload_lock.acquire(blocking=False)
-
-    def reload(self, spec: ArtefactSpec) -> Catalogue:
-        """Load ``spec`` and make it active (the caller holds the slot from :meth:`begin_reload`).
-        On any error the active catalogue stays and the error is raised."""
-        old = self.active
-        generation = (old.generation if old is not None else 0) + 1
-        self.reload_status = {"state": "loading", "started_at": time.time(), "spec": _spec_dict(spec)}
-        try:
-            new = load_catalogue(spec, self.encoder, generation)
-            self.active = new  # the swap: one reference assignment
-            self.reload_status = {**self.reload_status, "state": "succeeded", "finished_at": time.time(), "generation": generation}
-            return new
-        except BaseException as exc:
-            self.reload_status = {**self.reload_status, "state": "failed", "finished_at": time.time(), "error": _error_body(exc)["error"]}
-            raise
-        finally:
-            self._reload_lock.release()
-
-
-def _spec_dict(spec: ArtefactSpec) -> dict[str, Any]:
-    return {"registry": spec.registry, "checkpoint": spec.checkpoint, "mode": spec.mode,
-            "risk_source": spec.risk_source, "fill_levels": spec.fill_levels, "candidates": spec.candidates,
-            "first_stage": spec.first_stage}
-
-
-def _error_body(exc: BaseException) -> dict[str, Any]:
-    if isinstance(exc, ApiError):
-        return exc.body()
-    if isinstance(exc, RiskrankError):
-        return {"error": {"code": exc.code, "message": str(exc)}}
-    if isinstance(exc, OSError):
-        return {"error": {"code": "io_error", "message": str(exc)}}
-    return {"error": {"code": "internal_error", "message": "internal error; see the server log"}}
 
 
 # -- authentication and binding -------------------------------------------------------------------
@@ -726,14 +391,14 @@ def create_app(service: Service | None, *, limits: Limits | None = None, token: 
 
     @app.exception_handler(RiskrankError)
     async def _riskrank(request: Request, exc: RiskrankError) -> JSONResponse:
-        return JSONResponse(_error_body(exc), status_code=422)
+        return JSONResponse(error_body(exc), status_code=422)
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:
         import logging
 
         logging.getLogger("riskrank.server").exception("internal error on %s", request.url.path)
-        return JSONResponse(_error_body(exc), status_code=500)
+        return JSONResponse(error_body(exc), status_code=500)
 
     @app.get("/healthz", tags=["probes"], summary="Liveness: the process answers.")
     async def healthz() -> dict[str, str]:
@@ -799,11 +464,11 @@ def create_app(service: Service | None, *, limits: Limits | None = None, token: 
         future = asyncio.get_running_loop().run_in_executor(None, service.reload, spec)
         if not req.wait:
             future.add_done_callback(lambda f: f.exception())  # retrieved: no "never retrieved" warning
-            return JSONResponse({"status": "loading", "spec": _spec_dict(spec)}, status_code=202)
+            return JSONResponse({"status": "loading", "spec": spec.to_dict()}, status_code=202)
         try:
             new = await future
         except BaseException as exc:
-            body = _error_body(exc)
+            body = error_body(exc)
             body["error"]["message"] = f"reload failed, generation {cur.generation} still serving: {body['error']['message']}"
             return JSONResponse(body, status_code=500 if body["error"]["code"] == "internal_error" else 422)
         return {"status": "reloaded", **new.summary()}

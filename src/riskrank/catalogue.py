@@ -1,0 +1,248 @@
+"""What a served registry is: the artefacts it loads from, the provenance of every tool's risk
+level, the retriever over them, and the hot swap that replaces one generation with the next.
+
+Every surface that answers for a registry (the HTTP service, the MCP server and its proxy,
+the in-process agent guard) stands on this module and on nothing of each other's. A
+:class:`Catalogue` is one validated generation; :class:`LiveCatalogue` holds the active one
+and swaps it atomically: new artefacts load and validate in a worker thread, then replace
+the old ones in one assignment, so a request that read the active catalogue finishes on it
+whatever a reload does, and a bad artefact leaves the old one serving.
+
+Nothing is scored here: ranking is :class:`~riskrank.pipeline.RiskAwareRetriever`'s, imported
+when a catalogue is loaded (the retriever brings torch; naming a catalogue does not).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from riskrank.errors import RiskrankError, error_body
+from riskrank.modes import MODES, parse_mode
+from riskrank.registry import ToolRegistry
+from riskrank.risk import fail_closed_levels, keyword_level, level_from_score
+
+FILL_LEVELS = ("none", "keyword")
+#: Where a tool's risk level comes from (``risk_provenance`` in every response).
+PROVENANCE = {
+    "audited": "risk_level given in the registry (an audit)",
+    "keyword": "filled by riskrank's keyword annotator (name, description, MCP annotations)",
+    "annotation": "unlabelled; MCP annotations set the rule filter's level (readOnlyHint -> L2, destructiveHint -> L5)",
+    "unlabelled": "unlabelled; the rule filter treats it as L5 (fail closed)",
+}
+#: One query through the default mode at load time: encoder, heads, graph and rule filter run
+#: once, so a bad artefact fails the load, not a user's request.
+PROBE_TASK = "riskrank readiness probe: list the files in a folder"
+
+
+class ModeUnavailableError(RiskrankError):
+    """A mode or risk source that needs the dual head, asked of a catalogue without one."""
+
+    code = "mode_unavailable"
+
+
+@dataclass(frozen=True)
+class ArtefactSpec:
+    """What a catalogue is loaded from; a reload changes any of these fields."""
+
+    registry: str
+    checkpoint: str | None = None
+    mode: str | None = None
+    risk_source: str = "labels"
+    fill_levels: str = "none"
+    """``keyword``: give unlabelled tools the keyword annotator's level (proxy mode's audit)."""
+    candidates: int | None = None
+    """Rerank the first stage's top-M instead of the full pool (large registries)."""
+    first_stage: str = "exact"
+    """``ann``: an IVF index finds the top-M (with ``candidates``), for 10^5+ tools."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"registry": self.registry, "checkpoint": self.checkpoint, "mode": self.mode,
+                "risk_source": self.risk_source, "fill_levels": self.fill_levels, "candidates": self.candidates,
+                "first_stage": self.first_stage}
+
+
+def label_provenance(registry: ToolRegistry, fill: bool = True) -> tuple[ToolRegistry, list[str], list[list[str]]]:
+    """(registry, provenance [N], evidence [N]) for a registry.
+
+    With ``fill``, every unlabelled tool gets the level of
+    :func:`riskrank.risk.keyword_level` (keywords, permission categories and its MCP
+    annotations) with provenance ``keyword``; audited levels are never overwritten. Without
+    it, unlabelled tools keep no level and are ``annotation`` (the rule filter's fail-closed
+    path reads their MCP hints) or ``unlabelled`` (treated as L5)."""
+    provenance, evidence, filled = [], [], {}
+    closed = fail_closed_levels(registry.risk_levels, [t.annotations for t in registry])
+    for i, tool in enumerate(registry):
+        if tool.risk_level is not None:
+            provenance.append("audited")
+            evidence.append([f"audited: L{tool.risk_level}"] + ([tool.reason] if tool.reason else []))
+        elif fill:
+            level, why = keyword_level(tool.name, tool.description, dict(tool.annotations or {}))
+            filled[tool.name] = level
+            provenance.append("keyword")
+            evidence.append(why)
+        elif closed[i] > 0:
+            provenance.append("annotation")
+            evidence.append([f"mcp annotations -> L{int(closed[i])} for the rule filter"])
+        else:
+            provenance.append("unlabelled")
+            evidence.append(["no audited level: the rule filter treats it as L5 (fail closed)"])
+    if filled:
+        registry = registry.with_risk_levels(filled)
+    return registry, provenance, evidence
+
+
+@dataclass
+class Catalogue:
+    """The artefacts one generation of a served registry answers from."""
+
+    retriever: Any
+    spec: ArtefactSpec
+    generation: int
+    provenance: list[str]
+    evidence: list[list[str]]
+    loaded_at: float = field(default_factory=time.time)
+    load_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        reg = self.registry
+        levels = fail_closed_levels(reg.risk_levels, [t.annotations for t in reg])
+        # The level the rule filter reads under risk_source=labels (0 = unknown counts as 5).
+        self.effective_levels = [int(v) if v > 0 else 5 for v in levels]
+
+    @property
+    def registry(self) -> ToolRegistry:
+        return self.retriever.registry
+
+    @property
+    def has_heads(self) -> bool:
+        return self.retriever.scorer is not None
+
+    def modes(self) -> list[str]:
+        return [m for m in MODES if self.has_heads or not parse_mode(m).heads]
+
+    def check_request(self, mode: str | None, risk_source: str | None) -> None:
+        """Modes and risk sources this catalogue can serve (clear codes before any work)."""
+        if mode is not None and parse_mode(mode).heads and not self.has_heads:
+            raise ModeUnavailableError(f"mode {mode!r} needs a checkpoint; this server has none (modes: {', '.join(self.modes())})")
+        if risk_source == "predicted" and not self.has_heads:
+            raise ModeUnavailableError("risk_source 'predicted' needs a checkpoint (the learned risk head)")
+
+    def tool_spec(self, index: int) -> dict[str, Any]:
+        """One tool as an agent or an operator needs it: the spec plus its risk evidence."""
+        t = self.registry[index]
+        scorer = self.retriever.scorer
+        return {
+            "name": t.name,
+            "description": t.description,
+            "input_schema": dict(t.parameters) if t.parameters is not None else {"type": "object", "properties": {}},
+            "risk_level": t.risk_level,
+            "effective_level": self.effective_levels[index],
+            "risk_provenance": self.provenance[index],
+            "risk_evidence": self.evidence[index],
+            "predicted_level": int(level_from_score(scorer.f_risk[index : index + 1])[0]) if scorer is not None else None,
+            "f_risk": float(self.retriever.f_risk[index]),
+            "permissions": sorted(t.permissions),
+            "annotations": dict(t.annotations) if t.annotations else None,
+        }
+
+    def result_dict(self, result: Any, alpha: float | None = None) -> dict[str, Any]:
+        out = result.to_dict()
+        if alpha is not None and out["alpha"]:
+            # RetrievalResult reports the retriever's alpha even when the call passed another
+            # (pipeline.retrieve_many); the smoothing itself used the one passed.
+            out["alpha"] = float(alpha)
+        for tool in out["tools"]:
+            tool["effective_level"] = self.effective_levels[tool["index"]]
+            tool["risk_provenance"] = self.provenance[tool["index"]]
+        out["generation"] = self.generation
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        r = self.retriever
+        return {
+            "generation": self.generation,
+            "registry": self.spec.registry,
+            "registry_fingerprint": self.registry.fingerprint(),
+            "n_tools": len(self.registry),
+            "risk_levels": self.registry.summary()["risk_levels"],
+            "risk_provenance": {p: self.provenance.count(p) for p in PROVENANCE if p in self.provenance},
+            "checkpoint": self.spec.checkpoint,
+            "mode": r.mode,
+            "modes": self.modes(),
+            "risk_source": r.risk_source,
+            "candidates": r.candidates,
+            "first_stage": r.first_stage,
+            "lambda": r.lam,
+            "alpha": r.alpha,
+            "encoder": r.encoder.identity,
+            "loaded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.loaded_at)),
+            "load_seconds": round(self.load_seconds, 3),
+        }
+
+
+def load_catalogue(spec: ArtefactSpec, encoder: Any, generation: int = 1, *, registry: ToolRegistry | None = None) -> Catalogue:
+    """Load and validate one generation: the registry (or the given ``registry`` object), the
+    checkpoint, a retriever over them, and a probe query through the default mode (encoder,
+    heads, graph and rule filter all run once), so a bad artefact fails here, not on a
+    user's request."""
+    from riskrank.pipeline import RiskAwareRetriever
+
+    if spec.fill_levels not in FILL_LEVELS:
+        raise RiskrankError(f"fill_levels must be one of {', '.join(FILL_LEVELS)}, got {spec.fill_levels!r}")
+    t0 = time.perf_counter()
+    reg = registry if registry is not None else ToolRegistry.load(spec.registry)
+    reg, provenance, evidence = label_provenance(reg, fill=spec.fill_levels == "keyword")
+    retriever = RiskAwareRetriever(
+        reg, encoder=encoder, checkpoint=spec.checkpoint, mode=spec.mode, risk_source=spec.risk_source, progress=False,
+        candidates=spec.candidates, first_stage=spec.first_stage,
+    )
+    retriever.retrieve(PROBE_TASK, k=1)
+    return Catalogue(retriever, spec, generation, provenance, evidence, load_seconds=time.perf_counter() - t0)
+
+
+class LiveCatalogue:
+    """The active :class:`Catalogue` of a running service, replaced atomically on reload.
+
+    A request reads ``live.active`` once and uses that object to the end, so a swap never
+    changes the artefacts under a running request; the old generation is freed when the last
+    request holding it finishes. ``encoder`` (shared by every generation) is usually a
+    :class:`~riskrank.encoder.BatchingEncoder`."""
+
+    def __init__(self, catalogue: Catalogue | None, encoder: Any) -> None:
+        self.active = catalogue
+        self.encoder = encoder
+        self._reload_lock = threading.Lock()
+        self.reload_status: dict[str, Any] = {"state": "idle"}
+
+    @classmethod
+    def from_spec(cls, spec: ArtefactSpec, encoder: Any = None, **encoder_options: Any) -> LiveCatalogue:
+        """Load ``spec`` over ``encoder`` (an encoder object or a model name/folder;
+        ``encoder_options`` as :func:`riskrank.encoder.make_encoder` takes them)."""
+        from riskrank.encoder import make_encoder
+
+        encoder = make_encoder(encoder, **encoder_options)
+        return cls(load_catalogue(spec, encoder), encoder)
+
+    def begin_reload(self) -> bool:
+        """Claim the single reload slot; False if a reload is already running."""
+        return self._reload_lock.acquire(blocking=False)
+
+    def reload(self, spec: ArtefactSpec) -> Catalogue:
+        """Load ``spec`` and make it active (the caller holds the slot from :meth:`begin_reload`).
+        On any error the active catalogue stays and the error is raised."""
+        old = self.active
+        generation = (old.generation if old is not None else 0) + 1
+        self.reload_status = {"state": "loading", "started_at": time.time(), "spec": spec.to_dict()}
+        try:
+            new = load_catalogue(spec, self.encoder, generation)
+            self.active = new  # the swap: one reference assignment
+            self.reload_status = {**self.reload_status, "state": "succeeded", "finished_at": time.time(), "generation": generation}
+            return new
+        except BaseException as exc:
+            self.reload_status = {**self.reload_status, "state": "failed", "finished_at": time.time(), "error": error_body(exc)["error"]}
+            raise
+        finally:
+            self._reload_lock.release()
