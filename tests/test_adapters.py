@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from riskrank.adapters import GuardError, ToolGuard, tool_name, tool_record
-from riskrank.catalogue import ArtefactSpec
+from riskrank.catalogue import ArtefactSpec, LiveCatalogue
 from riskrank.datasets.demo import demo_registry_path
-from riskrank.server import Service, create_app
+from riskrank.serving.http import create_app
 from test_server_support import MCP_TOOLS, TOKEN, HashEncoder, ServerThread
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "guarded_agent.py"
@@ -129,7 +129,7 @@ def test_errors(guard, example):
 
 
 def test_remote_backend_matches_the_server():
-    svc = Service.from_spec(ArtefactSpec(str(demo_registry_path()), mode="dense+rule"), HashEncoder())
+    svc = LiveCatalogue.from_spec(ArtefactSpec(str(demo_registry_path()), mode="dense+rule"), HashEncoder())
     with ServerThread(create_app(svc, token=TOKEN)) as s:
         remote = ToolGuard(url=s.url, token=TOKEN, k=4)
         task = "send an email to my boss"

@@ -12,6 +12,15 @@ import numpy as np
 import pytest
 from sklearn.metrics import cohen_kappa_score
 
+from riskrank.agreement import (
+    agreement,
+    confusion,
+    confusion_png,
+    krippendorff_ordinal,
+    load_ratings,
+    pair_stats,
+    quadratic_kappa,
+)
 from riskrank.annotators import (
     AnnotatorError,
     Failure,
@@ -28,17 +37,9 @@ from riskrank.audit import (
     REVIEWED,
     SINGLE,
     AuditError,
-    agreement,
     apply_review,
     build_labels,
-    confusion,
-    confusion_png,
-    crossfit_risk_levels,
     default_side_paths,
-    krippendorff_ordinal,
-    load_ratings,
-    pair_stats,
-    quadratic_kappa,
     read_review,
     resolve_votes,
     run_audit,
@@ -224,7 +225,7 @@ def test_crossfit_hides_each_fold_labels(monkeypatch):
         return real(tool_emb, query_emb, gold, risk_levels, config, **kw)
 
     monkeypatch.setattr(training, "train_heads", spy)
-    levels, f_risk, folds = crossfit_risk_levels(reg, q_texts, gold, encoder=enc, n_folds=3, seed=1,
+    levels, f_risk, folds = training.crossfit_risk_levels(reg, q_texts, gold, encoder=enc, n_folds=3, seed=1,
                                                  config=training.TrainConfig(epochs=1), progress=False)
     assert len(seen) == 3 and sorted(set(folds.tolist())) == [0, 1, 2]
     for f, lv in enumerate(seen):
@@ -331,7 +332,7 @@ def test_cli_audit_and_agreement(tmp_path, monkeypatch, capsys):
         for ann, lv in (("openai:a", 1 if t.name == "read_doc" else 2), ("openai:b", 1 if t.name == "read_doc" else 5)):
             lines.append({"tool": t.name, "key": tool_key(t), "annotator": ann, "config": "fixed", "level": lv, **stamp})
     votes.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    monkeypatch.setattr("riskrank.audit.make_annotator", lambda spec, **kw: _Logged(spec))
+    monkeypatch.setattr("riskrank.annotators.make_annotator", lambda spec, **kw: _Logged(spec))
     labels = tmp_path / "mcp_labels.json"
     code, text, _ = _cli(monkeypatch, capsys, "audit", "--registry", str(mcp), "-a", "openai:a", "-a", "openai:b", "--out", str(labels))
     assert code == 0 and "1 tool(s) with span >= 2 await review" in text and "0 new vote(s), 4 from" in text
@@ -378,7 +379,7 @@ def test_cli_errors_are_one_line(tmp_path, monkeypatch, capsys, args, msg):
 def test_cli_incomplete_audit_exits_1(tmp_path, monkeypatch, capsys):
     reg = tmp_path / "r.json"
     reg.write_text(json.dumps([{"name": "a", "description": "x"}, {"name": "b", "description": "y"}]))
-    monkeypatch.setattr("riskrank.audit.make_annotator", lambda spec, **kw: Fixed(spec, {"a": 2, "b": "HTTP 500 (gave up)"}))
+    monkeypatch.setattr("riskrank.annotators.make_annotator", lambda spec, **kw: Fixed(spec, {"a": 2, "b": "HTTP 500 (gave up)"}))
     code, _, err = _cli(monkeypatch, capsys, "audit", "--registry", str(reg), "-a", "openai:m", "--out", str(tmp_path / "l.json"))
     assert code == 1 and "1 tool(s) lack a vote" in err
     assert json.loads((tmp_path / "l.json").read_text())["b"]["resolution"] == INCOMPLETE

@@ -16,9 +16,9 @@ from mcp import Client, StdioServerParameters
 from riskrank.catalogue import ArtefactSpec, label_provenance, load_catalogue
 from riskrank.datasets.demo import demo_registry_path
 from riskrank.encoder import make_encoder
-from riskrank.mcp_server import ToolFinder, build_server
 from riskrank.registry import ToolRegistry
-from riskrank.server import Gate
+from riskrank.serving.auth import Gate
+from riskrank.serving.mcp import ToolFinder, build_server
 from test_server_support import (
     MCP_TOOLS,
     TOKEN,
@@ -231,11 +231,10 @@ def test_real_cli_with_the_default_encoder():
 def test_upstream_failures_are_one_line_errors(monkeypatch, capsys):
     import sys
 
-    import riskrank.mcp_server
     from riskrank.cli import run
     from riskrank.encoder import BatchingEncoder
 
-    monkeypatch.setattr(riskrank.mcp_server, "make_encoder", lambda *a, **k: BatchingEncoder(HashEncoder()))
+    monkeypatch.setattr("riskrank.encoder.make_encoder", lambda *a, **k: BatchingEncoder(HashEncoder()))
     for cmd, msg in [("definitely-not-a-command --flag", "No such file"),
                      (shlex.join([sys.executable, "-c", "import sys; sys.exit(3)"]), "failed")]:
         monkeypatch.setattr("sys.argv", ["riskrank", "mcp", "--upstream", cmd])

@@ -17,18 +17,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from riskrank.catalogue import ArtefactSpec
+from riskrank.catalogue import ArtefactSpec, LiveCatalogue
 from riskrank.datasets.demo import demo_registry_path
 from riskrank.encoder import BatchingEncoder
 from riskrank.errors import RiskrankError
-from riskrank.server import (
-    Limits,
-    Service,
-    check_bind,
-    create_app,
-    openapi_schema,
-    read_token,
-)
+from riskrank.serving.auth import check_bind, read_token
+from riskrank.serving.http import create_app, openapi_schema
+from riskrank.serving.requests import Limits
 from test_server_support import (
     ADMIN_TOKEN,
     TOKEN,
@@ -50,8 +45,8 @@ def checkpoint(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="module")
-def service(checkpoint) -> Service:
-    return Service.from_spec(ArtefactSpec(DEMO, checkpoint, mode="rule"), HashEncoder())
+def service(checkpoint) -> LiveCatalogue:
+    return LiveCatalogue.from_spec(ArtefactSpec(DEMO, checkpoint, mode="rule"), HashEncoder())
 
 
 @pytest.fixture(scope="module")
@@ -250,7 +245,7 @@ def test_routing_errors_are_json(client):
 
 
 def test_mode_unavailable_without_checkpoint():
-    svc = Service.from_spec(ArtefactSpec(DEMO), HashEncoder())
+    svc = LiveCatalogue.from_spec(ArtefactSpec(DEMO), HashEncoder())
     with ServerThread(create_app(svc, token=TOKEN)) as s, httpx.Client(base_url=s.url) as c:
         assert c.post("/v1/retrieve", headers=AUTH, json={"task": "delete a file", "mode": "dense+rule"}).status_code == 200
         for body in ({"task": "x", "mode": "core"}, {"task": "x", "mode": "rule"}, {"task": "x", "risk_source": "predicted"}):
@@ -259,8 +254,8 @@ def test_mode_unavailable_without_checkpoint():
 
 def test_timeout_internal_error_and_overload():
     limits = Limits(timeout_s=0.3, max_inflight=2)
-    svc = Service.from_spec(ArtefactSpec(DEMO), HashEncoder(), limits)
-    with ServerThread(create_app(svc, token=TOKEN)) as s, httpx.Client(base_url=s.url, timeout=30) as c:
+    svc = LiveCatalogue.from_spec(ArtefactSpec(DEMO), HashEncoder())
+    with ServerThread(create_app(svc, limits=limits, token=TOKEN)) as s, httpx.Client(base_url=s.url, timeout=30) as c:
         svc.encoder.inner.delay = 1.0
         error(c.post("/v1/retrieve", headers=AUTH, json={"task": "slow one"}), 504, "timeout")
         with ThreadPoolExecutor(6) as pool:
@@ -303,7 +298,7 @@ def test_50_concurrent_clients(server, service):
 
 def test_reload_during_load(checkpoint, tmp_path):
     reg_b = write_mcp_registry(tmp_path / "b.json")
-    svc = Service.from_spec(ArtefactSpec(DEMO, checkpoint, mode="rule"), HashEncoder())
+    svc = LiveCatalogue.from_spec(ArtefactSpec(DEMO, checkpoint, mode="rule"), HashEncoder())
     names_a = set(svc.active.registry.names)
     names_b = {t["name"] for t in json.loads(reg_b.read_text())["tools"]}
     stop = threading.Event()
@@ -352,7 +347,7 @@ def test_reload_during_load(checkpoint, tmp_path):
 
 
 def test_reload_in_background_and_conflict(tmp_path):
-    svc = Service.from_spec(ArtefactSpec(DEMO), HashEncoder())
+    svc = LiveCatalogue.from_spec(ArtefactSpec(DEMO), HashEncoder())
     with ServerThread(create_app(svc, token=TOKEN)) as s, httpx.Client(base_url=s.url, timeout=30) as c:
         assert c.post("/v1/admin/reload", headers=AUTH).json()["generation"] == 2  # no body: re-read the same files
         svc.encoder.inner.delay = 0.5  # the reload's probe query takes a while

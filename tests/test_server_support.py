@@ -97,7 +97,7 @@ class ServerThread:
     process (real sockets, real HTTP)."""
 
     def __init__(self, app, lifespan: str = "off") -> None:
-        from riskrank.server import bind_socket, uvicorn_server
+        from riskrank.serving.listen import bind_socket, uvicorn_server
 
         self.sock = bind_socket("127.0.0.1", 0)
         self.port = self.sock.getsockname()[1]
@@ -152,15 +152,12 @@ def run_fake_upstream(page_size: int = 2) -> None:
 def run_cli_with_hash_encoder(argv: list[str]) -> None:
     """`riskrank ARGV` with the encoder replaced by HashEncoder (no model load)."""
     import riskrank.encoder
-    import riskrank.mcp_server
-    import riskrank.server
     from riskrank.cli import main
 
     def make(encoder=None, device="cpu", threads=None, backend="torch"):
         return riskrank.encoder.BatchingEncoder(HashEncoder())
 
-    riskrank.server.make_encoder = make
-    riskrank.mcp_server.make_encoder = make
+    riskrank.encoder.make_encoder = make
     main.main(argv, prog_name="riskrank")
 
 

@@ -168,7 +168,7 @@ class HeadAnnotator(Annotator):
 class CrossfitHeadAnnotator(Annotator):
     """``head:crossfit``: the risk head trained in ``n_folds`` folds over the tools of a
     labelled benchmark; each tool's level comes from the model whose training hid its label
-    (:func:`riskrank.audit.crossfit_risk_levels`)."""
+    (:func:`riskrank.training.crossfit_risk_levels`)."""
 
     def __init__(self, benchmark: Any, *, encoder: Any = None, n_folds: int = 5, seed: int = 42, progress: bool = True) -> None:
         if benchmark is None:
@@ -190,7 +190,7 @@ class CrossfitHeadAnnotator(Annotator):
         if not tools:
             return
         if self._levels is None:
-            from riskrank.audit import crossfit_risk_levels
+            from riskrank.training import crossfit_risk_levels
 
             b = self.benchmark
             qs = b.train if b.train is not None else next(iter(b.splits.values()))

@@ -42,6 +42,7 @@ import hashlib
 import json
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,8 @@ from riskrank.fileio import atomic_write_bytes
 from riskrank.first_stage import rank, top_m
 from riskrank.heads import DESIGNS, DualHead, HeadScorer
 from riskrank.metrics import ndcg_at_k, rvr_at_k
-from riskrank.risk import normalised_risk
+from riskrank.registry import ToolRegistry
+from riskrank.risk import level_from_score, normalised_risk
 
 SAMPLING = ("random", "hard", "mixed")
 # Wide enough for the residual head, whose sigmoid is sharper than the paper head's.
@@ -413,6 +415,37 @@ def train_heads(
         "skipped_queries": n_skipped, "unlabelled_tools": n_unlabelled,
     }
     return TrainResult(model, cfg, float(lam), history, validation, counts, time.perf_counter() - t0, notes)
+
+
+# -- cross-fitted risk levels ------------------------------------------------------------------
+def crossfit_risk_levels(
+    registry: ToolRegistry, query_texts: Sequence[str], gold: Sequence[np.ndarray], *, encoder: Any = None,
+    n_folds: int = 5, seed: int = 42, config: Any = None, progress: bool = True,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Levels from the learned risk head, cross-fitted over tools: the tools are cut into
+    ``n_folds`` folds; for each fold the dual head is trained on the training queries with
+    that fold's labels hidden (level 0: excluded from L_risk), and scores the fold's tools.
+    Returns (levels [N], f_risk [N], fold per tool)."""
+    from riskrank.datasets import crossfit_folds
+    from riskrank.encoder import Encoder
+
+    if not registry.has_labels:
+        raise RiskrankError(f"cross-fitting the risk head needs a fully labelled registry ({registry.n_unlabelled} tools unlabelled)")
+    enc = encoder if encoder is not None and not isinstance(encoder, str) else Encoder(encoder, progress=progress)
+    tool_emb = enc.encode(registry.texts(), desc="encoding tools")
+    query_emb = enc.encode(list(query_texts), desc="encoding queries")
+    folds = crossfit_folds(len(registry), n_folds, seed)
+    f_risk = np.empty(len(registry), dtype=np.float32)
+    cfg = config or TrainConfig(seed=seed)
+    for f in range(n_folds):
+        held = folds == f
+        levels = registry.risk_levels.copy()
+        levels[held] = 0
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "N tools have no risk label": that is the point
+            res = train_heads(tool_emb, query_emb, list(gold), levels, cfg, progress=progress)
+        f_risk[held] = HeadScorer(res.model, tool_emb[held]).f_risk
+    return level_from_score(f_risk), f_risk, folds
 
 
 # -- checkpoints ------------------------------------------------------------------------------

@@ -1,111 +1,23 @@
-"""The ``riskrank`` command.
-
-Every command is a thin shell over the library (datasets, RiskAwareRetriever, the
-experiments); nothing is scored here. User mistakes (bad files, unknown names, bad values)
-print one ``error:`` line and exit with status 2; no traceback.
-"""
+"""``riskrank evaluate``, ``retrieve``, ``train`` and ``graph stats``: the library's verbs."""
 
 from __future__ import annotations
 
 import json
-import math
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
+from riskrank.cli.common import fmt, parse_seeds, print_table
 from riskrank.errors import RiskrankError
-
-EXIT_USAGE = 2
-
-# Quiet third-party chatter before anything heavy is imported.
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-
-
-def _seeds(value: str) -> list[int]:
-    try:
-        seeds = [int(s) for s in value.split(",") if s.strip()]
-    except ValueError:
-        raise click.BadParameter(f"seeds must be comma-separated integers, got {value!r}") from None
-    if not seeds:
-        raise click.BadParameter("give at least one seed")
-    return seeds
-
-
-def fmt(x: float, digits: int = 3) -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
-
-
-def print_table(rows: list[list[str]], header: list[str]) -> None:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    line = "  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths, strict=True)))
-    click.echo(line)
-    click.echo("-" * len(line))
-    for r in rows:
-        click.echo("  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))))
-
-
-def write_json_atomic(path: str | Path, obj: Any) -> None:
-    from riskrank.fileio import atomic_write_bytes
-
-    atomic_write_bytes(Path(path), (json.dumps(obj, indent=2, default=float) + "\n").encode())
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(package_name="riskrank")
-def main() -> None:
-    """riskrank: risk-aware tool retrieval for LLM agents.
-
-    Ranks a tool registry for a task by relevance and operational risk, with a knob
-    (lambda) between them, a strict exposure policy (the rule filter), and retrieval-time
-    safety metrics (RVR, SRR, sNDCG, ...).
-    """
-
-
-# -- data ------------------------------------------------------------------------------------
-@main.group()
-def data() -> None:
-    """Benchmark data: fetch UltraTool, Seal-Tools and the released risk labels."""
-
-
-@data.command("fetch")
-@click.option("--source", default="upstream", show_default=True,
-              help="'upstream' (GitHub raw files at pinned commits) or a local mirror directory in <owner>/<repo>/<path> layout.")
-@click.option("--dest", type=click.Path(file_okay=False), default=None,
-              help="Data directory [default: $RISKRANK_DATA or ~/.cache/riskrank/data].")
-@click.option("--no-optional", is_flag=True, help="Skip the optional files (UltraTool dev.json, Seal-Tools train/test_out).")
-@click.option("--quiet", is_flag=True, help="No progress bars.")
-def data_fetch(source: str, dest: str | None, no_optional: bool, quiet: bool) -> None:
-    """Copy or download the benchmark files, verifying sha256; files already present and
-    valid are skipped; writes are atomic."""
-    from riskrank.datasets import resolve_data_dir
-    from riskrank.datasets.fetch import fetch
-    from riskrank.errors import DataError
-
-    target = resolve_data_dir(dest)
-    if source != "upstream" and not Path(source).is_dir():
-        raise RiskrankError(f"--source {source}: not a directory (use 'upstream' or a mirror directory)")
-    try:
-        report = fetch(source, target, progress=not quiet, include_optional=not no_optional)
-    except DataError as exc:
-        rep = getattr(exc, "report", None)
-        if rep is not None:
-            click.echo(rep.format(), err=True)
-        raise
-    click.echo(report.format())
-    click.echo(f"data directory: {target}")
-    if not report.ok:
-        sys.exit(1)
-
+from riskrank.fileio import read_jsonl, write_json
+from riskrank.modes import FIRST_STAGES, RISK_SOURCES
 
 # -- evaluate -----------------------------------------------------------------------------------
 CONTRACT_COLUMNS = ("ndcg@5", "mrr", "sndcg@5", "rvr@5", "srr@5")
 
 
-@main.command()
+@click.command()
 @click.option("--dataset", type=click.Choice(["ultratool", "sealtools", "demo"]), required=True)
 @click.option("--data", "data_dir", type=click.Path(file_okay=False), default=None, help="Data directory (a mirror directory works too).")
 @click.option("--methods", default="bm25,dense", show_default=True,
@@ -134,7 +46,7 @@ def evaluate(dataset: str, data_dir: str | None, methods: str, query_mode: str, 
         raise RiskrankError("--query-mode applies to UltraTool only")
     bench = load_benchmark(dataset, data_dir, **kwargs)
     overrides = {"selection": selection} if selection else {}
-    run = run_evaluation(bench, methods, seeds=_seeds(seeds), encoder=encoder, train_overrides=overrides, progress=not quiet)
+    run = run_evaluation(bench, methods, seeds=parse_seeds(seeds), encoder=encoder, train_overrides=overrides, progress=not quiet)
     res = run.results_json()
     res["query_mode"] = query_mode
     click.echo(f"{bench.name}: {bench.protocol}; encoder {run.encoder}; seeds {','.join(map(str, run.seeds))}")
@@ -149,12 +61,12 @@ def evaluate(dataset: str, data_dir: str | None, methods: str, query_mode: str, 
             rows.append([m, *[fmt(vals[c]["mean"]) + (f"±{fmt(vals[c]['std'])}" if trained and len(run.seeds) > 1 else "") for c in cols]])
         print_table(rows, ["method", *cols])
     if json_out:
-        write_json_atomic(json_out, res)
+        write_json(json_out, res)
         click.echo(f"\nwrote {json_out}")
 
 
 # -- retrieve -----------------------------------------------------------------------------------
-@main.command()
+@click.command()
 @click.argument("task")
 @click.option("--registry", type=click.Path(dir_okay=False), default=None, help="Tool registry file [default: the bundled demo registry].")
 @click.option("--checkpoint", type=click.Path(file_okay=False), default=None, help="Checkpoint directory from `riskrank train`.")
@@ -162,12 +74,12 @@ def evaluate(dataset: str, data_dir: str | None, methods: str, query_mode: str, 
 @click.option("--mode", default=None, help="dense, dense+rule, core, core+graph (graph), core+graph+rule (rule) [default: core with a checkpoint, else dense].")
 @click.option("--lam", "lam", type=float, default=None, help="Risk weight lambda [default: the checkpoint's validated value; 0 for dense].")
 @click.option("--alpha", type=float, default=None, help="Graph smoothing alpha [default: the checkpoint's].")
-@click.option("--risk-source", type=click.Choice(["labels", "predicted"]), default="labels", show_default=True,
+@click.option("--risk-source", type=click.Choice(RISK_SOURCES), default="labels", show_default=True,
               help="Risk levels the rule filter reads: audited labels, or the risk head's predictions.")
 @click.option("--encoder", default=None, help="Encoder name or folder (must match the checkpoint's).")
 @click.option("--candidates", type=click.IntRange(1), default=None,
               help="Rerank the first stage's top-M tools instead of the full pool [default: full pool].")
-@click.option("--first-stage", type=click.Choice(["exact", "ann"]), default="exact", show_default=True,
+@click.option("--first-stage", type=click.Choice(FIRST_STAGES), default="exact", show_default=True,
               help="How the top-M is found: exact cosine, or an approximate IVF index (10^5+ tools; M = 100 unless --candidates).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def retrieve(task: str, registry: str | None, checkpoint: str | None, k: int, mode: str | None, lam: float | None,
@@ -219,7 +131,7 @@ def show_result(res: Any, title: str | None = None) -> None:
 
 
 # -- train ----------------------------------------------------------------------------------------
-@main.command()
+@click.command()
 @click.option("--dataset", type=click.Choice(["ultratool", "sealtools", "demo"]), default=None,
               help="Train on a benchmark's training split (UltraTool without dev.json: all test.json queries).")
 @click.option("--registry", type=click.Path(dir_okay=False), default=None, help="A registry file (with --queries).")
@@ -272,17 +184,13 @@ def _training_data(dataset: str | None, registry: str | None, queries: str | Non
     if not (registry and queries):
         raise RiskrankError("give --dataset, or --registry and --queries")
     reg = ToolRegistry.load(registry)
-    texts, gold, skipped = [], [], 0
-    path = Path(queries)
-    if not path.is_file():
+    texts, gold = [], []
+    if not Path(queries).is_file():
         raise RiskrankError(f"{queries}: no such file")
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
+    for lineno, rec in read_jsonl(queries):
         try:
-            rec = json.loads(line)
             task, names = rec["task"], rec["gold"]
-        except (json.JSONDecodeError, KeyError, TypeError):
+        except (KeyError, TypeError):
             raise RiskrankError(f"{queries}: line {lineno}: expected {{\"task\": str, \"gold\": [tool names]}}") from None
         if not isinstance(task, str) or not task.strip() or not isinstance(names, list):
             raise RiskrankError(f"{queries}: line {lineno}: 'task' must be a non-empty string and 'gold' a list")
@@ -291,7 +199,6 @@ def _training_data(dataset: str | None, registry: str | None, queries: str | Non
         if unknown:
             raise RiskrankError(f"{queries}: line {lineno}: unknown tool(s) {', '.join(map(repr, unknown))} (not in {registry})")
         if not idx:
-            skipped += 1
             continue
         texts.append(task)
         gold.append(np.asarray(idx))
@@ -301,7 +208,7 @@ def _training_data(dataset: str | None, registry: str | None, queries: str | Non
 
 
 # -- graph ---------------------------------------------------------------------------------------
-@main.group()
+@click.group()
 def graph() -> None:
     """ToolGraph inspection."""
 
@@ -352,87 +259,4 @@ def graph_stats(dataset: str | None, registry: str | None, data_dir: str | None,
     q = table["quantiles"]
     click.echo("pairwise cosine quantiles: " + ", ".join(f"{k} {fmt(float(v))}" for k, v in q.items()))
     if json_out:
-        write_json_atomic(json_out, {"stats": st, "semantic_thresholds": table, "encoder": enc.identity})
-
-
-# -- reproduce -----------------------------------------------------------------------------------
-@main.command()
-@click.option("--dataset", type=click.Choice(["ultratool", "sealtools"]), required=True)
-@click.option("--data", "data_dir", type=click.Path(file_okay=False), default=None)
-@click.option("--out", type=click.Path(file_okay=False), required=True, help="Output directory (report.md, results.json, figures).")
-@click.option("--encoder", default=None)
-@click.option("--seeds", default="42,123,777", show_default=True)
-@click.option("--reuse", is_flag=True, help="Rebuild the report from OUT/cache without retraining when it matches.")
-@click.option("--no-cross-encoders", is_flag=True, help="Skip the fine-tuned cross-encoder baseline (ce-minilm-ft).")
-@click.option("--cross-encoder", "extra_ce", multiple=True, help="Also rerank the dense top-100 with this CrossEncoder (name or folder).")
-@click.option("--quiet", is_flag=True)
-def reproduce(dataset: str, data_dir: str | None, out: str, encoder: str | None, seeds: str, reuse: bool,
-              no_cross_encoders: bool, extra_ce: tuple[str, ...], quiet: bool) -> None:
-    """Reproduce the paper's tables and figures on one dataset: OUT/report.md, OUT/results.json, PNGs."""
-    import time
-
-    from riskrank.experiments.reproduce import reproduce as run_reproduce
-
-    t0 = time.perf_counter()
-    res = run_reproduce(dataset, out, data=data_dir, encoder=encoder, seeds=_seeds(seeds), reuse=reuse,
-                        cross_encoders=not no_cross_encoders, extra_cross_encoders=extra_ce, progress=not quiet, echo=click.echo)
-    click.echo(f"wrote {out}/report.md, {out}/results.json and {len(res['figures'])} figures in {time.perf_counter() - t0:.0f}s")
-
-
-# -- demo ----------------------------------------------------------------------------------------
-@main.command()
-@click.option("--tasks", default=None, help="Comma-separated demo task ids to show [default: a fixed selection].")
-def demo(tasks: str | None) -> None:
-    """Train on the bundled demo registry in seconds, then show relevance-only vs risk-aware
-    vs rule-filtered top-5 lists with their risk levels, RVR and SRR (the paper's Figure 1)."""
-    from riskrank.experiments.demo import run_demo
-
-    run_demo(tasks.split(",") if tasks else None, echo=click.echo, show=show_result)
-
-
-# -- commands that live with their feature (each module exports a click command) ------------------
-_FEATURE_COMMANDS: list[tuple[str, str]] = [
-    ("riskrank.audit", "audit_command"),
-    ("riskrank.audit", "agreement_command"),
-    ("riskrank.server", "serve_command"),
-    ("riskrank.mcp_server", "mcp_command"),
-]
-
-
-def _register_feature_commands() -> None:
-    import importlib
-
-    for module, name in _FEATURE_COMMANDS:
-        main.add_command(getattr(importlib.import_module(module), name))
-
-
-_register_feature_commands()
-
-
-def run() -> int:
-    """Entry point with the error policy: RiskrankError -> one line, exit 2."""
-    try:
-        main.main(standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        return 130
-    except click.ClickException as exc:
-        exc.show()
-        return exc.exit_code
-    except RiskrankError as exc:
-        click.echo(f"error: {exc}", err=True)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        return 130
-    except BrokenPipeError:
-        return 0
-    except OSError as exc:
-        # Disk full, permission denied, ...: name the file, no traceback.
-        click.echo(f"error: {exc}", err=True)
-        return EXIT_USAGE
-    return 0
-
-
-def entry() -> None:
-    sys.exit(run())
+        write_json(json_out, {"stats": st, "semantic_thresholds": table, "encoder": enc.identity})

@@ -15,37 +15,30 @@ what the risk-aware search exposed).
 
 Transports: stdio (default) and streamable HTTP (``--transport streamable-http``, behind the
 same bearer-token gate as ``riskrank serve``). Scoring is :class:`RiskAwareRetriever`'s,
-through :class:`riskrank.server.Catalogue`; nothing is scored here.
+through :class:`riskrank.catalogue.Catalogue`; nothing is scored here. The SDK (1.x or 2.x)
+is reached through :mod:`riskrank.serving.mcp_compat` only, and imported when a server is
+built (it takes seconds to import).
 
-The official ``mcp`` SDK is imported inside the functions that need it (it takes seconds to
-import), so the ``riskrank`` CLI starts without it. No ``from __future__ import annotations``:
-the SDK builds the tools' input schemas from the real annotations of local functions.
+No ``from __future__ import annotations``: the SDK builds the tools' input schemas from the
+real annotations of local functions.
 """
 
 import dataclasses
-import json
 import os
 import shlex
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
-import click
-
+from riskrank import __version__
 from riskrank.catalogue import ArtefactSpec, Catalogue, load_catalogue
-from riskrank.encoder import make_encoder
 from riskrank.errors import RiskrankError, error_body
-from riskrank.modes import MAX_K, MODES
-from riskrank.server import (
-    ApiError,
-    Gate,
-    Limits,
-    bind_socket,
-    catalogue_options,
-    check_bind,
-    read_token,
-    token_options,
-    uvicorn_server,
-)
+from riskrank.modes import MODES
+from riskrank.registry import ToolRegistry
+from riskrank.risk import split_name
+from riskrank.serving import mcp_compat
+from riskrank.serving.auth import Gate
+from riskrank.serving.listen import uvicorn_server
+from riskrank.serving.requests import ApiError, Limits, check_k, check_mode, check_task
 
 FIND_TOOLS_DESCRIPTION = (
     "Find the tools for a task in a large tool catalogue. Returns at most k tool specs (name, "
@@ -67,7 +60,7 @@ INSTRUCTIONS = (
 class ToolFinder:
     """``find_tools`` independent of any transport: validation, retrieval, the response.
 
-    ``catalogue`` is a :class:`~riskrank.server.Catalogue` or a callable returning the active
+    ``catalogue`` is a :class:`~riskrank.catalogue.Catalogue` or a callable returning the active
     one. ``exposed`` collects every tool name ``find_tools`` has returned (the set
     ``call_tool`` forwards to)."""
 
@@ -87,20 +80,9 @@ class ToolFinder:
     def find(self, task: Any, k: Any = None, mode: Any = None) -> dict[str, Any]:
         """The risk-aware top-k as a JSON-ready dict; :class:`ApiError` on bad input (the
         same codes as the HTTP API)."""
-        lim = self.limits
-        if not isinstance(task, str):
-            raise ApiError(422, "invalid_request", "task: must be a string")
-        if not task.strip():
-            raise ApiError(422, "task_empty", "task: the task text is empty")
-        if len(task) > lim.max_task_chars:
-            raise ApiError(422, "task_too_long", f"task: at most {lim.max_task_chars} characters")
-        k = self.default_k if k is None else k
-        if isinstance(k, bool) or not isinstance(k, int):
-            raise ApiError(422, "invalid_request", "k: must be an integer")
-        if not 1 <= k <= lim.max_k:
-            raise ApiError(422, "k_out_of_range", f"k: must be between 1 and {lim.max_k}, got {k}")
-        if mode is not None and mode not in MODES:
-            raise ApiError(422, "invalid_mode", f"mode: must be one of {', '.join(MODES)}")
+        check_task(task, self.limits)
+        k = check_k(self.default_k if k is None else k, self.limits)
+        check_mode(mode)
         cat = self.catalogue
         cat.check_request(mode, None)
         res = cat.retriever.retrieve(task, k=k, mode=mode)
@@ -129,29 +111,20 @@ class ToolFinder:
         }
 
 
-def _result(payload: dict[str, Any], is_error: bool = False) -> Any:
-    from mcp_types import CallToolResult, TextContent
-
-    text = json.dumps(payload, separators=(",", ":"))
-    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=payload, is_error=is_error)
-
-
 def _error_result(exc: BaseException) -> Any:
-    return _result(error_body(exc), is_error=True)
+    return mcp_compat.text_result(error_body(exc), is_error=True)
 
 
-def build_server(finder: ToolFinder, *, name: str = "riskrank", upstream: Any = None) -> Any:
-    """An :class:`mcp.server.mcpserver.MCPServer` exposing ``find_tools`` (and, with an
-    ``upstream`` client, ``call_tool``)."""
-    from typing import Annotated
-
-    from mcp.server.mcpserver import MCPServer
-    from mcp_types import CallToolResult, ToolAnnotations
+def build_server(finder: ToolFinder, *, name: str = "riskrank", upstream: mcp_compat.Upstream | None = None,
+                 host: str = "127.0.0.1") -> Any:
+    """An MCP server (the SDK's high-level server class) exposing ``find_tools`` (and, with
+    an ``upstream`` client, ``call_tool``); ``host``: where a streamable-HTTP app of it will
+    listen."""
+    CallToolResult = mcp_compat.types().CallToolResult  # first: a missing SDK is the extra's one-line error
     from pydantic import Field
 
-    from riskrank import __version__
-
-    server = MCPServer(name, title="riskrank tool search", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
+    server = mcp_compat.new_server(name, title="riskrank tool search", version=__version__, instructions=INSTRUCTIONS,
+                                   host=host)
 
     # The parameters are typed Any for the SDK's validator and described in full by their JSON
     # schema: ToolFinder.find checks them, so a bad argument gets the same error codes as HTTP.
@@ -166,13 +139,13 @@ def build_server(finder: ToolFinder, *, name: str = "riskrank", upstream: Any = 
                                    json_schema_extra={"type": ["string", "null"], "enum": [*MODES, None]})] = None,
     ) -> CallToolResult:
         try:
-            return _result(finder.find(task, k, mode))
-        except (ApiError, RiskrankError) as exc:
+            return mcp_compat.text_result(finder.find(task, k, mode))
+        except RiskrankError as exc:
             return _error_result(exc)
 
-    server.add_tool(
-        find_tools, name="find_tools", title="Find tools (risk-aware)", description=FIND_TOOLS_DESCRIPTION,
-        annotations=ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False),
+    mcp_compat.add_tool(
+        server, find_tools, name="find_tools", title="Find tools (risk-aware)", description=FIND_TOOLS_DESCRIPTION,
+        annotations=mcp_compat.tool_annotations(read_only=True, destructive=False, idempotent=True, open_world=False),
     )
     if upstream is not None:
         async def call_tool(
@@ -186,29 +159,25 @@ def build_server(finder: ToolFinder, *, name: str = "riskrank", upstream: Any = 
             except Exception as exc:
                 return _error_result(ApiError(502, "upstream_error", f"the upstream server failed on {name!r}: {_leaf_message(exc)}"))
 
-        server.add_tool(
-            call_tool, name="call_tool", title="Call an upstream tool", description=CALL_TOOL_DESCRIPTION,
-            annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=True),
+        mcp_compat.add_tool(
+            server, call_tool, name="call_tool", title="Call an upstream tool", description=CALL_TOOL_DESCRIPTION,
+            annotations=mcp_compat.tool_annotations(read_only=False, destructive=True, idempotent=False, open_world=True),
         )
     return server
 
 
 # -- proxy mode --------------------------------------------------------------------------------------
-async def upstream_tools(client: Any, max_pages: int = 1000) -> list[dict[str, Any]]:
+async def upstream_tools(client: mcp_compat.Upstream, max_pages: int = 1000) -> list[dict[str, Any]]:
     """Every tool of an MCP server (all ``tools/list`` pages) as ``tools/list`` JSON records.
     A tool without a description gets its title or its name (MCP makes description optional;
     riskrank ranks on it)."""
-    from riskrank.risk import split_name
-
     records, cursor = [], None
     for _ in range(max_pages):
-        page = await client.list_tools(cursor=cursor)
-        for tool in page.tools:
-            rec = tool.model_dump(by_alias=True, exclude_none=True, mode="json")
+        page, cursor = await client.list_tools_page(cursor)
+        for rec in page:
             if not str(rec.get("description") or "").strip():
                 rec["description"] = rec.get("title") or (rec.get("annotations") or {}).get("title") or split_name(rec["name"])
             records.append(rec)
-        cursor = page.next_cursor
         if not cursor:
             return records
     raise RiskrankError(f"the upstream server returned more than {max_pages} pages of tools")
@@ -221,9 +190,7 @@ def _leaf_message(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def upstream_registry(records: list[dict[str, Any]], source: str) -> Any:
-    from riskrank.registry import ToolRegistry
-
+def upstream_registry(records: list[dict[str, Any]], source: str) -> ToolRegistry:
     if not records:
         raise RiskrankError(f"{source}: the upstream server lists no tools")
     return ToolRegistry.from_data({"tools": records}, fmt="mcp", source=source)
@@ -232,12 +199,10 @@ def upstream_registry(records: list[dict[str, Any]], source: str) -> Any:
 def upstream_params(command: str) -> Any:
     """StdioServerParameters for ``--upstream CMD``: split like a shell would, with this
     process's environment (the upstream runs as if the user had started it)."""
-    from mcp import StdioServerParameters
-
     argv = shlex.split(command)
     if not argv:
         raise RiskrankError("--upstream needs a command, e.g. --upstream 'npx -y @modelcontextprotocol/server-filesystem /tmp'")
-    return StdioServerParameters(command=argv[0], args=argv[1:], env=dict(os.environ))
+    return mcp_compat.stdio_params(argv, env=dict(os.environ))
 
 
 async def run(spec: ArtefactSpec, encoder: Any, *, upstream: str | None = None, forward: bool = False, k: int = 5,
@@ -245,15 +210,14 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstream: str | None = None, 
     """Load the catalogue (from the registry, or from the upstream server), then serve."""
     from contextlib import AsyncExitStack
 
+    mcp_compat.sdk_major()  # a missing SDK is the extra's one-line error, before anything starts
     import anyio.to_thread
 
     async with AsyncExitStack() as stack:
         client, registry = None, None
         if upstream:
-            from mcp import Client
-
             try:
-                client = await stack.enter_async_context(Client(upstream_params(upstream)))
+                client = await stack.enter_async_context(mcp_compat.connect_stdio(upstream_params(upstream)))
                 records = await upstream_tools(client)
             except RiskrankError:
                 raise
@@ -270,47 +234,12 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstream: str | None = None, 
         s = catalogue.summary()
         echo(f"find_tools over {s['n_tools']} tools from {spec.registry} (mode {s['mode']}; levels: "
              + ", ".join(f"{n} {p}" for p, n in s["risk_provenance"].items()) + ")")
-        server = build_server(ToolFinder(catalogue, default_k=k), upstream=client if forward else None)
+        host = sock.getsockname()[0] if sock is not None else "127.0.0.1"
+        server = build_server(ToolFinder(catalogue, default_k=k), upstream=client if forward else None, host=host)
         if transport == "stdio":
             await server.run_stdio_async()
             return
-        host, port = sock.getsockname()[:2]
-        app = Gate(server.streamable_http_app(host=host), token=token)
+        port = sock.getsockname()[1]
+        app = Gate(mcp_compat.streamable_http_app(server, host), token=token)
         echo(f"streamable HTTP at http://{host}:{port}/mcp  auth: {'bearer token' if token else 'none (--insecure, loopback)'}")
-        await uvicorn_server(app, sock, "warning", lifespan="on").serve(sockets=[sock])
-
-
-@click.command("mcp")
-@catalogue_options
-@click.option("--upstream", default=None, metavar="CMD",
-              help="Proxy mode: start this MCP server (a command line), audit its tools/list, serve find_tools over it.")
-@click.option("--forward", is_flag=True, help="Proxy mode: also expose call_tool, forwarding calls to tools find_tools returned.")
-@click.option("-k", "k", type=click.IntRange(1, MAX_K), default=5, show_default=True, help="Default k of find_tools.")
-@click.option("--transport", type=click.Choice(["stdio", "streamable-http"]), default="stdio", show_default=True)
-@token_options
-def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, risk_source: str, fill_levels: str,
-                encoder: str | None, device: str, encoder_backend: str, threads: int | None, candidates: int | None, first_stage: str, upstream: str | None, forward: bool, k: int,
-                transport: str, host: str, port: int, token_file: str | None, token_env: str, insecure: bool) -> None:
-    """Serve find_tools (risk-aware tool search) over MCP: stdio, or streamable HTTP.
-
-    The catalogue is --registry (default: the bundled demo registry) or, with --upstream CMD,
-    the tools of another MCP server, audited by the keyword annotator and their MCP
-    annotations. Log lines go to stderr; stdout is the protocol."""
-    import anyio
-
-    from riskrank.server import _demo_registry, _echo
-
-    if upstream and registry:
-        raise RiskrankError("give --registry or --upstream, not both")
-    if forward and not upstream:
-        raise RiskrankError("--forward needs --upstream")
-    sock, token = None, None
-    if transport == "streamable-http":
-        token = read_token(token_file, token_env)
-        check_bind(host, token, insecure)
-        sock = bind_socket(host, port)
-    spec = ArtefactSpec(registry or ("" if upstream else _demo_registry()), checkpoint, mode, risk_source, fill_levels,
-                        candidates, first_stage)
-    enc = make_encoder(encoder, device=device, threads=threads, backend=encoder_backend)
-    anyio.run(lambda: run(spec, enc, upstream=upstream, forward=forward, k=k, transport=transport, sock=sock,
-                          token=token, echo=_echo))
+        await uvicorn_server(app, sock, "warning", lifespan="on", extra="mcp").serve(sockets=[sock])

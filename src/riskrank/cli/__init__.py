@@ -1,0 +1,74 @@
+"""The ``riskrank`` command.
+
+Every command is a thin shell over the library (datasets, RiskAwareRetriever, the
+experiments, the audit, the servers); nothing is scored here, and no library module imports
+this package. Commands import what they run when they run, so ``riskrank --help`` and a
+missing optional extra cost nothing. User mistakes (bad files, unknown names, bad values, a
+missing extra) print one ``error:`` line and exit with status 2; no traceback.
+
+One module per group of commands: :mod:`.data`, :mod:`.library` (evaluate, retrieve, train,
+graph stats), :mod:`.experiments` (reproduce, demo), :mod:`.audit` (audit, agreement) and
+:mod:`.serving` (serve, mcp); :mod:`.common` holds what they share.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from riskrank.cli import audit, data, experiments, library, serving
+from riskrank.errors import RiskrankError
+
+EXIT_USAGE = 2
+
+# Quiet third-party chatter before anything heavy is imported.
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="riskrank")
+def main() -> None:
+    """riskrank: risk-aware tool retrieval for LLM agents.
+
+    Ranks a tool registry for a task by relevance and operational risk, with a knob
+    (lambda) between them, a strict exposure policy (the rule filter), and retrieval-time
+    safety metrics (RVR, SRR, sNDCG, ...).
+    """
+
+
+for _command in (data.data, library.evaluate, library.retrieve, library.train, library.graph, experiments.reproduce,
+                 experiments.demo, audit.audit_command, audit.agreement_command, serving.serve_command,
+                 serving.mcp_command):
+    main.add_command(_command)
+
+
+def run() -> int:
+    """Entry point with the error policy: RiskrankError -> one line, exit 2."""
+    try:
+        main.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except RiskrankError as exc:
+        click.echo(f"error: {exc}", err=True)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except OSError as exc:
+        # Disk full, permission denied, ...: name the file, no traceback.
+        click.echo(f"error: {exc}", err=True)
+        return EXIT_USAGE
+    return 0
+
+
+def entry() -> None:
+    sys.exit(run())

@@ -1,0 +1,159 @@
+"""``riskrank audit`` and ``riskrank agreement``: label a registry, measure label agreement."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import click
+
+from riskrank.errors import RiskrankError
+from riskrank.fileio import write_json
+from riskrank.registry import REGISTRY_FORMATS
+
+
+@click.command("audit")
+@click.option("--registry", type=click.Path(dir_okay=False), default=None, help="Tool registry to annotate (any format).")
+@click.option("--format", "fmt", type=click.Choice(REGISTRY_FORMATS), default="auto", show_default=True, help="Registry format.")
+@click.option("--dataset", type=click.Choice(["ultratool", "sealtools", "demo"]), default=None,
+              help="Annotate a benchmark's registry instead (needed by head:crossfit).")
+@click.option("--data", "data_dir", type=click.Path(file_okay=False), default=None, help="Data directory for --dataset.")
+@click.option("--annotator", "-a", "annotators", multiple=True,
+              help="openai:<model>[@<base-url>], keyword, head:<checkpoint>, head:crossfit; repeat for several (the paper: three).")
+@click.option("--out", type=click.Path(dir_okay=False), required=True, help="Label file to write (or to update, with --apply-review).")
+@click.option("--review", type=click.Path(dir_okay=False), default=None, help="Review queue JSONL [default: OUT's name + .review.jsonl].")
+@click.option("--votes", "votes_path", type=click.Path(dir_okay=False), default=None, help="Vote log JSONL [default: OUT's name + .votes.jsonl].")
+@click.option("--apply-review", "apply_path", type=click.Path(dir_okay=False), default=None,
+              help="Apply the reviewer's levels from this review file to --out, then exit.")
+@click.option("--base-url", default=None, help="OpenAI-compatible base URL [default: $OPENAI_BASE_URL or https://api.openai.com/v1].")
+@click.option("--api-key", default=None, help="API key [default: $OPENAI_API_KEY].")
+@click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds per request.")
+@click.option("--retries", type=int, default=5, show_default=True, help="Retries per request on 429, 5xx, timeouts.")
+@click.option("--backoff", type=float, default=1.0, show_default=True, help="First retry delay in seconds (doubles each time).")
+@click.option("--rate-limit", type=float, default=None, help="At most this many requests per minute per annotator.")
+@click.option("--workers", type=int, default=4, show_default=True, help="Concurrent requests per annotator.")
+@click.option("--encoder", default=None, help="Encoder for head annotators [default: the checkpoint's].")
+@click.option("--folds", type=int, default=5, show_default=True, help="head:crossfit: folds over tools.")
+@click.option("--seed", type=int, default=42, show_default=True, help="head:crossfit: fold and training seed.")
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+def audit_command(registry: str | None, fmt: str, dataset: str | None, data_dir: str | None, annotators: tuple[str, ...],
+                  out: str, review: str | None, votes_path: str | None, apply_path: str | None, base_url: str | None,
+                  api_key: str | None, timeout: float, retries: int, backoff: float, rate_limit: float | None, workers: int,
+                  encoder: str | None, folds: int, seed: int, quiet: bool) -> None:
+    """Annotate every tool of a registry with risk levels 1-5 (paper Section 4.2, Appendix A).
+
+    Each annotator votes on each tool; votes are resolved by their span (0: keep, 1: median,
+    >= 2: written to the review queue and left unresolved). Every vote is appended to a vote
+    log, so an interrupted run continues where it stopped. After review, apply the decisions
+    with `riskrank audit --apply-review REVIEW.jsonl --out LABELS.json`.
+    """
+    from riskrank.annotators import make_annotator
+    from riskrank.audit import (
+        AGREED,
+        INCOMPLETE,
+        MEDIAN,
+        PENDING,
+        REVIEWED,
+        SINGLE,
+        AuditError,
+        apply_review,
+        build_labels,
+        default_side_paths,
+        read_json_file,
+        run_audit,
+        write_review,
+    )
+    from riskrank.registry import ToolRegistry
+    from riskrank.risk import RISK_LEVELS
+
+    out_path = Path(out)
+    if apply_path:
+        if registry or dataset or annotators:
+            raise RiskrankError("--apply-review updates --out in place; do not give --registry, --dataset or --annotator with it")
+        applied, pending = apply_review(out_path, apply_path)
+        click.echo(f"applied {applied} review decision(s) to {out_path}" + (f"; {pending} tool(s) still await review" if pending else ""))
+        return
+    if bool(registry) == bool(dataset):
+        raise RiskrankError("give exactly one of --registry FILE or --dataset NAME")
+    if not annotators:
+        raise RiskrankError("give at least one --annotator (the paper uses three)")
+    bench = None
+    if dataset:
+        from riskrank.datasets import load_benchmark
+
+        bench = load_benchmark(dataset, data_dir)
+        reg, source = bench.registry, f"{dataset} ({bench.registry.source})"
+    else:
+        if out_path.exists() and Path(registry).resolve() == out_path.resolve():
+            raise RiskrankError(f"--out {out} is the input registry; write the labels to another file")
+        reg, source = ToolRegistry.load(registry, fmt=fmt), str(registry)
+    log_default, review_default = default_side_paths(out_path)
+    log_path = Path(votes_path) if votes_path else log_default
+    review_path = Path(review) if review else review_default
+    opts = {"base_url": base_url, "api_key": api_key, "timeout": timeout, "retries": retries, "backoff": backoff,
+            "rate_limit": rate_limit, "workers": workers}
+    anns = [make_annotator(a, benchmark=bench, encoder=encoder, openai_options=opts,
+                           crossfit={"n_folds": folds, "seed": seed, "progress": not quiet}) for a in annotators]
+    try:
+        run = run_audit(reg, anns, log_path, progress=not quiet, echo=click.echo)
+    except KeyboardInterrupt:
+        click.echo(f"interrupted: the finished votes are in {log_path}; rerun the same command to continue", err=True)
+        raise
+    previous = None
+    if out_path.is_file():
+        with contextlib.suppress(AuditError):
+            previous = read_json_file(out_path, "label file")
+    labels, queue = build_labels(reg, run, previous=previous if isinstance(previous, dict) else None, source=source)
+    write_json(out_path, labels, ensure_ascii=False)
+    write_review(review_path, queue)
+
+    n = len(labels)
+    by = {s: sum(1 for r in labels.values() if r["resolution"] == s) for s in (SINGLE, AGREED, MEDIAN, REVIEWED, PENDING, INCOMPLETE)}
+    click.echo(f"{source}: {n} tools, annotators {', '.join(run.annotators)}; {run.new} new vote(s), {run.reused} from {log_path}"
+               + (" (torn last line repaired)" if run.log_repaired else ""))
+    if len(anns) > 1:
+        spans = [r["span"] for r in labels.values() if r["span"] is not None]
+        sc = {"0": sum(s == 0 for s in spans), "1": sum(s == 1 for s in spans), ">= 2": sum(s >= 2 for s in spans)}
+        click.echo(", ".join(f"span {k}: {v} ({100 * v / max(len(spans), 1):.1f}%)" for k, v in sc.items()))
+    levels = [r["risk_level"] for r in labels.values() if r["risk_level"]]
+    click.echo("resolved: " + ", ".join(f"{k} {v}" for k, v in by.items() if v and k not in (PENDING, INCOMPLETE))
+               + "; levels " + " ".join(f"L{k} {levels.count(k)}" for k in RISK_LEVELS))
+    for a in anns:
+        st = getattr(a, "stats", None)
+        if st and st.get("requests"):
+            click.echo(f"{a.name}: {st['requests']} request(s), {st['retries']} retried, {st['reasks']} re-asked, {st['failures']} failed")
+    click.echo(f"wrote {out_path}")
+    if queue:
+        click.echo(f"{len(queue)} tool(s) with span >= 2 await review in {review_path}: set each risk_level, then run "
+                   f"`riskrank audit --apply-review {review_path} --out {out_path}`")
+    if by[INCOMPLETE]:
+        failed = sorted({a for r in labels.values() for a in r.get("failures", {})})
+        click.echo(f"{by[INCOMPLETE]} tool(s) lack a vote ({', '.join(failed) or 'interrupted'}); they are unlabelled. "
+                   "Rerun the same command to retry them.", err=True)
+        raise SystemExit(1)
+
+
+@click.command("agreement")
+@click.argument("labels", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--png", type=click.Path(dir_okay=False), default=None, help="Write the confusion matrices as a PNG heat map.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None, help="Write the statistics as JSON.")
+@click.option("--bootstrap", type=int, default=1000, show_default=True, help="Bootstrap resamples for the 95% intervals (0: none).")
+@click.option("--seed", type=int, default=0, show_default=True)
+def agreement_command(labels: tuple[str, ...], png: str | None, json_out: str | None, bootstrap: int, seed: int) -> None:
+    """Agreement between label files LABELS_A LABELS_B [LABELS_C ...] (or among the annotators
+    of one audit file): exact and within-one agreement, quadratic Cohen's kappa per pair,
+    Krippendorff's alpha (ordinal) overall and on span <= 1, the span distribution of the
+    paper's Table 1, and confusion matrices."""
+    from riskrank.agreement import agreement, confusion_png, load_ratings
+
+    if bootstrap < 0:
+        raise RiskrankError("--bootstrap must be >= 0")
+    ratings, sources, _names, notes = load_ratings(labels)
+    report = agreement(ratings, sources, bootstrap=bootstrap, seed=seed, notes=notes)
+    click.echo(report.format())
+    if png:
+        confusion_png(report, png)
+        click.echo(f"\nwrote {png}")
+    if json_out:
+        write_json(json_out, report.to_dict())
+        click.echo(f"wrote {json_out}")

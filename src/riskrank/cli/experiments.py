@@ -1,0 +1,43 @@
+"""``riskrank reproduce`` and ``riskrank demo``."""
+
+from __future__ import annotations
+
+import click
+
+from riskrank.cli.common import parse_seeds
+from riskrank.cli.library import show_result
+
+
+# -- reproduce -----------------------------------------------------------------------------------
+@click.command()
+@click.option("--dataset", type=click.Choice(["ultratool", "sealtools"]), required=True)
+@click.option("--data", "data_dir", type=click.Path(file_okay=False), default=None)
+@click.option("--out", type=click.Path(file_okay=False), required=True, help="Output directory (report.md, results.json, figures).")
+@click.option("--encoder", default=None)
+@click.option("--seeds", default="42,123,777", show_default=True)
+@click.option("--reuse", is_flag=True, help="Rebuild the report from OUT/cache without retraining when it matches.")
+@click.option("--no-cross-encoders", is_flag=True, help="Skip the fine-tuned cross-encoder baseline (ce-minilm-ft).")
+@click.option("--cross-encoder", "extra_ce", multiple=True, help="Also rerank the dense top-100 with this CrossEncoder (name or folder).")
+@click.option("--quiet", is_flag=True)
+def reproduce(dataset: str, data_dir: str | None, out: str, encoder: str | None, seeds: str, reuse: bool,
+              no_cross_encoders: bool, extra_ce: tuple[str, ...], quiet: bool) -> None:
+    """Reproduce the paper's tables and figures on one dataset: OUT/report.md, OUT/results.json, PNGs."""
+    import time
+
+    from riskrank.experiments.reproduce import reproduce as run_reproduce
+
+    t0 = time.perf_counter()
+    res = run_reproduce(dataset, out, data=data_dir, encoder=encoder, seeds=parse_seeds(seeds), reuse=reuse,
+                        cross_encoders=not no_cross_encoders, extra_cross_encoders=extra_ce, progress=not quiet, echo=click.echo)
+    click.echo(f"wrote {out}/report.md, {out}/results.json and {len(res['figures'])} figures in {time.perf_counter() - t0:.0f}s")
+
+
+# -- demo ----------------------------------------------------------------------------------------
+@click.command()
+@click.option("--tasks", default=None, help="Comma-separated demo task ids to show [default: a fixed selection].")
+def demo(tasks: str | None) -> None:
+    """Train on the bundled demo registry in seconds, then show relevance-only vs risk-aware
+    vs rule-filtered top-5 lists with their risk levels, RVR and SRR (the paper's Figure 1)."""
+    from riskrank.experiments.demo import run_demo
+
+    run_demo(tasks.split(",") if tasks else None, echo=click.echo, show=show_result)

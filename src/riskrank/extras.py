@@ -1,0 +1,55 @@
+"""Optional dependencies: which extra brings each, and the one error a missing one gives.
+
+The base install (``pip install riskrank``) retrieves, trains, evaluates and audits. The
+surfaces and backends beyond that come with extras, imported only where they are used:
+
+============  ==========================================  ====================================
+extra         brings                                      for
+============  ==========================================  ====================================
+``serve``     fastapi, uvicorn, pydantic, anyio           ``riskrank serve`` (the HTTP API)
+``mcp``       mcp (1.x or 2.x), uvicorn, pydantic, anyio  ``riskrank mcp`` (find_tools, proxy)
+``onnx``      onnxruntime, onnx                           the ONNX Runtime encoder backend
+``ann``       faiss-cpu                                   ``--first-stage ann`` (IVF index)
+``repro``     matplotlib                                  figures of ``reproduce``, heat maps
+``all``       all of the above
+============  ==========================================  ====================================
+
+Every optional import goes through :func:`requires`, so a missing package is one line that
+names the exact command to run, never a ``ModuleNotFoundError`` traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from riskrank.errors import RiskrankError
+
+EXTRAS = ("serve", "mcp", "onnx", "ann", "repro")
+
+
+class MissingExtraError(RiskrankError):
+    """An optional dependency is not installed."""
+
+    code = "missing_extra"
+
+
+def install_hint(extra: str) -> str:
+    return f"pip install 'riskrank[{extra}]'"
+
+
+@contextlib.contextmanager
+def requires(extra: str, feature: str) -> Iterator[None]:
+    """Run the imports of an optional feature; a missing package becomes a
+    :class:`MissingExtraError` naming ``pip install 'riskrank[EXTRA]'``.
+
+    >>> with requires("ann", "the ANN first stage"):
+    ...     import faiss
+    """
+    if extra not in EXTRAS:
+        raise ValueError(f"unknown extra {extra!r}")
+    try:
+        yield
+    except ImportError as exc:
+        missing = exc.name or str(exc)
+        raise MissingExtraError(f"{feature} needs {missing}, which is not installed: {install_hint(extra)}") from None

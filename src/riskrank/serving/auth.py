@@ -1,0 +1,161 @@
+"""Who may reach a listening server: bearer tokens, the bind rules, and :class:`Gate`, the
+ASGI middleware in front of the HTTP API and of MCP's streamable-HTTP transport.
+
+- a missing or wrong bearer token is a 401 before routing, so an unauthenticated caller
+  cannot learn which tools or paths exist;
+- only a loopback bind with ``--insecure`` runs without a token;
+- bodies are limited in size (and must be JSON) before any application code reads them.
+
+Standard library only: the gate wraps any ASGI app.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from riskrank.errors import RiskrankError
+from riskrank.serving.requests import ApiError
+
+TOKEN_ENV = "RISKRANK_TOKEN"
+ADMIN_TOKEN_ENV = "RISKRANK_ADMIN_TOKEN"
+MIN_TOKEN_CHARS = 16
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json"})
+ADMIN_PREFIX = "/v1/admin/"
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def read_token(token_file: str | None, env: str | None) -> str | None:
+    """The bearer token from a file (first line) or an environment variable; None if neither
+    is set. Tokens are never taken from the command line (visible in ``ps``)."""
+    value: str | None = None
+    source = ""
+    if token_file:
+        path = Path(token_file)
+        try:
+            value = path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise RiskrankError(f"cannot read the token file {path}: {exc}") from None
+        source = str(path)
+    elif env and os.environ.get(env):
+        value, source = os.environ[env].strip(), f"${env}"
+    if value is None:
+        return None
+    if len(value) < MIN_TOKEN_CHARS or any(c.isspace() for c in value) or not value.isascii():
+        raise RiskrankError(f"the token in {source} must be at least {MIN_TOKEN_CHARS} printable ASCII characters without spaces")
+    return value
+
+
+def check_bind(host: str, token: str | None, insecure: bool) -> None:
+    """A token is required unless the server is bound to loopback and ``--insecure`` is given."""
+    if insecure and not is_loopback(host):
+        raise RiskrankError(f"--insecure is allowed only on a loopback address (127.0.0.1, ::1, localhost), not {host!r}")
+    if token is None and not insecure:
+        raise RiskrankError(
+            f"no bearer token: set ${TOKEN_ENV} or pass --token-file FILE "
+            "(or, on a loopback address only, --insecure to run without one)"
+        )
+
+
+class Gate:
+    """ASGI middleware in front of everything: bearer auth, then the body-size limit.
+
+    Auth runs before routing, so a caller without the token gets the same 401 for every
+    path, existing or not. Bodies are buffered up to the limit, then replayed to the app."""
+
+    def __init__(self, app: Any, *, token: str | None, admin_token: str | None = None, max_body_bytes: int = 64 * 1024) -> None:
+        self.app = app
+        self.token = token.encode() if token else None
+        self.admin_token = admin_token.encode() if admin_token else None
+        self.max_body = max_body_bytes
+
+    def _authorised(self, scope: dict, path: str) -> bool:
+        required = self.admin_token if (self.admin_token and path.startswith(ADMIN_PREFIX)) else self.token
+        if required is None:
+            return True
+        given = b""
+        for key, value in scope.get("headers", ()):
+            if key == b"authorization":
+                scheme, _, cred = value.partition(b" ")
+                if scheme.lower() == b"bearer":
+                    given = cred.strip()
+                break
+        return hmac.compare_digest(given, required)
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        if path not in PUBLIC_PATHS and not self._authorised(scope, path):
+            await _send_json(send, 401, ApiError(401, "unauthorized", "missing or invalid bearer token").body(),
+                             {"www-authenticate": 'Bearer realm="riskrank"'})
+            return
+        headers = dict(scope.get("headers", ()))
+        length = headers.get(b"content-length")
+        has_body = length not in (None, b"0") or b"chunked" in headers.get(b"transfer-encoding", b"").lower()
+        if has_body and scope.get("method") in ("POST", "PUT", "PATCH") and not _is_json(headers.get(b"content-type")):
+            await _send_json(send, 415, ApiError(415, "unsupported_media_type", "send the body as JSON with Content-Type: application/json").body())
+            return
+        if length is not None:
+            try:
+                too_big = int(length) > self.max_body
+            except ValueError:
+                await _send_json(send, 400, ApiError(400, "malformed_request", "invalid Content-Length").body())
+                return
+            if too_big:
+                await _send_json(send, 413, _too_large(self.max_body))
+                return
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                await _send_json(send, 413, _too_large(self.max_body))
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body, replayed = b"".join(chunks), False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+def _is_json(content_type: bytes | None) -> bool:
+    media = (content_type or b"").split(b";")[0].strip().lower()
+    return media == b"application/json" or (media.startswith(b"application/") and media.endswith(b"+json"))
+
+
+def _too_large(limit: int) -> dict[str, Any]:
+    return ApiError(413, "body_too_large", f"request body exceeds {limit} bytes").body()
+
+
+async def _send_json(send: Callable, status: int, body: dict, headers: dict[str, str] | None = None) -> None:
+    raw = json.dumps(body, separators=(",", ":")).encode()
+    hdrs = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
+    hdrs += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": hdrs})
+    await send({"type": "http.response.body", "body": raw})

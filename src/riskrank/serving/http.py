@@ -1,0 +1,365 @@
+"""The HTTP API: ``riskrank serve``.
+
+A :class:`~riskrank.catalogue.LiveCatalogue` behind a small JSON API (FastAPI on uvicorn);
+nothing is scored here. ``POST /v1/retrieve`` returns the risk-aware top-k for a task,
+``GET /v1/tools/{name}`` one tool's spec and risk evidence, ``/healthz`` and ``/readyz`` the
+probes, ``POST /v1/admin/reload`` swaps the registry/checkpoint without a restart.
+
+Guarantees, each tested over real HTTP (tests/test_server*.py):
+
+- every error is ``{"error": {"code", "message"}}`` with a stable code, never a traceback;
+- the bearer-token gate and the bind rules of :mod:`riskrank.serving.auth`;
+- limits (:class:`~riskrank.serving.requests.Limits`): body size, task length, k, lambda and
+  alpha ranges, per-request timeout, in-flight requests;
+- hot swap: a request reads the active catalogue once (the :func:`active_catalogue`
+  dependency), so in-flight requests finish on the old artefacts, and a bad artefact
+  leaves the old one serving.
+
+The app grows by routers (probes, retrieval, catalogue, admin); what they share arrives
+through ``Depends``: the :class:`HttpState` of the app, and from it the active catalogue.
+The request models hold no per-server number: the limits a server was started with are
+checked by :mod:`~riskrank.serving.requests` (the codes MCP gives too) and written into the
+OpenAPI document. Concurrent queries are encoded in one batch by
+:class:`~riskrank.encoder.BatchingEncoder`; scoring runs in worker threads.
+
+No ``from __future__ import annotations`` here: FastAPI reads the endpoints' request models
+and dependencies from real annotations.
+"""
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from riskrank import __version__
+from riskrank.catalogue import FILL_LEVELS, PROVENANCE, Catalogue, LiveCatalogue
+from riskrank.errors import RiskrankError, error_body
+from riskrank.extras import requires
+from riskrank.fileio import atomic_write_text
+from riskrank.modes import MAX_K, MODES, RISK_SOURCES
+from riskrank.serving.auth import PUBLIC_PATHS, Gate
+from riskrank.serving.requests import ApiError, Limits, check_lambda, check_task
+
+with requires("serve", "the HTTP server (riskrank serve)"):
+    import anyio
+    import anyio.to_thread
+    from fastapi import APIRouter, Body, Depends, FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from pydantic import BaseModel, ConfigDict, Field
+    from starlette.exceptions import HTTPException
+
+Mode = Literal[MODES]
+_STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, populate_by_name=True)
+
+
+# -- request and response models ------------------------------------------------------------------
+class RetrieveRequest(BaseModel):
+    model_config = _STRICT
+    task: Annotated[str, Field(min_length=1, description="The user's task, in natural language.")]
+    k: Annotated[int, Field(ge=1, le=MAX_K, description="How many tools to return.")] = 5
+    lam: Annotated[float | None, Field(alias="lambda", ge=0,
+                                       description="Risk weight lambda in s = f_rel - lambda * f_risk [default: the checkpoint's; 0 for dense].")] = None
+    mode: Annotated[Mode | None, Field(description="Pipeline stages [default: the server's].")] = None
+    alpha: Annotated[float | None, Field(ge=0, le=1, description="Graph smoothing alpha (graph modes).")] = None
+    risk_source: Annotated[Literal[RISK_SOURCES] | None, Field(description="Levels the rule filter reads.")] = None
+
+
+class RankedTool(BaseModel):
+    rank: int
+    name: str
+    index: int
+    score: float
+    f_rel: float
+    f_risk: float
+    risk_level: int | None = Field(description="Audited (or keyword-filled) level 1-5; null if unlabelled.")
+    effective_level: int = Field(description="The level the rule filter reads with risk_source=labels.")
+    risk_provenance: Literal[tuple(PROVENANCE)]
+    predicted_level: int | None
+    permissions: list[str]
+    description: str
+
+
+class Deferral(BaseModel):
+    name: str
+    index: int
+    reasons: list[str]
+    redundant_with: str | None
+
+
+class RetrieveResponse(BaseModel):
+    task: str
+    mode: str
+    lam: float = Field(alias="lambda")
+    alpha: float
+    risk_source: str
+    tools: list[RankedTool]
+    deferred: list[Deferral]
+    fallback: list[str]
+    unlabelled: list[str]
+    generation: int
+
+
+class ToolSpec(BaseModel):
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    risk_level: int | None
+    effective_level: int
+    risk_provenance: Literal[tuple(PROVENANCE)]
+    risk_evidence: list[str]
+    predicted_level: int | None
+    f_risk: float
+    permissions: list[str]
+    annotations: dict[str, Any] | None
+
+
+class ReloadRequest(BaseModel):
+    model_config = _STRICT
+    registry: str | None = Field(None, description="Registry file on the server [default: the current one, re-read].")
+    checkpoint: str | None = Field(None, description="Checkpoint directory; null for none [default: the current one].")
+    mode: Mode | None = None
+    risk_source: Literal[RISK_SOURCES] | None = None
+    fill_levels: Literal[FILL_LEVELS] | None = None
+    wait: bool = Field(True, description="Answer when the new artefacts serve (or failed); false: answer 202 at once.")
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+ERRORS = {s: {"model": ErrorBody} for s in (400, 401, 413, 415, 422, 503, 504)}
+
+
+# -- what the routes share --------------------------------------------------------------------------
+class HttpState:
+    """One app's shared state: the live catalogue (None: render the schema only), the limits,
+    and the requests in flight."""
+
+    def __init__(self, live: LiveCatalogue | None, limits: Limits) -> None:
+        self.live = live
+        self.limits = limits
+        self.inflight = 0
+
+
+async def get_state(request: Request) -> HttpState:
+    return request.app.state.riskrank
+
+
+async def active_catalogue(state: Annotated[HttpState, Depends(get_state)]) -> Catalogue:
+    """The active catalogue, read once per request: the request finishes on these artefacts
+    whatever a reload does meanwhile."""
+    cat = state.live.active if state.live is not None else None
+    if cat is None:
+        raise ApiError(503, "not_ready", "the service is still loading")
+    return cat
+
+
+State = Annotated[HttpState, Depends(get_state)]
+Active = Annotated[Catalogue, Depends(active_catalogue)]
+
+
+# -- routes -----------------------------------------------------------------------------------------
+probes = APIRouter(tags=["probes"])
+retrieval = APIRouter(tags=["retrieval"])
+catalogue = APIRouter(tags=["catalogue"])
+admin = APIRouter(tags=["admin"])
+
+
+@probes.get("/healthz", summary="Liveness: the process answers.")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@probes.get("/readyz", summary="Readiness: artefacts loaded and validated.", responses={503: {"model": ErrorBody}})
+async def readyz(cat: Active) -> dict[str, Any]:
+    return {"status": "ready", "generation": cat.generation}
+
+
+@retrieval.post("/v1/retrieve", response_model=RetrieveResponse, responses=ERRORS,
+                summary="The risk-aware top-k tools for a task.")
+async def retrieve(req: RetrieveRequest, cat: Active, state: State) -> Any:
+    limits = state.limits
+    check_task(req.task, limits)
+    if req.k > limits.max_k:
+        raise ApiError(422, "k_out_of_range", f"k: must be between 1 and {limits.max_k}, got {req.k}")
+    check_lambda(req.lam, limits)
+    cat.check_request(req.mode, req.risk_source)
+    if state.inflight >= limits.max_inflight:
+        raise ApiError(503, "overloaded", f"more than {limits.max_inflight} requests in flight; retry later", {"retry-after": "1"})
+    state.inflight += 1
+    t0 = time.perf_counter()
+    try:
+        def work() -> dict[str, Any]:
+            res = cat.retriever.retrieve(req.task, k=req.k, lam=req.lam, mode=req.mode, alpha=req.alpha, risk_source=req.risk_source)
+            return cat.result_dict(res, req.alpha)
+
+        try:
+            with anyio.fail_after(limits.timeout_s):
+                out = await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+        except TimeoutError:
+            raise ApiError(504, "timeout", f"the request took longer than {limits.timeout_s:g} s") from None
+    finally:
+        state.inflight -= 1
+    return JSONResponse(out, headers={"server-timing": f"retrieve;dur={(time.perf_counter() - t0) * 1000:.2f}"})
+
+
+@catalogue.get("/v1/tools/{name:path}", response_model=ToolSpec, responses=ERRORS,
+               summary="One tool's spec, risk level and the evidence for it.")
+async def tool(name: str, cat: Active) -> Any:
+    if name not in cat.registry:
+        raise ApiError(404, "unknown_tool", f"no tool named {name!r}")
+    return JSONResponse(cat.tool_spec(cat.registry.index_of(name)))
+
+
+@catalogue.get("/v1/info", responses=ERRORS, summary="The registry, checkpoint and modes being served.")
+async def info(cat: Active, state: State) -> dict[str, Any]:
+    return {**cat.summary(), "limits": asdict(state.limits)}
+
+
+@admin.post("/v1/admin/reload", status_code=200, responses={**ERRORS, 409: {"model": ErrorBody}, 202: {}},
+            summary="Load new artefacts in the background and swap them in atomically.")
+async def reload(cur: Active, state: State, req: Annotated[ReloadRequest | None, Body()] = None) -> Any:
+    import asyncio
+
+    live = state.live
+    req = req or ReloadRequest()  # no body: re-read the current artefacts
+    given = req.model_fields_set
+    spec = replace(
+        cur.spec,
+        **{name: getattr(req, name) for name in ("registry", "checkpoint", "mode", "risk_source", "fill_levels")
+           if name in given and (getattr(req, name) is not None or name in ("checkpoint", "mode"))},
+    )
+    if not live.begin_reload():
+        raise ApiError(409, "reload_in_progress", "a reload is already running")
+    future = asyncio.get_running_loop().run_in_executor(None, live.reload, spec)
+    if not req.wait:
+        future.add_done_callback(lambda f: f.exception())  # retrieved: no "never retrieved" warning
+        return JSONResponse({"status": "loading", "spec": spec.to_dict()}, status_code=202)
+    try:
+        new = await future
+    except BaseException as exc:
+        body = error_body(exc)
+        body["error"]["message"] = f"reload failed, generation {cur.generation} still serving: {body['error']['message']}"
+        return JSONResponse(body, status_code=500 if body["error"]["code"] == "internal_error" else 422)
+    return {"status": "reloaded", **new.summary()}
+
+
+@admin.get("/v1/admin/reload", responses=ERRORS, summary="The state of the last reload.")
+async def reload_status(state: State) -> dict[str, Any]:
+    return dict(state.live.reload_status) if state.live is not None else {"state": "idle"}
+
+
+# -- errors -----------------------------------------------------------------------------------------
+_RANGE_ERRORS = {"greater_than_equal", "less_than_equal", "greater_than", "less_than", "finite_number"}
+_FIELD_CODES = {"task": "task", "k": "k", "lambda": "lambda", "alpha": "alpha"}
+
+
+def validation_error(errors: Sequence[dict]) -> ApiError:
+    """pydantic errors -> one ApiError with a stable code (first error decides the code)."""
+    err = errors[0]
+    loc = [str(p) for p in err.get("loc", ()) if p != "body"]
+    fieldname = loc[0] if loc else ""
+    kind = err.get("type", "")
+    if kind in ("json_invalid", "json_type"):
+        return ApiError(400, "malformed_json", f"the request body is not valid JSON ({err.get('msg', '')})")
+    if not loc and kind in ("model_attributes_type", "model_type", "dict_type", "missing"):
+        return ApiError(400, "malformed_json", "the request body must be a JSON object")
+    where = ".".join(loc) or "body"
+    message = f"{where}: {err.get('msg', 'invalid')}"
+    if kind == "extra_forbidden":
+        return ApiError(422, "unknown_field", f"unknown field {where!r}")
+    if fieldname in _FIELD_CODES and kind in _RANGE_ERRORS:
+        return ApiError(422, f"{_FIELD_CODES[fieldname]}_out_of_range", message)
+    if fieldname == "mode" and kind == "literal_error":
+        return ApiError(422, "invalid_mode", message)
+    if fieldname == "risk_source" and kind == "literal_error":
+        return ApiError(422, "invalid_risk_source", message)
+    return ApiError(422, "invalid_request", message)
+
+
+async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
+async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+    e = validation_error(exc.errors())
+    return JSONResponse(e.body(), status_code=e.status)
+
+
+async def _http(request: Request, exc: HTTPException) -> JSONResponse:
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    msg = {404: "no such endpoint", 405: "method not allowed on this endpoint"}.get(exc.status_code, str(exc.detail))
+    return JSONResponse({"error": {"code": code, "message": msg}}, status_code=exc.status_code)
+
+
+async def _riskrank(request: Request, exc: RiskrankError) -> JSONResponse:
+    return JSONResponse(error_body(exc), status_code=422)
+
+
+async def _internal(request: Request, exc: Exception) -> JSONResponse:
+    logging.getLogger("riskrank.server").exception("internal error on %s", request.url.path)
+    return JSONResponse(error_body(exc), status_code=500)
+
+
+# -- the application --------------------------------------------------------------------------------
+def _openapi(app: FastAPI, limits: Limits) -> dict[str, Any]:
+    """FastAPI's document plus the bearer scheme on every non-public path and the limits this
+    server enforces (the request model holds none)."""
+    if app.openapi_schema is None:
+        schema = FastAPI.openapi(app)  # FastAPI's own document (cached on the app), completed here
+        props = schema["components"]["schemas"]["RetrieveRequest"]["properties"]
+        props["task"]["maxLength"] = limits.max_task_chars
+        props["k"]["maximum"] = limits.max_k
+        next(s for s in props["lambda"]["anyOf"] if s.get("type") == "number")["maximum"] = limits.max_lambda
+        schema["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+        for path, ops in schema["paths"].items():
+            if path not in PUBLIC_PATHS:
+                for op in ops.values():
+                    op["security"] = [{"bearer": []}]
+                    op.setdefault("responses", {}).setdefault("401", {
+                        "description": "Missing or invalid bearer token",
+                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+                    })
+    return app.openapi_schema
+
+
+def create_app(live: LiveCatalogue | None, *, limits: Limits | None = None, token: str | None = None,
+               admin_token: str | None = None) -> Gate:
+    """The ASGI application: the FastAPI app behind :class:`~riskrank.serving.auth.Gate`.
+    ``live`` may be None to render the OpenAPI schema only (``riskrank serve --write-openapi``)."""
+    limits = limits or Limits()
+    app = FastAPI(
+        title="riskrank", version=__version__, docs_url=None, redoc_url=None,
+        description="Risk-aware tool retrieval for LLM agents: the top-k tools for a task, ranked by relevance "
+                    "and operational risk. Every error is {\"error\": {\"code\", \"message\"}}.",
+    )
+    app.state.riskrank = HttpState(live, limits)
+    for router in (probes, retrieval, catalogue, admin):
+        app.include_router(router)
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(RequestValidationError, _invalid)
+    app.add_exception_handler(HTTPException, _http)
+    app.add_exception_handler(RiskrankError, _riskrank)
+    app.add_exception_handler(Exception, _internal)
+    app.openapi = lambda: _openapi(app, limits)
+    gated = Gate(app, token=token, admin_token=admin_token, max_body_bytes=limits.max_body_bytes)
+    gated.fastapi = app  # for tests and embedding
+    return gated
+
+
+def openapi_schema(limits: Limits | None = None) -> dict[str, Any]:
+    """The OpenAPI document (docs/openapi.json is this, for the default limits)."""
+    return create_app(None, limits=limits).fastapi.openapi()
+
+
+def write_openapi(path: str | Path) -> None:
+    atomic_write_text(path, json.dumps(openapi_schema(), indent=2, sort_keys=True) + "\n")
