@@ -182,7 +182,7 @@ def heads_model(checkpoint: str | None, dim: int):
     from riskrank.heads import DualHead
 
     if checkpoint:
-        from riskrank.training import load_checkpoint
+        from riskrank.checkpoint import load_checkpoint
 
         ck = load_checkpoint(checkpoint)
         return ck.model.eval(), ck.lam, f"checkpoint {checkpoint}"

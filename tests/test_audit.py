@@ -196,8 +196,9 @@ def _tiny_training(n_tools: int = 24, n_queries: int = 30, dim: int = 8, seed: i
 
 
 def test_head_annotator_uses_the_checkpoint_risk_head(tmp_path):
+    from riskrank.checkpoint import save_checkpoint
     from riskrank.heads import HeadScorer
-    from riskrank.training import TrainConfig, save_checkpoint, train_heads
+    from riskrank.training import TrainConfig, train_heads
 
     reg, q_texts, gold, enc = _tiny_training()
     tool_emb = enc.encode(reg.texts())

@@ -52,9 +52,10 @@ def make_checkpoint(path: Path, registry_path: Path | str | None = None, encoder
     code needs valid heads, not good ones, and training would cost seconds."""
     import torch
 
+    from riskrank.checkpoint import save_checkpoint
     from riskrank.heads import DualHead
     from riskrank.registry import ToolRegistry
-    from riskrank.training import TrainConfig, TrainResult, save_checkpoint
+    from riskrank.training import TrainConfig, TrainResult
 
     encoder = encoder or HashEncoder()
     reg = ToolRegistry.load(registry_path or demo_registry_path())

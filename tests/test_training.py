@@ -11,18 +11,15 @@ import numpy as np
 import pytest
 import torch
 
+from riskrank.checkpoint import SIDECAR, WEIGHTS, load_checkpoint, save_checkpoint
 from riskrank.errors import CheckpointError, RiskrankError
 from riskrank.heads import HeadScorer
 from riskrank.training import (
-    SIDECAR,
-    WEIGHTS,
     TrainConfig,
     _sample_negatives,
     choose_lambda,
     lambda_curve,
-    load_checkpoint,
     parse_selection,
-    save_checkpoint,
     split_validation,
     train_heads,
 )

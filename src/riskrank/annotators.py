@@ -133,16 +133,10 @@ class HeadAnnotator(Annotator):
     """The risk head of a checkpoint, on the new registry's own embeddings."""
 
     def __init__(self, checkpoint: str | Path, *, encoder: Any = None, name: str | None = None) -> None:
-        from riskrank.training import SIDECAR, load_checkpoint
+        from riskrank.checkpoint import load_checkpoint, read_sidecar
 
         path = Path(checkpoint)
-        side = path / SIDECAR
-        meta: dict[str, Any] = {}
-        if side.is_file():
-            try:
-                meta = json.loads(side.read_text(encoding="utf-8"))
-            except json.JSONDecodeError:
-                meta = {}  # load_checkpoint names the problem
+        meta = read_sidecar(path)  # the encoder's name; load_checkpoint names any problem
         if encoder is None or isinstance(encoder, str):
             from riskrank.encoder import Encoder
 

@@ -173,7 +173,7 @@ class Catalogue:
             "mode": r.mode,
             "modes": self.modes(),
             "risk_source": r.risk_source,
-            "candidates": r.candidates,
+            "candidates": None if r.full_pool else r.candidates,
             "first_stage": r.first_stage,
             "lambda": r.lam,
             "alpha": r.alpha,

@@ -1,10 +1,19 @@
-"""RiskAwareRetriever: the one object that composes the stages.
+"""RiskAwareRetriever: the inference engine, the one object that composes the stages.
 
 registry -> embeddings -> first stage (dense cosine, optional top-M candidates) -> dual-head
 scores s = f_rel - lambda * f_risk -> ToolGraph smoothing -> rule filter -> ranking.
 
-The CLI, the HTTP server, the MCP server and the experiments all call this object (or its
-batch method :meth:`RiskAwareRetriever.rank_scores`), so no stage is implemented twice.
+The CLI, the servers and the experiments all call this object, so no stage is implemented
+twice. Three verbs: :meth:`~RiskAwareRetriever.retrieve` (one task),
+:meth:`~RiskAwareRetriever.retrieve_many` (several) and :meth:`~RiskAwareRetriever.rank_batch`
+(encoded queries, arrays out: experiments and benchmarks). It only infers: training and every
+choice made on validation are :mod:`riskrank.training`'s, the checkpoint directory is
+:mod:`riskrank.checkpoint`'s; :meth:`~RiskAwareRetriever.fit`, ``from_training`` and
+:meth:`~RiskAwareRetriever.save` are thin delegates to them.
+
+The scored set is the first stage's top-M, ``candidates`` (always an int): the full pool is
+the registry size, and any M at least that large scores every tool (the default of the exact
+first stage). The approximate first stage defaults to M = 100.
 
 The mode grammar and the result types live in :mod:`riskrank.modes` (no torch), so every
 surface can name a mode or read a result without importing this module.
@@ -13,7 +22,6 @@ surface can name a mode or read a result without importing this module.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,13 +29,14 @@ from typing import Any
 
 import numpy as np
 
+from riskrank import training
 from riskrank.ann import ANNRetriever
+from riskrank.checkpoint import Checkpoint, in_memory, load_checkpoint, save_checkpoint
 from riskrank.encoder import Encoder
 from riskrank.errors import CheckpointError, RiskrankError
 from riskrank.first_stage import DEFAULT_TOP_M, DenseRetriever, rank, top_m
 from riskrank.graph import NORMALISATIONS, GraphConfig, ToolGraph
 from riskrank.heads import HeadScorer
-from riskrank.metrics import ndcg_at_k
 from riskrank.modes import (
     FIRST_STAGES,
     MAX_K,
@@ -39,22 +48,9 @@ from riskrank.modes import (
     parse_mode,
 )
 from riskrank.registry import DEFAULT_TOOL_TEMPLATE, ToolRegistry
-from riskrank.risk import fail_closed_levels, level_from_score, normalised_risk
+from riskrank.risk import fail_closed_levels, label_risk, level_from_score
 from riskrank.rules import FilterResult, RuleConfig, RuleFilter
-from riskrank.training import (
-    SIDECAR,
-    Checkpoint,
-    TrainConfig,
-    TrainResult,
-    gold_fingerprint,
-    load_checkpoint,
-    save_checkpoint,
-    split_validation,
-    train_heads,
-)
-
-GRAPH_FILE = "graph.npz"
-DEFAULT_ALPHA_GRID = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
+from riskrank.training import DEFAULT_ALPHA_GRID, TrainConfig, TrainResult
 
 
 @dataclass
@@ -102,9 +98,7 @@ class RiskAwareRetriever:
         self.cache_queries = cache_queries
         self.encoder = encoder if encoder is not None and not isinstance(encoder, str) else Encoder(encoder, progress=progress)
         self.tool_template = tool_template
-        self.checkpoint_path: Path | None = None
         if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
-            self.checkpoint_path = Path(checkpoint)
             checkpoint = load_checkpoint(checkpoint, encoder_identity=self.encoder.identity)
         self.checkpoint = checkpoint
         if tool_emb is None:
@@ -118,12 +112,14 @@ class RiskAwareRetriever:
         if first_stage not in FIRST_STAGES:
             raise RiskrankError(f"unknown first stage {first_stage!r}; choose from {', '.join(FIRST_STAGES)}")
         self.first_stage = first_stage
-        if first_stage == "ann" and candidates is None:
-            candidates = DEFAULT_TOP_M  # an approximate index only finds a top-M; the full pool needs none
+        if candidates is None:
+            # An approximate index only finds a top-M; the exact first stage scores every tool.
+            candidates = DEFAULT_TOP_M if first_stage == "ann" else len(registry)
+        self.candidates: int = self._check_candidates(candidates)
         # The approximate index (large registries) finds the top-M candidates; built lazily.
         self._ann: ANNRetriever | None = None
         self.scorer = HeadScorer(checkpoint.model, tool_emb) if checkpoint is not None else None
-        inference = checkpoint.meta.get("inference", {}) if checkpoint is not None else {}
+        inference = checkpoint.inference if checkpoint is not None else {}
         self.lam = float(lam if lam is not None else inference.get("lam", 0.1))
         self.alpha = float(alpha if alpha is not None else inference.get("alpha", 0.1))
         self.normalisation = normalisation or inference.get("normalisation") or (graph.config.normalisation if graph else "row")
@@ -131,19 +127,31 @@ class RiskAwareRetriever:
             raise RiskrankError(f"unknown normalisation {self.normalisation!r}; choose from {NORMALISATIONS}")
         self.mode = mode or ("core" if checkpoint is not None else "dense")
         parse_mode(self.mode)
-        self.candidates = candidates
         self.risk_source = self._check_risk_source(risk_source)
         self.rule_config = rule_config or RuleConfig()
         self.graph_config = graph_config or GraphConfig(normalisation=self.normalisation)
-        self._graph = graph if graph is not None else self._graph_from_checkpoint()
+        if graph is None and checkpoint is not None:
+            graph = checkpoint.graph_for(registry.fingerprint())
+        self._graph = graph
         self._filters: dict[tuple[str, int], RuleFilter] = {}
         # Audited risk as a score, for the dense risk-label-penalty baseline.
-        self.label_risk = np.where(registry.risk_levels > 0, normalised_risk(np.maximum(registry.risk_levels, 1)), 0.5).astype(np.float32)
+        self.label_risk = label_risk(registry.risk_levels)
 
     # -- construction helpers --------------------------------------------------------------
     @classmethod
     def from_paths(cls, registry: str | Path, checkpoint: str | Path | None = None, **kwargs: Any) -> RiskAwareRetriever:
+        """Load a registry file and (optionally) a checkpoint directory."""
         return cls(ToolRegistry.load(registry), checkpoint=checkpoint, **kwargs)
+
+    @property
+    def full_pool(self) -> bool:
+        """True when every tool is scored (``candidates`` is at least the registry size)."""
+        return self.candidates >= len(self.registry)
+
+    def _check_candidates(self, m: Any) -> int:
+        if isinstance(m, bool) or not isinstance(m, int | np.integer) or m < 1:
+            raise RiskrankError(f"candidates must be a positive integer (top-M; the registry size or more: the full pool), got {m!r}")
+        return int(m)
 
     def _check_risk_source(self, source: str) -> str:
         if source not in RISK_SOURCES:
@@ -152,13 +160,6 @@ class RiskAwareRetriever:
             raise RiskrankError("risk_source='predicted' needs a checkpoint (the learned risk head)")
         return source
 
-    def _graph_from_checkpoint(self) -> ToolGraph | None:
-        if self.checkpoint_path is None or not (self.checkpoint_path / GRAPH_FILE).exists():
-            return None
-        if self.checkpoint.meta["training_data"].get("registry_fingerprint") != self.registry.fingerprint():
-            return None  # a graph is registry-specific; another registry gets its own
-        return ToolGraph.from_npz(self.checkpoint_path / GRAPH_FILE)
-
     @property
     def graph(self) -> ToolGraph:
         """The ToolGraph; built on first use from the registry alone (semantic and permission
@@ -166,7 +167,7 @@ class RiskAwareRetriever:
         if self._graph is None:
             # With the approximate first stage, semantic edges come from the same index (no
             # all-pairs similarity over a large registry).
-            index = self.ann if self.first_stage == "ann" else None
+            index = self._ann_index() if self.first_stage == "ann" else None
             self._graph = ToolGraph.build(self.tool_emb, [], self.registry.risk_levels, self.registry.permissions,
                                           self.graph_config, semantic_index=index)
         return self._graph
@@ -180,7 +181,7 @@ class RiskAwareRetriever:
     def predicted_levels(self) -> np.ndarray | None:
         return level_from_score(self.scorer.f_risk) if self.scorer is not None else None
 
-    def rule_filter(self, risk_source: str, k: int | None = None) -> RuleFilter:
+    def _rule_filter(self, risk_source: str, k: int | None = None) -> RuleFilter:
         """The rule filter for a risk source; ``k`` (the list length exposed) replaces the
         configured K, so the caps hold for the whole list an agent sees."""
         k = self.rule_config.k if k is None else int(k)
@@ -195,41 +196,40 @@ class RiskAwareRetriever:
             self._filters[key] = RuleFilter(config, levels, self.registry.perm_counts, self.tool_emb)
         return self._filters[key]
 
-    # -- batch scoring (experiments and servers) ---------------------------------------------
-    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+    # -- the stages --------------------------------------------------------------------------
+    def _encode_queries(self, texts: Sequence[str]) -> np.ndarray:
         """Query embeddings; cached for benchmark queries, not stored for live traffic
         (``cache_queries=False``)."""
         if self.cache_queries:
             return self.encoder.encode(list(texts), desc="encoding queries")
         return self.encoder.encode(list(texts), desc="encoding queries", store=False)
 
-    @property
-    def ann(self) -> ANNRetriever:
+    def _ann_index(self) -> ANNRetriever:
         """The approximate first-stage index (IVF), built on first use."""
         if self._ann is None:
             self._ann = ANNRetriever(self.tool_emb)
         return self._ann
 
-    def candidate_set(self, query_emb: np.ndarray, m: int | None, *, need_cos: bool = True) -> tuple[np.ndarray | None, np.ndarray | None]:
+    def _candidate_set(self, query_emb: np.ndarray, m: int, *, need_cos: bool = True) -> tuple[np.ndarray | None, np.ndarray | None]:
         """(candidates [Q, M] or None for the full pool, cosine [Q, N or M]). Over the full
         pool the cosine is skipped when ``need_cos`` is false (the residual head folds it
         into its own product with the tool embeddings)."""
         query_emb = np.atleast_2d(query_emb)
-        if m is None or m >= len(self.registry):
+        if m >= len(self.registry):
             return None, (query_emb @ self.tool_emb.T if need_cos else None)
-        return (self.ann if self.first_stage == "ann" else DenseRetriever(self.tool_emb)).search(query_emb, m)
+        return (self._ann_index() if self.first_stage == "ann" else DenseRetriever(self.tool_emb)).search(query_emb, m)
 
-    def components(self, query_emb: np.ndarray, stages: Stages, candidates: np.ndarray | None, cos: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    def _components(self, query_emb: np.ndarray, stages: Stages, candidates: np.ndarray | None, cos: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """(f_rel [Q, L], f_risk [Q, L] or [L]) for the scored set."""
         if cos is None and not stages.heads:
-            cos = self.candidate_set(query_emb, None)[1] if candidates is None else np.einsum("qmd,qd->qm", self.tool_emb[candidates], np.atleast_2d(query_emb))
+            cos = self._candidate_set(query_emb, len(self.registry))[1] if candidates is None else np.einsum("qmd,qd->qm", self.tool_emb[candidates], np.atleast_2d(query_emb))
         if stages.heads:
             if self.scorer is None:
                 raise RiskrankError(f"mode {stages.name!r} needs a checkpoint (train one with `riskrank train`)")
             return self.scorer.relevance(query_emb, candidates, cos=cos), self.scorer.risk(candidates)
         return cos, (self.label_risk if candidates is None else self.label_risk[candidates])
 
-    def rank_scores(
+    def _rank_scores(
         self, scores: np.ndarray, stages: Stages, *, candidates: np.ndarray | None = None, alpha: float | None = None,
         risk_source: str | None = None, normalisation: str | None = None, graph: ToolGraph | None = None,
         k: int | None = None, top: int | None = None,
@@ -246,7 +246,7 @@ class RiskAwareRetriever:
             scores = g.smooth(scores, alpha, candidates, normalisation=normalisation or self.normalisation)
         results = None
         if stages.rule:
-            rf = self.rule_filter(self._check_risk_source(risk_source or self.risk_source), k)
+            rf = self._rule_filter(self._check_risk_source(risk_source or self.risk_source), k)
             if top is not None:
                 order, results = rf.filter_scores(scores, candidates, length=top)
                 return order, results, scores
@@ -258,24 +258,28 @@ class RiskAwareRetriever:
 
     def rank_batch(
         self, query_emb: np.ndarray, *, mode: str | None = None, lam: float | None = None, alpha: float | None = None,
-        candidates: int | str | None = "default", risk_source: str | None = None, k: int | None = None,
-        top: int | None = None,
+        candidates: int | None = None, risk_source: str | None = None, k: int | None = None,
+        top: int | None = None, graph: ToolGraph | None = None,
     ) -> BatchRanking:
         """Rank the registry for many encoded queries at once (the first ``top`` positions
-        only when given: what a caller needing the top-k asks for at scale)."""
+        only when given: what a caller needing the top-k asks for at scale).
+
+        Every argument left None is the retriever's own setting (``lam``: the checkpoint's
+        for the heads, 0 for dense; ``candidates``: its top-M, the registry size for the full
+        pool). ``k`` is the list length the rule filter's caps hold for; ``graph`` replaces
+        the retriever's ToolGraph (edge-type ablations)."""
         stages = parse_mode(mode or self.mode)
-        lam = self.effective_lambda(stages, lam)
-        m = self.candidates if candidates == "default" else candidates
-        if m is not None and (isinstance(m, bool) or not isinstance(m, int | np.integer) or m < 1):
-            raise RiskrankError(f"candidates must be a positive integer (top-M) or None for the full pool, got {m!r}")
+        lam = self._effective_lambda(stages, lam)
+        m = self.candidates if candidates is None else self._check_candidates(candidates)
         query_emb = np.atleast_2d(np.asarray(query_emb, dtype=np.float32))
         if query_emb.shape[1] != self.tool_emb.shape[1]:
             raise RiskrankError(f"query embeddings have dimension {query_emb.shape[1]}, tools {self.tool_emb.shape[1]}")
         fold = stages.heads and self.scorer is not None and self.scorer.design == "residual"
-        cand, cos = self.candidate_set(query_emb, m, need_cos=not fold)
-        f_rel, f_risk = self.components(query_emb, stages, cand, cos)
+        cand, cos = self._candidate_set(query_emb, m, need_cos=not fold)
+        f_rel, f_risk = self._components(query_emb, stages, cand, cos)
         scores = f_rel - np.float32(lam) * f_risk
-        order, results, final = self.rank_scores(scores, stages, candidates=cand, alpha=alpha, risk_source=risk_source, k=k, top=top)
+        order, results, final = self._rank_scores(scores, stages, candidates=cand, alpha=alpha, risk_source=risk_source,
+                                                  graph=graph, k=k, top=top)
         # Align per-tool values with the returned order.
         if cand is None:
             pos = order
@@ -287,7 +291,7 @@ class RiskAwareRetriever:
         take = lambda a: np.take_along_axis(a, pos, axis=1)  # noqa: E731
         return BatchRanking(order, take(final), take(f_rel), take(np.ascontiguousarray(f_risk_2d)), results)
 
-    def effective_lambda(self, stages: Stages, lam: float | None) -> float:
+    def _effective_lambda(self, stages: Stages, lam: float | None) -> float:
         """lambda as given; else the checkpoint's for the heads, and 0 for dense (the dense
         mode with lambda > 0 is the risk-label-penalty baseline, only when asked for)."""
         if lam is None:
@@ -300,7 +304,7 @@ class RiskAwareRetriever:
     # -- one task (CLI, servers) -------------------------------------------------------------
     def retrieve(
         self, task: str, k: int = 5, *, lam: float | None = None, mode: str | None = None, alpha: float | None = None,
-        risk_source: str | None = None, candidates: int | str | None = "default",
+        risk_source: str | None = None, candidates: int | None = None,
     ) -> RetrievalResult:
         """The risk-aware top-k for one task, with f_rel, f_risk, levels and permissions, and in
         rule modes the deferred tools with the constraint that deferred each."""
@@ -308,8 +312,9 @@ class RiskAwareRetriever:
 
     def retrieve_many(
         self, tasks: Sequence[str], k: int = 5, *, lam: float | None = None, mode: str | None = None,
-        alpha: float | None = None, risk_source: str | None = None, candidates: int | str | None = "default",
+        alpha: float | None = None, risk_source: str | None = None, candidates: int | None = None,
     ) -> list[RetrievalResult]:
+        """:meth:`retrieve` for several tasks, encoded and ranked in one batch."""
         if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K:
             raise RiskrankError(f"k must be an integer between 1 and {MAX_K}, got {k!r}")
         for t in tasks:
@@ -317,10 +322,10 @@ class RiskAwareRetriever:
                 raise RiskrankError("the task text is empty")
         mode_name = parse_mode(mode or self.mode).name
         source = self._check_risk_source(risk_source or self.risk_source)
-        batch = self.rank_batch(self.encode_queries(tasks), mode=mode, lam=lam, alpha=alpha, candidates=candidates,
+        batch = self.rank_batch(self._encode_queries(tasks), mode=mode, lam=lam, alpha=alpha, candidates=candidates,
                                 risk_source=source, k=max(k, self.rule_config.k), top=k)
         predicted = self.predicted_levels
-        eff_lam = self.effective_lambda(parse_mode(mode_name), lam)
+        eff_lam = self._effective_lambda(parse_mode(mode_name), lam)
         out = []
         for qi, task in enumerate(tasks):
             tools = []
@@ -347,7 +352,7 @@ class RiskAwareRetriever:
             out.append(res)
         return out
 
-    # -- training ------------------------------------------------------------------------------
+    # -- training and checkpoints: thin delegates ------------------------------------------------
     @classmethod
     def fit(
         cls,
@@ -363,18 +368,18 @@ class RiskAwareRetriever:
         tool_template: str = DEFAULT_TOOL_TEMPLATE,
         progress: bool = True,
     ) -> RiskAwareRetriever:
-        """Train the heads on (texts, gold) of ``registry``, build the ToolGraph from the
-        training part, and choose lambda, alpha and the graph normalisation on a validation
-        slice of the queries (split by query). The result carries ``training`` (TrainResult)."""
+        """Encode (texts, gold) of ``registry`` and :func:`riskrank.training.fit` on them: the
+        heads, the ToolGraph of the training part, lambda, alpha and the graph normalisation
+        chosen on a validation slice of the queries. The result carries ``training``
+        (TrainResult)."""
         cfg = (train_config or TrainConfig()).resolved()
         enc = encoder if encoder is not None and not isinstance(encoder, str) else Encoder(encoder, progress=progress)
         tool_emb = enc.encode(registry.texts(tool_template), desc="encoding tools")
         query_emb = enc.encode(list(texts), desc="encoding queries")
         gold = [np.asarray(g, dtype=np.int64) for g in gold]
-        result, graph, choice = fit_components(
-            tool_emb, query_emb, gold, registry, cfg, graph_config or GraphConfig(), alpha_grid, normalisations, progress
-        )
-        data = {"queries_fingerprint": gold_fingerprint(list(texts), gold), "n_queries": len(texts)}
+        result, graph, choice = training.fit(tool_emb, query_emb, gold, registry, cfg, graph_config, alpha_grid=alpha_grid,
+                                             normalisations=normalisations, progress=progress)
+        data = {"queries_fingerprint": training.gold_fingerprint(list(texts), gold), "n_queries": len(texts)}
         return cls.from_training(registry, enc, tool_emb, result, graph, choice, training_data=data, tool_template=tool_template)
 
     @classmethod
@@ -383,62 +388,19 @@ class RiskAwareRetriever:
         choice: dict[str, Any], *, training_data: dict[str, Any] | None = None, tool_template: str = DEFAULT_TOOL_TEMPLATE,
     ) -> RiskAwareRetriever:
         """A retriever around freshly trained components (no files involved)."""
-        ck = Checkpoint(result.model, {
-            "encoder": {"identity": encoder.identity, "name": encoder.display_name, "dim": int(tool_emb.shape[1])},
-            "inference": {"lam": result.lam, **choice},
-            "training_data": {"registry_fingerprint": registry.fingerprint(), "tool_template": tool_template, **(training_data or {})},
-        })
+        ck = in_memory(result, encoder={"identity": encoder.identity, "name": encoder.display_name, "dim": int(tool_emb.shape[1])},
+                       registry_fingerprint=registry.fingerprint(), inference=choice,
+                       training_data={"tool_template": tool_template, **(training_data or {})})
         self = cls(registry, encoder=encoder, checkpoint=ck, graph=graph, tool_emb=tool_emb, tool_template=tool_template, progress=False)
         self.training = result
         return self
 
     def save(self, path: str | Path) -> Path:
-        """Write the checkpoint (heads, sidecar) and the ToolGraph into directory ``path``."""
+        """Write the checkpoint directory (:func:`riskrank.checkpoint.save_checkpoint`)."""
         if self.checkpoint is None or not hasattr(self, "training"):
             raise RiskrankError("only a retriever built by fit() can be saved")
-        path = Path(path)
         meta = self.checkpoint.meta
-        self.training.lam = meta["inference"]["lam"]
-        save_checkpoint(
-            self.training, path, encoder=meta["encoder"], registry_fingerprint=meta["training_data"]["registry_fingerprint"],
-            training_data={k: v for k, v in meta["training_data"].items() if k != "registry_fingerprint"},
-            inference=meta["inference"],
-        )
-        self.graph.to_npz(path / GRAPH_FILE)
-        return path
-
-
-def fit_components(
-    tool_emb: np.ndarray, query_emb: np.ndarray, gold: list[np.ndarray], registry: ToolRegistry, cfg: TrainConfig,
-    graph_config: GraphConfig, alpha_grid: Sequence[float], normalisations: Sequence[str], progress: bool,
-) -> tuple[TrainResult, ToolGraph, dict[str, Any]]:
-    """Heads + graph + validation choices on precomputed embeddings (shared by
-    :meth:`RiskAwareRetriever.fit` and the experiments' cross-fitting)."""
-    t0 = time.perf_counter()
-    tr, va = split_validation(len(gold), cfg.val_fraction, cfg.seed)
-    result = train_heads(
-        tool_emb, query_emb[tr], [gold[i] for i in tr], registry.risk_levels, cfg,
-        val_query_emb=query_emb[va] if len(va) else None, val_gold=[gold[i] for i in va] if len(va) else None, progress=progress,
-    )
-    graph = ToolGraph.build(tool_emb, [gold[i] for i in tr], registry.risk_levels, registry.permissions, graph_config)
-    choice: dict[str, Any] = {"alpha": 0.1, "normalisation": graph_config.normalisation}
-    if len(va):
-        scorer = HeadScorer(result.model, tool_emb)
-        s = scorer.relevance(query_emb[va]) - np.float32(result.lam) * scorer.f_risk
-        vg = [gold[i] for i in va]
-        grid = []
-        for norm in normalisations:
-            for a in alpha_grid:
-                sm = graph.smooth(s, a, normalisation=norm) if a > 0 else s
-                grid.append({"normalisation": norm, "alpha": float(a), "ndcg@5": float(ndcg_at_k(rank(sm)[:, :5], vg).mean())})
-        # Ties go to the smaller alpha, then to the order of ``normalisations``.
-        best = max(grid, key=lambda r: (round(r["ndcg@5"], 10), -r["alpha"], -list(normalisations).index(r["normalisation"])))
-        choice = {"alpha": best["alpha"], "normalisation": best["normalisation"]}
-        result.validation["alpha_grid"] = grid
-    result.validation["graph_choice"] = choice
-    result.seconds = time.perf_counter() - t0
-    return result, graph, choice
-
-
-def is_checkpoint_dir(path: str | Path) -> bool:
-    return (Path(path) / SIDECAR).is_file()
+        data = dict(meta["training_data"])
+        fingerprint = data.pop("registry_fingerprint")
+        return save_checkpoint(self.training, path, encoder=meta["encoder"], registry_fingerprint=fingerprint,
+                               training_data=data, inference=meta["inference"], graph=self.graph)

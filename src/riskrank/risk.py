@@ -119,6 +119,13 @@ def normalised_risk(levels: np.ndarray) -> np.ndarray:
     return (np.asarray(levels, dtype=np.float32) - 1.0) / 4.0
 
 
+def label_risk(levels: np.ndarray) -> np.ndarray:
+    """Audited levels as a risk score in [0, 1] ((r - 1) / 4), 0.5 where a tool is
+    unlabelled: the risk term of the dense risk-label-penalty baseline."""
+    levels = np.asarray(levels)
+    return np.where(levels > 0, normalised_risk(np.maximum(levels, 1)), 0.5).astype(np.float32)
+
+
 def level_from_score(f_risk: np.ndarray) -> np.ndarray:
     """Invert (r - 1) / 4: map a risk-head output in [0, 1] to the nearest level 1..5."""
     return np.clip(np.rint(np.asarray(f_risk) * 4.0 + 1.0), 1, 5).astype(np.int8)

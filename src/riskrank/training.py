@@ -1,4 +1,4 @@
-"""Training the dual-head model, choosing its inference settings on validation, checkpoints.
+"""Training the dual-head model, and every choice made on validation queries.
 
 Triplets (q, t+, t-) with ``negatives`` negatives per positive; negatives come from the
 corpus at random, from the first-stage (dense) top-100 minus gold (the paper's text), or a
@@ -6,7 +6,10 @@ mix. Loss (Eq. 3-5): ``L = L_rel + mu * L_risk`` with the pairwise margin loss o
 the MSE of f_risk against (r - 1) / 4 over the labelled tools of the batch.
 
 Validation is split by query, never by triplet. It early-stops the residual head (epoch 0 =
-the encoder's own ranking is a candidate), picks the residual weight beta and then lambda.
+the encoder's own ranking is a candidate); then :func:`choose_inference`, the one function
+that chooses anything, picks the residual weight beta, lambda, the graph's alpha and
+normalisation, and the risk-label-penalty baseline's lambda. :func:`fit` is the whole
+procedure (split, heads, graph, choices); checkpoints are :mod:`riskrank.checkpoint`'s.
 Two lambda rules (``TrainConfig.selection``), both on validation queries only:
 
 * ``budget:R`` (default R = 0.75): an exposure budget relative to the first stage. Among the
@@ -39,32 +42,30 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from riskrank import __version__
-from riskrank.errors import CheckpointError, RiskrankError
-from riskrank.fileio import atomic_write_bytes
+from riskrank.errors import RiskrankError
 from riskrank.first_stage import rank, top_m
+from riskrank.graph import NORMALISATIONS, GraphConfig, ToolGraph
 from riskrank.heads import DESIGNS, DualHead, HeadScorer
 from riskrank.metrics import ndcg_at_k, rvr_at_k
 from riskrank.registry import ToolRegistry
-from riskrank.risk import level_from_score, normalised_risk
+from riskrank.risk import label_risk, level_from_score, normalised_risk
 
 SAMPLING = ("random", "hard", "mixed")
 # Wide enough for the residual head, whose sigmoid is sharper than the paper head's.
 DEFAULT_LAM_GRID = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0)
 PAPER_LAM_GRID = (0.0, 0.05, 0.1, 0.2)
 DEFAULT_RESIDUAL_GRID = (0.0, 0.25, 0.5, 1.0)
+DEFAULT_ALPHA_GRID = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
 
 
 @dataclass
@@ -257,15 +258,65 @@ def lambda_curve(
     return rows
 
 
-def select_inference(
-    scorer: HeadScorer, val_query_emb: np.ndarray, val_gold: list[np.ndarray], risk_levels: np.ndarray,
-    lam_grid: tuple[float, ...], rule: str, tolerance: float | str = "1se",
-) -> tuple[float, list[dict[str, float]], float]:
-    """Choose lambda on validation queries; returns (lambda, per-lambda rows, first-stage RVR@5)."""
-    pq: dict[float, tuple[np.ndarray, np.ndarray]] = {}
-    rows = lambda_curve(scorer.relevance(val_query_emb), scorer.f_risk, val_gold, risk_levels, lam_grid, pq)
-    dense_rvr = float(rvr_at_k(rank(val_query_emb @ scorer.tool_emb.numpy().T)[:, :5], risk_levels).mean())
-    return choose_lambda(rows, rule, dense_rvr, tolerance, pq), rows, dense_rvr
+def choose_inference(
+    val_query_emb: np.ndarray, val_gold: list[np.ndarray], tool_emb: np.ndarray, risk_levels: np.ndarray, cfg: TrainConfig,
+    *, model: DualHead | None = None, graph: ToolGraph | None = None, alpha_grid: Sequence[float] = DEFAULT_ALPHA_GRID,
+    normalisations: Sequence[str] = NORMALISATIONS, label_risk: np.ndarray | None = None,
+    record: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Every inference setting riskrank chooses, chosen here and only here, on validation
+    queries only (test queries never choose anything), in this order:
+
+    1. ``residual_weight`` (residual design, with ``model``): the beta of the best validation
+       NDCG@5; ties go to the smaller beta. It is set on the model.
+    2. ``lam`` (with ``model``): ``cfg.selection`` over ``cfg.lam_grid`` (module docstring),
+       against the first-stage (dense) RVR@5 of the same queries.
+    3. ``alpha`` and ``normalisation`` (with ``model`` and ``graph``): the best NDCG@5 of the
+       smoothed s = f_rel - lambda * f_risk over ``alpha_grid`` x ``normalisations``; ties go to
+       the smaller alpha, then to the order of ``normalisations``.
+    4. ``label_lam`` (with ``label_risk``): the same rule for the dense risk-label-penalty
+       baseline, cos - lambda * label_risk, against lambda = 0.
+
+    Returns the chosen values; every grid goes into ``record`` (a TrainResult's
+    ``validation``) so a checkpoint or a report can show why."""
+    record = record if record is not None else {}
+    chosen: dict[str, Any] = {}
+    if model is not None:
+        if model.design == "residual":
+            grid = []
+            for beta in cfg.residual_grid:
+                model.relevance_head.residual_weight.fill_(beta)
+                grid.append({"beta": float(beta), "ndcg@5": _val_ndcg(model, tool_emb, val_query_emb, val_gold)})
+            best = max(grid, key=lambda r: (round(r["ndcg@5"], 10), -r["beta"]))
+            model.relevance_head.residual_weight.fill_(best["beta"])
+            record["residual_grid"] = grid
+            record["residual_weight"] = chosen["residual_weight"] = best["beta"]
+        scorer = HeadScorer(model, tool_emb)
+        pq: dict[float, tuple[np.ndarray, np.ndarray]] = {}
+        rows = lambda_curve(scorer.relevance(val_query_emb), scorer.f_risk, val_gold, risk_levels, cfg.lam_grid, pq)
+        dense_rvr = float(rvr_at_k(rank(val_query_emb @ scorer.tool_emb.numpy().T)[:, :5], risk_levels).mean())
+        lam = choose_lambda(rows, cfg.selection, dense_rvr, cfg.tolerance, pq)
+        record["lam_grid"] = rows
+        record["first_stage_rvr@5"] = dense_rvr
+        record["selection"] = cfg.selection
+        record["selected"] = next(r for r in rows if r["lam"] == lam)
+        chosen["lam"] = lam
+        if graph is not None:
+            s = scorer.relevance(val_query_emb) - np.float32(lam) * scorer.f_risk
+            grid = []
+            for norm in normalisations:
+                for a in alpha_grid:
+                    sm = graph.smooth(s, a, normalisation=norm) if a > 0 else s
+                    grid.append({"normalisation": norm, "alpha": float(a), "ndcg@5": float(ndcg_at_k(rank(sm)[:, :5], val_gold).mean())})
+            best = max(grid, key=lambda r: (round(r["ndcg@5"], 10), -r["alpha"], -list(normalisations).index(r["normalisation"])))
+            record["alpha_grid"] = grid
+            chosen["alpha"], chosen["normalisation"] = best["alpha"], best["normalisation"]
+    if label_risk is not None:
+        cos = val_query_emb @ tool_emb.T
+        pq = {}
+        rows = lambda_curve(cos, label_risk, val_gold, risk_levels, (0.0, *cfg.lam_grid), pq)
+        chosen["label_lam"] = choose_lambda(rows[1:], cfg.selection, rows[0]["rvr@5"], cfg.tolerance, pq)
+    return chosen
 
 
 def _val_ndcg(model: DualHead, tool_emb: np.ndarray, q: np.ndarray, gold: list[np.ndarray]) -> float:
@@ -283,13 +334,15 @@ def train_heads(
     val_query_emb: np.ndarray | None = None,
     val_gold: list[np.ndarray] | None = None,
     progress: bool = True,
+    choose: bool = True,
 ) -> TrainResult:
     """Train the dual head on precomputed embeddings.
 
     ``gold`` holds each training query's gold tool indices; ``risk_levels`` the audited level
     per tool (0 = unlabelled: such tools are excluded from L_risk and counted). Without an
     explicit validation set, ``config.val_fraction`` of the training queries (by query) is
-    held out for early stopping and the choice of beta and lambda.
+    held out for early stopping and, with ``choose``, for :func:`choose_inference`'s beta and
+    lambda (:func:`fit` passes ``choose=False`` and makes every choice at once).
     """
     cfg = (config or TrainConfig()).resolved()
     t0 = time.perf_counter()
@@ -392,21 +445,8 @@ def train_heads(
     validation: dict[str, Any] = {"n_queries": len(val_gold) if has_val else 0, "best_epoch": best_epoch}
     lam = 0.1
     if has_val:
-        if cfg.design == "residual":
-            grid = []
-            for beta in cfg.residual_grid:
-                model.relevance_head.residual_weight.fill_(beta)
-                grid.append({"beta": float(beta), "ndcg@5": _val_ndcg(model, tool_emb, val_query_emb, val_gold)})
-            best = max(grid, key=lambda r: (round(r["ndcg@5"], 10), -r["beta"]))
-            model.relevance_head.residual_weight.fill_(best["beta"])
-            validation["residual_grid"] = grid
-            validation["residual_weight"] = best["beta"]
-        scorer = HeadScorer(model, tool_emb)
-        lam, rows, dense_rvr = select_inference(scorer, val_query_emb, val_gold, risk_levels, cfg.lam_grid, cfg.selection, cfg.tolerance)
-        validation["lam_grid"] = rows
-        validation["first_stage_rvr@5"] = dense_rvr
-        validation["selection"] = cfg.selection
-        validation["selected"] = next(r for r in rows if r["lam"] == lam)
+        if choose:
+            lam = choose_inference(val_query_emb, val_gold, tool_emb, risk_levels, cfg, model=model, record=validation)["lam"]
     else:
         notes.append("no validation queries: lambda defaults to the paper's 0.1, no early stopping")
     model.eval()
@@ -415,6 +455,60 @@ def train_heads(
         "skipped_queries": n_skipped, "unlabelled_tools": n_unlabelled,
     }
     return TrainResult(model, cfg, float(lam), history, validation, counts, time.perf_counter() - t0, notes)
+
+
+# -- the whole fit -------------------------------------------------------------------------------
+def fit(
+    tool_emb: np.ndarray, query_emb: np.ndarray, gold: Sequence[np.ndarray], registry: ToolRegistry, cfg: TrainConfig,
+    graph_config: GraphConfig | None = None, *, alpha_grid: Sequence[float] = DEFAULT_ALPHA_GRID,
+    normalisations: Sequence[str] = NORMALISATIONS, progress: bool = True,
+) -> tuple[TrainResult, ToolGraph, dict[str, Any]]:
+    """Heads, ToolGraph and every validation choice on precomputed embeddings: the queries
+    are split by query (:func:`validation_split`), the heads train on the training part
+    (early-stopped on the validation part), the graph is built from the training part's gold
+    tools only, and :func:`choose_inference` makes every choice on the validation part.
+
+    Returns (the heads with their lambda, the graph, {"alpha", "normalisation"})."""
+    cfg = cfg.resolved()
+    graph_config = graph_config or GraphConfig()
+    t0 = time.perf_counter()
+    gold = [np.asarray(g, dtype=np.int64) for g in gold]
+    tr, va = validation_split(len(gold), cfg)
+    result = train_heads(
+        tool_emb, query_emb[tr], [gold[i] for i in tr], registry.risk_levels, cfg,
+        val_query_emb=query_emb[va] if len(va) else None, val_gold=[gold[i] for i in va] if len(va) else None,
+        progress=progress, choose=False,
+    )
+    graph = ToolGraph.build(tool_emb, [gold[i] for i in tr], registry.risk_levels, registry.permissions, graph_config)
+    choice: dict[str, Any] = {"alpha": 0.1, "normalisation": graph_config.normalisation}
+    if len(va):
+        chosen = choose_inference(query_emb[va], [gold[i] for i in va], tool_emb, registry.risk_levels, cfg,
+                                  model=result.model, graph=graph, alpha_grid=alpha_grid, normalisations=normalisations,
+                                  record=result.validation)
+        result.lam = chosen["lam"]
+        choice = {"alpha": chosen["alpha"], "normalisation": chosen["normalisation"]}
+    result.validation["graph_choice"] = choice
+    result.seconds = time.perf_counter() - t0
+    return result, graph, choice
+
+
+def validation_split(n_queries: int, cfg: TrainConfig) -> tuple[np.ndarray, np.ndarray]:
+    """The validation split every fit of ``cfg`` uses: ``cfg.val_fraction`` of the queries,
+    by query, seeded by ``cfg.seed`` (:func:`split_validation`)."""
+    return split_validation(n_queries, cfg.val_fraction, cfg.seed)
+
+
+def label_penalty_lambda(tool_emb: np.ndarray, query_emb: np.ndarray, gold: Sequence[np.ndarray], risk_levels: np.ndarray,
+                         cfg: TrainConfig) -> float:
+    """The dense risk-label-penalty baseline's lambda, chosen on the validation split that
+    :func:`fit` uses for the same queries and config (0 without validation queries)."""
+    cfg = cfg.resolved()
+    gold = [np.asarray(g, dtype=np.int64) for g in gold]
+    _, va = validation_split(len(gold), cfg)
+    if not len(va):
+        return 0.0
+    return choose_inference(query_emb[va], [gold[i] for i in va], tool_emb, risk_levels, cfg,
+                            label_risk=label_risk(risk_levels))["label_lam"]
 
 
 # -- cross-fitted risk levels ------------------------------------------------------------------
@@ -448,104 +542,10 @@ def crossfit_risk_levels(
     return level_from_score(f_risk), f_risk, folds
 
 
-# -- checkpoints ------------------------------------------------------------------------------
-WEIGHTS = "heads.safetensors"
-SIDECAR = "checkpoint.json"
-FORMAT = "riskrank-heads/1"
-
-
+# -- training data ------------------------------------------------------------------------------
 def gold_fingerprint(texts: list[str], gold: list[np.ndarray]) -> str:
     h = hashlib.sha256()
     for t, g in zip(texts, gold, strict=True):
         h.update(t.encode())
         h.update(np.asarray(g, dtype=np.int64).tobytes())
     return h.hexdigest()
-
-
-def save_checkpoint(
-    result: TrainResult, path: str | Path, *, encoder: dict[str, Any], registry_fingerprint: str,
-    training_data: dict[str, Any] | None = None, inference: dict[str, Any] | None = None,
-) -> Path:
-    """Write ``heads.safetensors`` + ``checkpoint.json`` into directory ``path``. Each file is
-    written atomically and the sidecar (written last) records the weights' sha256, so a
-    torn pair is detected on load. Heads only: the frozen encoder is named, not stored."""
-    from safetensors.torch import save
-
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise CheckpointError(f"{path}: exists and is not a directory")
-    state = {k: v.detach().contiguous() for k, v in result.model.state_dict().items()}
-    blob = save(state)
-    atomic_write_bytes(path / WEIGHTS, blob)
-    sidecar = {
-        "format": FORMAT,
-        "riskrank_version": __version__,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "encoder": encoder,
-        "head": {"design": result.model.design, "dim": result.model.dim, "hidden": result.model.hidden,
-                 "rank": result.model.rank, "parameters": result.model.n_parameters()},
-        "inference": {"lam": result.lam, **(inference or {})},
-        "hyperparameters": asdict(result.config),
-        "training_data": {"registry_fingerprint": registry_fingerprint, **(training_data or {})},
-        "counts": result.counts,
-        "validation": result.validation,
-        "history": result.history,
-        "train_seconds": result.seconds,
-        "weights_sha256": hashlib.sha256(blob).hexdigest(),
-    }
-    atomic_write_bytes(path / SIDECAR, json.dumps(sidecar, indent=2, default=float).encode())
-    return path
-
-
-@dataclass
-class Checkpoint:
-    model: DualHead
-    meta: dict[str, Any]
-
-    @property
-    def lam(self) -> float:
-        return float(self.meta["inference"]["lam"])
-
-    @property
-    def encoder_identity(self) -> str:
-        return str(self.meta["encoder"]["identity"])
-
-
-def load_checkpoint(path: str | Path, *, encoder_identity: str | None = None, dim: int | None = None) -> Checkpoint:
-    """Load a checkpoint directory; never unpickles. A mismatched encoder or dimension, a
-    missing file, a torn or corrupt pair is a :class:`CheckpointError` naming the problem."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load
-
-    path = Path(path)
-    if not path.is_dir():
-        raise CheckpointError(f"{path}: no such checkpoint directory")
-    side, weights = path / SIDECAR, path / WEIGHTS
-    for f in (side, weights):
-        if not f.is_file():
-            raise CheckpointError(f"{path}: missing {f.name}; not a riskrank checkpoint")
-    try:
-        meta = json.loads(side.read_text(encoding="utf-8"))
-        if meta.get("format") != FORMAT:
-            raise CheckpointError(f"{side}: unknown format {meta.get('format')!r} (expected {FORMAT})")
-        head = meta["head"]
-        design, ck_dim = head["design"], int(head["dim"])
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"{side}: corrupt checkpoint sidecar ({exc})") from None
-    blob = weights.read_bytes()
-    if hashlib.sha256(blob).hexdigest() != meta.get("weights_sha256"):
-        raise CheckpointError(f"{weights}: weights do not match the sidecar's sha256 (corrupt or partially written)")
-    if dim is not None and ck_dim != dim:
-        raise CheckpointError(f"{path}: checkpoint heads expect {ck_dim}-d embeddings but the encoder gives {dim}-d")
-    if encoder_identity is not None and meta["encoder"].get("identity") != encoder_identity:
-        raise CheckpointError(
-            f"{path}: trained on encoder {meta['encoder'].get('identity')!r}, not {encoder_identity!r}; "
-            "pass the same --encoder or retrain"
-        )
-    try:
-        state = load(blob)
-        model = DualHead(ck_dim, design, int(head["hidden"]), int(head["rank"]))
-        model.load_state_dict(state, strict=True)
-    except (SafetensorError, RuntimeError, ValueError) as exc:
-        raise CheckpointError(f"{weights}: cannot load head weights ({str(exc).splitlines()[0]})") from None
-    return Checkpoint(model.eval(), meta)

@@ -149,7 +149,8 @@ def show_result(res: Any, title: str | None = None) -> None:
 def train(dataset: str | None, registry: str | None, queries: str | None, data_dir: str | None, out: str, design: str,
           sampling: str | None, epochs: int, seed: int, selection: str, encoder: str | None, force: bool) -> None:
     """Train the dual-head reranker and write a checkpoint (heads, ToolGraph, chosen lambda/alpha)."""
-    from riskrank.pipeline import RiskAwareRetriever, is_checkpoint_dir
+    from riskrank.checkpoint import is_checkpoint_dir
+    from riskrank.pipeline import RiskAwareRetriever
     from riskrank.training import TrainConfig
 
     if is_checkpoint_dir(out) and not force:

@@ -7,8 +7,9 @@ over the evaluation queries, so each query is scored by models that never saw it
 a validation slice of the training queries (by query) chooses lambda, beta, alpha and the
 graph normalisation; test queries never choose anything.
 
-All scoring goes through :class:`riskrank.pipeline.RiskAwareRetriever` (components() and
-rank_scores()), the same code the CLI and the servers run.
+All scoring of riskrank's methods and the dense baselines goes through
+:meth:`riskrank.pipeline.RiskAwareRetriever.rank_batch`, the same code the CLI and the servers
+run; training and every choice made on validation are :mod:`riskrank.training`'s.
 """
 
 from __future__ import annotations
@@ -23,17 +24,18 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from riskrank import training
 from riskrank.datasets import Benchmark, QuerySet, crossfit_folds
 from riskrank.encoder import Encoder
 from riskrank.errors import RiskrankError
 from riskrank.experiments.baselines import mmr_rerank
 from riskrank.experiments.methods import MethodSpec, parse_methods
-from riskrank.first_stage import BM25Retriever, top_m
+from riskrank.first_stage import BM25Retriever, rank, top_m
 from riskrank.graph import EDGE_TYPES, GraphConfig, ToolGraph
 from riskrank.metrics import METRICS, evaluate, query_subsets, tool_query_counts
 from riskrank.modes import Stages
-from riskrank.pipeline import RiskAwareRetriever, fit_components
-from riskrank.training import TrainConfig, choose_lambda, lambda_curve, split_validation
+from riskrank.pipeline import RiskAwareRetriever
+from riskrank.training import TrainConfig
 
 DEFAULT_SEEDS = (42, 123, 777)
 N_FOLDS = 5
@@ -272,27 +274,24 @@ class Runner:
             yield f, qs.subset(tr), self.split_emb[split][tr], [(split, np.flatnonzero(folds == f))]
 
     def _train(self, seed: int, train_q: QuerySet, train_emb: np.ndarray) -> _Fold:
+        """Every head this run needs, trained on one fold's training queries; every choice
+        (lambda, beta, alpha, normalisation, the label-penalty lambda) is
+        :func:`riskrank.training.choose_inference`'s, on the validation split of
+        :func:`riskrank.training.validation_split`."""
         gold = [np.asarray(g) for g in train_q.gold]
         retrievers, choice = {}, {}
-        tr, va = split_validation(len(gold), TrainConfig().val_fraction if "val_fraction" not in self.train_overrides else self.train_overrides["val_fraction"], seed)
+        base_cfg = TrainConfig(seed=seed, **self.train_overrides).resolved()
         for head in self.heads_needed:
             cfg = TrainConfig(design=head, seed=seed, **self.train_overrides).resolved()
-            result, graph, ch = fit_components(self.tool_emb, train_emb, gold, self.registry, cfg, self.graph_config,
-                                               _alpha_grid(), _norms(), progress=self.progress)
+            result, graph, ch = training.fit(self.tool_emb, train_emb, gold, self.registry, cfg, self.graph_config,
+                                             progress=self.progress)
             retrievers[head] = RiskAwareRetriever.from_training(self.registry, self.encoder, self.tool_emb, result, graph, ch)
             choice[head] = {"lam": result.lam, "residual_weight": result.validation.get("residual_weight"),
                             "best_epoch": result.validation.get("best_epoch"), "train_seconds": result.seconds, **ch}
-        # risk_label_penalty: lambda on the same validation queries, same rule.
         label_lam = 0.0
-        if any(s.name.startswith("risk_label_penalty") and s.lam == "selected" for s in self.specs) and len(va):
-            cfg = TrainConfig(seed=seed, **self.train_overrides).resolved()
-            qv = train_emb[va]
-            cos = qv @ self.tool_emb.T
-            vg = [gold[i] for i in va]
-            pq: dict = {}
-            rows = lambda_curve(cos, self.base.label_risk, vg, self.registry.risk_levels, (0.0, *cfg.lam_grid), pq)
-            dense_rvr = rows[0]["rvr@5"]
-            label_lam = choose_lambda(rows[1:], cfg.selection, dense_rvr, cfg.tolerance, pq)
+        if any(s.name.startswith("risk_label_penalty") and s.lam == "selected" for s in self.specs):
+            label_lam = training.label_penalty_lambda(self.tool_emb, train_emb, gold, self.registry.risk_levels, base_cfg)
+        tr, _ = training.validation_split(len(gold), base_cfg)  # the part the graphs are built from
         part = [gold[i] for i in tr]
         return _Fold(retrievers, part, tool_query_counts(gold, len(self.registry)), label_lam, choice)
 
@@ -314,32 +313,27 @@ class Runner:
         return fold.graphs[key]
 
     def _rank(self, spec: MethodSpec, split: str, idx: np.ndarray, q: np.ndarray, cos: np.ndarray, fold: _Fold, cache: dict) -> tuple[np.ndarray, list | None]:
-        stages = Stages(heads=spec.trained, graph=spec.graph, rule=spec.rule is not None)
-        cand = None
-        if spec.candidates is not None:
+        if spec.relevance == "bm25":
+            return rank(self._bm25_scores(split)[idx]), None
+        if spec.relevance in ("mmr", "cross-encoder"):  # baselines over the dense top-M, outside the engine
             ck = ("cand", spec.candidates)
             if ck not in cache:
                 cache[ck] = top_m(cos, spec.candidates)
-            cand = cache[ck]
-        if spec.relevance == "bm25":
-            return self.base.rank_scores(self._bm25_scores(split)[idx], stages)[:2]
-        if spec.relevance == "mmr":
-            return mmr_rerank(q, self.tool_emb, cand, spec.mmr_lambda), None
-        if spec.relevance == "cross-encoder":
-            return self._cross_encoder(spec, split, idx, cand, fold), None
+            if spec.relevance == "mmr":
+                return mmr_rerank(q, self.tool_emb, cache[ck], spec.mmr_lambda), None
+            return self._cross_encoder(spec, split, idx, cache[ck], fold), None
+        mode = Stages(heads=spec.trained, graph=spec.graph, rule=spec.rule is not None).name
         if spec.relevance == "dense":
+            r, graph, alpha = self.base, None, None
             lam = fold.label_lam if spec.lam == "selected" else float(spec.lam)
-            f_rel, f_risk = self.base.components(q, stages, cand, cos if cand is None else np.take_along_axis(cos, cand, 1))
-            return self.base.rank_scores(f_rel - np.float32(lam) * f_risk, stages, candidates=cand, risk_source=spec.rule or "labels")[:2]
-        r = fold.retrievers[spec.head]
-        rk = ("rel", spec.head, spec.candidates)
-        if rk not in cache:
-            cache[rk] = r.components(q, stages, cand, cos if cand is None else np.take_along_axis(cos, cand, 1))
-        f_rel, f_risk = cache[rk]
-        lam = r.lam if spec.lam == "selected" else float(spec.lam)
-        alpha = r.alpha if spec.alpha == "selected" else float(spec.alpha)
-        return r.rank_scores(f_rel - np.float32(lam) * f_risk, stages, candidates=cand, alpha=alpha,
-                             risk_source=spec.rule or "labels", graph=self._graph(fold, spec, r) if spec.graph else None)[:2]
+        else:
+            r = fold.retrievers[spec.head]
+            lam = r.lam if spec.lam == "selected" else float(spec.lam)
+            alpha = r.alpha if spec.alpha == "selected" else float(spec.alpha)
+            graph = self._graph(fold, spec, r) if spec.graph else None
+        batch = r.rank_batch(q, mode=mode, lam=lam, alpha=alpha, candidates=spec.candidates, risk_source=spec.rule or "labels",
+                             graph=graph)
+        return batch.order, batch.filters
 
     def _cross_encoder(self, spec: MethodSpec, split: str, idx: np.ndarray, cand: np.ndarray, fold: _Fold) -> np.ndarray:
         """A cross-encoder rescoring the top-20 of the dense top-100 (cross_encoder.DEFAULT_DEPTH; the rest keep dense order); ``ce-minilm-ft`` is fine-tuned on this
@@ -392,18 +386,6 @@ class Runner:
                         "deferred": {str(int(t)): list(r) for t, r in fr.deferred.items()},
                         "fallback": [int(t) for t in fr.fallback], "unlabelled": [int(t) for t in fr.unlabelled],
                     }
-
-
-def _alpha_grid() -> tuple[float, ...]:
-    from riskrank.pipeline import DEFAULT_ALPHA_GRID
-
-    return DEFAULT_ALPHA_GRID
-
-
-def _norms() -> tuple[str, ...]:
-    from riskrank.graph import NORMALISATIONS
-
-    return NORMALISATIONS
 
 
 def run_evaluation(benchmark: Benchmark, methods: Sequence[str] | str, **kwargs: Any) -> EvalRun:
