@@ -394,7 +394,7 @@ def test_modes_import_without_torch():
     import subprocess
     import sys
 
-    code = "import sys, riskrank.modes; print(','.join(m for m in ('torch',) if m in sys.modules))"
+    code = "import sys, riskrank.modes; print(','.join(m for m in ('torch', 'numpy') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
 
