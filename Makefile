@@ -14,14 +14,15 @@ export HF_HUB_OFFLINE := 1
 # local mirror directory in <owner>/<repo>/<path> layout (CI uses ../shared/datasets).
 DATA_SOURCE ?= upstream
 
-.PHONY: venv data demo test test-slow lint bench clean
+.PHONY: venv data demo test test-slow lint imports lock clean
 
-$(STAMP): pyproject.toml
+# Everything installs from the lock (constraints.txt): the exact versions riskrank is tested with.
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	# torch is pinned to the CPU build; install it first so nothing pulls a CUDA build.
-	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	# torch first, from the lock (the CPU build), so nothing pulls a CUDA build.
+	$(BIN)/python -m pip install -q -c constraints.txt torch
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -33,10 +34,19 @@ demo: $(STAMP)
 	$(BIN)/riskrank demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks tools
 
-test: $(STAMP) data lint
+# No import cycle in the package (a new one fails the build).
+imports: $(STAMP)
+	$(BIN)/python tools/check_imports.py src/riskrank
+
+test: $(STAMP) data lint imports
 	$(BIN)/python -m pytest -q
+
+# Rewrite the lock from the current venv (after changing a range in pyproject.toml).
+lock: $(STAMP)
+	{ sed -n '1,3p' constraints.txt; $(BIN)/python -m pip freeze --exclude-editable | sed 's/+cpu$$//'; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 test-slow: $(STAMP) data
 	$(BIN)/python -m pytest -q -m slow

@@ -124,24 +124,48 @@ class ServerThread:
 # -- subprocess entry points (run with `python -c`, see cli_argv) ---------------------------------
 def run_fake_upstream(page_size: int = 2) -> None:
     """A small MCP server over stdio with annotated tools, listed in pages of ``page_size``
-    (so the proxy's pagination is exercised); calling a tool echoes its name and arguments."""
+    (so the proxy's pagination is exercised); calling a tool echoes its name and arguments.
+    Written against the SDK's low-level server of either major (mcp 1.x or 2.x)."""
     import anyio
-    import mcp_types as types
-    from mcp.server.lowlevel.server import Server
+    import mcp.types as types
+    from mcp.server.lowlevel import Server
     from mcp.server.stdio import stdio_server
+
+    from riskrank.serving.mcp_compat import sdk_major
 
     tools = [types.Tool.model_validate(t) for t in MCP_TOOLS["tools"]]
 
-    async def list_tools(ctx, params):
-        start = int(params.cursor) if params is not None and params.cursor else 0
+    def page(cursor: str | None) -> types.ListToolsResult:
+        start = int(cursor) if cursor else 0
         nxt = start + page_size
-        return types.ListToolsResult(tools=tools[start:nxt], next_cursor=str(nxt) if nxt < len(tools) else None)
+        return types.ListToolsResult(tools=tools[start:nxt], nextCursor=str(nxt) if nxt < len(tools) else None)
 
-    async def call_tool(ctx, params):
-        text = json.dumps({"called": params.name, "arguments": params.arguments or {}})
+    def echo(name: str, arguments: dict | None) -> types.CallToolResult:
+        text = json.dumps({"called": name, "arguments": arguments or {}})
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
-    server = Server("fake-upstream", on_list_tools=list_tools, on_call_tool=call_tool)
+    if sdk_major() >= 2:
+        async def list_tools(ctx, params):
+            return page(params.cursor if params is not None else None)
+
+        async def call_tool(ctx, params):
+            return echo(params.name, params.arguments)
+
+        server = Server("fake-upstream", on_list_tools=list_tools, on_call_tool=call_tool)
+    else:
+        server = Server("fake-upstream")
+
+        async def list_tools_v1(req):
+            return page(req.params.cursor if req.params is not None else None)
+
+        async def call_tool_v1(name, arguments):
+            return echo(name, arguments)
+
+        # The SDK passes the request only to a handler whose resolved type hint names it (this
+        # module's annotations are strings, so the hint is set as an object).
+        list_tools_v1.__annotations__ = {"req": types.ListToolsRequest, "return": types.ListToolsResult}
+        server.list_tools()(list_tools_v1)
+        server.call_tool(validate_input=False)(call_tool_v1)
 
     async def main() -> None:
         async with stdio_server() as (r, w):

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from riskrank.errors import RiskrankError
+from riskrank.extras import requires
 from riskrank.first_stage import DEFAULT_TOP_M, DenseRetriever, top_m
 
 KINDS = ("hnsw", "ivf")
@@ -42,10 +43,8 @@ def default_nlist(n: int) -> int:
 
 
 def _faiss() -> Any:
-    try:
+    with requires("ann", "the approximate first stage (--first-stage ann)"):
         import faiss
-    except ImportError as exc:  # pragma: no cover - faiss-cpu is a pinned dependency
-        raise RiskrankError("the approximate first stage needs faiss (pip install faiss-cpu)") from exc
     return faiss
 
 

@@ -39,7 +39,7 @@ ENV_CACHE = "RISKRANK_CACHE"
 
 
 def default_cache_dir() -> Path:
-    from riskrank.datasets import riskrank_home
+    from riskrank.datasets.base import riskrank_home
 
     return Path(os.environ.get(ENV_CACHE) or riskrank_home() / "cache")
 

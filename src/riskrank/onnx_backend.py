@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from riskrank.errors import RiskrankError
+from riskrank.extras import requires
 from riskrank.fileio import atomic_write_bytes
 
 BACKENDS = ("torch", "onnx", "auto")
@@ -53,10 +54,8 @@ class OnnxEncoderBackend:
     the transformer running in ONNX Runtime."""
 
     def __init__(self, model: Any, identity: str, cache_dir: str | Path, threads: int | None = None) -> None:
-        try:
+        with requires("onnx", "the onnx encoder backend"):
             import onnxruntime as ort
-        except ImportError as exc:  # pragma: no cover - a pinned dependency
-            raise RiskrankError("the onnx encoder backend needs onnxruntime (pip install onnxruntime)") from exc
         self.transformer, self.max_length = _supported(model)
         self.tokenizer = self.transformer.tokenizer
         key = hashlib.sha256(identity.encode()).hexdigest()[:16]

@@ -520,7 +520,7 @@ def crossfit_risk_levels(
     ``n_folds`` folds; for each fold the dual head is trained on the training queries with
     that fold's labels hidden (level 0: excluded from L_risk), and scores the fold's tools.
     Returns (levels [N], f_risk [N], fold per tool)."""
-    from riskrank.datasets import crossfit_folds
+    from riskrank.datasets.base import crossfit_folds
     from riskrank.encoder import Encoder
 
     if not registry.has_labels:

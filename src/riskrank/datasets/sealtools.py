@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from riskrank.datasets import Benchmark, QuerySet, build_gold, data_file
+from riskrank.datasets.base import Benchmark, QuerySet, build_gold, data_file
 from riskrank.errors import DataError
 from riskrank.registry import ToolRegistry
 

@@ -12,7 +12,7 @@ import json
 import re
 from pathlib import Path
 
-from riskrank.datasets import Benchmark, QuerySet, build_gold, data_file
+from riskrank.datasets.base import Benchmark, QuerySet, build_gold, data_file
 from riskrank.errors import DataError
 from riskrank.registry import ToolRegistry
 

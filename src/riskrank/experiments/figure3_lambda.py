@@ -11,6 +11,7 @@ import numpy as np
 
 from riskrank.experiments.common import BASELINES, mean
 from riskrank.experiments.runner import EvalRun
+from riskrank.extras import requires
 
 #: The paper's grid, plus two larger values that the residual head's sharper scores need.
 LAMBDAS = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0)
@@ -27,10 +28,11 @@ def selected_lambdas(run: EvalRun) -> list[float]:
 
 
 def plot(run: EvalRun, split: str, out_dir: Path) -> list[Path]:
-    import matplotlib
+    with requires("repro", "the figures of riskrank reproduce"):
+        import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
 
     lams = np.array(LAMBDAS)
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))

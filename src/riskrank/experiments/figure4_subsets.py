@@ -10,6 +10,7 @@ import numpy as np
 
 from riskrank.experiments.common import f3, md_table, subset_summary
 from riskrank.experiments.runner import EvalRun
+from riskrank.extras import requires
 
 METHODS = ("dense", "rel_only", "core", "core+graph", "core+graph+rule")
 SUBSETS = ("high_risk", "low_risk", "long_tail")
@@ -32,10 +33,11 @@ def table(run: EvalRun, split: str) -> tuple[str, dict]:
 
 
 def plot(data: dict, run: EvalRun, split: str, out_dir: Path) -> list[Path]:
-    import matplotlib
+    with requires("repro", "the figures of riskrank reproduce"):
+        import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
 
     subsets = list(data)
     methods = [m for m in METHODS if any(m in data[s] for s in subsets)]

@@ -32,6 +32,7 @@ from riskrank.experiments import (
 )
 from riskrank.experiments.common import f3, mean
 from riskrank.experiments.runner import DEFAULT_SEEDS, EvalRun, Runner
+from riskrank.extras import requires
 from riskrank.fileio import atomic_write_bytes
 
 RUN_CACHE = "cache/run"
@@ -112,6 +113,8 @@ def reproduce(
     extra_cross_encoders: Sequence[str] = (), progress: bool = True, echo: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Run (or reuse) the evaluation and write results.json, report.md and the figures."""
+    with requires("repro", "riskrank reproduce (its figures)"):
+        import matplotlib  # noqa: F401  (checked before the evaluation, not after it)
     t_start = time.perf_counter()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

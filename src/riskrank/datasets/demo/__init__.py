@@ -8,7 +8,7 @@ import json
 from importlib import resources
 from pathlib import Path
 
-from riskrank.datasets import Benchmark, QuerySet, build_gold
+from riskrank.datasets.base import Benchmark, QuerySet, build_gold
 from riskrank.registry import ToolRegistry
 
 
