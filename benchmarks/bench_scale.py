@@ -53,15 +53,21 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # naive.py: the references the tests use
 
-import _naive
 import _synth
+import naive
+from riskrank.fileio import write_json
 
 REAL = ("ultratool", "sealtools")
 REAL_SPLIT = {"ultratool": "test", "sealtools": "test_in"}
 # The paper's alpha per dataset (Section 5); synthetic registries use UltraTool's.
 ALPHA = {"ultratool": 0.2, "sealtools": 0.02}
 TOP_LENGTH = 100  # filtered positions returned per query (the pipeline's MAX_K)
+#: Largest registry whose dense float32 adjacency the naive graph may hold (2 GiB).
+DENSE_GRAPH_MAX_N = 23_000
+#: Largest registry for the naive heads ([N, 2d] float32 pairs per query: 300 MB at 100k).
+PAIR_MLP_MAX_N = 200_000
 
 
 # ---------------------------------------------------------------------------- utilities
@@ -372,31 +378,36 @@ def run_pipeline(spec, args, checkpoint, reg, graph, alpha, queries) -> dict[str
     return {"pipeline_rank_batch_ms_p50": pct(t.wall["rank_batch"], 50), "pipeline_rank_batch_ms_p95": pct(t.wall["rank_batch"], 95)}
 
 
+def naive_rules(scores: np.ndarray, rcfg, risk, perm, emb) -> list[int]:
+    """The reference's rule stage: a full stable sort, then every position visited."""
+    return naive.rule_filter(np.argsort(-scores, kind="stable"), rcfg, risk, perm, emb, scan_all=True)[0]
+
+
 def run_naive(reg, model, lam, alpha, graph, rcfg, queries, fast_top, fast_scores, args) -> dict[str, Any]:
     n = reg.n
     res: dict[str, Any] = {"naive_stages_run": []}
-    run_heads = n <= _naive.PAIR_MLP_MAX_N
-    run_graph = n <= _naive.DENSE_GRAPH_MAX_N
+    run_heads = n <= PAIR_MLP_MAX_N
+    run_graph = n <= DENSE_GRAPH_MAX_N
     adjacency = None
     if run_graph:
-        adjacency, res["naive_graph_build_s"] = timed(_naive.dense_adjacency, graph, graph.config.normalisation)
+        adjacency, res["naive_graph_build_s"] = timed(naive.dense_adjacency, graph, graph.config.normalisation)
     timer = Timer()
     agree = []
     budget = time.perf_counter() + args.naive_budget_s
     perm = reg.perm_counts
     if run_heads and run_graph:  # warm-up, like the fast path's
-        _naive.rule_filter(_naive.smooth(_naive.heads(model, queries[:1], reg.emb, lam), adjacency, alpha)[0], rcfg, reg.risk, perm, reg.emb)
+        naive_rules(naive.smooth(naive.head_scores(model, queries[:1], reg.emb, lam), adjacency, alpha)[0], rcfg, reg.risk, perm, reg.emb)
     for i in range(min(args.naive_queries, len(queries))):
         q = queries[i : i + 1]
         if run_heads:
-            s = timer.run("heads", _naive.heads, model, q, reg.emb, lam)
+            s = timer.run("heads", naive.head_scores, model, q, reg.emb, lam)
         else:  # too big for the pair MLP: the fast scores stand in for the later stages
             s = fast_scores(q)
         if run_graph:
-            s = timer.run("graph", _naive.smooth, s, adjacency, alpha)
+            s = timer.run("graph", naive.smooth, s, adjacency, alpha)
         else:
             s = graph.smooth(s, alpha)
-        order = timer.run("rules", _naive.rule_filter, s[0], rcfg, reg.risk, perm, reg.emb)
+        order = timer.run("rules", naive_rules, s[0], rcfg, reg.risk, perm, reg.emb)
         agree.append(order[: rcfg.k] == fast_top[i].tolist())
         if time.perf_counter() > budget and i >= 2:
             break
@@ -530,9 +541,9 @@ def table(report: dict[str, Any]) -> str:
             rows.append(f"| {name} | | error: {r['error'][:60]} |")
             continue
         st = r["stage_ms_p50"]
-        naive = r.get("naive_total_ms_p50")
+        naive_ms = r.get("naive_total_ms_p50")
         stage_naive = r.get("naive_stage_ms_p50", {})
-        naive_txt = f"{naive:.1f}" if naive else ("stages: " + ", ".join(f"{k} {v:.0f}" for k, v in stage_naive.items()) if stage_naive else "-")
+        naive_txt = f"{naive_ms:.1f}" if naive_ms else ("stages: " + ", ".join(f"{k} {v:.0f}" for k, v in stage_naive.items()) if stage_naive else "-")
         sp = f"{r['speedup']:.0f}x" if r.get("speedup") else "-"
         rows.append(
             f"| {name} | {r['n_tools']:,} | {st['heads']:.2f} | {st['graph']:.2f} | {st['rules']:.2f} | "
@@ -613,7 +624,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             report["sizes"][spec] = result
         if args.json:  # keep what has finished, in case a later size fails
-            Path(args.json).write_text(json.dumps(report, indent=2))
+            write_json(args.json, report)
     print(table(report))
     if "query_encoding" in report and "single_ms_p50" in report["query_encoding"]:
         qe = report["query_encoding"]

@@ -31,6 +31,9 @@ from pathlib import Path
 
 import httpx
 
+from riskrank.fileio import write_json
+from riskrank.tables import text_table
+
 ULTRATOOL_LABELS = "qli447/risk-aware-tool-retrieval-release/data/ultratool/ultratool_risk_labels_resolved.json"
 ULTRATOOL_TEST = "JoeYing1019/UltraTool/data/English-dataset/test.json"
 FALLBACK_TASKS = [
@@ -58,9 +61,9 @@ def queries(data: Path | None, n: int, seed: int, source: str = "ultratool") -> 
 
         base = [t["task"] for t in json.loads(demo_tasks_path().read_text(encoding="utf-8"))]
     elif test and test.exists():
-        for line in test.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                base.append(json.loads(line)["question"])
+        from riskrank.fileio import read_jsonl
+
+        base = [rec["question"] for _, rec in read_jsonl(test)]
     base = base or FALLBACK_TASKS
     rng = random.Random(seed)
     out: list[str] = []
@@ -222,11 +225,9 @@ def main(argv: list[str] | None = None) -> dict:
     rows = [[str(r["clients"]), str(r["requests"]), str(r["errors"]), f"{r['p50_ms']:.1f}", f"{r['p95_ms']:.1f}",
              f"{r['p99_ms']:.1f}", f"{r['mean_ms']:.1f}", f"{r['throughput_rps']:.1f}", f"{r['server_p50_ms']:.1f}",
              "-" if r["server_cpu_ms_per_request"] is None else f"{r['server_cpu_ms_per_request']:.1f}"] for r in results]
-    widths = [max(len(x) for x in col) for col in zip(header, *rows, strict=True)]
-    for row in [header, ["-" * w for w in widths], *rows]:
-        print("  ".join(x.rjust(w) for x, w in zip(row, widths, strict=True)))
+    print(text_table(header, rows))
     if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+        write_json(args.json, out)
         print(f"wrote {args.json}")
     return out
 

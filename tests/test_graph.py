@@ -1,9 +1,8 @@
 """ToolGraph (Section 4.4, Appendix B): the sparse/factored build and smoothing are checked
-against plain pair-loop constructions on small random registries."""
+against plain pair-loop constructions (tests/naive.py) on small random registries."""
 
 from __future__ import annotations
 
-import itertools
 import os
 
 import numpy as np
@@ -11,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import naive
 from riskrank.errors import RiskrankError
 from riskrank.graph import (
     EDGE_TYPES,
@@ -38,56 +38,6 @@ def random_registry(seed: int, n: int | None = None, d: int = 6):
     return emb, gold, risk, perms
 
 
-def naive_weights(emb, gold, risk, perms, cfg: GraphConfig) -> np.ndarray:
-    """Appendix B, Table 10, one pair at a time; Eq. 8's normalisation by the largest pair."""
-    n = len(emb)
-    sets = [set(map(int, g)) for g in gold]
-    c = np.zeros((n, n))
-    for i, j in itertools.permutations(range(n), 2):
-        c[i, j] = sum(1 for g in sets if i in g and j in g)
-    c_max = c.max()
-    raw = np.zeros((n, n))
-    for i, j in itertools.permutations(range(n), 2):
-        w = 0.0
-        if "co" in cfg.edge_types and c[i, j] >= cfg.min_cooccur:
-            w += cfg.co_weight * c[i, j] / c_max
-        cos = float(np.dot(emb[i], emb[j]))
-        if "sem" in cfg.edge_types and cos > cfg.sem_threshold:
-            w += cfg.sem_weight * cos
-        if "perm" in cfg.edge_types:
-            w += cfg.perm_weight * int(np.sum(perms[i] & perms[j])) / 5
-        if (
-            "risk" in cfg.edge_types
-            and risk[i] >= cfg.risky_level
-            and risk[j] >= cfg.risky_level
-            and c[i, j] >= 1
-        ):
-            w += cfg.risk_weight
-        raw[i, j] = w
-    return raw / raw.max() if raw.max() > 0 else raw
-
-
-def naive_normalise(W: np.ndarray, norm: str) -> np.ndarray:
-    n = len(W)
-    d = W.sum(axis=1)
-    A = np.zeros((n, n))
-    for i, j in itertools.product(range(n), range(n)):
-        if norm == "row":
-            A[i, j] = W[i, j] / d[i] if d[i] > 0 else float(i == j)
-        elif norm == "sym":
-            A[i, j] = W[i, j] / np.sqrt(d[i] * d[j]) if d[i] > 0 and d[j] > 0 else 0.0
-        else:
-            A[i, j] = (W[i, j] + (i == j)) / np.sqrt((d[i] + 1) * (d[j] + 1))
-    return A
-
-
-def naive_smooth(s: np.ndarray, A: np.ndarray, alpha: float) -> np.ndarray:
-    """Eq. 9 for one query."""
-    h1 = np.array([(1 - alpha) * s[i] + alpha * sum(A[i, j] * s[j] for j in range(len(s)))
-                   for i in range(len(s))])
-    return (s + h1) / 2
-
-
 CONFIGS = [
     GraphConfig(),
     GraphConfig(edge_types=("co",)),
@@ -104,11 +54,11 @@ CONFIGS = [
 def test_build_matches_pair_loops(seed, cfg):
     emb, gold, risk, perms = random_registry(seed)
     g = ToolGraph.build(emb, gold, risk, perms, cfg, block_rows=int(seed % 4) + 1)
-    np.testing.assert_allclose(g.weights_dense(), naive_weights(emb, gold, risk, perms, cfg), atol=1e-6)
+    np.testing.assert_allclose(g.weights_dense(), naive.graph_weights(emb, gold, risk, perms, cfg), atol=1e-6)
     W = g.weights_dense()
     np.testing.assert_allclose(g.degree, W.sum(axis=1), atol=1e-6)
     for norm in NORMALISATIONS:
-        np.testing.assert_allclose(g.dense_adjacency(norm), naive_normalise(W, norm), atol=1e-9)
+        np.testing.assert_allclose(g.dense_adjacency(norm), naive.normalise(W, norm), atol=1e-9)
 
 
 @settings(max_examples=30, deadline=None)
@@ -118,8 +68,8 @@ def test_smooth_full_pool_matches_naive(seed, norm, alpha):
     g = ToolGraph.build(emb, gold, risk, perms, GraphConfig(normalisation=norm))
     rng = np.random.default_rng(seed + 1)
     scores = rng.random((3, len(emb))).astype(np.float32)
-    A = naive_normalise(naive_weights(emb, gold, risk, perms, g.config), norm)
-    expected = np.stack([naive_smooth(s.astype(np.float64), A, alpha) for s in scores])
+    A = naive.normalise(naive.graph_weights(emb, gold, risk, perms, g.config), norm)
+    expected = np.stack([naive.smooth(s.astype(np.float64), A, alpha) for s in scores])
     out = g.smooth(scores, alpha)
     assert out.dtype == np.float32 and out.shape == scores.shape
     np.testing.assert_allclose(out, expected, atol=1e-5)
@@ -131,13 +81,13 @@ def test_smooth_candidate_subgraph_matches_naive(seed, norm, alpha):
     """Appendix E.2: Â_q is the subgraph induced by each row's candidates, normalised there."""
     emb, gold, risk, perms = random_registry(seed, n=12)
     g = ToolGraph.build(emb, gold, risk, perms, GraphConfig(normalisation=norm))
-    W = naive_weights(emb, gold, risk, perms, g.config)
+    W = naive.graph_weights(emb, gold, risk, perms, g.config)
     rng = np.random.default_rng(seed + 2)
     m = int(rng.integers(1, 8))
     cand = np.stack([rng.choice(12, size=m, replace=False) for _ in range(4)])
     scores = rng.random(cand.shape).astype(np.float32)
     expected = np.stack([
-        naive_smooth(s.astype(np.float64), naive_normalise(W[np.ix_(c, c)], norm), alpha)
+        naive.smooth(s.astype(np.float64), naive.normalise(W[np.ix_(c, c)], norm), alpha)
         for s, c in zip(scores, cand, strict=True)
     ])
     np.testing.assert_allclose(g.smooth(scores, alpha, candidates=cand), expected, atol=1e-5)
@@ -229,7 +179,7 @@ def test_stats_match_pair_counts(seed, cfg):
     for t in EDGE_TYPES:
         expected = 0
         if t in cfg.edge_types:
-            Wt = naive_weights(emb, gold, risk, perms, one[t])
+            Wt = naive.graph_weights(emb, gold, risk, perms, one[t])
             expected = int(np.count_nonzero(np.triu(Wt, 1)))
         assert stats["edges"][t] == expected, t
     W = g.weights_dense()

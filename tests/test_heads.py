@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+import naive
 from riskrank.first_stage import rank
-from riskrank.heads import DESIGNS, DualHead, HeadScorer, naive_scores
+from riskrank.heads import DESIGNS, DualHead, HeadScorer
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -42,9 +43,9 @@ def test_factorised_equals_naive_full_pool(design, lam):
     T, Q = unit(rng, 120, 24), unit(rng, 9, 24)
     model = trained_ish(design, 24, seed=3)
     scorer = HeadScorer(model, T)
-    np.testing.assert_allclose(scorer.scores(Q, lam), naive_scores(model, Q, T, lam), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(scorer.scores(Q, lam), naive.head_scores(model, Q, T, lam), atol=1e-5, rtol=0)
     # single query vector, and the first stage's cosine passed in
-    np.testing.assert_allclose(scorer.scores(Q[0], lam), naive_scores(model, Q[:1], T, lam), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(scorer.scores(Q[0], lam), naive.head_scores(model, Q[:1], T, lam), atol=1e-5, rtol=0)
     np.testing.assert_allclose(scorer.relevance(Q, cos=Q @ T.T), scorer.relevance(Q), atol=1e-6)
 
 
@@ -54,7 +55,7 @@ def test_factorised_equals_naive_on_candidates(design):
     T, Q = unit(rng, 150, 24), unit(rng, 7, 24)
     model = trained_ish(design, 24, seed=5)
     scorer = HeadScorer(model, T)
-    full = naive_scores(model, Q, T, 0.2)
+    full = naive.head_scores(model, Q, T, 0.2)
     cand = np.stack([rng.choice(150, size=30, replace=False) for _ in range(7)])
     got = scorer.scores(Q, 0.2, cand)
     assert got.shape == (7, 30)

@@ -1,5 +1,5 @@
 """Rule filter (Section 4.5, Appendix C): hand-worked examples, properties, and agreement with
-a plain transcription of Appendix C.2's pseudocode."""
+a plain transcription of Appendix C.2's pseudocode (tests/naive.py)."""
 
 from __future__ import annotations
 
@@ -8,29 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import naive
 from riskrank.errors import RiskrankError
 from riskrank.rules import FilterResult, RuleConfig, RuleFilter
-
-
-def naive_filter(ranking, cfg: RuleConfig, risk, perm, emb):
-    """Appendix C.2 as written: S, D; scan in order; stop at |S| = K; fill from D; the rest of
-    the list in reranked order. Unknown risk (0) counts as r = 5."""
-    S, D = [], []
-    for t in ranking:
-        if len(S) == cfg.k:
-            break
-        r = 5 if risk[t] == 0 else risk[t]
-        ok = True
-        if cfg.max_risky is not None and r >= cfg.risky_level:
-            ok &= sum(1 for s in S if (5 if risk[s] == 0 else risk[s]) >= cfg.risky_level) < cfg.max_risky
-        if cfg.max_broad is not None and perm[t] >= cfg.broad_min_perms:
-            ok &= sum(1 for s in S if perm[s] >= cfg.broad_min_perms) < cfg.max_broad
-        if cfg.redundancy_threshold is not None:
-            ok &= all(float(np.dot(emb[t], emb[s])) <= cfg.redundancy_threshold for s in S)
-        (S if ok else D).append(int(t))
-    fallback = D[: max(0, cfg.k - len(S))]
-    top = S + fallback
-    return top + [int(t) for t in ranking if t not in top], S, D
 
 
 def random_case(seed: int):
@@ -66,7 +46,7 @@ SEEDS = st.integers(0, 2**32 - 1)
 def test_filter_agrees_with_naive_pseudocode(seed):
     cfg, risk, perm, emb, ranking = random_case(seed)
     res = make_filter(cfg, risk, perm, emb).filter(ranking)
-    order, S, D = naive_filter(ranking, cfg, risk, perm, emb)
+    order, S, D = naive.rule_filter(ranking, cfg, risk, perm, emb)
     assert res.order.tolist() == order
     assert res.accepted == S
     assert list(res.deferred) == D
@@ -85,7 +65,7 @@ def test_filter_batch_agrees_with_filter_and_naive(seed, q):
     orders, results = rf.filter_batch(rankings)
     assert orders.shape == rankings.shape
     for row, got, res in zip(rankings, orders, results, strict=True):
-        assert got.tolist() == naive_filter(row, cfg, risk, perm, emb)[0]
+        assert got.tolist() == naive.rule_filter(row, cfg, risk, perm, emb)[0]
         single = rf.filter(row)
         assert single.order.tolist() == res.order.tolist() == got.tolist()
         assert (single.accepted, single.deferred, single.fallback) == (res.accepted, res.deferred, res.fallback)
@@ -206,7 +186,7 @@ def test_batch_rest_is_vectorised_and_scan_stops_early():
     assert max(r.n_scanned for r in results) < 100
     assert (np.sort(orders, axis=1) == np.arange(n)).all()
     for row, res in zip(rankings[:20], results[:20], strict=True):
-        assert res.order.tolist() == naive_filter(row, RuleConfig(), risk, perm, emb)[0]
+        assert res.order.tolist() == naive.rule_filter(row, RuleConfig(), risk, perm, emb)[0]
 
 
 def test_accepts_permission_matrix_and_validates():

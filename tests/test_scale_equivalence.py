@@ -11,10 +11,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import naive
 from riskrank.ann import ANNRetriever
 from riskrank.first_stage import rank, top_m
 from riskrank.graph import NORMALISATIONS, GraphConfig, ToolGraph
-from riskrank.heads import DESIGNS, DualHead, HeadScorer, naive_scores
+from riskrank.heads import DESIGNS, DualHead, HeadScorer
 from riskrank.rules import RuleConfig, RuleFilter
 
 SEEDS = st.integers(0, 2**32 - 1)
@@ -49,7 +50,7 @@ def test_blocked_heads_equal_pair_mlp(design, block_elems, monkeypatch):
     T, Q = unit(rng, 301, 20), unit(rng, 11, 20)
     model = random_heads(design, 20, 3)
     scorer = HeadScorer(model, T)
-    want = naive_scores(model, Q, T, 0.25)
+    want = naive.head_scores(model, Q, T, 0.25)
     np.testing.assert_allclose(scorer.scores(Q, 0.25), want, atol=1e-5, rtol=0)
     cos = Q @ T.T
     before = cos.copy()
@@ -201,4 +202,4 @@ def test_heads_split_across_worker_threads_are_unchanged(design, workers, monkey
     scorer = HeadScorer(model, T)
     np.testing.assert_array_equal(scorer.relevance(Q), want)  # same blocks, same arithmetic
     np.testing.assert_allclose(scorer.relevance(Q[2]), want[2:3], atol=1e-6)  # BLAS: gemv vs gemm rounding
-    np.testing.assert_allclose(scorer.scores(Q, 0.3), naive_scores(model, Q, T, 0.3), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(scorer.scores(Q, 0.3), naive.head_scores(model, Q, T, 0.3), atol=1e-5, rtol=0)

@@ -35,13 +35,14 @@ DIR_MODE = 0o777 & ~_umask()
 
 
 @contextlib.contextmanager
-def atomic_writer(path: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
+def atomic_writer(path: str | os.PathLike[str], *, suffix: str = ".tmp") -> Iterator[IO[bytes]]:
     """A binary file handle whose contents replace ``path`` when the block ends without an
     error (fsync, then ``os.replace``); on any error, including one raised by the caller to
-    reject what it wrote, the temporary file is removed and ``path`` is untouched."""
+    reject what it wrote, the temporary file (``.NAME.*SUFFIX`` beside ``path``) is removed
+    and ``path`` is untouched."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
     try:
         with os.fdopen(fd, "wb") as fh:
             yield fh

@@ -24,16 +24,15 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from riskrank.errors import RiskrankError
+from riskrank.fileio import atomic_writer
 from riskrank.risk import PERMISSION_CATEGORIES, RISKY_LEVEL
 
 EDGE_TYPES = ("co", "sem", "perm", "risk")
@@ -527,10 +526,8 @@ class ToolGraph:
     # ------------------------------------------------------------------ persistence
 
     def to_npz(self, path: str | os.PathLike[str]) -> None:
-        """Save without pickle; written to a temp file then renamed so readers never see a
-        half-written graph."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        """Save without pickle, atomically (:func:`riskrank.fileio.atomic_writer`), so readers
+        never see a half-written graph."""
         A = self.explicit
         arrays = {
             "format": np.array(_FORMAT),
@@ -544,15 +541,8 @@ class ToolGraph:
             "perm_coef": np.array(self.perm_coef),
             "max_raw": np.array(self.max_raw),
         }
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                np.savez(fh, **arrays)
-            os.chmod(tmp, 0o644)  # mkstemp creates 0600; a saved graph is an ordinary file
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_writer(path) as fh:
+            np.savez(fh, **arrays)
 
     @classmethod
     def from_npz(cls, path: str | os.PathLike[str]) -> ToolGraph:

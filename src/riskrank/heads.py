@@ -314,18 +314,3 @@ class HeadScorer:
     def scores(self, query_emb: np.ndarray, lam: float, candidates: np.ndarray | None = None) -> np.ndarray:
         """s = f_rel - lambda * f_risk (Eq. 6)."""
         return self.relevance(query_emb, candidates) - np.float32(lam) * self.risk(candidates)
-
-
-def naive_scores(model: DualHead, query_emb: np.ndarray, tool_emb: np.ndarray, lam: float) -> np.ndarray:
-    """The reference implementation's way: run the heads on every concatenated (q, t) pair.
-    O(Q * N * 2d * hidden); kept for equality tests and the scale benchmark."""
-    model = model.eval()
-    q = torch.from_numpy(np.ascontiguousarray(np.atleast_2d(query_emb), dtype=np.float32))
-    t = torch.from_numpy(np.ascontiguousarray(tool_emb, dtype=np.float32))
-    out = np.empty((q.shape[0], t.shape[0]), dtype=np.float32)
-    with torch.no_grad():
-        risk = model.risk_head(t)
-        for i in range(q.shape[0]):
-            rel = model.relevance_head(q[i].expand(t.shape[0], -1), t)
-            out[i] = (rel - lam * risk).numpy()
-    return out

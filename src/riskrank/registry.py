@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from riskrank.errors import RegistryError, UnknownToolError
+from riskrank.fileio import jsonl_records
 from riskrank.risk import (
     PERMISSION_CATEGORIES,
     permission_categories,
@@ -282,18 +283,13 @@ def _parse_json_or_jsonl(text: str, source: str) -> Any:
     except json.JSONDecodeError as first:
         # JSONL: one JSON value per non-empty line. If the first value does not parse on its
         # own line, the file is a (broken) JSON document: report the JSON error.
-        records = []
-        seen_first = False
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                if not seen_first:
-                    raise RegistryError(f"{source}: invalid JSON at line {first.lineno}: {first.msg}") from None
-                raise RegistryError(f"{source}: line {lineno}: invalid JSON ({exc.msg})") from None
-            seen_first = True
+        records: list[Any] = []
+        try:
+            records.extend(rec for _, rec in jsonl_records(text.splitlines(), source, RegistryError))
+        except RegistryError:
+            if not records:
+                raise RegistryError(f"{source}: invalid JSON at line {first.lineno}: {first.msg}") from None
+            raise
         return records
 
 

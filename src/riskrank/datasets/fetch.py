@@ -21,13 +21,13 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, BinaryIO, Literal
+from typing import Any, Literal
 
 from riskrank.errors import DataError
+from riskrank.fileio import atomic_writer
 
 #: Where the packaged copy of ``shared/datasets/MANIFEST.json`` lives.
 MANIFEST_PATH = Path(__file__).parent / "manifest.json"
@@ -335,20 +335,13 @@ def _write_verified(
     Verifying before :func:`os.replace` is the point: on a mismatch or any exception the temp
     file is removed and whatever was at ``target`` before is untouched.
     """
-    target.parent.mkdir(parents=True, exist_ok=True)
     h = hashlib.sha256()
     size = 0
-    tmp: BinaryIO = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed and removed below
-        dir=target.parent, prefix=f".{target.name}.", suffix=".part", delete=False
-    )
-    try:
-        with tmp:
-            for chunk in chunks:
-                h.update(chunk)
-                size += len(chunk)
-                tmp.write(chunk)
-            tmp.flush()
-            os.fsync(tmp.fileno())
+    with atomic_writer(target, suffix=".part") as fh:  # an exception below discards the partial file
+        for chunk in chunks:
+            h.update(chunk)
+            size += len(chunk)
+            fh.write(chunk)
         digest = h.hexdigest()
         if entry.sha256 is not None and digest != entry.sha256:
             raise DataError(
@@ -362,10 +355,6 @@ def _write_verified(
             )
         if size == 0:
             raise DataError(f"{entry.rel_path}: empty file from {origin}; not written")
-        os.replace(tmp.name, target)
-    except BaseException:
-        Path(tmp.name).unlink(missing_ok=True)
-        raise
 
 
 __all__ = [

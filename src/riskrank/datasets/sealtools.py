@@ -13,6 +13,7 @@ from pathlib import Path
 
 from riskrank.datasets.base import Benchmark, QuerySet, build_gold, data_file
 from riskrank.errors import DataError
+from riskrank.fileio import read_jsonl
 from riskrank.registry import ToolRegistry
 
 ROOT = "fairyshine/Seal-Tools/Seal-Tools_Dataset"
@@ -28,19 +29,15 @@ SPLIT_FILES = {
 
 def _read_queries(path: Path, registry: ToolRegistry, split: str) -> QuerySet:
     ids, texts, names = [], [], []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-                apis = [c["api"] for c in rec["calling"]]
-                text = rec["query"].strip()
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise DataError(f"{path}: line {lineno}: not a Seal-Tools record ({exc})") from None
-            ids.append(str(rec.get("id", f"{split}-{lineno - 1}")))
-            texts.append(text)
-            names.append(apis)
+    for lineno, rec in read_jsonl(path, DataError):
+        try:
+            apis = [c["api"] for c in rec["calling"]]
+            text = rec["query"].strip()
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise DataError(f"{path}: line {lineno}: not a Seal-Tools record ({exc})") from None
+        ids.append(str(rec.get("id", f"{split}-{lineno - 1}")))
+        texts.append(text)
+        names.append(apis)
     gold, kept = build_gold(names, registry)
     return QuerySet(
         name=split,

@@ -8,12 +8,12 @@ over the 1,000 test queries (DESIGN.md).
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from riskrank.datasets.base import Benchmark, QuerySet, build_gold, data_file
 from riskrank.errors import DataError
+from riskrank.fileio import read_jsonl
 from riskrank.registry import ToolRegistry
 
 REPO = "JoeYing1019/UltraTool"
@@ -39,22 +39,18 @@ def _plan_text(plan: list[dict]) -> str:
 
 def _read_queries(path: Path, registry: ToolRegistry, split: str, query_mode: str) -> QuerySet:
     ids, texts, names, meta = [], [], [], []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-                tools = [t["name"] for t in rec["tools"]]
-                question = rec["question"].strip()
-                plan = rec.get("plan", [])
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise DataError(f"{path}: line {lineno}: not an UltraTool record ({exc})") from None
-            text = question if query_mode == "question" else (_plan_text(plan) or question)
-            ids.append(f"{split}-{lineno - 1}")
-            texts.append(text)
-            names.append(tools)
-            meta.append({"domain": rec.get("domain"), "question": question})
+    for lineno, rec in read_jsonl(path, DataError):
+        try:
+            tools = [t["name"] for t in rec["tools"]]
+            question = rec["question"].strip()
+            plan = rec.get("plan", [])
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise DataError(f"{path}: line {lineno}: not an UltraTool record ({exc})") from None
+        text = question if query_mode == "question" else (_plan_text(plan) or question)
+        ids.append(f"{split}-{lineno - 1}")
+        texts.append(text)
+        names.append(tools)
+        meta.append({"domain": rec.get("domain"), "question": question})
     gold, kept = build_gold(names, registry)
     dropped = len(texts) - len(kept)
     return QuerySet(

@@ -3,8 +3,9 @@ baseline rerankers receive; graph smoothing runs on the candidate-induced subgra
 
 from __future__ import annotations
 
-from riskrank.experiments.common import HEADERS, PAPER_COLUMNS, cell, md_table
+from riskrank.experiments.common import HEADERS, PAPER_COLUMNS, cell
 from riskrank.experiments.runner import EvalRun
+from riskrank.tables import markdown_table
 
 ROWS = ("mmr", "ce-minilm-ft", "top100/core", "top100/core+graph", "top100/core+graph+rule", "core", "core+graph", "core+graph+rule")
 METHODS = ROWS
@@ -18,4 +19,4 @@ def build(run: EvalRun, split: str) -> str:
 
     rows = [[f"`{m}`", scored(m),
              *[cell(run, split, m, c) for c in PAPER_COLUMNS]] for m in ROWS if m in run.methods]
-    return md_table(["method", "scored set", *[HEADERS[c] for c in PAPER_COLUMNS]], rows)
+    return markdown_table(["method", "scored set", *[HEADERS[c] for c in PAPER_COLUMNS]], rows)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -21,12 +20,6 @@ BASELINES = ("bm25", "dense", "mmr", "ce-minilm-ft", "risk_label_penalty", "dens
 
 def is_ours(method: str) -> bool:
     return method.startswith(OURS_PREFIXES)
-
-
-def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return "\n".join(out)
 
 
 def f3(x: float) -> str:

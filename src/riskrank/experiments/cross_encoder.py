@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 
 from riskrank.encoder import default_cache_dir, model_identity
 from riskrank.errors import RiskrankError
+from riskrank.fileio import DIR_MODE, write_json
 
 FT_METHOD = "ce-minilm-ft"
 SIDECAR = "riskrank_cross_encoder.json"
@@ -397,14 +398,12 @@ def _save_atomic(model, out: Path, meta: dict[str, Any], t_start: float) -> None
     """save_pretrained into a temporary sibling folder, then rename it into place."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o777 & ~umask)  # mkdtemp's 0700 would hide a shared cache from other users
+    tmp.chmod(DIR_MODE)  # mkdtemp's 0700 would hide a shared cache from other users (fileio's policy)
     try:
         with _quiet_transformers():
             model.save_pretrained(str(tmp), create_model_card=False)
         meta["seconds"] = round(time.perf_counter() - t_start, 3)
-        (tmp / SIDECAR).write_text(json.dumps(meta, indent=2))
+        write_json(tmp / SIDECAR, meta)
         old = None
         if out.exists():  # a stale model (other data or settings): move it aside first
             old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".old"))

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
-from riskrank.experiments.common import f3, md_table, subset_summary
+from riskrank.experiments.common import f3, subset_summary
 from riskrank.experiments.runner import EvalRun
 from riskrank.extras import requires
+from riskrank.tables import markdown_table
 
 METHODS = ("dense", "rel_only", "core", "core+graph", "core+graph+rule")
 SUBSETS = ("high_risk", "low_risk", "long_tail")
@@ -29,7 +30,7 @@ def table(run: EvalRun, split: str) -> tuple[str, dict]:
             rv = subset_summary(run, sp, m, "rvr@5", mask)
             data.setdefault(name, {})[m] = {"n": nd[2], "ndcg@5": {"mean": nd[0], "std": nd[1]}, "rvr@5": {"mean": rv[0], "std": rv[1]}}
             rows.append([name, str(nd[2]), f"`{m}`", f"{f3(nd[0])} ± {f3(nd[1])}", f"{f3(rv[0])} ± {f3(rv[1])}"])
-    return md_table(["subset", "n", "method", "NDCG@5↑", "RVR@5↓"], rows), data
+    return markdown_table(["subset", "n", "method", "NDCG@5↑", "RVR@5↓"], rows), data
 
 
 def plot(data: dict, run: EvalRun, split: str, out_dir: Path) -> list[Path]:

@@ -8,13 +8,10 @@ table data), OUT/report.md and the figures as PNG.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from riskrank.datasets import load_benchmark
 from riskrank.experiments import (
@@ -33,7 +30,8 @@ from riskrank.experiments import (
 from riskrank.experiments.common import f3, mean
 from riskrank.experiments.runner import DEFAULT_SEEDS, EvalRun, Runner
 from riskrank.extras import requires
-from riskrank.fileio import atomic_write_bytes
+from riskrank.fileio import atomic_write_bytes, write_json
+from riskrank.tables import markdown_table
 
 RUN_CACHE = "cache/run"
 
@@ -179,7 +177,7 @@ def reproduce(
     results = run.results_json()
     results["tables"] = extra
     results["figures"] = [p.name for p in figures]
-    atomic_write_bytes(out / "results.json", (json.dumps(results, indent=2, default=_default) + "\n").encode())
+    write_json(out / "results.json", results)
     atomic_write_bytes(out / "report.md", ("\n".join(sections) + "\n").encode())
     return results
 
@@ -191,15 +189,7 @@ def _lambda_table(run: EvalRun, split: str) -> str:
             m = f"{cfg}@lam={lam:g}"
             if m in run.methods:
                 s = run.summary(split, m)
-                rows.append(f"| {label} | {lam:g} | {f3(s['ndcg@5']['mean'])} ± {f3(s['ndcg@5']['std'])} | {f3(s['rvr@5']['mean'])} ± {f3(s['rvr@5']['std'])} |")
-    return "\n".join(["| configuration | lambda | NDCG@5 | RVR@5 |", "|---|---|---|---|", *rows])
+                rows.append([label, f"{lam:g}", f"{f3(s['ndcg@5']['mean'])} ± {f3(s['ndcg@5']['std'])}",
+                             f"{f3(s['rvr@5']['mean'])} ± {f3(s['rvr@5']['std'])}"])
+    return markdown_table(["configuration", "lambda", "NDCG@5", "RVR@5"], rows)
 
-
-def _default(o: Any) -> Any:
-    if isinstance(o, np.integer | np.bool_):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(type(o))

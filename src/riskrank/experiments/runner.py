@@ -100,7 +100,7 @@ class EvalRun:
     # -- persistence (reproduce --reuse) ----------------------------------------------------
     def save(self, directory: str | Path) -> None:
         """Per-query arrays to one .npz, the rest to JSON (no pickle); atomic."""
-        from riskrank.fileio import atomic_write_bytes
+        from riskrank.fileio import atomic_write_bytes, write_json
 
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
@@ -123,7 +123,7 @@ class EvalRun:
             "methods": self.methods, "splits": self.splits, "filters": {str(s): f for s, f in self.filters.items()},
             "choices": {str(s): c for s, c in self.choices.items()}, "timing": self.timing, "notes": self.notes,
         }
-        atomic_write_bytes(d / "run.json", json.dumps(meta, default=_json_default).encode())
+        write_json(d / "run.json", meta, indent=None)
 
     @classmethod
     def load(cls, directory: str | Path) -> EvalRun:
@@ -156,16 +156,6 @@ class EvalRun:
 
 def _key(*parts: Any) -> str:
     return "|".join(str(p).replace("/", "~") for p in parts)
-
-
-def _json_default(o: Any) -> Any:
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(type(o))
 
 
 @dataclass

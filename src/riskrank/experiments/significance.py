@@ -4,9 +4,10 @@ difference) and a paired randomisation (sign-flip) test, 10,000 resamples each."
 
 from __future__ import annotations
 
-from riskrank.experiments.common import f3, is_ours, md_table, per_query_mean, strongest_baseline
+from riskrank.experiments.common import f3, is_ours, per_query_mean, strongest_baseline
 from riskrank.experiments.runner import EvalRun
 from riskrank.metrics import paired_test
+from riskrank.tables import markdown_table
 
 METRICS = ("ndcg@5", "mrr", "rvr@5", "srr@5")
 N_RESAMPLES = 10_000
@@ -33,4 +34,4 @@ def build(result: dict) -> str:
         rows.append(row)
     return (f"Difference (method − `{result['baseline']}`), 95% paired-bootstrap interval, randomisation p-value; "
             f"{result['n_resamples']:,} resamples; per-query metrics averaged over seeds.\n\n"
-            + md_table(["method", *[f"Δ{c}" for c in METRICS]], rows))
+            + markdown_table(["method", *[f"Δ{c}" for c in METRICS]], rows))

@@ -9,12 +9,12 @@ from riskrank.experiments.common import (
     PAPER_COLUMNS,
     cell,
     is_ours,
-    md_table,
     mean,
     rel_change,
     strongest_baseline,
 )
 from riskrank.experiments.runner import EvalRun
+from riskrank.tables import markdown_table
 
 BASELINE_ROWS = ("bm25", "dense", "mmr", "ce-minilm-ft", "risk_label_penalty")
 OURS_ROWS = ("paper_core", "core+graph", "core+graph+rule", "core+graph+rule_pred")
@@ -37,4 +37,4 @@ def build(run: EvalRun, split: str) -> str:
         rows.append(row)
     caption = (f"Relative changes of riskrank's rows are against the strongest non-riskrank baseline by NDCG@5, "
                f"`{base}`. Means ± std over seeds {', '.join(map(str, run.seeds))} for trained methods.")
-    return caption + "\n\n" + md_table(["method", *[HEADERS[c] for c in PAPER_COLUMNS]], rows)
+    return caption + "\n\n" + markdown_table(["method", *[HEADERS[c] for c in PAPER_COLUMNS]], rows)

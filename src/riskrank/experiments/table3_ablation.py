@@ -4,8 +4,9 @@ concatenation head."""
 
 from __future__ import annotations
 
-from riskrank.experiments.common import HEADERS, cell, md_table
+from riskrank.experiments.common import HEADERS, cell
 from riskrank.experiments.runner import EvalRun
+from riskrank.tables import markdown_table
 
 CHAIN = (
     ("dense (encoder)", "dense"), ("risk-label penalty", "risk_label_penalty"),
@@ -25,4 +26,4 @@ def build(run: EvalRun, split: str) -> str:
     for label, m in CHAIN + PAPER_CHAIN:
         if m in run.methods:
             rows.append([label, f"`{m}`", *[cell(run, split, m, c) for c in COLUMNS]])
-    return md_table(["step", "method", *[HEADERS[c] for c in COLUMNS]], rows)
+    return markdown_table(["step", "method", *[HEADERS[c] for c in COLUMNS]], rows)

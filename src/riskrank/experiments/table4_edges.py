@@ -4,8 +4,9 @@ risk co-occurrence), the full four-type graph."""
 
 from __future__ import annotations
 
-from riskrank.experiments.common import HEADERS, cell, md_table
+from riskrank.experiments.common import HEADERS, cell
 from riskrank.experiments.runner import EvalRun
+from riskrank.tables import markdown_table
 
 #: The paper's alpha per dataset (Section 4.4); the ablation holds it fixed.
 FIXED_ALPHA = {"ultratool": 0.2, "sealtools": 0.02, "demo": 0.2}
@@ -26,4 +27,4 @@ def build(run: EvalRun, split: str) -> str:
             for label, m in methods(run.dataset) if m in run.methods]
     a = FIXED_ALPHA.get(run.dataset, 0.2)
     return (f"alpha fixed at {a} (the paper's value for this dataset), lambda as validated per fold.\n\n"
-            + md_table(["graph configuration", "method", HEADERS["ndcg@5"], HEADERS["mrr"], HEADERS["rvr@5"], HEADERS["srr@5"]], rows))
+            + markdown_table(["graph configuration", "method", HEADERS["ndcg@5"], HEADERS["mrr"], HEADERS["rvr@5"], HEADERS["srr@5"]], rows))

@@ -3,8 +3,9 @@ NeedRisk-Hit@5 on high-risk queries (a gold tool r >= 3)."""
 
 from __future__ import annotations
 
-from riskrank.experiments.common import HEADERS, cell, md_table
+from riskrank.experiments.common import HEADERS, cell
 from riskrank.experiments.runner import EvalRun
+from riskrank.tables import markdown_table
 
 ROWS = (("trained f_rel", "rel_only"), ("+ risk", "core"), ("+ graph", "core+graph"), ("+ rules", "core+graph+rule"),
         ("dense (reference)", "dense"))
@@ -14,4 +15,4 @@ METHODS = tuple(m for _, m in ROWS)
 def build(run: EvalRun, split: str) -> str:
     rows = [[label, f"`{m}`", cell(run, split, m, "safe_rvr@5"), cell(run, split, m, "needrisk_hit@5")]
             for label, m in ROWS if m in run.methods]
-    return md_table(["step", "method", HEADERS["safe_rvr@5"], HEADERS["needrisk_hit@5"]], rows)
+    return markdown_table(["step", "method", HEADERS["safe_rvr@5"], HEADERS["needrisk_hit@5"]], rows)

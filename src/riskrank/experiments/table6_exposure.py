@@ -3,8 +3,9 @@ candidates; RVR@5 and SRR@5 measure the risk of that candidate set."""
 
 from __future__ import annotations
 
-from riskrank.experiments.common import HEADERS, PAPER_COLUMNS, cell, md_table
+from riskrank.experiments.common import HEADERS, PAPER_COLUMNS, cell
 from riskrank.experiments.runner import EvalRun
+from riskrank.tables import markdown_table
 
 ROWS = (("BM25", "bm25"), ("dense encoder", "dense"), ("dense + fine-tuned MiniLM cross-encoder (top-20 rescored)", "ce-minilm-ft"),
         ("dense + rule filter", "dense+rule"), ("riskrank core (validated lambda)", "core"),
@@ -14,4 +15,4 @@ METHODS = tuple(m for _, m in ROWS)
 
 def build(run: EvalRun, split: str) -> str:
     rows = [[label, f"`{m}`", *[cell(run, split, m, c) for c in PAPER_COLUMNS]] for label, m in ROWS if m in run.methods]
-    return md_table(["method", "name", *[HEADERS[c] for c in PAPER_COLUMNS]], rows)
+    return markdown_table(["method", "name", *[HEADERS[c] for c in PAPER_COLUMNS]], rows)

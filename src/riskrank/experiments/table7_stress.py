@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from riskrank.experiments.common import HEADERS, f3, md_table
+from riskrank.experiments.common import HEADERS, f3
 from riskrank.experiments.runner import EvalRun
 from riskrank.metrics import max_gold_risk
 from riskrank.risk import RISKY_LEVEL
+from riskrank.tables import markdown_table
 
 ROWS = (("dense encoder", "dense"), ("+ core + graph smoothing", "core+graph"), ("+ rule filter", "core+graph+rule"))
 METHODS = tuple(m for _, m in ROWS)
@@ -36,4 +37,4 @@ def build(run: EvalRun, split: str, gold: list[np.ndarray], risk: np.ndarray) ->
         data["methods"][m] = {c: {"mean": v[0], "std": v[1]} for c, v in vals.items()}
         rows.append([label, f"`{m}`", *[f"{f3(v[0])} ± {f3(v[1])}" if m != "dense" else f3(v[0]) for v in vals.values()]])
     text = f"Selection rule: {RULE}; n = {int(mask.sum())} of {len(gold)} queries.\n\n"
-    return text + md_table(["method", "name", HEADERS["ndcg@5"], HEADERS["rvr@5"], HEADERS["srr@5"]], rows), data
+    return text + markdown_table(["method", "name", HEADERS["ndcg@5"], HEADERS["rvr@5"], HEADERS["srr@5"]], rows), data

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from riskrank.experiments.common import md_table
 from riskrank.experiments.runner import EvalRun
 from riskrank.risk import RISKY_LEVEL
+from riskrank.tables import markdown_table
 
 METHOD = "core+graph+rule"
 RELEVANCE_ONLY = "rel_only"
@@ -70,7 +70,7 @@ def build(run: EvalRun, split: str, queries, registry) -> str:
     head = f"Selection rule: {RULE}; method `{METHOD}`.\n\n"
     if not rows:
         return head + "_No query met the selection rule._"
-    return head + md_table(["setting", "query", "gold retained", "risk profile", "deferred (first 3)", "takeaway"], rows)
+    return head + markdown_table(["setting", "query", "gold retained", "risk profile", "deferred (first 3)", "takeaway"], rows)
 
 
 def risk_profile(order: np.ndarray, risk: np.ndarray) -> list[int]:

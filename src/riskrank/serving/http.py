@@ -26,7 +26,6 @@ No ``from __future__ import annotations`` here: FastAPI reads the endpoints' req
 and dependencies from real annotations.
 """
 
-import json
 import logging
 import time
 from collections.abc import Sequence
@@ -38,7 +37,7 @@ from riskrank import __version__
 from riskrank.catalogue import FILL_LEVELS, PROVENANCE, Catalogue, LiveCatalogue
 from riskrank.errors import RiskrankError, error_body
 from riskrank.extras import requires
-from riskrank.fileio import atomic_write_text
+from riskrank.fileio import write_json
 from riskrank.modes import MAX_K, MODES, RISK_SOURCES
 from riskrank.serving.auth import PUBLIC_PATHS, Gate
 from riskrank.serving.requests import ApiError, Limits, check_lambda, check_task
@@ -362,4 +361,4 @@ def openapi_schema(limits: Limits | None = None) -> dict[str, Any]:
 
 
 def write_openapi(path: str | Path) -> None:
-    atomic_write_text(path, json.dumps(openapi_schema(), indent=2, sort_keys=True) + "\n")
+    write_json(path, openapi_schema(), sort_keys=True)

@@ -1,0 +1,124 @@
+"""Plain, obviously-correct versions of riskrank's fast stages: the references the equality
+tests hold the fast paths to, and the "naive" column of benchmarks/bench_scale.py (the
+reference implementation's way of doing each stage: no factorisation, dense matrices, every
+pair visited). One module, shared by tests and benchmarks, so a fast path and its benchmark
+are measured against the same thing.
+
+- heads: the relevance MLP on every concatenated pair [e_q; e_t] (O(N * 2d * hidden) per
+  query), the risk head on every tool (paper Eq. 6);
+- graph: Appendix B's edge weights one pair at a time, the three normalisations cell by cell,
+  Eq. 9's smoothing as a dense product;
+- rules: Appendix C.2's scan as written, over a ranking.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import torch
+
+from riskrank.graph import GraphConfig, ToolGraph
+from riskrank.heads import DualHead
+from riskrank.rules import UNKNOWN_RISK_AS, RuleConfig
+
+
+# -- heads --------------------------------------------------------------------------------------
+def head_scores(model: DualHead, query_emb: np.ndarray, tool_emb: np.ndarray, lam: float) -> np.ndarray:
+    """s = f_rel - lambda * f_risk [Q, N], running the heads on every (q, t) pair."""
+    model = model.eval()
+    q = torch.from_numpy(np.ascontiguousarray(np.atleast_2d(query_emb), dtype=np.float32))
+    t = torch.from_numpy(np.ascontiguousarray(tool_emb, dtype=np.float32))
+    out = np.empty((q.shape[0], t.shape[0]), dtype=np.float32)
+    with torch.no_grad():
+        risk = model.risk_head(t)
+        for i in range(q.shape[0]):
+            rel = model.relevance_head(q[i].expand(t.shape[0], -1), t)
+            out[i] = (rel - lam * risk).numpy()
+    return out
+
+
+# -- graph --------------------------------------------------------------------------------------
+def graph_weights(emb, gold, risk, perms, cfg: GraphConfig) -> np.ndarray:
+    """Appendix B, Table 10, one pair at a time; Eq. 8's normalisation by the largest pair."""
+    n = len(emb)
+    sets = [set(map(int, g)) for g in gold]
+    c = np.zeros((n, n))
+    for i, j in itertools.permutations(range(n), 2):
+        c[i, j] = sum(1 for g in sets if i in g and j in g)
+    c_max = c.max()
+    raw = np.zeros((n, n))
+    for i, j in itertools.permutations(range(n), 2):
+        w = 0.0
+        if "co" in cfg.edge_types and c[i, j] >= cfg.min_cooccur:
+            w += cfg.co_weight * c[i, j] / c_max
+        cos = float(np.dot(emb[i], emb[j]))
+        if "sem" in cfg.edge_types and cos > cfg.sem_threshold:
+            w += cfg.sem_weight * cos
+        if "perm" in cfg.edge_types:
+            w += cfg.perm_weight * int(np.sum(perms[i] & perms[j])) / 5
+        if (
+            "risk" in cfg.edge_types
+            and risk[i] >= cfg.risky_level
+            and risk[j] >= cfg.risky_level
+            and c[i, j] >= 1
+        ):
+            w += cfg.risk_weight
+        raw[i, j] = w
+    return raw / raw.max() if raw.max() > 0 else raw
+
+
+def normalise(W: np.ndarray, norm: str) -> np.ndarray:
+    """Â cell by cell: ``row`` (an isolated tool keeps itself), ``sym`` (D^-1/2 W D^-1/2, the
+    reference's), ``sym_self`` (with self loops)."""
+    n = len(W)
+    d = W.sum(axis=1)
+    A = np.zeros((n, n))
+    for i, j in itertools.product(range(n), range(n)):
+        if norm == "row":
+            A[i, j] = W[i, j] / d[i] if d[i] > 0 else float(i == j)
+        elif norm == "sym":
+            A[i, j] = W[i, j] / np.sqrt(d[i] * d[j]) if d[i] > 0 and d[j] > 0 else 0.0
+        else:
+            A[i, j] = (W[i, j] + (i == j)) / np.sqrt((d[i] + 1) * (d[j] + 1))
+    return A
+
+
+def dense_adjacency(graph: ToolGraph, normalisation: str) -> np.ndarray:
+    """Â of a built graph as a dense float32 N x N matrix (the reference keeps it this way)."""
+    return graph.dense_adjacency(normalisation).astype(np.float32)
+
+
+def smooth(scores: np.ndarray, adjacency: np.ndarray, alpha: float) -> np.ndarray:
+    """Eq. 9 with a dense Â, for one query [N] or many [Q, N]: s' = (s + (1 - alpha) s + alpha s Â^T) / 2."""
+    h1 = (1.0 - alpha) * scores + alpha * (scores @ adjacency.T)
+    return (scores + h1) / 2.0
+
+
+# -- rules --------------------------------------------------------------------------------------
+def rule_filter(ranking, cfg: RuleConfig, risk, perm, emb, *, scan_all: bool = False) -> tuple[list[int], list[int], list[int]]:
+    """Appendix C.2 as written: S, D; scan in order; stop at |S| = K; fill from D; the rest of
+    the list in reranked order. Unknown risk (0) counts as r = 5. Returns (order, S, D).
+
+    ``scan_all``: keep visiting every position after K tools are accepted, checking every
+    constraint (the reference implementation's way, for the benchmark's timing); the order is
+    the same."""
+    def level(t: int) -> int:
+        return UNKNOWN_RISK_AS if risk[t] == 0 else risk[t]
+
+    S: list[int] = []
+    D: list[int] = []
+    for t in ranking:
+        if len(S) == cfg.k and not scan_all:
+            break
+        ok = True
+        if cfg.max_risky is not None and level(t) >= cfg.risky_level:
+            ok &= sum(1 for s in S if level(s) >= cfg.risky_level) < cfg.max_risky
+        if cfg.max_broad is not None and perm[t] >= cfg.broad_min_perms:
+            ok &= sum(1 for s in S if perm[s] >= cfg.broad_min_perms) < cfg.max_broad
+        if cfg.redundancy_threshold is not None:
+            ok &= all(float(np.dot(emb[t], emb[s])) <= cfg.redundancy_threshold for s in S)
+        (S if ok and len(S) < cfg.k else D).append(int(t))
+    top = S + D[: max(0, cfg.k - len(S))]
+    placed = set(top)
+    return top + [int(t) for t in ranking if t not in placed], S, D
