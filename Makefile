@@ -11,8 +11,12 @@ export RISKRANK_DATA  ?= $(CURDIR)/data
 export RISKRANK_CACHE ?= $(CURDIR)/.cache
 export HF_HUB_OFFLINE := 1
 # Where `make data` copies the benchmarks from: `upstream` (GitHub, pinned commits) or a
-# local mirror directory in <owner>/<repo>/<path> layout (CI uses ../shared/datasets).
+# local mirror directory in <owner>/<repo>/<path> layout (CI passes its mirror).
 DATA_SOURCE ?= upstream
+# A mirror directory given as the source is also the one the real-mirror tests read.
+ifneq ($(DATA_SOURCE),upstream)
+export RISKRANK_MIRROR ?= $(DATA_SOURCE)
+endif
 
 .PHONY: venv data demo test test-slow lint imports lock clean
 

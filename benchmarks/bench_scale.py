@@ -1,7 +1,7 @@
-"""Speed and scale of riskrank's reranking stages, from 2,032 to 1,000,000 tools (issue 7).
+"""Speed and scale of riskrank's reranking stages, from 2,032 to 1,000,000 tools.
 
     python benchmarks/bench_scale.py --sizes 2032,4076,100000,1000000 --queries 200 \
-        --data ../shared/datasets --checkpoint-sealtools CK --json scale.json
+        --data data --checkpoint-sealtools CK --json scale.json
 
 For every registry, after query encoding (reported separately):
 

@@ -1,6 +1,6 @@
 """Latency of ``POST /v1/retrieve`` over loopback: p50/p95 at 1 and 8 concurrent clients.
 
-    python benchmarks/bench_serve.py --data ../shared/datasets [--checkpoint DIR] [--json out.json]
+    python benchmarks/bench_serve.py --data data [--checkpoint DIR] [--json out.json]
 
 Starts ``riskrank serve`` as a subprocess (the UltraTool registry, 2,032 tools, the default
 encoder unless ``--encoder``), waits for /readyz, then sends requests from 1 and from 8
@@ -10,7 +10,7 @@ the embedding cache has never seen (an UltraTool test question, respaced at rand
 client, from sending the request to reading the whole response; "server p50" is the handler's
 own time (the Server-Timing header) and "server CPU ms/req" the server process's CPU time per
 request (all threads, from /proc), which a busy machine inflates far less than wall time.
-Target (issue 8): p50 <= 30 ms at 1 client.
+Target: p50 <= 30 ms at 1 client.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from riskrank.adapters import ToolGuard
+from riskrank import ToolGuard
 
 
 def fn(name: str, description: str, **params: str) -> dict[str, Any]:

@@ -24,9 +24,8 @@ ST_TOOLS = "fairyshine/Seal-Tools/Seal-Tools_Dataset/tool.jsonl"
 
 
 def _find_data_dir() -> Path | None:
-    """$RISKRANK_DATA, else the checkout's data/ (make data), else the shared mirror."""
-    candidates = [os.environ.get("RISKRANK_DATA"), ROOT / "data", ROOT.parent / "shared" / "datasets",
-                  Path("/work/shared/datasets")]
+    """$RISKRANK_DATA, else the checkout's data/ (make data), else $RISKRANK_MIRROR."""
+    candidates = [os.environ.get("RISKRANK_DATA"), ROOT / "data", os.environ.get("RISKRANK_MIRROR")]
     for c in candidates:
         if c and all((Path(c) / f).is_file() for f in (UT_TEST, UT_LABELS, ST_TOOLS)):
             return Path(c)

@@ -1,4 +1,4 @@
-"""Benchmark loaders on the real files: corpus sizes, label distributions (DESIGN.md), query
+"""Benchmark loaders on the real files: corpus sizes, label distributions (the released label files'), query
 modes, the splits and the optional files picked up when dropped into a data directory."""
 
 from __future__ import annotations

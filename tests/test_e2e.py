@@ -1,6 +1,6 @@
 """End to end on real data: the method beats its own encoder on UltraTool through the same
 runner `riskrank evaluate` uses. The default suite runs a small cross-fitted subset; the full
-protocol (1,000 queries, 3 seeds, 5 folds) and the issue's targets are behind `-m slow`."""
+protocol (1,000 queries, 3 seeds, 5 folds) and its targets are behind `-m slow`."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def test_core_beats_dense_on_an_ultratool_subset(ultratool, encoder, torch_singl
 
 @pytest.mark.slow
 def test_ultratool_targets_full_protocol(ultratool, encoder, torch_single_thread):
-    """Issue 3's targets, 3 seeds against dense in the same run: core NDCG@5 >= 1.6x dense and
+    """The targets, 3 seeds against dense in the same run: core NDCG@5 >= 1.6x dense and
     RVR@5 <= 0.75x dense."""
     methods = ["dense", "rel_only", "core"]
     run = run_evaluation(ultratool, methods, seeds=[42, 123, 777], encoder=encoder, progress=False)

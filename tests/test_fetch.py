@@ -23,8 +23,8 @@ from riskrank.datasets.fetch import (
 )
 from riskrank.errors import DataError
 
-# The shared mirror: $RISKRANK_MIRROR (CI sets it), else ../shared/datasets beside the checkout.
-REAL_MIRROR = Path(os.environ.get("RISKRANK_MIRROR") or Path(__file__).resolve().parents[2] / "shared" / "datasets")
+# A real dataset mirror: $RISKRANK_MIRROR (CI sets it).
+REAL_MIRROR = Path(os.environ["RISKRANK_MIRROR"]) if os.environ.get("RISKRANK_MIRROR") else None
 
 UT = "JoeYing1019/UltraTool"
 ST = "fairyshine/Seal-Tools"
@@ -166,7 +166,7 @@ def test_source_directory_must_exist(tmp_path: Path) -> None:
         fetch(tmp_path / "nope", tmp_path / "data", manifest=[], progress=False)
 
 
-@pytest.mark.skipif(not REAL_MIRROR.is_dir(), reason="shared dataset mirror not available")
+@pytest.mark.skipif(REAL_MIRROR is None or not REAL_MIRROR.is_dir(), reason="no dataset mirror (set RISKRANK_MIRROR)")
 def test_copy_real_mirror_with_packaged_manifest(tmp_path: Path) -> None:
     dest = tmp_path / "data"
     report = fetch(REAL_MIRROR, dest, progress=False)

@@ -1,4 +1,4 @@
-"""Metrics (DESIGN.md): hand-worked examples for each, NDCG@5 and MRR cross-checked against
+"""Metrics (docs/results-contract.md): hand-worked examples for each, NDCG@5 and MRR cross-checked against
 ranx on random rankings, and sanity checks of the paired test and bootstrap intervals."""
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from riskrank import __version__
+from riskrank._version import __version__
 from riskrank.annotators import Annotator, Failure, Vote, tool_key
 from riskrank.errors import RiskrankError
 from riskrank.fileio import atomic_write_text, read_jsonl, write_json

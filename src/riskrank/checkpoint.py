@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from riskrank import __version__
+from riskrank._version import __version__
 from riskrank.errors import CheckpointError
 from riskrank.fileio import atomic_write_bytes, dumps
 from riskrank.graph import ToolGraph

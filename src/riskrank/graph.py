@@ -683,7 +683,7 @@ def semantic_threshold_table(
 ) -> dict[str, Any]:
     """How many tool pairs each semantic threshold would connect, and the quantiles of all
     pairwise cosines: the paper's 0.65 is a ToolRet-BGE figure, and encoders differ widely in
-    their similarity scale (Appendix B; DESIGN.md). Exact for up to ``max_exact_pairs`` pairs,
+    their similarity scale (Appendix B; the paper's 0.65 is a BGE figure). Exact for up to ``max_exact_pairs`` pairs,
     else estimated from ``sample_pairs`` random pairs (``"exact": False``)."""
     emb = _check_embeddings(tool_emb)
     n = emb.shape[0]

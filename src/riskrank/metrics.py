@@ -1,4 +1,4 @@
-"""Retrieval and retrieval-time safety metrics (paper Section 5.1, 5.5; DESIGN.md).
+"""Retrieval and retrieval-time safety metrics (paper Section 5.1, 5.5; docs/results-contract.md names them).
 
 Per-query arrays in, averages (with uncertainty) out, in the spirit of ranx. A ranking is an
 int array [Q, L] of tool indices best first (L = N for a full ranking); gold is a list of

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from riskrank import training
+import riskrank.training as training
 from riskrank.ann import ANNRetriever
 from riskrank.checkpoint import Checkpoint, in_memory, load_checkpoint, save_checkpoint
 from riskrank.encoder import Encoder

@@ -9,7 +9,7 @@ Greedy pass in reranked order (Appendix C.2): accept a tool if the top-K would s
 
 else defer it; stop once K tools are accepted; if fewer than K were accepted, fill from the
 deferred list in reranked order. The rest of the list follows in reranked order, so MRR can be
-computed on the full filtered list (DESIGN.md).
+computed on the full filtered list.
 
 Unknown risk (level 0) fails closed: an unaudited tool counts as r = 5 for the risk cap, and the
 result names the unlabelled tools the scan met, so a deployment sees where its audit has gaps.

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from riskrank.datasets import DATASETS
 from riskrank.errors import RiskrankError
 from riskrank.fileio import write_json
 from riskrank.registry import REGISTRY_FORMATS
@@ -15,7 +16,7 @@ from riskrank.registry import REGISTRY_FORMATS
 @click.command("audit")
 @click.option("--registry", type=click.Path(dir_okay=False), default=None, help="Tool registry to annotate (any format).")
 @click.option("--format", "fmt", type=click.Choice(REGISTRY_FORMATS), default="auto", show_default=True, help="Registry format.")
-@click.option("--dataset", type=click.Choice(["ultratool", "sealtools", "demo"]), default=None,
+@click.option("--dataset", type=click.Choice(DATASETS), default=None,
               help="Annotate a benchmark's registry instead (needed by head:crossfit).")
 @click.option("--data", "data_dir", type=click.Path(file_okay=False), default=None, help="Data directory for --dataset.")
 @click.option("--annotator", "-a", "annotators", multiple=True,

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from riskrank.cli.common import fmt, parse_seeds, print_table
+from riskrank.datasets import DATASETS
 from riskrank.errors import RiskrankError
 from riskrank.fileio import read_jsonl, write_json
 from riskrank.modes import FIRST_STAGES, RISK_SOURCES
@@ -18,7 +19,7 @@ CONTRACT_COLUMNS = ("ndcg@5", "mrr", "sndcg@5", "rvr@5", "srr@5")
 
 
 @click.command()
-@click.option("--dataset", type=click.Choice(["ultratool", "sealtools", "demo"]), required=True)
+@click.option("--dataset", type=click.Choice(DATASETS), required=True)
 @click.option("--data", "data_dir", type=click.Path(file_okay=False), default=None, help="Data directory (a mirror directory works too).")
 @click.option("--methods", default="bm25,dense", show_default=True,
               help="Comma-separated: bm25, dense, dense+rule, risk_label_penalty, mmr, rel_only, core, core+graph, "
@@ -132,7 +133,7 @@ def show_result(res: Any, title: str | None = None) -> None:
 
 # -- train ----------------------------------------------------------------------------------------
 @click.command()
-@click.option("--dataset", type=click.Choice(["ultratool", "sealtools", "demo"]), default=None,
+@click.option("--dataset", type=click.Choice(DATASETS), default=None,
               help="Train on a benchmark's training split (UltraTool without dev.json: all test.json queries).")
 @click.option("--registry", type=click.Path(dir_okay=False), default=None, help="A registry file (with --queries).")
 @click.option("--queries", type=click.Path(dir_okay=False), default=None,
@@ -215,7 +216,7 @@ def graph() -> None:
 
 
 @graph.command("stats")
-@click.option("--dataset", type=click.Choice(["ultratool", "sealtools", "demo"]), default=None)
+@click.option("--dataset", type=click.Choice(DATASETS), default=None)
 @click.option("--registry", type=click.Path(dir_okay=False), default=None)
 @click.option("--data", "data_dir", type=click.Path(file_okay=False), default=None)
 @click.option("--threshold", type=float, default=0.65, show_default=True, help="Semantic edge threshold.")

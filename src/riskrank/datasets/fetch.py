@@ -29,7 +29,7 @@ from typing import Any, Literal
 from riskrank.errors import DataError
 from riskrank.fileio import atomic_writer
 
-#: Where the packaged copy of ``shared/datasets/MANIFEST.json`` lives.
+#: The packaged copy of the mirror's ``MANIFEST.json`` (upstream repo, commit, sha256 per file).
 MANIFEST_PATH = Path(__file__).parent / "manifest.json"
 
 #: Upstream raw-file address; fields ``repo`` (owner/name), ``commit`` and ``path``.

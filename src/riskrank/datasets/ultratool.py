@@ -3,7 +3,7 @@
 Corpus: the 2,032 tools of the released label file (name, description, risk_level).
 Queries: the 1,000 lines of ``test.json``; gold = the names in ``tools[]``. Training:
 ``dev.json`` (4,824 queries, same format) when present; otherwise 5-fold cross-fitting
-over the 1,000 test queries (DESIGN.md).
+over the 1,000 test queries, each scored by models that never trained on it.
 """
 
 from __future__ import annotations

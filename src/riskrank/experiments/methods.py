@@ -37,7 +37,7 @@ class MethodSpec:
     @property
     def seed_independent(self) -> bool:
         """Computed once (first seed) and shared: deterministic baselines, and cross-encoders,
-        which are trained once per training split with one seed (issue 5)."""
+        which are trained once per training split with one seed."""
         return self.relevance in ("bm25", "mmr", "cross-encoder") or (
             self.relevance == "dense" and self.lam != "selected"
         )

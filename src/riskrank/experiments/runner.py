@@ -1,7 +1,7 @@
 """The evaluation runner: every method of the results contract on one benchmark, per seed,
 under the benchmark's protocol, with per-query metrics kept for tables, tests and plots.
 
-Protocols (DESIGN.md): with a training split, the heads train on it once per seed and every
+Protocols: with a training split, the heads train on it once per seed and every
 evaluation split is scored; without one (UltraTool without dev.json), 5-fold cross-fitting
 over the evaluation queries, so each query is scored by models that never saw it. In both,
 a validation slice of the training queries (by query) chooses lambda, beta, alpha and the
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from riskrank import training
+import riskrank.training as training
 from riskrank.datasets import Benchmark, QuerySet, crossfit_folds
 from riskrank.encoder import Encoder
 from riskrank.errors import RiskrankError
@@ -82,7 +82,7 @@ class EvalRun:
         return res
 
     def results_json(self) -> dict[str, Any]:
-        """The results contract of DESIGN.md."""
+        """The results contract (docs/results-contract.md)."""
         return {
             "dataset": self.dataset,
             "protocol": self.protocol,

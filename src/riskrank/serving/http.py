@@ -33,7 +33,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from riskrank import __version__
+from riskrank._version import __version__
 from riskrank.catalogue import FILL_LEVELS, PROVENANCE, Catalogue, LiveCatalogue
 from riskrank.errors import RiskrankError, error_body
 from riskrank.extras import requires

@@ -29,7 +29,7 @@ import shlex
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from riskrank import __version__
+from riskrank._version import __version__
 from riskrank.catalogue import ArtefactSpec, Catalogue, load_catalogue
 from riskrank.errors import RiskrankError, error_body
 from riskrank.modes import MODES
