@@ -407,3 +407,18 @@ def test_importing_the_cli_does_not_import_the_servers_dependencies():
             "print(','.join(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ}, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_a_servers_own_limits_are_enforced_and_stated():
+    """The request models hold no per-server number: limits given at start are checked with the
+    same codes and written into that server's OpenAPI document."""
+    limits = Limits(max_task_chars=20, max_k=8, max_lambda=1.0)
+    svc = LiveCatalogue.from_spec(ArtefactSpec(DEMO), HashEncoder())
+    with ServerThread(create_app(svc, limits=limits, token=TOKEN)) as s, httpx.Client(base_url=s.url) as c:
+        error(c.post("/v1/retrieve", headers=AUTH, json={"task": "x" * 21}), 422, "task_too_long")
+        error(c.post("/v1/retrieve", headers=AUTH, json={"task": "ok", "k": 9}), 422, "k_out_of_range")
+        error(c.post("/v1/retrieve", headers=AUTH, json={"task": "ok", "lambda": 1.5}), 422, "lambda_out_of_range")
+        assert c.post("/v1/retrieve", headers=AUTH, json={"task": "x" * 20, "k": 8, "lambda": 1.0}).status_code == 200
+    props = openapi_schema(limits)["components"]["schemas"]["RetrieveRequest"]["properties"]
+    assert props["task"]["maxLength"] == 20 and props["k"]["maximum"] == 8
+    assert {"type": "number", "minimum": 0.0, "maximum": 1.0} in props["lambda"]["anyOf"]

@@ -7,10 +7,27 @@ from pathlib import Path
 
 import click
 
+import riskrank.annotators as annotator_kinds  # module access: tests replace make_annotator
+from riskrank.audit import (
+    AGREED,
+    INCOMPLETE,
+    MEDIAN,
+    PENDING,
+    REVIEWED,
+    SINGLE,
+    AuditError,
+    apply_review,
+    build_labels,
+    default_side_paths,
+    read_json_file,
+    run_audit,
+    write_review,
+)
 from riskrank.datasets import DATASETS
 from riskrank.errors import RiskrankError
 from riskrank.fileio import write_json
-from riskrank.registry import REGISTRY_FORMATS
+from riskrank.registry import REGISTRY_FORMATS, ToolRegistry
+from riskrank.risk import RISK_LEVELS
 
 
 @click.command("audit")
@@ -48,25 +65,6 @@ def audit_command(registry: str | None, fmt: str, dataset: str | None, data_dir:
     log, so an interrupted run continues where it stopped. After review, apply the decisions
     with `riskrank audit --apply-review REVIEW.jsonl --out LABELS.json`.
     """
-    from riskrank.annotators import make_annotator
-    from riskrank.audit import (
-        AGREED,
-        INCOMPLETE,
-        MEDIAN,
-        PENDING,
-        REVIEWED,
-        SINGLE,
-        AuditError,
-        apply_review,
-        build_labels,
-        default_side_paths,
-        read_json_file,
-        run_audit,
-        write_review,
-    )
-    from riskrank.registry import ToolRegistry
-    from riskrank.risk import RISK_LEVELS
-
     out_path = Path(out)
     if apply_path:
         if registry or dataset or annotators:
@@ -93,7 +91,7 @@ def audit_command(registry: str | None, fmt: str, dataset: str | None, data_dir:
     review_path = Path(review) if review else review_default
     opts = {"base_url": base_url, "api_key": api_key, "timeout": timeout, "retries": retries, "backoff": backoff,
             "rate_limit": rate_limit, "workers": workers}
-    anns = [make_annotator(a, benchmark=bench, encoder=encoder, openai_options=opts,
+    anns = [annotator_kinds.make_annotator(a, benchmark=bench, encoder=encoder, openai_options=opts,
                            crossfit={"n_folds": folds, "seed": seed, "progress": not quiet}) for a in annotators]
     try:
         run = run_audit(reg, anns, log_path, progress=not quiet, echo=click.echo)

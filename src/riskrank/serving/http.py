@@ -40,7 +40,7 @@ from riskrank.extras import requires
 from riskrank.fileio import write_json
 from riskrank.modes import MAX_K, MODES, RISK_SOURCES
 from riskrank.serving.auth import PUBLIC_PATHS, Gate
-from riskrank.serving.requests import ApiError, Limits, check_lambda, check_task
+from riskrank.serving.requests import ApiError, Limits, check_k, check_lambda, check_task
 
 with requires("serve", "the HTTP server (riskrank serve)"):
     import anyio
@@ -188,8 +188,8 @@ async def readyz(cat: Active) -> dict[str, Any]:
 async def retrieve(req: RetrieveRequest, cat: Active, state: State) -> Any:
     limits = state.limits
     check_task(req.task, limits)
-    if req.k > limits.max_k:
-        raise ApiError(422, "k_out_of_range", f"k: must be between 1 and {limits.max_k}, got {req.k}")
+    if "k" in req.model_fields_set:  # as the schema's maximum did: a given k, not the default
+        check_k(req.k, limits)
     check_lambda(req.lam, limits)
     cat.check_request(req.mode, req.risk_source)
     if state.inflight >= limits.max_inflight:
