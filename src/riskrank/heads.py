@@ -23,6 +23,7 @@ Factorised scoring: the first layer of any head on ``[e_q; e_t]`` is ``W = [W_q 
 cosine the first stage computes anyway, instead of O(N * 2d * 64). Over the full pool the
 cosine and the bilinear term are one product, ``(scale e_q + beta V^T U e_q) . e_t``, and the
 tools are processed in cache-sized blocks (docs/benchmarks.md has the measurements).
+``tests/naive.py`` runs the heads on every concatenated pair; the tests hold this to it.
 """
 
 from __future__ import annotations
