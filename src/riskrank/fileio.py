@@ -1,10 +1,19 @@
-"""Files: every artefact riskrank writes, and the JSONL it reads.
+"""Files: every artefact riskrank writes, and the JSON and JSONL it reads.
 
 Writes are atomic: a reader (or a crash) never sees a half-written file, and a failed write
 never damages the file that was there. Every file gets one permission policy, that of an
 ordinary ``open()``: ``0o666`` less the process umask (``0o644`` under the usual 022), so a
 checkpoint, a graph or a report written here reads like any other file; a temporary file's
 own ``0o600`` never survives the rename.
+
+Reads are strict (:func:`loads_strict`): JSON as RFC 8259 defines it and nothing a permissive
+parser would quietly resolve. A duplicate key (Python's parser keeps the last value, so a tool
+given ``"risk_level": 5`` and then ``1`` would be served as L1), ``NaN``/``Infinity`` and
+numbers that overflow to infinity (they make scores NaN and responses unserialisable), numbers
+of more than :data:`MAX_NUMBER_CHARS` characters (Python refuses to convert integers of over
+4,300 digits with an exception of its own) and nesting the parser cannot recurse through are
+each one error naming the file. :func:`decode_json_bytes` accepts what RFC 8259 allows a reader
+to accept: UTF-8 with or without a BOM, and UTF-16/32 (with a BOM or detected).
 
 Kept free of heavy imports (numpy is only recognised, never imported), so commands that only
 write JSON stay fast.
@@ -13,9 +22,13 @@ write JSON stay fast.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
+import math
 import os
+import stat
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -64,6 +77,39 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def read_regular_file(path: str | os.PathLike[str], *, max_bytes: int | None = None, timeout_s: float | None = None) -> bytes:
+    """The bytes of a regular file, refusing anything that could block or never end: the file
+    is opened non-blocking (a FIFO nobody writes to cannot wedge the reader), must be a regular
+    file (not a device such as ``/dev/zero``, a FIFO, a socket or a directory), is refused over
+    ``max_bytes`` before a byte is read and again if it grows while being read, and the read
+    stops after ``timeout_s``. Raises :class:`OSError` (``FileNotFoundError``,
+    ``PermissionError``, ...) for what ``open`` refuses and :class:`UnsafeFileError` for the rest."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UnsafeFileError("not a regular file")
+        if max_bytes is not None and info.st_size > max_bytes:
+            raise UnsafeFileError(f"{info.st_size:,} bytes, over the limit of {max_bytes:,}")
+        os.set_blocking(fd, True)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        chunks, size = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            size += len(chunk)
+            if max_bytes is not None and size > max_bytes:
+                raise UnsafeFileError(f"over the limit of {max_bytes:,} bytes")
+            if deadline is not None and time.monotonic() > deadline:
+                raise UnsafeFileError(f"not read within {timeout_s:g} s")
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+class UnsafeFileError(RiskrankError):
+    """A file :func:`read_regular_file` refuses to read (not regular, too large, too slow)."""
+
+
 def json_default(o: Any) -> Any:
     """``json.dumps(default=...)`` for numpy scalars and arrays (duck-typed: no numpy import)."""
     if hasattr(o, "tolist") and hasattr(o, "dtype"):
@@ -81,17 +127,170 @@ def write_json(path: str | os.PathLike[str], obj: Any, *, indent: int | None = 2
     atomic_write_text(path, dumps(obj, indent=indent, **kwargs) + "\n")
 
 
+# -- strict JSON ----------------------------------------------------------------------------------
+#: The longest number literal a strict read accepts: no registry, benchmark, sidecar or request
+#: needs more, and Python's ``int()`` refuses over 4,300 digits with an exception of its own.
+MAX_NUMBER_CHARS = 100
+#: The longest piece of a bad value an error message shows (messages are one line, <= 300 chars).
+SHOW_CHARS = 40
+
+
+# Set while reading a file whose contents must not reach the caller (a server's reload).
+_REDACT: contextvars.ContextVar[bool] = contextvars.ContextVar("riskrank_redact_values", default=False)
+
+
+@contextlib.contextmanager
+def redacted_values(on: bool = True) -> Iterator[None]:
+    """Within the block, :func:`show` (and so every strict-read message) names a bad value's
+    type only: for reading a file on behalf of a caller who must not learn its contents."""
+    token = _REDACT.set(on or _REDACT.get())
+    try:
+        yield
+    finally:
+        _REDACT.reset(token)
+
+
+def values_redacted() -> bool:
+    """True inside :func:`redacted_values`."""
+    return _REDACT.get()
+
+
+def show(value: Any, limit: int = SHOW_CHARS) -> str:
+    """A bad value as an error message may show it: ``repr`` with control, invisible and
+    surrogate characters escaped, at most ``limit`` characters, containers by type and size
+    only (a message must never echo a 600,000-character list, nor file contents at length).
+    Inside :func:`redacted_values`, only the type."""
+    if _REDACT.get():
+        return f"a value of type {type(value).__name__}"
+    if isinstance(value, dict):
+        return f"an object of {len(value):,} key(s)"
+    if isinstance(value, list | tuple):
+        return f"a list of {len(value):,} item(s)"
+    if isinstance(value, str):
+        text = repr(value)  # escapes control characters, lone surrogates and non-printable ones
+        if len(text) > limit:
+            return f"{text[: limit - 1]}…' ({len(value):,} characters)"
+        return text
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 1]}… ({len(text):,} characters)"
+
+
+class _Refused(Exception):
+    """Raised by the parser hooks; turned into the caller's error class with the source."""
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Refused(f"duplicate key {show(key)} in one JSON object (which value counts would be a guess)")
+        out[key] = value
+    return out
+
+
+def _constant(name: str) -> Any:
+    raise _Refused(f"{name} is not a JSON number")
+
+
+def _float(text: str) -> float:
+    if len(text) > MAX_NUMBER_CHARS:
+        raise _Refused(f"a number of {len(text):,} characters (at most {MAX_NUMBER_CHARS})")
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Refused(f"a number out of range (not finite){'' if _REDACT.get() else ': ' + show(text, 24)[1:-1]}")
+    return value
+
+
+def _int(text: str) -> int:
+    if len(text) > MAX_NUMBER_CHARS:
+        raise _Refused(f"a number of {len(text):,} digits (at most {MAX_NUMBER_CHARS})")
+    return int(text)
+
+
+def _float_any(text: str) -> float:
+    if len(text) > MAX_NUMBER_CHARS:
+        raise _Refused(f"a number of {len(text):,} characters (at most {MAX_NUMBER_CHARS})")
+    return float(text)
+
+
+def loads_strict(text: str, source: str, error: type[RiskrankError] = RiskrankError, *, line: int | None = None,
+                 non_finite: bool = False) -> Any:
+    """``json.loads`` that refuses what RFC 8259 leaves undefined or Python would accept
+    silently (see the module docstring); each refusal is ``error("SOURCE: why")``, one line.
+    ``line``: the text is that line of a JSONL file (messages say ``SOURCE: line N: ...``).
+    ``non_finite``: let NaN, Infinity and overflowing numbers through as floats, for a
+    caller whose schema then names the field that is out of range (an HTTP request)."""
+    where = source if line is None else f"{source}: line {line}"
+    hooks: dict[str, Any] = {"parse_float": _float_any} if non_finite else {"parse_constant": _constant, "parse_float": _float}
+    try:
+        return json.loads(text, object_pairs_hook=_object, parse_int=_int, **hooks)
+    except _Refused as exc:
+        raise error(f"{where}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        if line is not None:
+            raise error(f"{where}: invalid JSON ({exc.msg})") from None
+        raise error(f"{where}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    except RecursionError:
+        raise error(f"{where}: JSON nested too deeply to read") from None
+
+
+def decode_json_bytes(data: bytes, source: str, error: type[RiskrankError] = RiskrankError) -> str:
+    """The text of a JSON/JSONL file: UTF-8 (a BOM is allowed and dropped) or UTF-16/32 (by
+    BOM, or by the zero bytes of ASCII text, as :func:`json.detect_encoding` reads them)."""
+    encoding = json.detect_encoding(data)
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError:
+        raise error(f"{source}: not UTF-8 text (nor UTF-16/32)") from None
+
+
+def check_json_values(value: Any, source: str, error: type[RiskrankError] = RiskrankError, *, max_depth: int = 64) -> None:
+    """Walk an already-parsed JSON value once: every string and key must be valid Unicode
+    (no lone surrogate: it cannot be written back as UTF-8, so a response holding it fails),
+    every float finite (data built in Python, not read by :func:`loads_strict`, can hold NaN),
+    and nesting at most ``max_depth`` deep (serving recurses through it)."""
+    stack: list[tuple[Any, str, int]] = [(value, "", 0)]
+    while stack:
+        v, where, depth = stack.pop()
+        if depth > max_depth:
+            raise error(f"{source}: nested more than {max_depth} levels deep{_at(where)}")
+        if isinstance(v, str):
+            _check_text(v, source, where, error)
+        elif isinstance(v, float):
+            if not math.isfinite(v):
+                raise error(f"{source}: {v} is not a JSON number{_at(where)}")
+        elif isinstance(v, dict):
+            for k, item in v.items():
+                if isinstance(k, str):
+                    _check_text(k, source, where, error)
+                stack.append((item, f"{where}.{k}" if isinstance(k, str) else f"{where}[{k!r}]", depth + 1))
+        elif isinstance(v, list | tuple):
+            stack.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(v))
+
+
+def _at(where: str) -> str:
+    if not where:
+        return ""
+    if _REDACT.get():  # the path holds the file's own keys: keep only the leading index
+        head = where.split(".")[0].split("]")[0] + "]" if where.startswith("[") else ""
+        return f" (at {head})" if head else ""
+    return f" (at {show(where.lstrip('.'), 60)[1:-1]})"
+
+
+def _check_text(s: str, source: str, where: str, error: type[RiskrankError]) -> None:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        raise error(f"{source}: invalid Unicode (a lone surrogate){'' if _REDACT.get() else ' in ' + show(s)}{_at(where)}") from None
+
+
 def jsonl_records(lines: Iterable[str], source: str, error: type[RiskrankError] = RiskrankError) -> Iterator[tuple[int, Any]]:
-    """(line number, value) for every non-empty line; a line that is not JSON raises
-    ``error("SOURCE: line N: invalid JSON (...)")``."""
+    """(line number, value) for every non-empty line, parsed by :func:`loads_strict`; a bad
+    line raises ``error("SOURCE: line N: ...")``."""
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise error(f"{source}: line {lineno}: invalid JSON ({exc.msg})") from None
-        yield lineno, value
+        yield lineno, loads_strict(line, source, error, line=lineno)
 
 
 def read_jsonl(path: str | os.PathLike[str], error: type[RiskrankError] = RiskrankError) -> Iterator[tuple[int, Any]]:

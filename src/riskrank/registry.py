@@ -14,13 +14,28 @@ Accepted formats (auto-detected, or named with ``fmt=``):
 * ``mcp``: an MCP ``tools/list`` result ``{"tools": [{"name", "description",
   "inputSchema", "annotations"}]}``, bare or inside a JSON-RPC response;
 * ``sealtools``: Seal-Tools ``tool.jsonl`` records (``api_name``, ``api_description``).
+
+Files are read strictly (:func:`riskrank.fileio.loads_strict`: no duplicate keys, no NaN or
+infinite numbers, no runaway numbers or nesting; UTF-8 with or without a BOM, or UTF-16/32),
+and every value is checked once more after parsing (no lone surrogates, nesting at most
+:data:`MAX_DEPTH`), because what a registry holds is later served as JSON and shown to
+operators: a value that cannot be written back, or a name with a control or invisible
+character, must fail at load, naming the file, the record and the field, not in a response.
+Names must be printable; control and format characters are removed from descriptions (they
+carry no meaning for the encoder and can rewrite a terminal or reorder text). MCP annotation
+values of ``null`` mean absent, as the MCP Python SDK writes them.
+
+Error messages show at most a short, escaped piece of a bad value
+(:func:`riskrank.fileio.show`). A reload on a running server asks for ``redact=True``: the
+messages then name the record and the field but no value and no tool name, because the file
+may not be a registry at all and its contents must not reach the caller.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import math
+import unicodedata
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,7 +44,15 @@ from typing import Any
 import numpy as np
 
 from riskrank.errors import RegistryError, UnknownToolError
-from riskrank.fileio import jsonl_records
+from riskrank.fileio import (
+    check_json_values,
+    decode_json_bytes,
+    jsonl_records,
+    loads_strict,
+    redacted_values,
+    show,
+    values_redacted,
+)
 from riskrank.risk import (
     PERMISSION_CATEGORIES,
     permission_categories,
@@ -43,6 +66,32 @@ DEFAULT_TOOL_TEMPLATE = "{name_words}: {description}"
 
 #: MCP tool annotations riskrank reads as risk evidence (MCP spec, 2025-03-26 onwards).
 MCP_ANNOTATION_KEYS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+#: How deep a registry's values may nest (root list -> record -> parameters -> ...); real JSON
+#: schemas stay far below it, and serving recurses through what a tool holds.
+MAX_DEPTH = 64
+
+def _got(value: Any) -> str:
+    """The ", got VALUE" tail of a message (a short escaped value; the type only when redacting)."""
+    return f", got {show(value)}"
+
+
+def _named(where: str, name: str) -> str:
+    return where if values_redacted() else f"{where} ({show(name)})"
+
+
+def _first_unprintable(text: str) -> tuple[int, str] | None:
+    for i, ch in enumerate(text):
+        if not ch.isprintable() and ch != " ":
+            return i, ch
+    return None
+
+
+# Whitespace controls collapse to single spaces (str.split); every other control character
+# and every format character (zero-width, bidi overrides, soft hyphen, BOM) is removed.
+def _clean_description(text: str) -> str:
+    if not text.isprintable():
+        text = "".join(ch for ch in text if ch.isspace() or unicodedata.category(ch) not in ("Cc", "Cf"))
+    return " ".join(text.split())
 
 
 @dataclass(frozen=True)
@@ -88,11 +137,11 @@ def _check_risk(value: Any, where: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise RegistryError(f"{where}: risk_level must be an integer 1-5, got {value!r}")
-    if isinstance(value, float) and (math.isnan(value) or value != int(value)):
-        raise RegistryError(f"{where}: risk_level must be an integer 1-5, got {value!r}")
-    if not 1 <= int(value) <= 5:
-        raise RegistryError(f"{where}: risk_level must be between 1 and 5, got {value!r}")
+        raise RegistryError(f"{where}: risk_level must be an integer 1-5{_got(value)}")
+    if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
+        raise RegistryError(f"{where}: risk_level must be an integer 1-5{_got(value)}")
+    if not 1 <= value <= 5:
+        raise RegistryError(f"{where}: risk_level must be between 1 and 5{_got(value)}")
     return int(value)
 
 
@@ -110,33 +159,40 @@ def make_tool(
     """Validate one record's fields and build a :class:`Tool`; ``where`` names the record
     in error messages (``file.json: record 12 ('delete_file')``)."""
     if not isinstance(name, str) or not name.strip():
-        raise RegistryError(f"{where}: 'name' must be a non-empty string, got {name!r}")
+        raise RegistryError(f"{where}: 'name' must be a non-empty string{_got(name)}")
     name = name.strip()
-    where = f"{where} ({name!r})"
+    bad = _first_unprintable(name)
+    if bad is not None:
+        i, ch = bad
+        raise RegistryError(f"{where}: 'name' holds an unprintable character (U+{ord(ch):04X} {unicodedata.name(ch, 'control')}, "
+                            f"position {i}){'' if values_redacted() else ' in ' + show(name)}; a tool name must be printable")
+    where = _named(where, name)
     if description is None:
         raise RegistryError(f"{where}: missing 'description'")
     if not isinstance(description, str):
         raise RegistryError(f"{where}: 'description' must be a string, got {type(description).__name__}")
-    if not description.strip():
+    description = _clean_description(description)
+    if not description:
         raise RegistryError(f"{where}: 'description' is empty")
     if parameters is not None and not isinstance(parameters, Mapping):
         raise RegistryError(f"{where}: 'parameters' must be a JSON object (a JSON schema), got {type(parameters).__name__}")
     if annotations is not None:
         if not isinstance(annotations, Mapping):
-            raise RegistryError(f"{where}: 'annotations' must be a JSON object")
+            raise RegistryError(f"{where}: 'annotations' must be a JSON object, got {type(annotations).__name__}")
+        # null means absent (the MCP Python SDK writes every hint, most of them null)
+        annotations = {k: v for k, v in annotations.items() if v is not None}
         for key in MCP_ANNOTATION_KEYS:
             if key in annotations and not isinstance(annotations[key], bool):
-                raise RegistryError(f"{where}: annotation {key!r} must be true or false, got {annotations[key]!r}")
+                raise RegistryError(f"{where}: annotation {key!r} must be true, false or null{_got(annotations[key])}")
     if reason is not None and not isinstance(reason, str):
-        raise RegistryError(f"{where}: 'reason' must be a string")
-    description = " ".join(description.split())
+        raise RegistryError(f"{where}: 'reason' must be a string, got {type(reason).__name__}")
     return Tool(
         name=name,
         description=description,
         parameters=parameters,
         risk_level=_check_risk(risk_level, where),
         permissions=permission_categories(name, description),
-        annotations=dict(annotations) if annotations else None,
+        annotations=annotations or None,
         reason=reason,
         extra=dict(extra or {}),
     )
@@ -154,7 +210,7 @@ class ToolRegistry:
         for i, tool in enumerate(self.tools):
             if tool.name in self._index:
                 raise RegistryError(
-                    f"{source}: duplicate tool name {tool.name!r} (records {self._index[tool.name]} and {i})"
+                    f"{source}: duplicate tool name{'' if values_redacted() else ' ' + show(tool.name)} (records {self._index[tool.name]} and {i})"
                 )
             self._index[tool.name] = i
         self.risk_levels = np.array([t.risk_level or 0 for t in self.tools], dtype=np.int8)
@@ -183,7 +239,7 @@ class ToolRegistry:
         try:
             return self._index[name]
         except KeyError:
-            raise UnknownToolError(f"unknown tool {name!r} (not in registry {self.source})") from None
+            raise UnknownToolError(f"unknown tool {show(name)} (not in registry {self.source})") from None
 
     @property
     def names(self) -> list[str]:
@@ -224,9 +280,9 @@ class ToolRegistry:
         tools = []
         for t in self.tools:
             if t.name in levels:
-                tools.append(replace(t, risk_level=_check_risk(levels[t.name], f"{self.source}: {t.name!r}")))
+                tools.append(replace(t, risk_level=_check_risk(levels[t.name], f"{self.source}: {show(t.name)}")))
             elif strict:
-                raise RegistryError(f"{self.source}: no risk level given for tool {t.name!r}")
+                raise RegistryError(f"{self.source}: no risk level given for tool {show(t.name)}")
             else:
                 tools.append(t)
         return ToolRegistry(tools, self.source)
@@ -249,38 +305,51 @@ class ToolRegistry:
 
     # -- loading ------------------------------------------------------------------------
     @classmethod
-    def load(cls, path: str | Path, fmt: str = "auto") -> ToolRegistry:
-        """Load and validate a registry file; errors name the file and the record."""
+    def load(cls, path: str | Path, fmt: str = "auto", *, redact: bool = False) -> ToolRegistry:
+        """Load and validate a registry file; errors name the file and the record (and, with
+        ``redact``, no value and no tool name: see the module docstring)."""
         path = Path(path)
         if not path.exists():
             raise RegistryError(f"{path}: no such file")
         if path.is_dir():
             raise RegistryError(f"{path}: is a directory, expected a JSON or JSONL registry file")
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            raise RegistryError(f"{path}: not UTF-8 text") from None
-        data = _parse_json_or_jsonl(text, str(path))
-        return cls.from_data(data, fmt=fmt, source=str(path))
+        return cls.from_bytes(path.read_bytes(), str(path), fmt=fmt, redact=redact)
 
     @classmethod
-    def from_data(cls, data: Any, fmt: str = "auto", source: str = "<memory>") -> ToolRegistry:
+    def from_bytes(cls, data: bytes, source: str, fmt: str = "auto", *, redact: bool = False) -> ToolRegistry:
+        """A registry from a file's bytes (JSON or JSONL; see :meth:`load`)."""
+        with redacted_values(redact):
+            text = decode_json_bytes(data, source, RegistryError)
+            parsed = _parse_json_or_jsonl(text, source)
+            if isinstance(parsed, Mapping) and (source.endswith(".jsonl") or _looks_like_record(parsed)):
+                parsed = [parsed]  # a one-line JSONL file (or a file of one record)
+            return cls.from_data(parsed, fmt=fmt, source=source)
+
+    @classmethod
+    def from_data(cls, data: Any, fmt: str = "auto", source: str = "<memory>", *, redact: bool = False) -> ToolRegistry:
         """Build a registry from already-parsed JSON (see the module docstring for formats)."""
-        if fmt == "auto":
-            fmt = detect_format(data, source)
-        try:
-            parser = _PARSERS[fmt]
-        except KeyError:
-            raise RegistryError(f"unknown registry format {fmt!r}; choose from {', '.join(['auto', *_PARSERS])}") from None
-        return cls(parser(data, source), source)
+        with redacted_values(redact):
+            check_json_values(data, source, RegistryError, max_depth=MAX_DEPTH)
+            if fmt == "auto":
+                fmt = detect_format(data, source)
+            try:
+                parser = _PARSERS[fmt]
+            except KeyError:
+                raise RegistryError(f"unknown registry format {fmt!r}; choose from {', '.join(['auto', *_PARSERS])}") from None
+            return cls(parser(data, source), source)
+
+
+def _looks_like_record(data: Mapping[str, Any]) -> bool:
+    """One tool record rather than a registry object (``{"tools": [...]}``, a label file)."""
+    return isinstance(data.get("name"), str) or isinstance(data.get("api_name"), str) or isinstance(data.get("function"), Mapping)
 
 
 def _parse_json_or_jsonl(text: str, source: str) -> Any:
     if not text.strip():
         raise RegistryError(f"{source}: file is empty")
     try:
-        return json.loads(text)  # unstripped, so error line numbers are the file's own
-    except json.JSONDecodeError as first:
+        return loads_strict(text, source, RegistryError)  # unstripped, so error line numbers are the file's own
+    except RegistryError as first:
         # JSONL: one JSON value per non-empty line. If the first value does not parse on its
         # own line, the file is a (broken) JSON document: report the JSON error.
         records: list[Any] = []
@@ -288,7 +357,7 @@ def _parse_json_or_jsonl(text: str, source: str) -> Any:
             records.extend(rec for _, rec in jsonl_records(text.splitlines(), source, RegistryError))
         except RegistryError:
             if not records:
-                raise RegistryError(f"{source}: invalid JSON at line {first.lineno}: {first.msg}") from None
+                raise first from None
             raise
         return records
 
@@ -362,7 +431,7 @@ def _labels(data: Any, source: str) -> list[Tool]:
     for i, (name, rec) in enumerate(data.items()):
         where = f"{source}: entry {i}"
         if not isinstance(rec, Mapping):
-            raise RegistryError(f"{where} ({name!r}): must be a JSON object")
+            raise RegistryError(f"{_named(where, name)}: must be a JSON object, got {type(rec).__name__}")
         known = {"risk_level", "description", "reason", "parameters", "annotations"}
         tools.append(
             make_tool(
@@ -411,10 +480,14 @@ def _mcp(data: Any, source: str) -> list[Tool]:
 def _sealtools(data: Any, source: str) -> list[Tool]:
     tools = []
     for where, rec in _each(_records(data, source), source):
-        params = rec.get("parameters")
+        params, required = rec.get("parameters"), rec.get("required")
         schema = None
-        if isinstance(params, Mapping):
-            schema = {"type": "object", "properties": dict(params), "required": list(rec.get("required", []))}
+        if params is not None and not isinstance(params, Mapping):
+            raise RegistryError(f"{where}: 'parameters' must be a JSON object (parameter name -> spec), got {type(params).__name__}")
+        if required is not None and (not isinstance(required, list) or not all(isinstance(r, str) for r in required)):
+            raise RegistryError(f"{where}: 'required' must be a list of parameter names{_got(required)}")
+        if params is not None:
+            schema = {"type": "object", "properties": dict(params), "required": list(required or [])}
         tools.append(
             make_tool(
                 rec.get("api_name"), rec.get("api_description"), where=where, parameters=schema,
