@@ -119,22 +119,33 @@ def test_annotations_as_risk_evidence():
     # destructiveHint is never low risk, even with a harmless description.
     assert level["tidy_notes"] >= 4 and "mcp: destructiveHint" in ev["tidy_notes"]
     assert level["purge_notes"] >= 4
-    # readOnlyHint with no contrary evidence is low risk; openWorldHint is at least L2.
-    assert level["read_notes"] <= 2 and "mcp: readOnlyHint" in ev["read_notes"]
+    # By default hints only raise: read_notes keeps its keyword level ('saved' note: L3);
+    # openWorldHint is at least L2.
+    assert level["read_notes"] == 3 and "mcp: readOnlyHint (not trusted: hints only raise a level)" in ev["read_notes"]
     assert level["search_web"] == 2 and "mcp: openWorldHint" in ev["search_web"]
     assert level["count_words"] == 1
+    # Trusted, an uncontradicted readOnlyHint lowers to at most L2.
+    trusted, _, tev = label_provenance(reg, fill=True, trust_annotations=True)
+    assert {t.name: t.risk_level for t in trusted}["read_notes"] <= 2 and "mcp: readOnlyHint" in tev[0]
 
-    # Without filling: the rule filter's fail-closed path reads the hints of unlabelled tools.
+    # Without filling: the rule filter's fail-closed path reads the hints that raise a level.
     _, prov, _ = label_provenance(reg, fill=False)
     assert dict(zip(reg.names, prov, strict=True)) == {
-        "read_notes": "annotation", "purge_notes": "annotation", "tidy_notes": "annotation",
-        "search_web": "annotation", "count_words": "unlabelled"}
+        "read_notes": "unlabelled", "purge_notes": "annotation", "tidy_notes": "annotation",
+        "search_web": "unlabelled", "count_words": "unlabelled"}
+    _, prov, _ = label_provenance(reg, fill=False, trust_annotations=True)
+    assert dict(zip(reg.names, prov, strict=True))["read_notes"] == "annotation"
 
 
 def test_unlabelled_tools_fail_closed_in_rule_mode(tmp_path, encoder):
     cat = load_catalogue(ArtefactSpec(str(write_mcp_registry(tmp_path / "t.json")), mode="dense+rule"), encoder)
     eff = dict(zip(cat.registry.names, cat.effective_levels, strict=True))
-    assert eff == {"read_notes": 2, "purge_notes": 5, "tidy_notes": 5, "search_web": 2, "count_words": 5}
+    # hints only raise: the read-only tools stay fail-closed like any unlabelled tool
+    assert eff == {"read_notes": 5, "purge_notes": 5, "tidy_notes": 5, "search_web": 5, "count_words": 5}
+    trusting = load_catalogue(ArtefactSpec(str(write_mcp_registry(tmp_path / "t.json")), mode="dense+rule", trust_annotations=True),
+                              encoder)
+    assert dict(zip(trusting.registry.names, trusting.effective_levels, strict=True)) == {
+        "read_notes": 2, "purge_notes": 5, "tidy_notes": 5, "search_web": 2, "count_words": 5}
     out = ToolFinder(cat).find("remove every note in my notebook", k=3)
     assert sum(t["risk_level"] >= 3 for t in out["tools"]) <= 1 or any(t["reasons"] for t in out["tools"])
     assert "count_words" in out["unlabelled"] or "count_words" not in {t["name"] for t in out["tools"]}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from riskrank.registry import Tool
 from riskrank.risk import (
     PERMISSION_CATEGORIES,
     fail_closed_levels,
@@ -123,21 +124,72 @@ def test_destructive_hint_is_never_low(name, description):
     assert keyword_level(name, description, {"destructiveHint": True, "readOnlyHint": True})[0] >= 4
 
 
-def test_read_only_hint_alone_is_low():
-    level, evidence = keyword_level("get_weather", "Get the weather forecast for a city.", {"readOnlyHint": True})
-    assert level <= 2 and "mcp: readOnlyHint" in evidence
-    level, _ = keyword_level("list_contacts", "List my contacts.", {"readOnlyHint": True})
+def test_read_only_hint_lowers_nothing_unless_trusted():
+    # by default a hint only raises: the level is the description's own evidence
+    level, evidence = keyword_level("read_patient_record", "Read a patient's medical records.", {"readOnlyHint": True})
+    assert level == keyword_level("read_patient_record", "Read a patient's medical records.")[0] == 3
+    assert "mcp: readOnlyHint (not trusted: hints only raise a level)" in evidence
+    # trusted, an uncontradicted hint caps at L2
+    level, evidence = keyword_level("read_patient_record", "Read a patient's medical records.", {"readOnlyHint": True},
+                                    trust_annotations=True)
+    assert level == 2 and "mcp: readOnlyHint caps L3 at L2" in evidence
+    level, _ = keyword_level("list_contacts", "List my contacts.", {"readOnlyHint": True}, trust_annotations=True)
     assert level <= 2
 
 
-def test_read_only_hint_does_not_hide_destruction_or_code():
-    assert keyword_level("purge_bucket", "Delete every object in a bucket.", {"readOnlyHint": True})[0] >= 4
-    assert keyword_level("python", "Execute the given python code.", {"readOnlyHint": True})[0] >= 4
+@pytest.mark.parametrize("trust", [False, True])
+def test_read_only_hint_does_not_hide_destruction_or_code(trust):
+    assert keyword_level("purge_bucket", "Delete every object in a bucket.", {"readOnlyHint": True}, trust_annotations=trust)[0] >= 4
+    assert keyword_level("python", "Execute the given python code.", {"readOnlyHint": True}, trust_annotations=trust)[0] >= 4
 
 
 def test_read_only_hint_contradicted_by_a_write_is_ignored():
-    level, _ = keyword_level("write_note", "Write a note to the notes database.", {"readOnlyHint": True})
-    assert level >= 3
+    level, evidence = keyword_level("write_note", "Write a note to the notes database.", {"readOnlyHint": True},
+                                    trust_annotations=True)
+    assert level >= 3 and "mcp: readOnlyHint contradicted by the description, ignored" in evidence
+
+
+# Destructive tools as MCP servers describe them (the shapes of filesystem, process, container,
+# storage and database servers' tool lists), each with the readOnlyHint a careless or hostile
+# server might attach. Every one must stay high risk, trusted hint or not.
+DESTRUCTIVE = [
+    ("purge_directory", "Deletes all files and subfolders in a directory recursively.", 4),
+    ("wipe_disk", "Wipes the disk: overwrites every sector with zeros.", 5),
+    ("cleanup", "Cleans up the workspace by running rm -rf on the build and source folders.", 5),
+    ("encrypt_all_files", "Encrypts every file in the project folder and discards the key.", 5),
+    ("kill_process", "Terminate a running process by PID. Use with caution as this will forcefully kill the process.", 4),
+    ("kill_processes", "Kills all running processes of the user.", 4),
+    ("shred_documents", "Shreds the documents folder so nothing can be recovered.", 5),
+    ("nuke_project", "Nukes the project folder and its history.", 5),
+    ("destroy_backups", "Destroys all backups in the bucket.", 4),
+    ("docker_rm", "Force-remove a container and its anonymous volumes.", 4),
+    ("kubectl_delete", "Delete Kubernetes resources by name, label or from a manifest file.", 4),
+    ("drop_table", "Drop a table from the database. This cannot be undone.", 4),
+    ("factory_reset", "Factory reset the device, erasing all user data and settings.", 5),
+    ("ransom", "Encrypt the user's home directory with a random key, then delete the key.", 5),
+]
+
+
+@pytest.mark.parametrize(("name", "description", "floor"), DESTRUCTIVE)
+@pytest.mark.parametrize("trust", [False, True])
+def test_destructive_descriptions_stay_high_whatever_the_hint(name, description, floor, trust):
+    level, evidence = keyword_level(name, description, {"readOnlyHint": True}, trust_annotations=trust)
+    assert level >= floor, evidence
+    tool = Tool(name, description, annotations={"readOnlyHint": True})
+    # unlabelled: fail closed (0 = treated as L5), trusted or not, because the description contradicts the hint
+    assert fail_closed_levels([tool], trust_annotations=trust).tolist() == [0]
+
+
+@pytest.mark.parametrize(
+    ("name", "description"),
+    [("list_directory", "Get a detailed listing of all files and directories in a specified path."),
+     ("read_file", "Read the complete contents of a file from the file system."),
+     ("get_weather", "Current weather for a city."),
+     ("search_notes", "Searches the user's notes.")],
+)
+def test_benign_read_tools_are_not_flagged(name, description):
+    assert keyword_level(name, description)[0] <= 2
+    assert keyword_level(name, description, {"readOnlyHint": True}, trust_annotations=True)[0] <= 2
 
 
 def test_open_world_hint_raises_to_l2_and_idempotent_changes_nothing():
@@ -156,15 +208,14 @@ def test_keyword_levels_and_evidence():
 
 
 def test_fail_closed_levels():
-    levels = np.array([3, 0, 0, 0, 0, 1], dtype=np.int8)
-    anns = [
-        {"destructiveHint": True},   # audited level stays
-        {"readOnlyHint": True},      # -> L2
-        {"destructiveHint": True},   # -> L5
-        None,                        # stays 0 (the filter treats it as L5)
-        {"readOnlyHint": True, "destructiveHint": True},  # destructive wins -> L5
-        {},
+    tools = [
+        Tool("a", "Reads a file.", risk_level=3, annotations={"destructiveHint": True}),  # audited level stays
+        Tool("b", "Reads a file.", annotations={"readOnlyHint": True}),    # stays 0 unless trusted
+        Tool("c", "Reads a file.", annotations={"destructiveHint": True}),  # -> L5
+        Tool("d", "Reads a file."),                                       # stays 0 (the filter treats it as L5)
+        Tool("e", "Reads a file.", annotations={"readOnlyHint": True, "destructiveHint": True}),  # destructive wins -> L5
+        Tool("f", "Reads a file.", risk_level=1, annotations={}),
+        Tool("g", "Deletes a file.", annotations={"readOnlyHint": True}),  # contradicted: never lowered
     ]
-    out = fail_closed_levels(levels, anns)
-    assert out.tolist() == [3, 2, 5, 0, 5, 1]
-    assert levels.tolist() == [3, 0, 0, 0, 0, 1]  # input untouched
+    assert fail_closed_levels(tools).tolist() == [3, 0, 5, 0, 5, 1, 0]
+    assert fail_closed_levels(tools, trust_annotations=True).tolist() == [3, 1, 5, 0, 5, 1, 0]

@@ -93,8 +93,11 @@ class RiskAwareRetriever:
         progress: bool = True,
         cache_queries: bool = True,
         first_stage: str = "exact",
+        trust_annotations: bool = False,
     ) -> None:
         self.registry = registry
+        # MCP hints only raise an unlabelled tool's level unless the operator trusts its servers.
+        self.trust_annotations = bool(trust_annotations)
         self.cache_queries = cache_queries
         self.encoder = encoder if encoder is not None and not isinstance(encoder, str) else Encoder(encoder, progress=progress)
         self.tool_template = tool_template
@@ -131,7 +134,7 @@ class RiskAwareRetriever:
         self.rule_config = rule_config or RuleConfig()
         self.graph_config = graph_config or GraphConfig(normalisation=self.normalisation)
         if graph is None and checkpoint is not None:
-            graph = checkpoint.graph_for(registry.fingerprint())
+            graph = checkpoint.graph_for(registry.fingerprint(), len(registry))
         self._graph = graph
         self._filters: dict[tuple[str, int], RuleFilter] = {}
         # Audited risk as a score, for the dense risk-label-penalty baseline.
@@ -188,8 +191,8 @@ class RiskAwareRetriever:
         key = (risk_source, k)
         if key not in self._filters:
             if risk_source == "labels":
-                # Unlabelled tools fail closed, except where MCP annotations say read-only.
-                levels = fail_closed_levels(self.registry.risk_levels, [t.annotations for t in self.registry])
+                # Unlabelled tools fail closed; MCP hints raise them (and lower them only if trusted).
+                levels = fail_closed_levels(self.registry, trust_annotations=self.trust_annotations)
             else:
                 levels = self.predicted_levels
             config = dataclasses.replace(self.rule_config, k=k)

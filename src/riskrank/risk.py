@@ -13,7 +13,8 @@ with a particular object ("execute", "run", "write") require that object nearby.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -52,7 +53,7 @@ PERMISSION_PATTERNS: dict[str, tuple[str, ...]] = {
     ),
     "file_write": (
         r"delet\w*", r"overwrit\w*", r"eras(?:e|es|ed|ing)\b", r"wip(?:e|es|ed|ing)\b",
-        r"truncat\w*", r"chmod\b", r"chown\b", r"mkdir\b", r"rmdir\b", r"rm\b",
+        r"truncat\w*", r"shred\w*", r"chmod\b", r"chown\b", r"mkdir\b", r"rmdir\b", r"rm\b",
         r"file writ\w*", r"writ\w* " + _GAP + r"(?:files?|disk|folders?|director\w+)\b",
         r"(?:save|saves|saving|rename|renames|renaming|move|moves|moving|modif\w+|edit\w*|creat\w+) "
         + _GAP + r"(?:files?|folders?|director\w+)\b",
@@ -141,11 +142,15 @@ LEVEL_PATTERNS: dict[int, tuple[str, ...]] = {
         r"bulk (?:export|delet\w*|transfer\w*)", r"mass (?:delet\w*|email\w*|messag\w*)", r"all users?\b",
         r"disabl\w* " + _GAP + r"(?:audit\w*|logging|security|firewall|antivirus|2fa|mfa|encryption|monitoring)",
         r"private keys?\b", r"root access\b", r"privilege escalat\w*", r"exploit\w*", r"malware\b",
-        r"format\w* " + _GAP + r"(?:disk|drive|partition)s?\b", r"wipe\w*", r"drop (?:database|schema)s?\b",
-        r"surveil\w*", r"keylog\w*", r"ddos\b",
+        r"format\w* " + _GAP + r"(?:disk|drive|partition)s?\b", r"wip(?:e|es|ed|ing)\b", r"drop (?:database|schema)s?\b",
+        r"surveil\w*", r"keylog\w*", r"ddos\b", r"shred\w*", r"nuk(?:e|es|ed|ing)\b", r"rm rf\b", r"factory reset\w*",
+        # ransomware's shape: everything encrypted, or the key thrown away
+        r"encrypt\w* (?:all|every|the entire|the whole)\b",
+        r"encrypt\w* (?:\w+ ){0,12}(?:discard\w*|destroy\w*|delet\w*|throw\w* away|wip(?:e|es|ed|ing)) (?:\w+ ){0,2}keys?\b",
     ),
     4: (
         r"delet\w*", r"remov\w*", r"drop\w*", r"terminat\w*", r"destroy\w*", r"purg\w*", r"revok\w*",
+        r"kill\w*", r"obliterat\w*", r"annihilat\w*", r"irreversibl\w*", r"unrecoverabl\w*",
         r"eras\w*", r"overwrit\w*", r"truncat\w*", r"transfer\w* " + _GAP + r"(?:funds?|money|payment|balance|crypto\w*)",
         r"wire\b", r"withdraw\w*", r"pay\b", r"pays\b", r"payments?\b", r"purchas\w*", r"buy\w*", r"sell\w*", r"trad(?:e|es|ing)\b",
         r"refund\w*", r"deploy\w*", r"shut ?down\w*", r"reboot\w*", r"restart\w*", r"grant\w*",
@@ -175,21 +180,27 @@ _WRITE_VERBS = (
     "writ", "updat", "modif", "edit", "creat", "insert", "upload", "sav", "send", "post", "submit", "install",
     "delet", "remov", "drop", "terminat", "destroy", "purg", "revok", "eras", "overwrit", "truncat", "transfer",
     "withdraw", "pay", "purchas", "deploy", "restart", "reboot", "grant", "unlock", "execut", "wip", "format",
+    "kill", "shred", "nuk", "encrypt", "obliterat", "annihilat", "clean",
 )
 _WRITE_RX = re.compile(r"\b(?:" + "|".join(_WRITE_VERBS) + r")(?:e|es|s|ies|y|ing|ting)?\b")
 _READ_ONLY_CAP = 2  # readOnlyHint with nothing else: at most L2 (reading can still be sensitive)
 
 
-def keyword_level(name: str, description: str, annotations: dict | None = None) -> tuple[int, list[str]]:
+def keyword_level(
+    name: str, description: str, annotations: Mapping[str, Any] | None = None, *, trust_annotations: bool = False,
+) -> tuple[int, list[str]]:
     """Rubric level 1..5 from keywords, permission categories and MCP annotations, with the
     evidence for it (e.g. ``["L4: 'delete'", "perm: file_write"]``).
 
-    MCP annotations (spec 2025-03-26) are hints from the server, read as evidence:
-    ``destructiveHint: true`` -> at least L4; ``readOnlyHint: true`` -> at most L2 unless
-    keywords show writes or destruction, or the tool matches the file-write, shell or code
-    execution categories (then the annotation is contradicted and ignored);
-    ``openWorldHint: true`` -> at least L2. ``idempotentHint`` does not change the level.
-    Only explicit values count (the spec's defaults are not evidence).
+    MCP annotations (spec 2025-03-26) are hints from the server, read as evidence, never as
+    authority: servers are known to mislabel tools, and the hint is whatever the server's
+    author (or an attacker who controls the server) wrote. By default they only raise a
+    level: ``destructiveHint: true`` -> at least L4, ``openWorldHint: true`` -> at least L2;
+    ``readOnlyHint: true`` is recorded but lowers nothing. With ``trust_annotations`` a
+    ``readOnlyHint`` also lowers, to at most L2, unless the name or description contradicts
+    it (state-changing or destructive verbs, or the file-write, shell or code-execution
+    categories): a contradicted hint is ignored. ``idempotentHint`` does not change the
+    level. Only explicit values count (null and the spec's defaults are not evidence).
     """
     text = normalise_text(split_name(name) + " " + description)
     level, evidence = 1, []
@@ -210,28 +221,48 @@ def keyword_level(name: str, description: str, annotations: dict | None = None) 
     if ann.get("destructiveHint") is True:
         level = max(level, 4)
         evidence.append("mcp: destructiveHint")
-    elif ann.get("readOnlyHint") is True and not _WRITE_RX.search(text) and not (cats - {"credential_handling", "network_access"}):
-        if level > _READ_ONLY_CAP:
-            evidence.append(f"mcp: readOnlyHint caps L{level} at L{_READ_ONLY_CAP}")
-        level = min(level, _READ_ONLY_CAP)
-        evidence.append("mcp: readOnlyHint")
+    elif ann.get("readOnlyHint") is True:
+        if not trust_annotations:
+            evidence.append("mcp: readOnlyHint (not trusted: hints only raise a level)")
+        elif read_only_contradicted(text, cats):
+            evidence.append("mcp: readOnlyHint contradicted by the description, ignored")
+        else:
+            if level > _READ_ONLY_CAP:
+                evidence.append(f"mcp: readOnlyHint caps L{level} at L{_READ_ONLY_CAP}")
+            level = min(level, _READ_ONLY_CAP)
+            evidence.append("mcp: readOnlyHint")
     if ann.get("openWorldHint") is True and level < 2:
         level = 2
         evidence.append("mcp: openWorldHint")
     return level, evidence
 
 
-def fail_closed_levels(risk_levels: np.ndarray, annotations: Iterable[dict | None]) -> np.ndarray:
-    """Risk levels for the rule filter's audited-label path on a partly audited registry.
-    Audited levels stay. An unlabelled tool whose MCP annotations say ``readOnlyHint: true``
-    (and not ``destructiveHint: true``) becomes L2 (low); ``destructiveHint: true`` makes it
-    L5. Any other unlabelled tool stays 0, which the rule filter treats as L5 (fail closed)
-    and reports as unlabelled."""
-    out = np.asarray(risk_levels, dtype=np.int8).copy()
-    for i, ann in enumerate(annotations):
-        if out[i] == 0 and ann:
+def read_only_contradicted(text: str, categories: frozenset[str]) -> bool:
+    """Whether a tool's normalised name + description contradicts a ``readOnlyHint``: a
+    state-changing or destructive verb, or a category other than credential handling and
+    network access (reading credentials or the web is still reading)."""
+    return bool(_WRITE_RX.search(text)) or bool(categories - {"credential_handling", "network_access"})
+
+
+def fail_closed_levels(tools: Iterable[Any], *, trust_annotations: bool = False) -> np.ndarray:
+    """Risk levels for the rule filter's audited-label path on a partly audited registry
+    (``tools``: objects with ``risk_level``, ``name``, ``description`` and ``annotations``,
+    as :class:`riskrank.registry.Tool`). Audited levels stay. An unlabelled tool stays 0,
+    which the rule filter treats as L5 (fail closed) and reports as unlabelled, unless its
+    MCP annotations raise it: ``destructiveHint: true`` makes it L5 (stated, no longer only
+    assumed). Hints never lower a level by default; with ``trust_annotations`` a
+    ``readOnlyHint: true`` that the name and description do not contradict
+    (:func:`read_only_contradicted`) makes it the keyword level, at most L2."""
+    out = []
+    for tool in tools:
+        level = tool.risk_level or 0
+        ann = tool.annotations or {}
+        if level == 0 and ann:
             if ann.get("destructiveHint") is True:
-                out[i] = 5
-            elif ann.get("readOnlyHint") is True:
-                out[i] = _READ_ONLY_CAP
-    return out
+                level = 5
+            elif trust_annotations and ann.get("readOnlyHint") is True:
+                text = normalise_text(split_name(tool.name) + " " + tool.description)
+                if not read_only_contradicted(text, permission_categories(tool.name, tool.description)):
+                    level = keyword_level(tool.name, tool.description, ann, trust_annotations=True)[0]
+        out.append(level)
+    return np.asarray(out, dtype=np.int8)
