@@ -333,7 +333,7 @@ def test_truncated_weights_with_matching_hash_still_fail_cleanly(tmp_path, train
     garbage = (path / WEIGHTS).read_bytes()[:100]
     (path / WEIGHTS).write_bytes(garbage)
     meta = json.loads((path / SIDECAR).read_text())
-    meta["weights_sha256"] = hashlib.sha256(garbage).hexdigest()
+    meta["weights_sha256"] = meta["files"][WEIGHTS] = hashlib.sha256(garbage).hexdigest()
     (path / SIDECAR).write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match="cannot load head weights"):
         load_checkpoint(path)

@@ -6,35 +6,219 @@
     graph.npz           the ToolGraph built from the training queries (registry-specific)
     checkpoint.json     the sidecar: format, encoder, head shape, the inference settings chosen
                         on validation (lambda, alpha, normalisation), hyperparameters,
-                        training data fingerprints, validation records, the weights' sha256
+                        training data fingerprints, validation records, and ``files``: the
+                        sha256 of every other file (the manifest)
 
-Heads only: the frozen encoder is named (its identity must match at load), not stored. Each
-file is written atomically and the sidecar last, with the weights' sha256, so a torn
-directory is detected on load. This module is the only one that knows the layout.
+Heads only: the frozen encoder is named (its identity must match at load), not stored. This
+module is the only one that knows the layout.
+
+A checkpoint commits as a whole. Every file is written into a staging directory beside the
+target (``.NAME.staging-*``), fsynced, and the staging directory then takes the target's
+place in one rename: an atomic exchange with the old checkpoint where the system has one
+(Linux ``renameat2(RENAME_EXCHANGE)``), else two renames, between which a crash leaves the
+old checkpoint whole at ``.NAME.old-*`` and :func:`load_checkpoint` says where it is. A
+reader (or a crash) never meets heads of one run beside the graph of another. On load, the
+manifest is checked too: a file it lists that is missing or differs, or an artefact it does
+not list, is an error, so a hand-assembled or tampered directory is refused.
+
+The sidecar is validated against :data:`SIDECAR_SCHEMA`, one line per key (type, range,
+choices, required or not). Two kinds of key:
+
+- plain keys (``inference.lam``) change what the checkpoint means: an unknown plain key in a
+  checked block is an error (a typo such as ``lamda`` must not silently fall back to a
+  default, and an older riskrank must not half-understand a newer checkpoint);
+- namespaced keys, ``NAMESPACE:NAME`` (``lexical:weight``, ``quality:risk_head_collapsed``),
+  are extensions: a reader that knows one validates it (add it to the schema), a reader that
+  does not keeps and ignores it. A later version adds information that older versions may
+  skip as a namespaced key, and anything they must understand as a plain key (or a new
+  format).
+
+Every load error is one line naming the file and the problem.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import ctypes.util
 import hashlib
-import json
+import io
+import math
+import os
+import shutil
+import tempfile
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from riskrank._version import __version__
-from riskrank.errors import CheckpointError
-from riskrank.fileio import atomic_write_bytes, dumps
-from riskrank.graph import ToolGraph
-from riskrank.heads import DualHead
+from riskrank.errors import CheckpointError, RiskrankError
+from riskrank.fileio import DIR_MODE, atomic_writer, dumps, loads_strict, read_regular_file, show
+from riskrank.graph import NORMALISATIONS, ToolGraph
+from riskrank.heads import DESIGNS, DualHead
+from riskrank.modes import MAX_LAMBDA
 from riskrank.training import TrainResult
 
 WEIGHTS = "heads.safetensors"
 SIDECAR = "checkpoint.json"
 GRAPH_FILE = "graph.npz"
-FORMAT = "riskrank-heads/1"
+#: The artefacts a checkpoint directory may hold besides the sidecar.
+ARTEFACTS = (WEIGHTS, GRAPH_FILE)
+FORMAT = "riskrank-heads/2"
+#: Formats this version reads: /1 (no manifest; the graph is range-checked only) and /2.
+READABLE_FORMATS = ("riskrank-heads/1", FORMAT)
+#: The largest sidecar read (a sidecar is a few kB; validation records make it tens).
+MAX_SIDECAR_BYTES = 16 * 1024 * 1024
 
 
+# -- the sidecar schema ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Key:
+    """What one sidecar key may hold. ``kind``: ``str``, ``int``, ``number`` (int or float,
+    finite), ``bool``, ``dict``, ``list`` or ``sha256`` (64 hex digits); ``low``/``high``: an
+    inclusive range for numbers; ``choices``: the allowed values; ``nullable``: null allowed;
+    ``open``: a dict whose own keys are not checked (free-form records)."""
+
+    kind: str
+    required: bool = True
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[Any, ...] | None = None
+    nullable: bool = False
+    open: bool = False
+
+    def problem(self, value: Any) -> str | None:
+        """Why ``value`` does not fit, or None."""
+        if value is None:
+            return None if self.nullable else "must not be null"
+        ok = {
+            "str": isinstance(value, str),
+            "int": isinstance(value, int) and not isinstance(value, bool),
+            "number": isinstance(value, int | float) and not isinstance(value, bool),
+            "bool": isinstance(value, bool),
+            "dict": isinstance(value, dict),
+            "list": isinstance(value, list),
+            "sha256": isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value),
+        }[self.kind]
+        if not ok:
+            return f"must be {_KIND_WORDS[self.kind]}, got {show(value)}"
+        if self.kind in ("int", "number"):
+            if not math.isfinite(value):
+                return f"must be a finite number, got {show(value)}"
+            if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
+                return f"must be in [{self.low:g}, {self.high:g}], got {show(value)}" if self.high is not None \
+                    else f"must be >= {self.low:g}, got {show(value)}"
+        if self.choices is not None and value not in self.choices:
+            return f"must be one of {', '.join(map(str, self.choices))}, got {show(value)}"
+        return None
+
+
+_KIND_WORDS = {"str": "a string", "int": "an integer", "number": "a number", "bool": "true or false",
+               "dict": "a JSON object", "list": "a JSON list", "sha256": "a sha256 (64 lower-case hex digits)"}
+
+#: Every key of the sidecar, by dotted path. Extending the sidecar is one line here (and, for
+#: a key older versions may ignore, a ``namespace:name`` key: see the module docstring).
+SIDECAR_SCHEMA: dict[str, Key] = {
+    "format": Key("str", choices=READABLE_FORMATS),
+    "riskrank_version": Key("str", required=False),
+    "created": Key("str", required=False),
+    "encoder": Key("dict"),
+    "encoder.identity": Key("str"),
+    "encoder.name": Key("str", required=False, nullable=True),
+    "encoder.dim": Key("int", required=False, low=1),
+    "head": Key("dict"),
+    "head.design": Key("str", choices=DESIGNS),
+    "head.dim": Key("int", low=1),
+    "head.hidden": Key("int", low=1),
+    "head.rank": Key("int", low=1),
+    "head.parameters": Key("int", required=False, low=0),
+    "inference": Key("dict"),
+    "inference.lam": Key("number", low=0.0, high=MAX_LAMBDA),
+    "inference.alpha": Key("number", required=False, low=0.0, high=1.0),
+    "inference.normalisation": Key("str", required=False, choices=NORMALISATIONS),
+    "inference.residual_weight": Key("number", required=False, low=0.0, high=100.0),
+    "inference.label_lam": Key("number", required=False, low=0.0, high=MAX_LAMBDA),
+    "hyperparameters": Key("dict", required=False, open=True),
+    "training_data": Key("dict"),
+    "training_data.registry_fingerprint": Key("str"),
+    "training_data.queries_fingerprint": Key("str", required=False),
+    "training_data.n_queries": Key("int", required=False, low=0),
+    "training_data.tool_template": Key("str", required=False),
+    "counts": Key("dict", required=False, open=True),
+    "validation": Key("dict", required=False, open=True),
+    "history": Key("list", required=False),
+    "train_seconds": Key("number", required=False, low=0.0),
+    "weights_sha256": Key("sha256"),
+    "files": Key("dict", required=False),  # required from format /2 on (checked below)
+    **{f"files.{name}": Key("sha256", required=False) for name in ARTEFACTS},
+}
+
+
+def validate_sidecar(meta: Any, where: str) -> dict[str, Any]:
+    """``meta`` checked against :data:`SIDECAR_SCHEMA`; the first problem is one
+    :class:`CheckpointError` naming ``where`` and the key."""
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{where}: the sidecar must be a JSON object, got {type(meta).__name__}")
+    if meta.get("format") not in READABLE_FORMATS:
+        raise CheckpointError(f"{where}: unknown format {show(meta.get('format'))} (this riskrank reads {', '.join(READABLE_FORMATS)})")
+    blocks = {path.rsplit(".", 1)[0] for path in SIDECAR_SCHEMA if "." in path}
+    for path, key in SIDECAR_SCHEMA.items():
+        parent, _, name = path.rpartition(".")
+        container = _lookup(meta, parent) if parent else meta
+        if not isinstance(container, dict):
+            continue  # the parent's own check reports it
+        if name not in container:
+            if key.required:
+                raise CheckpointError(f"{where}: missing {path}")
+            continue
+        why = key.problem(container[name])
+        if why:
+            raise CheckpointError(f"{where}: {path} {why}")
+    for block in ("", *sorted(blocks)):
+        container = _lookup(meta, block) if block else meta
+        if not isinstance(container, dict) or (block and SIDECAR_SCHEMA[block].open):
+            continue
+        for name in container:
+            path = f"{block}.{name}" if block else name
+            if path not in SIDECAR_SCHEMA and ":" not in name:
+                raise CheckpointError(f"{where}: unknown key {show(path)} (a typo, or a newer riskrank's checkpoint; "
+                                      "extension keys are named NAMESPACE:NAME)")
+    if meta["format"] == FORMAT and "files" not in meta:
+        raise CheckpointError(f"{where}: missing files (the manifest of a {FORMAT} checkpoint)")
+    if meta["head"]["dim"] != meta["encoder"].get("dim", meta["head"]["dim"]):
+        raise CheckpointError(f"{where}: head.dim {meta['head']['dim']} differs from encoder.dim {meta['encoder']['dim']}")
+    files = meta.get("files")
+    if files is not None and files.get(WEIGHTS) not in (None, meta["weights_sha256"]):
+        raise CheckpointError(f"{where}: files.{WEIGHTS} differs from weights_sha256")
+    return meta
+
+
+def _finite_or_null(value: Any) -> Any:
+    """NaN and infinities (a training record's "no loss at epoch 0") as JSON null: the sidecar
+    is strict JSON, readable by any parser."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite_or_null(v) for v in value]
+    if hasattr(value, "tolist") and hasattr(value, "dtype"):  # numpy values
+        return _finite_or_null(value.tolist())
+    return value
+
+
+def _lookup(meta: dict[str, Any], dotted: str) -> Any:
+    out: Any = meta
+    for part in dotted.split("."):
+        if not isinstance(out, dict):
+            return None
+        out = out.get(part)
+    return out
+
+
+# -- the checkpoint -------------------------------------------------------------------------------------
 @dataclass
 class Checkpoint:
     """Loaded (or freshly trained) heads and their sidecar; ``path`` is the directory it was
@@ -43,6 +227,8 @@ class Checkpoint:
     model: DualHead
     meta: dict[str, Any]
     path: Path | None = None
+    graph_bytes: bytes | None = field(default=None, repr=False)
+    """``graph.npz`` as read and verified at load (the graph is parsed when first asked for)."""
 
     @property
     def lam(self) -> float:
@@ -54,22 +240,29 @@ class Checkpoint:
 
     @property
     def inference(self) -> dict[str, Any]:
-        """The settings chosen on validation: lam, alpha, normalisation."""
+        """The settings chosen on validation: lam, alpha, normalisation, ..."""
         return dict(self.meta.get("inference", {}))
 
-    def graph_for(self, registry_fingerprint: str) -> ToolGraph | None:
+    def graph_for(self, registry_fingerprint: str, n_tools: int | None = None) -> ToolGraph | None:
         """The saved ToolGraph, if there is one and it was built for this registry (a graph
         is registry-specific; another registry gets its own)."""
-        if self.path is None or not (self.path / GRAPH_FILE).exists():
+        if self.graph_bytes is None:
             return None
         if self.meta["training_data"].get("registry_fingerprint") != registry_fingerprint:
             return None
-        return ToolGraph.from_npz(self.path / GRAPH_FILE)
+        where = str(self.path / GRAPH_FILE) if self.path is not None else GRAPH_FILE
+        try:
+            graph = ToolGraph.from_npz(io.BytesIO(self.graph_bytes), source=where)
+        except RiskrankError as exc:
+            raise CheckpointError(str(exc)) from None
+        if n_tools is not None and graph.n_tools != n_tools:
+            raise CheckpointError(f"{where}: the graph is for {graph.n_tools} tools, the registry has {n_tools}: retrain")
+        return graph
 
 
 def sidecar(result: TrainResult, *, encoder: dict[str, Any], registry_fingerprint: str,
             training_data: dict[str, Any] | None = None, inference: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The sidecar of a training result (without the weights' sha256, which saving adds)."""
+    """The sidecar of a training result (without the sha256s, which saving adds)."""
     return {
         "format": FORMAT,
         "riskrank_version": __version__,
@@ -92,78 +285,215 @@ def in_memory(result: TrainResult, **meta: Any) -> Checkpoint:
     return Checkpoint(result.model, sidecar(result, **meta))
 
 
+# -- saving: one atomic commit --------------------------------------------------------------------------
 def save_checkpoint(
     result: TrainResult, path: str | Path, *, encoder: dict[str, Any], registry_fingerprint: str,
     training_data: dict[str, Any] | None = None, inference: dict[str, Any] | None = None, graph: ToolGraph | None = None,
 ) -> Path:
     """Write ``heads.safetensors``, ``graph.npz`` (when a graph is given) and, last,
-    ``checkpoint.json`` into directory ``path``."""
+    ``checkpoint.json`` with their sha256s into a staging directory, then put it in place of
+    directory ``path`` in one step (module docstring). ``path`` may not exist, be empty, or
+    hold a checkpoint (which is replaced); a directory holding anything else is refused."""
     from safetensors.torch import save
 
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise CheckpointError(f"{path}: exists and is not a directory")
+    if path.is_dir() and any(path.iterdir()) and not is_checkpoint_dir(path):
+        raise CheckpointError(f"{path}: a directory holding other files, not a checkpoint; not overwritten")
     state = {k: v.detach().contiguous() for k, v in result.model.state_dict().items()}
     blob = save(state)
-    atomic_write_bytes(path / WEIGHTS, blob)
-    if graph is not None:
-        graph.to_npz(path / GRAPH_FILE)
     meta = sidecar(result, encoder=encoder, registry_fingerprint=registry_fingerprint, training_data=training_data,
                    inference=inference)
     meta["weights_sha256"] = hashlib.sha256(blob).hexdigest()
-    atomic_write_bytes(path / SIDECAR, dumps(meta).encode())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _directory_lock(path.parent):
+        _remove_leftovers(path)
+        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.staging-", dir=path.parent))
+        try:
+            with atomic_writer(staging / WEIGHTS) as fh:
+                fh.write(blob)
+            files = {WEIGHTS: meta["weights_sha256"]}
+            if graph is not None:
+                graph.to_npz(staging / GRAPH_FILE)
+                files[GRAPH_FILE] = _sha256_file(staging / GRAPH_FILE)
+            meta["files"] = files
+            validate_sidecar(meta, f"{path / SIDECAR} (about to be written)")
+            with atomic_writer(staging / SIDECAR) as fh:
+                fh.write(dumps(_finite_or_null(meta), allow_nan=False).encode())
+            os.chmod(staging, DIR_MODE)  # mkdtemp's 0700 would make the checkpoint private
+            _fsync_dir(staging)
+            _commit(staging, path)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
     return path
 
 
+@contextlib.contextmanager
+def _directory_lock(parent: Path) -> Iterator[None]:
+    """An exclusive lock on the parent directory: two saves beside each other take turns, and
+    leftovers found while holding it belong to no running save."""
+    fd = os.open(parent, os.O_RDONLY)
+    try:
+        try:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except (ImportError, OSError):  # pragma: no cover - no advisory locks here
+            pass
+        yield
+    finally:
+        os.close(fd)
+
+
+def _leftovers(path: Path, kind: str) -> list[Path]:
+    return sorted(path.parent.glob(f".{path.name}.{kind}-*"))
+
+
+def _remove_leftovers(path: Path) -> None:
+    """Staging directories of killed saves; an old copy only once a checkpoint is in place
+    again (until then it is the only whole one)."""
+    for p in _leftovers(path, "staging"):
+        shutil.rmtree(p, ignore_errors=True)
+    if is_checkpoint_dir(path):
+        for p in _leftovers(path, "old"):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two directories atomically (Linux renameat2 with RENAME_EXCHANGE); False where
+    the system or the file system cannot."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    return fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0
+
+
+def _commit(staging: Path, path: Path) -> None:
+    if not path.exists() or (path.is_dir() and not any(path.iterdir())):
+        os.replace(staging, path)  # onto nothing, or onto an empty directory: one rename
+    elif _exchange(staging, path):
+        shutil.rmtree(staging, ignore_errors=True)  # staging now holds the old checkpoint
+    else:
+        old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
+        os.replace(path, old)  # a crash right here leaves the old checkpoint whole at `old`
+        os.replace(staging, path)
+        shutil.rmtree(old, ignore_errors=True)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):  # not every file system can fsync a directory
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# -- loading --------------------------------------------------------------------------------------------
 def read_sidecar(path: str | Path) -> dict[str, Any]:
     """The sidecar as it is on disk, or {} when it is missing or not JSON (for a caller that
     only wants a hint, such as the encoder name; :func:`load_checkpoint` names the problem)."""
     side = Path(path) / SIDECAR
     try:
-        meta = json.loads(side.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        meta = loads_strict(read_regular_file(side, max_bytes=MAX_SIDECAR_BYTES).decode("utf-8"), str(side), non_finite=True)
+    except (OSError, RiskrankError, UnicodeDecodeError):
         return {}
     return meta if isinstance(meta, dict) else {}
 
 
+def _read(file: Path, what: str) -> bytes:
+    try:
+        return read_regular_file(file)
+    except RiskrankError as exc:
+        raise CheckpointError(f"{file}: {what} is {exc}") from None
+    except OSError as exc:
+        raise CheckpointError(f"{file}: cannot read the {what} ({exc.strerror or exc})") from None
+
+
 def load_checkpoint(path: str | Path, *, encoder_identity: str | None = None, dim: int | None = None) -> Checkpoint:
     """Load a checkpoint directory; never unpickles. A mismatched encoder or dimension, a
-    missing file, a torn or corrupt pair is a :class:`CheckpointError` naming the problem."""
+    missing, torn, tampered or out-of-range part is a :class:`CheckpointError` naming the
+    file and the problem."""
     from safetensors import SafetensorError
     from safetensors.torch import load
 
     path = Path(path)
     if not path.is_dir():
+        old = _leftovers(path, "old")
+        if old:
+            raise CheckpointError(f"{path}: missing; an interrupted save left the previous checkpoint at {old[-1]} "
+                                  f"(rename it to {path.name}, or train again)")
         raise CheckpointError(f"{path}: no such checkpoint directory")
     side, weights = path / SIDECAR, path / WEIGHTS
     for f in (side, weights):
         if not f.is_file():
             raise CheckpointError(f"{path}: missing {f.name}; not a riskrank checkpoint")
+    raw = _read(side, "sidecar")
+    if len(raw) > MAX_SIDECAR_BYTES:
+        raise CheckpointError(f"{side}: {len(raw):,} bytes; not a riskrank sidecar")
     try:
-        meta = json.loads(side.read_text(encoding="utf-8"))
-        if meta.get("format") != FORMAT:
-            raise CheckpointError(f"{side}: unknown format {meta.get('format')!r} (expected {FORMAT})")
-        head = meta["head"]
-        design, ck_dim = head["design"], int(head["dim"])
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"{side}: corrupt checkpoint sidecar ({exc})") from None
-    blob = weights.read_bytes()
-    if hashlib.sha256(blob).hexdigest() != meta.get("weights_sha256"):
-        raise CheckpointError(f"{weights}: weights do not match the sidecar's sha256 (corrupt or partially written)")
+        # NaN is let through for format /1 sidecars (their records held NaN); the schema
+        # still requires every number it checks to be finite.
+        meta = loads_strict(raw.decode("utf-8"), str(side), CheckpointError, non_finite=True)
+    except UnicodeDecodeError:
+        raise CheckpointError(f"{side}: corrupt checkpoint sidecar (not UTF-8)") from None
+    except CheckpointError as exc:
+        raise CheckpointError(f"{side}: corrupt checkpoint sidecar ({str(exc).removeprefix(str(side) + ': ')})") from None
+    validate_sidecar(meta, str(side))
+    blob = _read(weights, "weights file")
+    if hashlib.sha256(blob).hexdigest() != meta["weights_sha256"]:
+        raise CheckpointError(f"{weights}: weights do not match the sidecar's sha256 (corrupt, partially written, or of another run)")
+    graph_bytes = _verified_graph(path, meta)
+    ck_dim = meta["head"]["dim"]
     if dim is not None and ck_dim != dim:
         raise CheckpointError(f"{path}: checkpoint heads expect {ck_dim}-d embeddings but the encoder gives {dim}-d")
-    if encoder_identity is not None and meta["encoder"].get("identity") != encoder_identity:
+    if encoder_identity is not None and meta["encoder"]["identity"] != encoder_identity:
         raise CheckpointError(
-            f"{path}: trained on encoder {meta['encoder'].get('identity')!r}, not {encoder_identity!r}; "
+            f"{path}: trained on encoder {meta['encoder']['identity']!r}, not {encoder_identity!r}; "
             "pass the same --encoder or retrain"
         )
+    head = meta["head"]
     try:
         state = load(blob)
-        model = DualHead(ck_dim, design, int(head["hidden"]), int(head["rank"]))
+        model = DualHead(ck_dim, head["design"], head["hidden"], head["rank"])
         model.load_state_dict(state, strict=True)
     except (SafetensorError, RuntimeError, ValueError) as exc:
-        raise CheckpointError(f"{weights}: cannot load head weights ({str(exc).splitlines()[0]})") from None
-    return Checkpoint(model.eval(), meta, path)
+        raise CheckpointError(f"{weights}: cannot load head weights into the sidecar's head ({str(exc).splitlines()[0][:160]})") from None
+    return Checkpoint(model.eval(), meta, path, graph_bytes)
+
+
+def _verified_graph(path: Path, meta: Mapping[str, Any]) -> bytes | None:
+    """``graph.npz``'s bytes, checked against the manifest; None when there is no graph."""
+    graph = path / GRAPH_FILE
+    files = meta.get("files")
+    if files is None:  # format /1: no manifest; the graph is range-checked when parsed
+        return _read(graph, "graph file") if graph.exists() else None
+    for name in ARTEFACTS:
+        present, listed = (path / name).exists(), name in files
+        if listed and not present:
+            raise CheckpointError(f"{path / name}: missing, but the sidecar's manifest lists it (a torn or partial copy)")
+        if present and not listed:
+            raise CheckpointError(f"{path / name}: not part of this checkpoint (the sidecar's manifest does not list it)")
+    if GRAPH_FILE not in files:
+        return None
+    data = _read(graph, "graph file")
+    if hashlib.sha256(data).hexdigest() != files[GRAPH_FILE]:
+        raise CheckpointError(f"{graph}: does not match the sidecar's sha256 (corrupt, partially written, or of another run)")
+    return data
 
 
 def is_checkpoint_dir(path: str | Path) -> bool:

@@ -26,7 +26,7 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -545,28 +545,36 @@ class ToolGraph:
             np.savez(fh, **arrays)
 
     @classmethod
-    def from_npz(cls, path: str | os.PathLike[str]) -> ToolGraph:
-        """Load a graph saved by :meth:`to_npz`."""
+    def from_npz(cls, path: str | os.PathLike[str] | IO[bytes], *, source: str | None = None) -> ToolGraph:
+        """Load a graph saved by :meth:`to_npz` (a path, or an open binary file named by
+        ``source``). Never unpickles; anything that is not a whole, finite riskrank graph is one
+        :class:`RiskrankError` naming the file: a torn or bit-flipped archive as much as NaN
+        weights or parts that do not fit together."""
+        where = source or str(path)
         try:
             with np.load(path, allow_pickle=False) as z:
                 if str(z["format"]) != _FORMAT:
-                    raise RiskrankError(f"{path}: not a {_FORMAT} file (format {z['format']})")
+                    raise RiskrankError(f"{where}: not a riskrank graph file (format {str(z['format'])[:40]!r})")
                 cfg = json.loads(str(z["config"]))
                 cfg["edge_types"] = tuple(cfg["edge_types"])
-                A = sp.csr_matrix(
-                    (z["data"], z["indices"], z["indptr"]), shape=tuple(z["shape"].tolist())
-                )
-                return cls(
-                    A,
-                    z["permissions"],
-                    float(z["perm_coef"]),
-                    GraphConfig(**cfg),
-                    max_raw=float(z["max_raw"]),
-                    type_counts=json.loads(str(z["type_counts"])),
-                )
-        except (OSError, KeyError, ValueError) as exc:
-            raise RiskrankError(f"cannot load ToolGraph from {path}: {exc}") from exc
-
+                config = GraphConfig(**cfg)
+                parts = {k: z[k] for k in ("data", "indices", "indptr", "permissions", "perm_coef", "max_raw", "shape")}
+                type_counts = json.loads(str(z["type_counts"]))
+        except RiskrankError:
+            raise
+        except Exception as exc:  # zipfile.BadZipFile, EOFError, OSError, KeyError, ValueError, TypeError, ...
+            detail = "a member is missing" if isinstance(exc, KeyError) else type(exc).__name__
+            raise RiskrankError(f"{where}: not a riskrank graph file, or a damaged one ({detail})") from None
+        for name in ("data", "permissions", "perm_coef", "max_raw"):
+            if not np.all(np.isfinite(parts[name])):
+                raise RiskrankError(f"{where}: {name} holds NaN or infinite values")
+        if (parts["data"] < 0).any() or float(parts["max_raw"]) <= 0 or float(parts["perm_coef"]) < 0:
+            raise RiskrankError(f"{where}: negative or zero edge weights")
+        try:
+            A = sp.csr_matrix((parts["data"], parts["indices"], parts["indptr"]), shape=tuple(int(v) for v in parts["shape"].tolist()))
+            return cls(A, parts["permissions"], float(parts["perm_coef"]), config, max_raw=float(parts["max_raw"]), type_counts=type_counts)
+        except (ValueError, TypeError, RiskrankError) as exc:
+            raise RiskrankError(f"{where}: the graph's parts do not fit together ({str(exc)[:120]})") from None
 
 def normalise_dense(W: np.ndarray, normalisation: str) -> np.ndarray:
     """Plain dense normalisation of a symmetric weight matrix (zero diagonal); see

@@ -25,6 +25,9 @@ RISK_SOURCES = ("labels", "predicted")
 FIRST_STAGES = ("exact", "ann")
 #: The longest list one retrieval returns.
 MAX_K = 100
+#: The largest risk weight lambda a checkpoint may carry (training grids stay far below it; a
+#: larger value is an edited or corrupt sidecar).
+MAX_LAMBDA = 100.0
 
 
 @dataclass(frozen=True)
