@@ -49,7 +49,7 @@ from riskrank.cli import run as cli_run
 from riskrank.datasets.demo import demo_registry_path
 from riskrank.encoder import ArrayEncoder
 from riskrank.registry import ToolRegistry, make_tool
-from riskrank.risk import keyword_level, level_from_score
+from riskrank.risk import level_from_score
 
 
 class Fixed:
@@ -155,6 +155,63 @@ def test_rerun_reuses_votes_and_reannotates_changed_tools(tmp_path):
         run_audit(reg, [a, a], log)
 
 
+def _log_lines(log):
+    return [json.loads(x) for x in log.read_text().splitlines()]
+
+
+def test_every_vote_line_carries_a_checksum(tmp_path):
+    from riskrank.audit import line_checksum
+
+    log = tmp_path / "v.jsonl"
+    run_audit(registry(3), [Fixed("a", {"t0": 1, "t1": 2, "t2": 3})], log)
+    lines = _log_lines(log)
+    assert len(lines) == 3 and all(rec["sum"] == line_checksum(rec) for rec in lines)
+
+
+def test_an_edited_or_forged_vote_is_asked_again(tmp_path):
+    log = tmp_path / "v.jsonl"
+    reg = registry(3)
+    run_audit(reg, [Fixed("a", {"t0": 5, "t1": 2, "t2": 3})], log)
+    lines = _log_lines(log)
+    lines[0]["level"] = 1  # edited by hand: the checksum no longer holds
+    forged = {**lines[1], "level": 1}
+    forged.pop("sum")  # appended without a checksum (or by a riskrank that wrote none)
+    log.write_text("".join(json.dumps(x) + "\n" for x in [*lines, forged]))
+    notes = []
+    again = Fixed("a", {"t0": 5, "t1": 2, "t2": 3})
+    run = run_audit(reg, [again], log, echo=notes.append)
+    assert sorted(again.calls) == ["t0"], "the edited line's vote is asked again; the forged one is ignored"
+    assert run.votes["t0"]["a"].level == 5 and run.votes["t1"]["a"].level == 2
+    assert any("1 line(s)" in n and "failed their checksum" in n for n in notes) or any("2 line(s)" in n for n in notes)
+
+
+def test_deterministic_annotators_are_recomputed_not_trusted(tmp_path):
+    """A forged keyword vote with a valid checksum: the keyword annotator is rerun on resume and
+    its own vote wins (and the replacement is logged and reported)."""
+    from riskrank.audit import line_checksum
+
+    log = tmp_path / "v.jsonl"
+    reg = ToolRegistry([make_tool("delete_storage_bucket", "Delete a storage bucket and every object in it.", where="t"),
+                        make_tool("get_weather", "Weather for a city.", where="t")])
+    first = run_audit(reg, [KeywordAnnotator()], log)
+    assert first.votes["delete_storage_bucket"]["keyword"].level >= 4
+    lines = _log_lines(log)
+    for rec in lines:
+        if rec["tool"] == "delete_storage_bucket":
+            rec["level"] = 1
+            rec["sum"] = line_checksum(rec)  # a careful forger recomputes the checksum
+    log.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    notes = []
+    run = run_audit(reg, [KeywordAnnotator()], log, echo=notes.append)
+    assert run.votes["delete_storage_bucket"]["keyword"].level >= 4 and run.recomputed_differed == 1
+    assert any("differ from what keyword gives now" in n for n in notes)
+    assert "recomputed: the log said L1" in log.read_text()
+    # a log that agrees is confirmed without new lines
+    size = log.stat().st_size
+    run = run_audit(reg, [KeywordAnnotator()], log)
+    assert run.new == 0 and run.recomputed_differed == 0 and log.stat().st_size == size
+
+
 def test_vote_log_is_locked(tmp_path):
     from riskrank.audit import VoteLog
 
@@ -162,12 +219,32 @@ def test_vote_log_is_locked(tmp_path):
         pass
 
 
-def test_keyword_annotator_matches_keyword_level():
-    reg = ToolRegistry.load(demo_registry_path())
-    got = dict(KeywordAnnotator().annotate(reg.tools))
-    for i, t in enumerate(reg.tools):
-        level, ev = keyword_level(t.name, t.description, t.annotations)
-        assert got[i].level == level and got[i].evidence == ("; ".join(ev) or "no risk keyword")
+# Golden cases, written by hand from the rubric (Appendix A), not computed by the code under
+# test: real tool shapes with the level a careful reader gives and the evidence that must show.
+KEYWORD_GOLDEN = [
+    ("read_file", "Read the complete contents of a file from the file system.", None, 1, 1, []),
+    ("get_weather", "Get the weather forecast for a city.", None, 1, 1, []),
+    ("list_contacts", "List my contacts.", None, 2, 2, ["L2: 'contacts'"]),
+    ("send_email", "Send an email to a recipient.", None, 3, 3, ["L3: 'send'"]),
+    ("delete_file", "Delete a file from the disk.", None, 4, 4, ["L4: 'delete'", "perm: file_write"]),
+    ("drop_database_table", "Drop a table from the database.", None, 4, 5, ["L5: 'drop database'"]),
+    ("purge_directory", "Deletes all files and subfolders in a directory recursively.", {"readOnlyHint": True}, 4, 4,
+     ["L4: 'purge'", "mcp: readOnlyHint (not trusted: hints only raise a level)"]),
+    ("wipe_disk", "Wipes the disk: overwrites every sector with zeros.", None, 5, 5, ["L5: 'wipe'"]),
+    ("run_shell", "Run a shell command on the host.", None, 4, 5, ["perm: shell_execution"]),
+    ("tidy_notes", "Tidy up the notebook layout.", {"destructiveHint": True}, 4, 5, ["mcp: destructiveHint"]),
+]
+
+
+@pytest.mark.parametrize(("name", "description", "annotations", "low", "high", "evidence"), KEYWORD_GOLDEN)
+def test_keyword_annotator_golden_cases(name, description, annotations, low, high, evidence):
+    tool = make_tool(name, description, where="golden", annotations=annotations)
+    [(i, vote)] = list(KeywordAnnotator().annotate([tool]))
+    assert i == 0 and low <= vote.level <= high, vote
+    for piece in evidence:
+        assert piece in vote.evidence.split("; "), (piece, vote.evidence)
+    if not evidence:
+        assert vote.evidence == "no risk keyword"
 
 
 def test_make_annotator_specs():
@@ -195,23 +272,60 @@ def _tiny_training(n_tools: int = 24, n_queries: int = 30, dim: int = 8, seed: i
     return reg, q_texts, gold, ArrayEncoder(table)
 
 
-def test_head_annotator_uses_the_checkpoint_risk_head(tmp_path):
+def test_head_annotator_follows_the_checkpoint_on_disk(tmp_path):
+    """Two checkpoints whose risk heads say opposite things: the annotator's levels follow the
+    file it is given (not an in-memory model), and a separable risk is learned."""
+    import torch
+
     from riskrank.checkpoint import save_checkpoint
-    from riskrank.heads import HeadScorer
     from riskrank.training import TrainConfig, train_heads
 
     reg, q_texts, gold, enc = _tiny_training()
     tool_emb = enc.encode(reg.texts())
     res = train_heads(tool_emb, enc.encode(q_texts), gold, reg.risk_levels, TrainConfig(epochs=2), progress=False)
-    save_checkpoint(res, tmp_path / "ck", encoder={"identity": enc.identity, "name": "array", "dim": 8},
+    meta = {"encoder": {"identity": enc.identity, "name": "array", "dim": 8}, "registry_fingerprint": reg.fingerprint()}
+    save_checkpoint(res, tmp_path / "low", **meta)
+    with torch.no_grad():  # the other checkpoint: a risk head pinned to "critical" for every tool
+        res.model.risk_head.l2.weight.zero_()
+        res.model.risk_head.l2.bias.fill_(20.0)
+    save_checkpoint(res, tmp_path / "high", **meta)
+    high = dict(HeadAnnotator(tmp_path / "high", encoder=enc).annotate(reg.tools))
+    assert {v.level for v in high.values()} == {5}
+    low = dict(HeadAnnotator(tmp_path / "low", encoder=enc).annotate(reg.tools))
+    assert {v.level for v in low.values()} != {5}
+    assert all(v.evidence.startswith("f_risk=") for v in low.values())
+    ann = HeadAnnotator(tmp_path / "low", encoder=enc)
+    assert ann.name == f"head:{tmp_path / 'low'}" and len(ann.config) == 12 and ann.deterministic
+
+
+def test_head_annotator_learns_a_separable_risk(tmp_path, torch_single_thread):
+    """Risky and safe tools far apart in embedding space: the head's levels agree with the
+    audited ones (Spearman > 0.8), so the annotator measures something."""
+    from scipy.stats import spearmanr
+
+    from riskrank.checkpoint import save_checkpoint
+    from riskrank.training import TrainConfig, train_heads
+
+    rng = np.random.default_rng(1)
+    n, dim = 40, 8
+    levels = np.array([1 + (i % 5) for i in range(n)])
+    emb = rng.normal(scale=0.05, size=(n, dim)).astype(np.float32)
+    emb[:, 0] += levels - 3.0  # the level is the direction in the plane of the first two axes
+    emb[:, 1] += 1.0
+    tools = [make_tool(f"t{i}", f"tool {i}", where="test", risk_level=int(levels[i])) for i in range(n)]
+    reg = ToolRegistry(tools)
+    q_texts = [f"query {j}" for j in range(200)]
+    gold = [np.array([j % n]) for j in range(200)]
+    table = {t.text(): emb[i] for i, t in enumerate(tools)}
+    table.update({q: emb[g].mean(0) + 0.01 * rng.normal(size=dim) for q, g in zip(q_texts, gold, strict=True)})
+    enc = ArrayEncoder(table)
+    res = train_heads(enc.encode(reg.texts()), enc.encode(q_texts), gold, reg.risk_levels,
+                      TrainConfig(epochs=20, seed=0, lr=1e-2), progress=False)
+    save_checkpoint(res, tmp_path / "ck", encoder={"identity": enc.identity, "name": "array", "dim": dim},
                     registry_fingerprint=reg.fingerprint())
-    ann = HeadAnnotator(tmp_path / "ck", encoder=enc)
-    subset = reg.tools[5:12]
-    got = dict(ann.annotate(subset))
-    want = level_from_score(HeadScorer(res.model, tool_emb[5:12]).f_risk)
-    assert [got[i].level for i in range(len(subset))] == want.tolist()
-    assert got[0].evidence.startswith("f_risk=")
-    assert ann.name == f"head:{tmp_path / 'ck'}" and len(ann.config) == 12
+    got = dict(HeadAnnotator(tmp_path / "ck", encoder=enc).annotate(reg.tools))
+    rho = spearmanr([got[i].level for i in range(n)], levels).statistic
+    assert rho > 0.8, rho
 
 
 def test_crossfit_hides_each_fold_labels(monkeypatch):
@@ -328,10 +442,12 @@ def test_cli_audit_and_agreement(tmp_path, monkeypatch, capsys):
     stamp = {"at": "2025-01-01T00:00:00Z"}
     lines = []
     from riskrank.annotators import tool_key
+    from riskrank.audit import line_checksum
 
     for t in ToolRegistry.load(mcp):
         for ann, lv in (("openai:a", 1 if t.name == "read_doc" else 2), ("openai:b", 1 if t.name == "read_doc" else 5)):
-            lines.append({"tool": t.name, "key": tool_key(t), "annotator": ann, "config": "fixed", "level": lv, **stamp})
+            rec = {"tool": t.name, "key": tool_key(t), "annotator": ann, "config": "fixed", "level": lv, **stamp}
+            lines.append({**rec, "sum": line_checksum(rec)})
     votes.write_text("".join(json.dumps(x) + "\n" for x in lines))
     monkeypatch.setattr("riskrank.annotators.make_annotator", lambda spec, **kw: _Logged(spec))
     labels = tmp_path / "mcp_labels.json"

@@ -108,6 +108,9 @@ class Annotator:
     config: str = ""
     slow: bool = False
     """True when each vote takes noticeable time (a progress bar is worth showing)."""
+    deterministic: bool = False
+    """True when the same tools always get the same votes and rerunning costs little: a
+    resumed audit then recomputes this annotator's logged votes instead of trusting them."""
 
     def annotate(self, tools: Sequence[Tool]) -> Iterator[tuple[int, Vote | Failure]]:
         raise NotImplementedError
@@ -118,6 +121,8 @@ class Annotator:
 
 class KeywordAnnotator(Annotator):
     """Rubric words, permission categories and MCP annotations (:func:`keyword_level`)."""
+
+    deterministic = True
 
     def __init__(self) -> None:
         self.name = "keyword"
@@ -131,6 +136,8 @@ class KeywordAnnotator(Annotator):
 
 class HeadAnnotator(Annotator):
     """The risk head of a checkpoint, on the new registry's own embeddings."""
+
+    deterministic = True
 
     def __init__(self, checkpoint: str | Path, *, encoder: Any = None, name: str | None = None) -> None:
         from riskrank.checkpoint import load_checkpoint, read_sidecar

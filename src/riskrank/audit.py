@@ -13,6 +13,14 @@ crash, a kill or Ctrl-C loses no finished vote; a rerun reads the log and asks o
 votes it lacks. A torn last line (killed mid-write) is cut off on open. An exclusive lock on
 the log stops two audits from writing it at once.
 
+The log is not trusted as written: each line carries ``sum``, a checksum over the rest of
+the line, and a line whose checksum fails (edited by hand, damaged, or written by a riskrank
+without checksums) is ignored with a note, so its vote is asked again. Deterministic
+annotators (keyword, a checkpoint's head) are cheap to rerun, so their logged votes are
+recomputed on resume and a vote that differs from the annotator's own is replaced (and
+reported), however well its line was forged. The checksum catches accidents and edits, not
+someone who recomputes it; an LLM's vote cannot be recomputed, only re-asked.
+
 The label file has the shape of the paper's released files, name -> {risk_level, description},
 plus ``votes``, ``span``, ``resolution``, ``evidence`` and ``provenance``, and keeps the tool's
 ``parameters`` and MCP ``annotations``, so every other command loads it as a registry.
@@ -71,6 +79,7 @@ class VoteLog:
         self.path = Path(path)
         self._fh = None
         self.skipped_lines = 0
+        self.unverified_lines = 0
         self.repaired = False
 
     def __enter__(self) -> VoteLog:
@@ -110,7 +119,8 @@ class VoteLog:
             self._fh = None
 
     def records(self) -> list[dict[str, Any]]:
-        """Every well-formed record, in file order."""
+        """Every well-formed record whose checksum holds, in file order (the others are
+        counted in ``skipped_lines`` and ``unverified_lines``)."""
         if not self.path.exists():
             return []
         out = []
@@ -123,10 +133,12 @@ class VoteLog:
                 except (json.JSONDecodeError, UnicodeDecodeError):
                     self.skipped_lines += 1
                     continue
-                if isinstance(rec, dict) and {"annotator", "config", "tool", "key"} <= rec.keys():
-                    out.append(rec)
-                else:
+                if not (isinstance(rec, dict) and {"annotator", "config", "tool", "key"} <= rec.keys()):
                     self.skipped_lines += 1
+                elif rec.get("sum") != line_checksum(rec):
+                    self.unverified_lines += 1
+                else:
+                    out.append(rec)
         return out
 
     def votes(self) -> dict[tuple[str, str, str, str], dict[str, Any]]:
@@ -140,8 +152,16 @@ class VoteLog:
 
     def append(self, record: dict[str, Any]) -> None:
         assert self._fh is not None, "use VoteLog as a context manager"
+        record = {**{k: v for k, v in record.items() if k != "sum"}}
+        record["sum"] = line_checksum(record)
         self._fh.write((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
         self._fh.flush()  # in the OS once written: a killed process loses nothing
+
+
+def line_checksum(record: dict[str, Any]) -> str:
+    """The ``sum`` of a vote-log line: sha256 over the canonical JSON of the rest of it."""
+    rest = {k: v for k, v in record.items() if k != "sum"}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()[:16]
 
 
 # -- span resolution -----------------------------------------------------------------------------
@@ -181,6 +201,8 @@ class AuditRun:
     new: int = 0
     reused: int = 0
     log_repaired: bool = False
+    recomputed_differed: int = 0
+    """Logged votes of deterministic annotators that their rerun contradicted."""
 
 
 def run_audit(
@@ -200,36 +222,52 @@ def run_audit(
         known = log.votes()
         if log.skipped_lines and echo:
             echo(f"note: {log.skipped_lines} unreadable line(s) in {log_path} ignored")
+        if log.unverified_lines and echo:
+            echo(f"note: {log.unverified_lines} line(s) in {log_path} failed their checksum (edited, damaged, or written "
+                 "by an older riskrank); ignored, so their votes are asked again")
         for ann in annotators:
-            todo = []
+            # A deterministic annotator is rerun on every tool: its logged votes are checked, not trusted.
+            recompute = bool(getattr(ann, "deterministic", False))
+            todo, logged = [], {}
             for i, t in enumerate(tools):
                 rec = known.get((ann.name, ann.config, t.name, keys[i]))
-                if rec is None:
-                    todo.append(i)
-                else:
+                if rec is not None and not recompute:
                     run.votes[t.name][ann.name] = Vote(int(rec["level"]), str(rec.get("evidence", "")))
                     run.reused += 1
+                    continue
+                todo.append(i)
+                if rec is not None:
+                    logged[i] = rec
             if not todo:
                 continue
-            if echo:
-                echo(f"{ann.name}: {len(todo)} tool(s) to annotate" + (f" ({len(tools) - len(todo)} from the vote log)" if len(todo) < len(tools) else ""))
+            missing = len(todo) - len(logged)
+            if echo and missing:
+                echo(f"{ann.name}: {missing} tool(s) to annotate" + (f" ({len(tools) - missing} from the vote log)" if missing < len(tools) else ""))
             bar = None
             if progress and getattr(ann, "slow", False) and len(todo) > 20:
                 from tqdm.auto import tqdm
 
                 bar = tqdm(total=len(todo), desc=ann.name, leave=False)
             results = ann.annotate([tools[i] for i in todo])
+            differed = 0
             try:
                 for j, result in results:
                     i = todo[j]
                     t = tools[i]
+                    prev = logged.get(i)
+                    if prev is not None and isinstance(result, Vote) and int(prev["level"]) == result.level:
+                        run.votes[t.name][ann.name] = result  # the logged vote, confirmed
+                        run.reused += 1
+                        continue
+                    differed += prev is not None
                     rec = {"tool": t.name, "key": keys[i], "annotator": ann.name, "config": ann.config,
                            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
                     if isinstance(result, Failure):
                         log.append({**rec, "error": result.error})
                         run.failures.setdefault(t.name, {})[ann.name] = result.error
                     else:
-                        log.append({**rec, "level": result.level, "evidence": result.evidence})
+                        log.append({**rec, "level": result.level, "evidence": result.evidence,
+                                    **({"note": f"recomputed: the log said L{prev['level']}"} if prev is not None else {})})
                         run.votes[t.name][ann.name] = result
                         run.new += 1
                     if bar is not None:
@@ -243,6 +281,10 @@ def run_audit(
                 close = getattr(ann, "close", None)
                 if close is not None:
                     close()
+            run.recomputed_differed += differed
+            if differed and echo:
+                echo(f"note: {differed} logged {ann.name} vote(s) differ from what {ann.name} gives now (an edited log?); "
+                     "replaced by the recomputed votes")
     return run
 
 
