@@ -146,7 +146,7 @@ def bad_registry(tmp_path: Path) -> Path:
         (["retrieve", "task", "--registry", "{bad}"], "invalid JSON at line 3"),
         (["retrieve", WEATHER, "-k", "0"], "k must be an integer between 1 and 100"),
         (["retrieve", WEATHER, "--mode", "core"], "needs a checkpoint"),
-        (["retrieve", WEATHER, "--mode", "warp"], "unknown mode 'warp'"),
+        (["retrieve", WEATHER, "--mode", "warp"], "Invalid value for '--mode': 'warp' is not one of"),
         (["retrieve", WEATHER, "--lam", "-1"], "lambda must be a finite number >= 0"),
         (["retrieve", "   "], "empty"),
         (["retrieve", WEATHER, "--checkpoint", "{tmp}/no_ck"], "no such checkpoint directory"),

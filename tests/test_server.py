@@ -100,7 +100,33 @@ def test_missing_or_wrong_token_is_401_everywhere(client, headers, method, path)
 
 def test_admin_endpoints_need_the_admin_token(client):
     error(client.post("/v1/admin/reload", headers=AUTH, json={}), 401, "unauthorized")
+    error(client.get("/v1/admin/reload", headers=AUTH), 401, "unauthorized")
     assert client.get("/v1/admin/reload", headers=ADMIN).status_code == 200
+    # and the admin token opens only the admin endpoints
+    error(client.post("/v1/retrieve", headers=ADMIN, json={"task": "read a file"}), 401, "unauthorized")
+
+
+def test_without_an_admin_token_there_are_no_admin_endpoints():
+    svc = LiveCatalogue.from_spec(ArtefactSpec(DEMO), HashEncoder())
+    with ServerThread(create_app(svc, token=TOKEN)) as s, httpx.Client(base_url=s.url) as c:
+        for method in ("GET", "POST"):
+            error(c.request(method, "/v1/admin/reload", headers=AUTH, json={}), 404, "not_found")
+        assert c.get("/v1/info", headers=AUTH).json()["generation"] == 1  # nothing was swapped
+        assert "/v1/admin/reload" not in c.get("/openapi.json").json()["paths"]
+
+
+def test_an_admin_token_equal_to_the_bearer_token_is_refused(monkeypatch, capsys):
+    svc = LiveCatalogue.from_spec(ArtefactSpec(DEMO), HashEncoder())
+    with pytest.raises(RiskrankError, match="equals the bearer token"):
+        create_app(svc, token=TOKEN, admin_token=TOKEN)
+    from riskrank.cli import run
+
+    monkeypatch.setenv("RISKRANK_TOKEN", TOKEN)
+    monkeypatch.setenv("RISKRANK_ADMIN_TOKEN", TOKEN)
+    monkeypatch.setattr("sys.argv", ["riskrank", "serve", "--port", "0"])
+    assert run() == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "equals the bearer token" in err
 
 
 def test_bind_rules(tmp_path, monkeypatch):
@@ -152,7 +178,10 @@ def test_retrieve_matches_the_pipeline(client, service):
         assert {"score", "f_rel", "f_risk", "risk_level", "effective_level", "risk_provenance", "permissions", "description"} <= set(t)
         assert t["risk_provenance"] == "audited"
     assert body["deferred"] and all(d["reasons"] for d in body["deferred"])
-    assert sum(t["effective_level"] >= 3 for t in body["tools"]) <= 1 or body["fallback"]
+    # The demo registry holds far more than k compliant tools: no fallback is needed, so none
+    # may appear, and the risk cap holds on the whole list.
+    assert body["fallback"] == []
+    assert sum(t["effective_level"] >= 3 for t in body["tools"]) <= 1
 
 
 @pytest.mark.parametrize("req,mode", [({"mode": "dense"}, "dense"), ({"mode": "dense+rule"}, "dense+rule"), ({"mode": "core"}, "core"),
@@ -252,18 +281,41 @@ def test_mode_unavailable_without_checkpoint():
             error(c.post("/v1/retrieve", headers=AUTH, json=body), 422, "mode_unavailable")
 
 
-def test_timeout_internal_error_and_overload():
-    limits = Limits(timeout_s=0.3, max_inflight=2)
+def test_timeout_gives_504():
+    """A request held in the encoder (a gate nobody opens) outlives the timeout: a 504,
+    deterministically, however fast the machine."""
     svc = LiveCatalogue.from_spec(ArtefactSpec(DEMO), HashEncoder())
-    with ServerThread(create_app(svc, limits=limits, token=TOKEN)) as s, httpx.Client(base_url=s.url, timeout=30) as c:
-        svc.encoder.inner.delay = 1.0
-        error(c.post("/v1/retrieve", headers=AUTH, json={"task": "slow one"}), 504, "timeout")
-        with ThreadPoolExecutor(6) as pool:
-            codes = list(pool.map(lambda i: c.post("/v1/retrieve", headers=AUTH, json={"task": f"busy {i}"}).status_code, range(6)))
-        assert 503 in codes, codes
-        time.sleep(1.5)  # let the abandoned threads drain
-        svc.encoder.inner.delay = 0.0
+    inner = svc.encoder.inner
+    with ServerThread(create_app(svc, limits=Limits(timeout_s=0.3), token=TOKEN)) as s, httpx.Client(base_url=s.url, timeout=30) as c:
+        inner.gate = threading.Event()
+        try:
+            error(c.post("/v1/retrieve", headers=AUTH, json={"task": "slow one"}), 504, "timeout")
+        finally:
+            inner.gate.set()  # the abandoned worker thread finishes
 
+
+def test_overload_gives_503_with_retry_after():
+    limits = Limits(timeout_s=60, max_inflight=2)
+    svc = LiveCatalogue.from_spec(ArtefactSpec(DEMO), HashEncoder())
+    inner = svc.encoder.inner
+    app = create_app(svc, limits=limits, token=TOKEN)
+    state = app.fastapi.state.riskrank
+    with ServerThread(app) as s, httpx.Client(base_url=s.url, timeout=60) as c, ThreadPoolExecutor(2) as pool:
+        inner.gate = threading.Event()
+        held = [pool.submit(c.post, "/v1/retrieve", headers=AUTH, json={"task": f"held {i}"}) for i in range(2)]
+        wait_for(lambda: state.inflight == 2)
+        resp = c.post("/v1/retrieve", headers=AUTH, json={"task": "one too many"})
+        error(resp, 503, "overloaded")
+        assert resp.headers["retry-after"] == "1"
+        inner.gate.set()
+        assert [f.result().status_code for f in held] == [200, 200]
+        assert state.inflight == 0
+        assert c.post("/v1/retrieve", headers=AUTH, json={"task": "after"}).status_code == 200
+
+
+def test_internal_errors_hide_their_details():
+    svc = LiveCatalogue.from_spec(ArtefactSpec(DEMO), HashEncoder())
+    with ServerThread(create_app(svc, token=TOKEN)) as s, httpx.Client(base_url=s.url, timeout=30) as c:
         def boom(*a, **kw):
             raise RuntimeError("secret internal detail")
 
@@ -298,7 +350,7 @@ def test_50_concurrent_clients(server, service):
 
 def test_reload_during_load(checkpoint, tmp_path):
     reg_b = write_mcp_registry(tmp_path / "b.json")
-    svc = LiveCatalogue.from_spec(ArtefactSpec(DEMO, checkpoint, mode="rule"), HashEncoder())
+    svc = LiveCatalogue.from_spec(ArtefactSpec(DEMO, checkpoint, mode="rule"), HashEncoder(), reload_dirs=(str(tmp_path),))
     names_a = set(svc.active.registry.names)
     names_b = {t["name"] for t in json.loads(reg_b.read_text())["tools"]}
     stop = threading.Event()
@@ -311,12 +363,12 @@ def test_reload_during_load(checkpoint, tmp_path):
                 body = r.json()
                 seen.append((r.status_code, body.get("generation", -1), {t["name"] for t in body.get("tools", [])}))
 
-    with ServerThread(create_app(svc, token=TOKEN)) as s, httpx.Client(base_url=s.url, timeout=60) as c:
+    with ServerThread(create_app(svc, token=TOKEN, admin_token=ADMIN_TOKEN)) as s, httpx.Client(base_url=s.url, timeout=60) as c:
         workers = [threading.Thread(target=hammer, args=(s.url, i)) for i in range(12)]
         for w in workers:
             w.start()
         wait_for(lambda: len(seen) >= 20)
-        r = c.post("/v1/admin/reload", headers=AUTH, json={"registry": str(reg_b), "checkpoint": None, "mode": "dense+rule", "fill_levels": "keyword"})
+        r = c.post("/v1/admin/reload", headers=ADMIN, json={"registry": str(reg_b), "checkpoint": None, "mode": "dense+rule", "fill_levels": "keyword"})
         assert r.status_code == 200, r.text
         assert r.json()["generation"] == 2 and r.json()["n_tools"] == 5
         n = len(seen)
@@ -324,18 +376,18 @@ def test_reload_during_load(checkpoint, tmp_path):
         # Bad artefacts: the error comes back, generation 2 keeps serving.
         bad = tmp_path / "bad.json"
         bad.write_text('{"tools": [{"name": "x"}]}')
-        err = error(c.post("/v1/admin/reload", headers=AUTH, json={"registry": str(bad)}), 422, "invalid_registry")
+        err = error(c.post("/v1/admin/reload", headers=ADMIN, json={"registry": str(bad)}), 422, "invalid_registry")
         assert "generation 2 still serving" in err["message"]
-        error(c.post("/v1/admin/reload", headers=AUTH, json={"checkpoint": str(tmp_path)}), 422, "invalid_checkpoint")
-        error(c.post("/v1/admin/reload", headers=AUTH, json={"mode": "rule"}), 422, "invalid_input")
-        error(c.post("/v1/admin/reload", headers=AUTH, json={"registry": 5}), 422, "invalid_request")
+        error(c.post("/v1/admin/reload", headers=ADMIN, json={"checkpoint": str(tmp_path)}), 422, "invalid_checkpoint")
+        error(c.post("/v1/admin/reload", headers=ADMIN, json={"mode": "rule"}), 422, "invalid_input")
+        error(c.post("/v1/admin/reload", headers=ADMIN, json={"registry": 5}), 422, "invalid_request")
         n = len(seen)
         wait_for(lambda: len(seen) >= n + 20)
         stop.set()
         for w in workers:
             w.join()
         assert c.get("/readyz").json()["generation"] == 2
-        status = c.get("/v1/admin/reload", headers=AUTH).json()
+        status = c.get("/v1/admin/reload", headers=ADMIN).json()
         assert status["state"] == "failed" and status["error"]["code"] == "invalid_input"
     assert len(seen) >= 60
     assert all(code == 200 for code, _, _ in seen), {code for code, _, _ in seen}
@@ -348,16 +400,18 @@ def test_reload_during_load(checkpoint, tmp_path):
 
 def test_reload_in_background_and_conflict(tmp_path):
     svc = LiveCatalogue.from_spec(ArtefactSpec(DEMO), HashEncoder())
-    with ServerThread(create_app(svc, token=TOKEN)) as s, httpx.Client(base_url=s.url, timeout=30) as c:
-        assert c.post("/v1/admin/reload", headers=AUTH).json()["generation"] == 2  # no body: re-read the same files
-        svc.encoder.inner.delay = 0.5  # the reload's probe query takes a while
-        r = c.post("/v1/admin/reload", headers=AUTH, json={"wait": False})
+    inner = svc.encoder.inner
+    with ServerThread(create_app(svc, token=TOKEN, admin_token=ADMIN_TOKEN)) as s, httpx.Client(base_url=s.url, timeout=30) as c:
+        assert c.post("/v1/admin/reload", headers=ADMIN).json()["generation"] == 2  # no body: re-read the same files
+        inner.gate = threading.Event()  # the reload's probe query waits until the test opens the gate
+        before = inner.entered
+        r = c.post("/v1/admin/reload", headers=ADMIN, json={"wait": False})
         assert r.status_code == 202 and r.json()["status"] == "loading"
-        error(c.post("/v1/admin/reload", headers=AUTH, json={}), 409, "reload_in_progress")
-        for _ in range(100):
-            if c.get("/v1/admin/reload", headers=AUTH).json()["state"] == "succeeded":
-                break
-            time.sleep(0.05)
+        wait_for(lambda: inner.entered > before)  # the reload is in its probe query now
+        assert c.get("/v1/admin/reload", headers=ADMIN).json()["state"] == "loading"
+        error(c.post("/v1/admin/reload", headers=ADMIN, json={}), 409, "reload_in_progress")
+        inner.gate.set()
+        wait_for(lambda: c.get("/v1/admin/reload", headers=ADMIN).json()["state"] == "succeeded")
         assert c.get("/readyz").json()["generation"] == 3
 
 
@@ -422,3 +476,123 @@ def test_a_servers_own_limits_are_enforced_and_stated():
     props = openapi_schema(limits)["components"]["schemas"]["RetrieveRequest"]["properties"]
     assert props["task"]["maxLength"] == 20 and props["k"]["maximum"] == 8
     assert {"type": "number", "minimum": 0.0, "maximum": 1.0} in props["lambda"]["anyOf"]
+
+
+# -- the reload path: an allow-list, regular files, a size cap, no file contents in errors ---------------
+SECRET = "hunter2-SECRET-PASSWORD"
+
+
+@pytest.fixture
+def reload_server(tmp_path):
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    svc = LiveCatalogue.from_spec(ArtefactSpec(DEMO), HashEncoder(), reload_dirs=(str(allowed),), max_registry_bytes=50_000)
+    with ServerThread(create_app(svc, token=TOKEN, admin_token=ADMIN_TOKEN)) as s, httpx.Client(base_url=s.url, timeout=30) as c:
+        yield c, allowed, tmp_path
+
+
+def _reload(c, path) -> dict:
+    return c.post("/v1/admin/reload", headers=ADMIN, json={"registry": str(path)})
+
+
+def test_reload_reads_only_regular_files_under_the_allowed_directories(reload_server):
+    c, allowed, tmp = reload_server
+    outside = write_mcp_registry(tmp / "outside.json")  # a valid registry, but not under --reload-dir
+    (allowed / "sub").mkdir()
+    fifo = allowed / "tools.fifo"
+    os.mkfifo(fifo)
+    link = allowed / "escape.json"
+    link.symlink_to(outside)
+    messages = set()
+    for path in (outside, tmp / "missing.json", allowed / "missing.json", allowed / "sub", fifo, link,
+                 "/dev/zero", "/proc/self/environ", "/etc", "../../../../etc/passwd"):
+        err = error(_reload(c, path), 422, "reload_not_allowed")
+        messages.add(err["message"].replace(str(path), "PATH"))
+    # one message for all of them: a caller cannot tell which paths exist
+    assert len(messages) == 1, messages
+    assert c.get("/readyz").json()["generation"] == 1
+    # a later reload is not wedged by the FIFO
+    good = write_mcp_registry(allowed / "good.json")
+    assert _reload(c, good).json()["generation"] == 2
+
+
+def test_reload_size_cap_and_no_contents_in_errors(reload_server):
+    c, allowed, _ = reload_server
+    big = allowed / "big.json"
+    big.write_text(" " * 60_000 + "[]")
+    err = error(_reload(c, big), 422, "reload_not_allowed")
+    assert "over the limit of 50,000" in err["message"]
+    shapes = {
+        "name": [{"name": SECRET, "description": 5}],
+        "risk": [{"name": "db", "description": "Reads.", "risk_level": SECRET}],
+        "annotation": {"tools": [{"name": "db", "description": "Reads.", "annotations": {"readOnlyHint": SECRET}}]},
+        "dup": {SECRET: {"risk_level": 1, "description": "a"}, "x": {"risk_level": 2, "description": "b"}, "x ": {}},
+        "control": [{"name": SECRET + "\u001b", "description": "Reads."}],
+    }
+    for label, doc in shapes.items():
+        f = allowed / f"secret_{label}.json"
+        f.write_text(json.dumps(doc))
+        resp = _reload(c, f)
+        assert resp.status_code == 422, resp.text
+        assert SECRET not in resp.text, (label, resp.text)
+        assert "record" in resp.json()["error"]["message"] or "entry" in resp.json()["error"]["message"], resp.text
+    status = c.get("/v1/admin/reload", headers=ADMIN).json()
+    assert status["state"] == "failed" and SECRET not in json.dumps(status)
+
+
+# -- protocol details ---------------------------------------------------------------------------------------
+def test_405_carries_allow_and_head_answers_on_get_routes(client):
+    for method, path, allow in [("DELETE", "/v1/retrieve", "POST"), ("GET", "/v1/retrieve", "POST"), ("PUT", "/healthz", "GET"),
+                                ("DELETE", "/v1/tools/read_file", "GET")]:
+        resp = client.request(method, path, headers=AUTH)
+        error(resp, 405, "method_not_allowed")
+        assert allow in resp.headers["allow"], (method, path, resp.headers)
+    for path in ("/healthz", "/readyz", "/v1/info", "/v1/tools/read_file", "/openapi.json"):
+        get, head = client.get(path, headers=AUTH), client.head(path, headers=AUTH)
+        assert head.status_code == get.status_code == 200, path
+        assert head.content == b"" and head.headers["content-type"] == get.headers["content-type"]
+
+
+def test_an_integral_k_is_an_integer(client):
+    resp = client.post("/v1/retrieve", headers=AUTH, json={"task": "read a file", "k": 7.0})
+    assert resp.status_code == 200 and len(resp.json()["tools"]) == 7
+    error(client.post("/v1/retrieve", headers=AUTH, json={"task": "read a file", "k": 7.5}), 422, "invalid_request")
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"task": "read a file", "k": 3, "t\xff": 1}',                  # invalid UTF-8
+    b"[" * 20_000 + b"]" * 20_000,                                  # nesting no parser should recurse through
+    b'{"task": "read a file", "k": ' + b"9" * 5000 + b"}",          # a 5,000-digit number
+    b'{"task": "read a file", "lambda": 0.' + b"1" * 5000 + b"}",
+    b'{"task": "read a file", "task": "delete every file"}',       # which task? a guess either way
+])
+def test_bodies_that_are_not_strict_json(client, raw):
+    err = error(client.post("/v1/retrieve", headers={**AUTH, "content-type": "application/json"}, content=raw), 400, "malformed_json")
+    assert len(err["message"]) < 300
+
+
+def test_openapi_declares_every_status_with_a_typed_body():
+    schema = openapi_schema()
+    ops = {(path, method): op for path, item in schema["paths"].items() for method, op in item.items()}
+    assert {op["operationId"] for op in ops.values()} == {
+        "healthz", "readyz", "retrieve", "get_tool", "get_info", "reload", "get_reload_status"}
+    expected = {
+        ("/v1/retrieve", "post"): {"200", "400", "401", "413", "415", "422", "500", "503", "504"},
+        ("/v1/tools/{name}", "get"): {"200", "401", "404", "422", "500", "503"},
+        ("/v1/info", "get"): {"200", "401", "500", "503"},
+        ("/v1/admin/reload", "post"): {"200", "202", "400", "401", "409", "413", "415", "422", "500", "503"},
+        ("/v1/admin/reload", "get"): {"200", "401", "500"},
+        ("/healthz", "get"): {"200", "500"},
+        ("/readyz", "get"): {"200", "500", "503"},
+    }
+    for key, statuses in expected.items():
+        responses = ops[key]["responses"]
+        assert set(responses) == statuses, (key, set(responses))
+        for status, resp in responses.items():
+            body = resp["content"]["application/json"]["schema"]
+            assert body.get("$ref") or body.get("anyOf"), (key, status, body)  # a named model, never {}
+            if status not in ("200", "202"):
+                assert body == {"$ref": "#/components/schemas/ErrorBody"}, (key, status)
+    info = schema["components"]["schemas"]["Info"]
+    assert {"n_tools", "mode", "modes", "lambda", "limits", "trust_annotations"} <= set(info["properties"])
+    assert ops[("/v1/admin/reload", "post")]["security"] == [{"admin": []}]

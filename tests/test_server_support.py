@@ -24,18 +24,24 @@ ADMIN_TOKEN = "admin-token-0123456789abcdef"
 
 
 class HashEncoder:
-    """Signed feature hashing of words and word pairs, L2-normalised: lexical overlap as cosine."""
+    """Signed feature hashing of words and word pairs, L2-normalised: lexical overlap as cosine.
 
-    def __init__(self, dim: int = 64, delay: float = 0.0) -> None:
+    ``gate``: when set to a :class:`threading.Event`, every encode waits for it (a test holds
+    requests in flight for as long as it needs, with no sleep racing a timeout); ``entered``
+    counts the encodes that reached the gate."""
+
+    def __init__(self, dim: int = 64) -> None:
         self.dim = dim
         self.identity = self.display_name = f"hash-encoder-{dim}"
-        self.delay = delay
+        self.gate: threading.Event | None = None
+        self.entered = 0
         self.calls: list[int] = []
 
     def encode(self, texts, *, desc: str = "") -> np.ndarray:
         self.calls.append(len(texts))
-        if self.delay:
-            time.sleep(self.delay)
+        if self.gate is not None:
+            self.entered += 1
+            self.gate.wait()
         out = np.zeros((len(texts), self.dim), np.float32)
         for i, text in enumerate(texts):
             words = re.findall(r"[a-z0-9]+", text.lower())

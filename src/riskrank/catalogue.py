@@ -14,12 +14,15 @@ when a catalogue is loaded (the retriever brings torch; naming a catalogue does 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from riskrank.errors import RiskrankError, error_body
+from riskrank.fileio import UnsafeFileError, read_regular_file
 from riskrank.modes import MODES, parse_mode
 from riskrank.registry import ToolRegistry
 from riskrank.risk import fail_closed_levels, keyword_level, level_from_score
@@ -29,7 +32,7 @@ FILL_LEVELS = ("none", "keyword")
 PROVENANCE = {
     "audited": "risk_level given in the registry (an audit)",
     "keyword": "filled by riskrank's keyword annotator (name, description, MCP annotations)",
-    "annotation": "unlabelled; MCP annotations set the rule filter's level (readOnlyHint -> L2, destructiveHint -> L5)",
+    "annotation": "unlabelled; MCP annotations set the rule filter's level (destructiveHint -> L5; a readOnlyHint lowers only with trust_annotations)",
     "unlabelled": "unlabelled; the rule filter treats it as L5 (fail closed)",
 }
 #: One query through the default mode at load time: encoder, heads, graph and rule filter run
@@ -57,29 +60,32 @@ class ArtefactSpec:
     """Rerank the first stage's top-M instead of the full pool (large registries)."""
     first_stage: str = "exact"
     """``ann``: an IVF index finds the top-M (with ``candidates``), for 10^5+ tools."""
+    trust_annotations: bool = False
+    """Let an MCP ``readOnlyHint`` lower an unlabelled tool's level (by default hints only raise)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"registry": self.registry, "checkpoint": self.checkpoint, "mode": self.mode,
                 "risk_source": self.risk_source, "fill_levels": self.fill_levels, "candidates": self.candidates,
-                "first_stage": self.first_stage}
+                "first_stage": self.first_stage, "trust_annotations": self.trust_annotations}
 
 
-def label_provenance(registry: ToolRegistry, fill: bool = True) -> tuple[ToolRegistry, list[str], list[list[str]]]:
+def label_provenance(registry: ToolRegistry, fill: bool = True, *, trust_annotations: bool = False) -> tuple[ToolRegistry, list[str], list[list[str]]]:
     """(registry, provenance [N], evidence [N]) for a registry.
 
     With ``fill``, every unlabelled tool gets the level of
     :func:`riskrank.risk.keyword_level` (keywords, permission categories and its MCP
     annotations) with provenance ``keyword``; audited levels are never overwritten. Without
     it, unlabelled tools keep no level and are ``annotation`` (the rule filter's fail-closed
-    path reads their MCP hints) or ``unlabelled`` (treated as L5)."""
+    path reads their MCP hints) or ``unlabelled`` (treated as L5). Either way MCP hints only
+    raise a level unless ``trust_annotations`` (:func:`riskrank.risk.keyword_level`)."""
     provenance, evidence, filled = [], [], {}
-    closed = fail_closed_levels(registry.risk_levels, [t.annotations for t in registry])
+    closed = fail_closed_levels(registry, trust_annotations=trust_annotations)
     for i, tool in enumerate(registry):
         if tool.risk_level is not None:
             provenance.append("audited")
             evidence.append([f"audited: L{tool.risk_level}"] + ([tool.reason] if tool.reason else []))
         elif fill:
-            level, why = keyword_level(tool.name, tool.description, dict(tool.annotations or {}))
+            level, why = keyword_level(tool.name, tool.description, dict(tool.annotations or {}), trust_annotations=trust_annotations)
             filled[tool.name] = level
             provenance.append("keyword")
             evidence.append(why)
@@ -107,8 +113,7 @@ class Catalogue:
     load_seconds: float = 0.0
 
     def __post_init__(self) -> None:
-        reg = self.registry
-        levels = fail_closed_levels(reg.risk_levels, [t.annotations for t in reg])
+        levels = fail_closed_levels(self.registry, trust_annotations=self.spec.trust_annotations)
         # The level the rule filter reads under risk_source=labels (0 = unknown counts as 5).
         self.effective_levels = [int(v) if v > 0 else 5 for v in levels]
 
@@ -178,6 +183,7 @@ class Catalogue:
             "lambda": r.lam,
             "alpha": r.alpha,
             "encoder": r.encoder.identity,
+            "trust_annotations": r.trust_annotations,
             "loaded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.loaded_at)),
             "load_seconds": round(self.load_seconds, 3),
         }
@@ -194,13 +200,73 @@ def load_catalogue(spec: ArtefactSpec, encoder: Any, generation: int = 1, *, reg
         raise RiskrankError(f"fill_levels must be one of {', '.join(FILL_LEVELS)}, got {spec.fill_levels!r}")
     t0 = time.perf_counter()
     reg = registry if registry is not None else ToolRegistry.load(spec.registry)
-    reg, provenance, evidence = label_provenance(reg, fill=spec.fill_levels == "keyword")
+    reg, provenance, evidence = label_provenance(reg, fill=spec.fill_levels == "keyword", trust_annotations=spec.trust_annotations)
     retriever = RiskAwareRetriever(
         reg, encoder=encoder, checkpoint=spec.checkpoint, mode=spec.mode, risk_source=spec.risk_source, progress=False,
-        candidates=spec.candidates, first_stage=spec.first_stage,
+        candidates=spec.candidates, first_stage=spec.first_stage, trust_annotations=spec.trust_annotations,
     )
     retriever.retrieve(PROBE_TASK, k=1)
     return Catalogue(retriever, spec, generation, provenance, evidence, load_seconds=time.perf_counter() - t0)
+
+
+class ReloadRefused(RiskrankError):
+    """A reload asked for a path the server may not read, or a file it will not read."""
+
+    code = "reload_not_allowed"
+
+
+@dataclass(frozen=True)
+class ReloadPolicy:
+    """What a reload, asked for over the network, may read.
+
+    Only paths under ``dirs`` (resolved, symlinks followed), plus the exact artefacts the
+    server started with (``pinned``: a reload with no body re-reads them). A registry must be
+    a regular file of at most ``max_bytes``, read within ``timeout_s``
+    (:func:`riskrank.fileio.read_regular_file`: no FIFO, device or ``/proc`` file can wedge or
+    exhaust the server). A path outside the allow-list, a missing one, an unreadable one and
+    one that is not a regular file all get the same message, so a caller cannot probe which
+    paths exist; registry errors name the record and the field but never the file's values.
+    """
+
+    dirs: tuple[str, ...] = ()
+    pinned: tuple[str, ...] = ()
+    max_bytes: int = 256 * 1024 * 1024
+    timeout_s: float = 30.0
+
+    def _allowed(self, path: str) -> Path | None:
+        real = Path(os.path.realpath(path))
+        if str(real) in {os.path.realpath(p) for p in self.pinned}:
+            return real
+        for d in self.dirs:
+            root = Path(os.path.realpath(d))
+            if real == root or root in real.parents:
+                return real
+        return None
+
+    def _refuse(self, what: str, path: str) -> ReloadRefused:
+        where = "; reloads read only the served artefacts and paths under --reload-dir" if not self.dirs else " (under --reload-dir)"
+        return ReloadRefused(f"{what} {path}: not found or not allowed{where}")
+
+    def read_registry(self, path: str) -> ToolRegistry:
+        real = self._allowed(path)
+        if real is None:
+            raise self._refuse("registry", path)
+        try:
+            data = read_regular_file(real, max_bytes=self.max_bytes, timeout_s=self.timeout_s)
+        except UnsafeFileError as exc:
+            if "not a regular file" in str(exc):
+                raise self._refuse("registry", path) from None
+            raise ReloadRefused(f"registry {path}: {exc}") from None
+        except OSError:
+            raise self._refuse("registry", path) from None
+        return ToolRegistry.from_bytes(data, path, redact=True)
+
+    def check_checkpoint(self, path: str | None) -> None:
+        if path is None:
+            return
+        real = self._allowed(path)
+        if real is None or not real.is_dir():
+            raise self._refuse("checkpoint", path)
 
 
 class LiveCatalogue:
@@ -211,20 +277,28 @@ class LiveCatalogue:
     request holding it finishes. ``encoder`` (shared by every generation) is usually a
     :class:`~riskrank.encoder.BatchingEncoder`."""
 
-    def __init__(self, catalogue: Catalogue | None, encoder: Any) -> None:
+    def __init__(self, catalogue: Catalogue | None, encoder: Any, policy: ReloadPolicy | None = None) -> None:
         self.active = catalogue
         self.encoder = encoder
+        spec = catalogue.spec if catalogue is not None else None
+        pinned = tuple(p for p in ((spec.registry, spec.checkpoint) if spec else ()) if p)
+        self.policy = policy if policy is not None else ReloadPolicy(pinned=pinned)
         self._reload_lock = threading.Lock()
         self.reload_status: dict[str, Any] = {"state": "idle"}
 
     @classmethod
-    def from_spec(cls, spec: ArtefactSpec, encoder: Any = None, **encoder_options: Any) -> LiveCatalogue:
+    def from_spec(cls, spec: ArtefactSpec, encoder: Any = None, *, reload_dirs: tuple[str, ...] = (),
+                  max_registry_bytes: int | None = None, **encoder_options: Any) -> LiveCatalogue:
         """Load ``spec`` over ``encoder`` (an encoder object or a model name/folder;
-        ``encoder_options`` as :func:`riskrank.encoder.make_encoder` takes them)."""
+        ``encoder_options`` as :func:`riskrank.encoder.make_encoder` takes them). Reloads may
+        read the artefacts of ``spec`` and paths under ``reload_dirs`` (:class:`ReloadPolicy`)."""
         from riskrank.encoder import make_encoder
 
         encoder = make_encoder(encoder, **encoder_options)
-        return cls(load_catalogue(spec, encoder), encoder)
+        pinned = tuple(p for p in (spec.registry, spec.checkpoint) if p)
+        policy = ReloadPolicy(dirs=tuple(reload_dirs), pinned=pinned,
+                              **({"max_bytes": max_registry_bytes} if max_registry_bytes is not None else {}))
+        return cls(load_catalogue(spec, encoder), encoder, policy)
 
     def begin_reload(self) -> bool:
         """Claim the single reload slot; False if a reload is already running."""
@@ -237,7 +311,9 @@ class LiveCatalogue:
         generation = (old.generation if old is not None else 0) + 1
         self.reload_status = {"state": "loading", "started_at": time.time(), "spec": spec.to_dict()}
         try:
-            new = load_catalogue(spec, self.encoder, generation)
+            registry = self.policy.read_registry(spec.registry)
+            self.policy.check_checkpoint(spec.checkpoint)
+            new = load_catalogue(spec, self.encoder, generation, registry=registry)
             self.active = new  # the swap: one reference assignment
             self.reload_status = {**self.reload_status, "state": "succeeded", "finished_at": time.time(), "generation": generation}
             return new

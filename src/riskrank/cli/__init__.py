@@ -22,6 +22,18 @@ from riskrank.cli import audit, data, experiments, library, serving
 from riskrank.errors import RiskrankError
 
 EXIT_USAGE = 2
+#: The longest error line the CLI prints (a message that echoes a bad value is cut here).
+MAX_ERROR_CHARS = 300
+
+
+def one_line(message: str) -> str:
+    """An error message as one printable line of at most :data:`MAX_ERROR_CHARS` characters:
+    line breaks become spaces, other unprintable characters are escaped (a terminal never
+    receives an escape sequence from a file), and the tail is cut."""
+    text = " ".join(message.split("\n"))
+    text = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}" for c in text)
+    limit = MAX_ERROR_CHARS - len("error: ")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 # Quiet third-party chatter before anything heavy is imported.
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -56,7 +68,7 @@ def run() -> int:
         exc.show()
         return exc.exit_code
     except RiskrankError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {one_line(str(exc))}", err=True)
         return EXIT_USAGE
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
@@ -65,7 +77,7 @@ def run() -> int:
         return 0
     except OSError as exc:
         # Disk full, permission denied, ...: name the file, no traceback.
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {one_line(str(exc))}", err=True)
         return EXIT_USAGE
     return 0
 

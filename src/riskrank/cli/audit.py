@@ -23,6 +23,7 @@ from riskrank.audit import (
     run_audit,
     write_review,
 )
+from riskrank.cli.common import STDOUT, emit_json, json_option
 from riskrank.datasets import DATASETS
 from riskrank.errors import RiskrankError
 from riskrank.fileio import write_json
@@ -135,7 +136,7 @@ def audit_command(registry: str | None, fmt: str, dataset: str | None, data_dir:
 @click.command("agreement")
 @click.argument("labels", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--png", type=click.Path(dir_okay=False), default=None, help="Write the confusion matrices as a PNG heat map.")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None, help="Write the statistics as JSON.")
+@json_option("the statistics")
 @click.option("--bootstrap", type=int, default=1000, show_default=True, help="Bootstrap resamples for the 95% intervals (0: none).")
 @click.option("--seed", type=int, default=0, show_default=True)
 def agreement_command(labels: tuple[str, ...], png: str | None, json_out: str | None, bootstrap: int, seed: int) -> None:
@@ -149,10 +150,13 @@ def agreement_command(labels: tuple[str, ...], png: str | None, json_out: str | 
         raise RiskrankError("--bootstrap must be >= 0")
     ratings, sources, _names, notes = load_ratings(labels)
     report = agreement(ratings, sources, bootstrap=bootstrap, seed=seed, notes=notes)
+    if json_out == STDOUT:
+        if png:
+            confusion_png(report, png)
+        emit_json(report.to_dict(), json_out)
+        return
     click.echo(report.format())
     if png:
         confusion_png(report, png)
         click.echo(f"\nwrote {png}")
-    if json_out:
-        write_json(json_out, report.to_dict())
-        click.echo(f"wrote {json_out}")
+    emit_json(report.to_dict(), json_out)

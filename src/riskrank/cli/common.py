@@ -1,10 +1,55 @@
-"""What the command modules share: number formatting, the table printer, seeds, log lines."""
+"""What the command modules share: number formatting, the table printer, seeds, log lines, and
+the options every command spells the same way (``--json [FILE]``, ``--mode``,
+``--trust-annotations``)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import click
+
+from riskrank.modes import MODES
+
+#: ``--json`` given without a file: the JSON goes to stdout.
+STDOUT = "-"
+
+
+def json_option(what: str) -> Callable:
+    """``--json [FILE]``, the same in every command: write ``what`` as JSON to FILE, or to
+    stdout when no file is given (stdout then holds the JSON document only)."""
+    return click.option("--json", "json_out", is_flag=False, flag_value=STDOUT, default=None, metavar="[FILE]",
+                        type=click.Path(dir_okay=False, allow_dash=True),
+                        help=f"Write {what} as JSON to FILE, or to stdout when no FILE is given.")
+
+
+def emit_json(obj: Any, json_out: str | None) -> None:
+    """Where ``--json`` asked for it: stdout (the document alone) or a file (atomically, then
+    a "wrote FILE" line)."""
+    from riskrank.fileio import dumps, write_json
+
+    if json_out is None:
+        return
+    if json_out == STDOUT:
+        click.echo(dumps(obj))
+        return
+    write_json(json_out, obj)
+    click.echo(f"wrote {json_out}")
+
+
+def mode_option(help_text: str) -> Callable:
+    """``--mode``: one of :data:`riskrank.modes.MODES`, validated alike by every command (and
+    by the HTTP and MCP request schemas, which list the same names)."""
+    return click.option("--mode", type=click.Choice(MODES), default=None, help=help_text)
+
+
+def trust_annotations_option(f: Callable) -> Callable:
+    return click.option(
+        "--trust-annotations", is_flag=True,
+        help="Let MCP readOnlyHint annotations lower an unlabelled tool's level (to at most L2, unless its description "
+             "contradicts the hint). By default hints only raise a level: servers mislabel tools.",
+    )(f)
 
 
 def fmt(x: float | None, digits: int = 3) -> str:

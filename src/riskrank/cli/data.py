@@ -21,8 +21,10 @@ def data() -> None:
 @click.option("--dest", type=click.Path(file_okay=False), default=None,
               help="Data directory [default: $RISKRANK_DATA or ~/.cache/riskrank/data].")
 @click.option("--no-optional", is_flag=True, help="Skip the optional files (UltraTool dev.json, Seal-Tools train/test_out).")
+@click.option("--allow-unverified", is_flag=True,
+              help="Also install the files the manifest pins no sha256 for (UltraTool dev.json, Seal-Tools train.jsonl), unverified.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
-def data_fetch(source: str, dest: str | None, no_optional: bool, quiet: bool) -> None:
+def data_fetch(source: str, dest: str | None, no_optional: bool, allow_unverified: bool, quiet: bool) -> None:
     """Copy or download the benchmark files, verifying sha256; files already present and
     valid are skipped; writes are atomic."""
     from riskrank.datasets import resolve_data_dir
@@ -33,7 +35,7 @@ def data_fetch(source: str, dest: str | None, no_optional: bool, quiet: bool) ->
     if source != "upstream" and not Path(source).is_dir():
         raise RiskrankError(f"--source {source}: not a directory (use 'upstream' or a mirror directory)")
     try:
-        report = fetch(source, target, progress=not quiet, include_optional=not no_optional)
+        report = fetch(source, target, progress=not quiet, include_optional=not no_optional, allow_unverified=allow_unverified)
     except DataError as exc:
         rep = getattr(exc, "report", None)
         if rep is not None:

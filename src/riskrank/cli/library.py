@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import click
 
-from riskrank.cli.common import fmt, parse_seeds, print_table
+from riskrank.cli.common import (
+    STDOUT,
+    emit_json,
+    fmt,
+    json_option,
+    mode_option,
+    parse_seeds,
+    print_table,
+    trust_annotations_option,
+)
 from riskrank.datasets import DATASETS
 from riskrank.errors import RiskrankError
-from riskrank.fileio import read_jsonl, write_json
+from riskrank.fileio import read_jsonl
 from riskrank.modes import FIRST_STAGES, RISK_SOURCES
 
 # -- evaluate -----------------------------------------------------------------------------------
@@ -30,7 +38,7 @@ CONTRACT_COLUMNS = ("ndcg@5", "mrr", "sndcg@5", "rvr@5", "srr@5")
 @click.option("--seeds", default="42,123,777", show_default=True, help="Seeds for trained methods.")
 @click.option("--encoder", default=None, help="sentence-transformers model name or folder [default: bundled all-MiniLM-L6-v2].")
 @click.option("--selection", default=None, help="Lambda rule on validation: budget:R (default budget:0.75) or utility:W.")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None, help="Write the results-contract JSON here.")
+@json_option("the results-contract document")
 @click.option("--all-metrics", is_flag=True, help="Print every metric, not only the paper's five.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def evaluate(dataset: str, data_dir: str | None, methods: str, query_mode: str, seeds: str, encoder: str | None,
@@ -50,6 +58,11 @@ def evaluate(dataset: str, data_dir: str | None, methods: str, query_mode: str, 
     run = run_evaluation(bench, methods, seeds=parse_seeds(seeds), encoder=encoder, train_overrides=overrides, progress=not quiet)
     res = run.results_json()
     res["query_mode"] = query_mode
+    if json_out == STDOUT:  # stdout is the document; notes go to stderr
+        for note in bench.notes:
+            click.echo(f"note: {note}", err=True)
+        emit_json(res, json_out)
+        return
     click.echo(f"{bench.name}: {bench.protocol}; encoder {run.encoder}; seeds {','.join(map(str, run.seeds))}")
     for note in bench.notes:
         click.echo(f"note: {note}")
@@ -62,17 +75,17 @@ def evaluate(dataset: str, data_dir: str | None, methods: str, query_mode: str, 
             rows.append([m, *[fmt(vals[c]["mean"]) + (f"±{fmt(vals[c]['std'])}" if trained and len(run.seeds) > 1 else "") for c in cols]])
         print_table(rows, ["method", *cols])
     if json_out:
-        write_json(json_out, res)
-        click.echo(f"\nwrote {json_out}")
+        click.echo("")
+        emit_json(res, json_out)
 
 
 # -- retrieve -----------------------------------------------------------------------------------
 @click.command()
-@click.argument("task")
+@click.argument("task", required=False)
 @click.option("--registry", type=click.Path(dir_okay=False), default=None, help="Tool registry file [default: the bundled demo registry].")
 @click.option("--checkpoint", type=click.Path(file_okay=False), default=None, help="Checkpoint directory from `riskrank train`.")
 @click.option("-k", "k", type=int, default=5, show_default=True)
-@click.option("--mode", default=None, help="dense, dense+rule, core, core+graph (graph), core+graph+rule (rule) [default: core with a checkpoint, else dense].")
+@mode_option("Pipeline stages; graph = core+graph, rule = core+graph+rule [default: core with a checkpoint, else dense].")
 @click.option("--lam", "lam", type=float, default=None, help="Risk weight lambda [default: the checkpoint's validated value; 0 for dense].")
 @click.option("--alpha", type=float, default=None, help="Graph smoothing alpha [default: the checkpoint's].")
 @click.option("--risk-source", type=click.Choice(RISK_SOURCES), default="labels", show_default=True,
@@ -82,23 +95,32 @@ def evaluate(dataset: str, data_dir: str | None, methods: str, query_mode: str, 
               help="Rerank the first stage's top-M tools instead of the full pool [default: full pool].")
 @click.option("--first-stage", type=click.Choice(FIRST_STAGES), default="exact", show_default=True,
               help="How the top-M is found: exact cosine, or an approximate IVF index (10^5+ tools; M = 100 unless --candidates).")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def retrieve(task: str, registry: str | None, checkpoint: str | None, k: int, mode: str | None, lam: float | None,
+@trust_annotations_option
+@json_option("the result (the table is not printed when it goes to stdout)")
+def retrieve(task: str | None, registry: str | None, checkpoint: str | None, k: int, mode: str | None, lam: float | None,
              alpha: float | None, risk_source: str, encoder: str | None, candidates: int | None, first_stage: str,
-             as_json: bool) -> None:
+             trust_annotations: bool, json_out: str | None) -> None:
     """Rank a registry's tools for TASK and show the top-k with scores, risk levels and
-    permission categories (and, in rule modes, what was deferred and why)."""
+    permission categories (and, in rule modes, what was deferred and why).
+
+    `--json` right before TASK (`retrieve --json "delete the logs"`) reads TASK as the task,
+    not as a file name: with no other TASK, the word after `--json` is the task and the JSON
+    goes to stdout."""
     from riskrank.datasets.demo import demo_registry_path
     from riskrank.pipeline import RiskAwareRetriever
 
+    if task is None and json_out not in (None, STDOUT):
+        task, json_out = json_out, STDOUT
+    if task is None:
+        raise click.UsageError("Missing argument 'TASK'.")
     retriever = RiskAwareRetriever.from_paths(registry or demo_registry_path(), checkpoint, encoder=encoder,
                                               mode=mode, risk_source=risk_source, progress=False,
-                                              candidates=candidates, first_stage=first_stage)
+                                              candidates=candidates, first_stage=first_stage,
+                                              trust_annotations=trust_annotations)
     res = retriever.retrieve(task, k=k, lam=lam, alpha=alpha)
-    if as_json:
-        click.echo(json.dumps(res.to_dict(), indent=2))
-        return
-    show_result(res)
+    if json_out != STDOUT:
+        show_result(res)
+    emit_json(res.to_dict(), json_out)
 
 
 def show_result(res: Any, title: str | None = None) -> None:
@@ -222,7 +244,7 @@ def graph() -> None:
 @click.option("--threshold", type=float, default=0.65, show_default=True, help="Semantic edge threshold.")
 @click.option("--edges", default="co,sem,perm,risk", show_default=True, help="Edge types to build.")
 @click.option("--encoder", default=None)
-@click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None)
+@json_option("the statistics")
 def graph_stats(dataset: str | None, registry: str | None, data_dir: str | None, threshold: float, edges: str,
                 encoder: str | None, json_out: str | None) -> None:
     """Edge counts per type, degree statistics, and how many semantic edges each threshold
@@ -251,6 +273,10 @@ def graph_stats(dataset: str | None, registry: str | None, data_dir: str | None,
     g = ToolGraph.build(emb, train_gold, reg.risk_levels, reg.permissions, cfg)
     st = g.stats()
     table = semantic_threshold_table(emb)
+    doc = {"stats": st, "semantic_thresholds": table, "encoder": enc.identity}
+    if json_out == STDOUT:
+        emit_json(doc, json_out)
+        return
     click.echo(f"{source}; {len(reg)} tools; encoder {enc.identity}")
     print_table([[k, str(v)] for k, v in st["edges"].items()], ["edge type", "edges"])
     click.echo("")
@@ -260,5 +286,4 @@ def graph_stats(dataset: str | None, registry: str | None, data_dir: str | None,
                 ["threshold", "pairs", "neighbours/tool"])
     q = table["quantiles"]
     click.echo("pairwise cosine quantiles: " + ", ".join(f"{k} {fmt(float(v))}" for k, v in q.items()))
-    if json_out:
-        write_json(json_out, {"stats": st, "semantic_thresholds": table, "encoder": enc.identity})
+    emit_json(doc, json_out)

@@ -11,11 +11,17 @@ from collections.abc import Callable
 
 import click
 
-from riskrank.catalogue import FILL_LEVELS
-from riskrank.cli.common import demo_registry, log
+from riskrank.catalogue import FILL_LEVELS, ReloadPolicy
+from riskrank.cli.common import demo_registry, log, mode_option, trust_annotations_option
 from riskrank.errors import RiskrankError
-from riskrank.modes import FIRST_STAGES, MAX_K, MODES, RISK_SOURCES
-from riskrank.serving.auth import ADMIN_TOKEN_ENV, TOKEN_ENV, check_bind, read_token
+from riskrank.modes import FIRST_STAGES, MAX_K, RISK_SOURCES
+from riskrank.serving.auth import (
+    ADMIN_TOKEN_ENV,
+    TOKEN_ENV,
+    check_bind,
+    check_distinct_tokens,
+    read_token,
+)
 from riskrank.serving.requests import Limits
 
 
@@ -40,8 +46,7 @@ def catalogue_options(f: Callable) -> Callable:
         click.option("--registry", type=click.Path(dir_okay=False), default=None,
                      help="Tool registry file (JSON/JSONL, OpenAI functions, MCP tools/list) [default: the bundled demo registry]."),
         click.option("--checkpoint", type=click.Path(file_okay=False), default=None, help="Checkpoint directory from `riskrank train`."),
-        click.option("--mode", type=click.Choice(MODES), default=None,
-                     help="Default pipeline [default: core with a checkpoint, else dense]."),
+        mode_option("Default pipeline [default: core with a checkpoint, else dense]."),
         click.option("--risk-source", type=click.Choice(RISK_SOURCES), default="labels", show_default=True,
                      help="Levels the rule filter reads."),
         click.option("--fill-levels", type=click.Choice(FILL_LEVELS), default="none", show_default=True,
@@ -57,6 +62,7 @@ def catalogue_options(f: Callable) -> Callable:
                      help="Rerank the first stage's top-M tools instead of the full pool [default: full pool]."),
         click.option("--first-stage", type=click.Choice(FIRST_STAGES), default="exact", show_default=True,
                      help="How the top-M is found: exact cosine, or an approximate IVF index (10^5+ tools; M = 100 unless --candidates)."),
+        trust_annotations_option,
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -67,7 +73,13 @@ def catalogue_options(f: Callable) -> Callable:
 @catalogue_options
 @token_options
 @click.option("--admin-token-file", type=click.Path(dir_okay=False), default=None,
-              help=f"Separate token for /v1/admin/* [default: ${ADMIN_TOKEN_ENV}, else the bearer token].")
+              help=f"Token for /v1/admin/* (reload), distinct from the bearer token [default: ${ADMIN_TOKEN_ENV}]; "
+                   "without one the server has no admin endpoints.")
+@click.option("--reload-dir", "reload_dirs", multiple=True, type=click.Path(file_okay=False),
+              help="A directory reloads may read registries and checkpoints from (repeat for several) "
+                   "[default: none: a reload re-reads only the artefacts the server started with].")
+@click.option("--max-registry-bytes", type=click.IntRange(1), default=ReloadPolicy.max_bytes, show_default=True,
+              help="The largest registry file a reload reads.")
 @click.option("--max-body-bytes", type=int, default=Limits.max_body_bytes, show_default=True)
 @click.option("--max-task-chars", type=int, default=Limits.max_task_chars, show_default=True)
 @click.option("--max-lambda", type=float, default=Limits.max_lambda, show_default=True)
@@ -78,14 +90,16 @@ def catalogue_options(f: Callable) -> Callable:
               help="Write the OpenAPI schema to FILE and exit.")
 def serve_command(registry: str | None, checkpoint: str | None, mode: str | None, risk_source: str, fill_levels: str,
                   encoder: str | None, device: str, encoder_backend: str, threads: int | None, candidates: int | None,
-                  first_stage: str, host: str, port: int, token_file: str | None, token_env: str, insecure: bool,
-                  admin_token_file: str | None, max_body_bytes: int, max_task_chars: int, max_lambda: float,
-                  timeout_s: float, max_inflight: int, log_level: str, openapi_out: str | None) -> None:
+                  first_stage: str, trust_annotations: bool, host: str, port: int, token_file: str | None, token_env: str,
+                  insecure: bool, admin_token_file: str | None, reload_dirs: tuple[str, ...], max_registry_bytes: int,
+                  max_body_bytes: int, max_task_chars: int, max_lambda: float, timeout_s: float, max_inflight: int,
+                  log_level: str, openapi_out: str | None) -> None:
     """Serve risk-aware tool retrieval over HTTP (POST /v1/retrieve; docs/serving.md).
 
     A bearer token (from $RISKRANK_TOKEN or --token-file) is required unless the server
-    binds a loopback address with --insecure. Needs the serve extra
-    (pip install 'riskrank[serve]')."""
+    binds a loopback address with --insecure. POST /v1/admin/reload exists only with an admin
+    token of its own, and reads only the served artefacts and files under --reload-dir.
+    Needs the serve extra (pip install 'riskrank[serve]')."""
     from riskrank.serving.http import (  # first: a missing extra fails before any work
         create_app,
         write_openapi,
@@ -102,11 +116,16 @@ def serve_command(registry: str | None, checkpoint: str | None, mode: str | None
                     timeout_s=timeout_s, max_inflight=max_inflight)
     token = read_token(token_file, token_env)
     admin_token = read_token(admin_token_file, ADMIN_TOKEN_ENV)
+    check_distinct_tokens(token, admin_token)
     check_bind(host, token, insecure)
+    if reload_dirs and admin_token is None:
+        raise RiskrankError(f"--reload-dir needs an admin token (${ADMIN_TOKEN_ENV} or --admin-token-file): without one there is no reload")
     sock = bind_socket(host, port)
-    spec = ArtefactSpec(registry or demo_registry(announce=True), checkpoint, mode, risk_source, fill_levels, candidates, first_stage)
+    spec = ArtefactSpec(registry or demo_registry(announce=True), checkpoint, mode, risk_source, fill_levels, candidates, first_stage,
+                        trust_annotations)
     log(f"loading {spec.registry}" + (f" with checkpoint {checkpoint}" if checkpoint else ""))
-    live = LiveCatalogue.from_spec(spec, encoder, device=device, threads=threads, backend=encoder_backend)
+    live = LiveCatalogue.from_spec(spec, encoder, reload_dirs=reload_dirs, max_registry_bytes=max_registry_bytes,
+                                   device=device, threads=threads, backend=encoder_backend)
     live.encoder.warm()
     s = live.active.summary()
     bound = sock.getsockname()
@@ -116,7 +135,9 @@ def serve_command(registry: str | None, checkpoint: str | None, mode: str | None
     log(f"serving {s['n_tools']} tools, mode {s['mode']} (modes: {', '.join(s['modes'])}), encoder {s['encoder']}"
         + (f" ({'ONNX Runtime' if backend == 'onnx' else 'PyTorch'})" if backend else "")
         + (f", first stage {s['first_stage']} top-{s['candidates']}" if s.get("candidates") else ""))
-    log(f"listening on http://{url_host}:{bound[1]}  auth: {auth}")
+    log(f"listening on http://{url_host}:{bound[1]}  auth: {auth}; admin endpoints: "
+        + ("on (admin token" + (f", reloads from {', '.join(reload_dirs)})" if reload_dirs else ", reloads re-read the served artefacts)")
+           if admin_token else "off (no admin token)"))
     server = uvicorn_server(create_app(live, limits=limits, token=token, admin_token=admin_token), sock, log_level)
     server.run(sockets=[sock])
 
@@ -131,7 +152,7 @@ def serve_command(registry: str | None, checkpoint: str | None, mode: str | None
 @token_options
 def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, risk_source: str, fill_levels: str,
                 encoder: str | None, device: str, encoder_backend: str, threads: int | None, candidates: int | None,
-                first_stage: str, upstream: str | None, forward: bool, k: int, transport: str, host: str, port: int,
+                first_stage: str, trust_annotations: bool, upstream: str | None, forward: bool, k: int, transport: str, host: str, port: int,
                 token_file: str | None, token_env: str, insecure: bool) -> None:
     """Serve find_tools (risk-aware tool search) over MCP: stdio, or streamable HTTP.
 
@@ -159,7 +180,7 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
         check_bind(host, token, insecure)
         sock = bind_socket(host, port)
     spec = ArtefactSpec(registry or ("" if upstream else demo_registry(announce=True)), checkpoint, mode, risk_source,
-                        fill_levels, candidates, first_stage)
+                        fill_levels, candidates, first_stage, trust_annotations)
     enc = make_encoder(encoder, device=device, threads=threads, backend=encoder_backend)
     anyio.run(lambda: run(spec, enc, upstream=upstream, forward=forward, k=k, transport=transport, sock=sock,
                           token=token, echo=log))

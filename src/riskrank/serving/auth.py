@@ -3,6 +3,9 @@ ASGI middleware in front of the HTTP API and of MCP's streamable-HTTP transport.
 
 - a missing or wrong bearer token is a 401 before routing, so an unauthenticated caller
   cannot learn which tools or paths exist;
+- ``/v1/admin/*`` takes the admin token and only the admin token, which must differ from
+  the bearer token (a client of the API must not be able to swap what every other client is
+  served); a server started without an admin token has no admin endpoints at all;
 - only a loopback bind with ``--insecure`` runs without a token;
 - bodies are limited in size (and must be JSON) before any application code reads them.
 
@@ -70,6 +73,13 @@ def check_bind(host: str, token: str | None, insecure: bool) -> None:
         )
 
 
+def check_distinct_tokens(token: str | None, admin_token: str | None) -> None:
+    """The admin token must not be the bearer token: every client holds the latter."""
+    if token and admin_token and hmac.compare_digest(token.encode(), admin_token.encode()):
+        raise RiskrankError(f"the admin token (${ADMIN_TOKEN_ENV} or --admin-token-file) equals the bearer token; "
+                            "give the admin endpoints a token of their own")
+
+
 class Gate:
     """ASGI middleware in front of everything: bearer auth, then the body-size limit.
 
@@ -77,12 +87,15 @@ class Gate:
     path, existing or not. Bodies are buffered up to the limit, then replayed to the app."""
 
     def __init__(self, app: Any, *, token: str | None, admin_token: str | None = None, max_body_bytes: int = 64 * 1024) -> None:
+        check_distinct_tokens(token, admin_token)
         self.app = app
         self.token = token.encode() if token else None
         self.admin_token = admin_token.encode() if admin_token else None
         self.max_body = max_body_bytes
 
     def _authorised(self, scope: dict, path: str) -> bool:
+        # Without an admin token the admin paths do not exist (the app answers 404 to a caller
+        # holding the bearer token), so the bearer token is the gate there as everywhere.
         required = self.admin_token if (self.admin_token and path.startswith(ADMIN_PREFIX)) else self.token
         if required is None:
             return True

@@ -8,7 +8,14 @@ probes, ``POST /v1/admin/reload`` swaps the registry/checkpoint without a restar
 Guarantees, each tested over real HTTP (tests/test_server*.py):
 
 - every error is ``{"error": {"code", "message"}}`` with a stable code, never a traceback;
-- the bearer-token gate and the bind rules of :mod:`riskrank.serving.auth`;
+  request bodies are read strictly (:func:`riskrank.fileio.loads_strict`: a duplicate key,
+  NaN, a runaway number or nesting, invalid UTF-8 are ``400 malformed_json``);
+- the bearer-token gate and the bind rules of :mod:`riskrank.serving.auth`; the admin
+  endpoints exist only when an admin token (distinct from the bearer token) is configured,
+  and a reload reads only what :class:`~riskrank.catalogue.ReloadPolicy` allows;
+- every status a route can answer is declared in the OpenAPI document, with a typed body;
+  operation ids are the endpoints' names; HEAD answers on every GET route, and a 405
+  carries ``Allow``;
 - limits (:class:`~riskrank.serving.requests.Limits`): body size, task length, k, lambda and
   alpha ranges, per-request timeout, in-flight requests;
 - hot swap: a request reads the active catalogue once (the :func:`active_catalogue`
@@ -37,9 +44,9 @@ from riskrank._version import __version__
 from riskrank.catalogue import FILL_LEVELS, PROVENANCE, Catalogue, LiveCatalogue
 from riskrank.errors import RiskrankError, error_body
 from riskrank.extras import requires
-from riskrank.fileio import write_json
+from riskrank.fileio import loads_strict, show, write_json
 from riskrank.modes import MAX_K, MODES, RISK_SOURCES
-from riskrank.serving.auth import PUBLIC_PATHS, Gate
+from riskrank.serving.auth import ADMIN_PREFIX, PUBLIC_PATHS, Gate
 from riskrank.serving.requests import ApiError, Limits, check_k, check_lambda, check_task
 
 with requires("serve", "the HTTP server (riskrank serve)"):
@@ -48,18 +55,61 @@ with requires("serve", "the HTTP server (riskrank serve)"):
     from fastapi import APIRouter, Body, Depends, FastAPI, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
-    from pydantic import BaseModel, ConfigDict, Field
+    from fastapi.routing import APIRoute
+    from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
     from starlette.exceptions import HTTPException
 
 Mode = Literal[MODES]
 _STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, populate_by_name=True)
 
 
+def _integral(value: Any) -> Any:
+    """An integral JSON number is an integer (``74.0`` is 74); anything else is left for the
+    strict integer check to refuse."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# -- strict JSON bodies -------------------------------------------------------------------------------
+class MalformedBody(HTTPException):
+    """A body that is not strict JSON (FastAPI re-raises HTTP exceptions from body parsing)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(400, message)
+
+
+class _StrictRequest(Request):
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            body = await self.body()
+            try:
+                text = body.decode("utf-8-sig")
+            except UnicodeDecodeError:
+                raise MalformedBody("the request body is not valid JSON (not UTF-8)") from None
+            try:
+                # non-finite numbers pass, so that the schema names the field out of range
+                self._json = loads_strict(text, "the request body", non_finite=True)
+            except RiskrankError as exc:
+                raise MalformedBody(str(exc).replace("the request body: ", "the request body is not valid JSON (", 1) + ")") from None
+        return self._json
+
+
+class StrictJSONRoute(APIRoute):
+    """Routes whose JSON bodies are read by :func:`riskrank.fileio.loads_strict`."""
+
+    def get_route_handler(self) -> Any:
+        handler = super().get_route_handler()
+
+        async def strict(request: Request) -> Any:
+            return await handler(_StrictRequest(request.scope, request.receive))
+
+        return strict
+
+
 # -- request and response models ------------------------------------------------------------------
 class RetrieveRequest(BaseModel):
     model_config = _STRICT
     task: Annotated[str, Field(min_length=1, description="The user's task, in natural language.")]
-    k: Annotated[int, Field(ge=1, le=MAX_K, description="How many tools to return.")] = 5
+    k: Annotated[int, BeforeValidator(_integral), Field(ge=1, le=MAX_K, description="How many tools to return.")] = 5
     lam: Annotated[float | None, Field(alias="lambda", ge=0,
                                        description="Risk weight lambda in s = f_rel - lambda * f_risk [default: the checkpoint's; 0 for dense].")] = None
     mode: Annotated[Mode | None, Field(description="Pipeline stages [default: the server's].")] = None
@@ -123,6 +173,7 @@ class ReloadRequest(BaseModel):
     mode: Mode | None = None
     risk_source: Literal[RISK_SOURCES] | None = None
     fill_levels: Literal[FILL_LEVELS] | None = None
+    trust_annotations: bool | None = Field(None, description="Let MCP readOnlyHints lower unlabelled tools' levels.")
     wait: bool = Field(True, description="Answer when the new artefacts serve (or failed); false: answer 202 at once.")
 
 
@@ -135,7 +186,98 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
-ERRORS = {s: {"model": ErrorBody} for s in (400, 401, 413, 415, 422, 503, 504)}
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+class Ready(BaseModel):
+    status: Literal["ready"]
+    generation: int
+
+
+class LimitsInfo(BaseModel):
+    max_body_bytes: int
+    max_task_chars: int
+    max_k: int
+    max_lambda: float
+    timeout_s: float
+    max_inflight: int
+
+
+class CatalogueSummary(BaseModel):
+    """What one generation serves (``Catalogue.summary``); keys a newer catalogue adds pass through."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    generation: int
+    registry: str
+    registry_fingerprint: str
+    n_tools: int
+    risk_levels: dict[str, int]
+    risk_provenance: dict[str, int]
+    checkpoint: str | None
+    mode: str
+    modes: list[str]
+    risk_source: str
+    candidates: int | None
+    first_stage: str
+    lam: float = Field(alias="lambda")
+    alpha: float
+    encoder: str
+    trust_annotations: bool
+    loaded_at: str
+    load_seconds: float
+
+
+class Info(CatalogueSummary):
+    limits: LimitsInfo
+
+
+class Reloaded(CatalogueSummary):
+    status: Literal["reloaded"]
+
+
+class SpecInfo(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    registry: str
+    checkpoint: str | None
+    mode: str | None
+    risk_source: str
+    fill_levels: str
+    candidates: int | None
+    first_stage: str
+    trust_annotations: bool
+
+
+class ReloadAccepted(BaseModel):
+    status: Literal["loading"]
+    spec: SpecInfo
+
+
+class ReloadStatus(BaseModel):
+    state: Literal["idle", "loading", "succeeded", "failed"]
+    started_at: float | None = None
+    finished_at: float | None = None
+    spec: SpecInfo | None = None
+    generation: int | None = None
+    error: ErrorDetail | None = None
+
+
+_WHY = {
+    400: "Malformed request: the body is not strict JSON (malformed_json), or not an object",
+    404: "No tool of that name (unknown_tool)",
+    409: "A reload is already running (reload_in_progress)",
+    413: "The request body exceeds the server's limit (body_too_large)",
+    415: "The body is not sent as application/json (unsupported_media_type)",
+    422: "The request breaks a rule of its schema or of the server's limits; the code says which",
+    500: "A bug: the message holds no internals (internal_error); the server log has the traceback",
+    503: "Still loading (not_ready) or overloaded (overloaded, with Retry-After)",
+    504: "The request took longer than the server's timeout (timeout)",
+}
+
+
+def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for the error statuses a route answers (500 always)."""
+    return {c: {"model": ErrorBody, "description": _WHY[c]} for c in (*codes, 500)}
 
 
 # -- what the routes share --------------------------------------------------------------------------
@@ -167,23 +309,23 @@ Active = Annotated[Catalogue, Depends(active_catalogue)]
 
 
 # -- routes -----------------------------------------------------------------------------------------
-probes = APIRouter(tags=["probes"])
-retrieval = APIRouter(tags=["retrieval"])
-catalogue = APIRouter(tags=["catalogue"])
-admin = APIRouter(tags=["admin"])
+probes = APIRouter(tags=["probes"], route_class=StrictJSONRoute)
+retrieval = APIRouter(tags=["retrieval"], route_class=StrictJSONRoute)
+catalogue = APIRouter(tags=["catalogue"], route_class=StrictJSONRoute)
+admin = APIRouter(tags=["admin"], route_class=StrictJSONRoute)
 
 
-@probes.get("/healthz", summary="Liveness: the process answers.")
+@probes.get("/healthz", response_model=Health, responses=errors(), summary="Liveness: the process answers.")
 async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@probes.get("/readyz", summary="Readiness: artefacts loaded and validated.", responses={503: {"model": ErrorBody}})
+@probes.get("/readyz", response_model=Ready, responses=errors(503), summary="Readiness: artefacts loaded and validated.")
 async def readyz(cat: Active) -> dict[str, Any]:
     return {"status": "ready", "generation": cat.generation}
 
 
-@retrieval.post("/v1/retrieve", response_model=RetrieveResponse, responses=ERRORS,
+@retrieval.post("/v1/retrieve", response_model=RetrieveResponse, responses=errors(400, 413, 415, 422, 503, 504),
                 summary="The risk-aware top-k tools for a task.")
 async def retrieve(req: RetrieveRequest, cat: Active, state: State) -> Any:
     limits = state.limits
@@ -211,20 +353,22 @@ async def retrieve(req: RetrieveRequest, cat: Active, state: State) -> Any:
     return JSONResponse(out, headers={"server-timing": f"retrieve;dur={(time.perf_counter() - t0) * 1000:.2f}"})
 
 
-@catalogue.get("/v1/tools/{name:path}", response_model=ToolSpec, responses=ERRORS,
+@catalogue.get("/v1/tools/{name:path}", response_model=ToolSpec, responses=errors(404, 503),
                summary="One tool's spec, risk level and the evidence for it.")
-async def tool(name: str, cat: Active) -> Any:
+async def get_tool(name: str, cat: Active) -> Any:
     if name not in cat.registry:
-        raise ApiError(404, "unknown_tool", f"no tool named {name!r}")
+        raise ApiError(404, "unknown_tool", f"no tool named {show(name)}")
     return JSONResponse(cat.tool_spec(cat.registry.index_of(name)))
 
 
-@catalogue.get("/v1/info", responses=ERRORS, summary="The registry, checkpoint and modes being served.")
-async def info(cat: Active, state: State) -> dict[str, Any]:
+@catalogue.get("/v1/info", response_model=Info, responses=errors(503), summary="The registry, checkpoint and modes being served.")
+async def get_info(cat: Active, state: State) -> dict[str, Any]:
     return {**cat.summary(), "limits": asdict(state.limits)}
 
 
-@admin.post("/v1/admin/reload", status_code=200, responses={**ERRORS, 409: {"model": ErrorBody}, 202: {}},
+@admin.post("/v1/admin/reload", status_code=200, response_model=Reloaded,
+            responses={202: {"model": ReloadAccepted, "description": "Loading in the background (wait: false)"},
+                       **errors(400, 409, 413, 415, 422, 503)},
             summary="Load new artefacts in the background and swap them in atomically.")
 async def reload(cur: Active, state: State, req: Annotated[ReloadRequest | None, Body()] = None) -> Any:
     import asyncio
@@ -234,7 +378,7 @@ async def reload(cur: Active, state: State, req: Annotated[ReloadRequest | None,
     given = req.model_fields_set
     spec = replace(
         cur.spec,
-        **{name: getattr(req, name) for name in ("registry", "checkpoint", "mode", "risk_source", "fill_levels")
+        **{name: getattr(req, name) for name in ("registry", "checkpoint", "mode", "risk_source", "fill_levels", "trust_annotations")
            if name in given and (getattr(req, name) is not None or name in ("checkpoint", "mode"))},
     )
     if not live.begin_reload():
@@ -252,8 +396,8 @@ async def reload(cur: Active, state: State, req: Annotated[ReloadRequest | None,
     return {"status": "reloaded", **new.summary()}
 
 
-@admin.get("/v1/admin/reload", responses=ERRORS, summary="The state of the last reload.")
-async def reload_status(state: State) -> dict[str, Any]:
+@admin.get("/v1/admin/reload", response_model=ReloadStatus, responses=errors(), summary="The state of the last reload.")
+async def get_reload_status(state: State) -> dict[str, Any]:
     return dict(state.live.reload_status) if state.live is not None else {"state": "idle"}
 
 
@@ -269,7 +413,8 @@ def validation_error(errors: Sequence[dict]) -> ApiError:
     fieldname = loc[0] if loc else ""
     kind = err.get("type", "")
     if kind in ("json_invalid", "json_type"):
-        return ApiError(400, "malformed_json", f"the request body is not valid JSON ({err.get('msg', '')})")
+        why = (err.get("ctx") or {}).get("error") or err.get("msg", "")
+        return ApiError(400, "malformed_json", f"the request body is not valid JSON ({why})")
     if not loc and kind in ("model_attributes_type", "model_type", "dict_type", "missing"):
         return ApiError(400, "malformed_json", "the request body must be a JSON object")
     where = ".".join(loc) or "body"
@@ -295,9 +440,12 @@ async def _invalid(request: Request, exc: RequestValidationError) -> JSONRespons
 
 
 async def _http(request: Request, exc: HTTPException) -> JSONResponse:
+    if isinstance(exc, MalformedBody):
+        return JSONResponse({"error": {"code": "malformed_json", "message": str(exc.detail)}}, status_code=400)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
     msg = {404: "no such endpoint", 405: "method not allowed on this endpoint"}.get(exc.status_code, str(exc.detail))
-    return JSONResponse({"error": {"code": code, "message": msg}}, status_code=exc.status_code)
+    # Starlette puts the 405's Allow header on the exception: keep it
+    return JSONResponse({"error": {"code": code, "message": msg}}, status_code=exc.status_code, headers=exc.headers)
 
 
 async def _riskrank(request: Request, exc: RiskrankError) -> JSONResponse:
@@ -311,38 +459,73 @@ async def _internal(request: Request, exc: Exception) -> JSONResponse:
 
 # -- the application --------------------------------------------------------------------------------
 def _openapi(app: FastAPI, limits: Limits) -> dict[str, Any]:
-    """FastAPI's document plus the bearer scheme on every non-public path and the limits this
-    server enforces (the request model holds none)."""
+    """FastAPI's document plus the bearer schemes (the admin token on /v1/admin/*) on every
+    non-public path and the limits this server enforces (the request model holds none)."""
     if app.openapi_schema is None:
         schema = FastAPI.openapi(app)  # FastAPI's own document (cached on the app), completed here
         props = schema["components"]["schemas"]["RetrieveRequest"]["properties"]
         props["task"]["maxLength"] = limits.max_task_chars
         props["k"]["maximum"] = limits.max_k
         next(s for s in props["lambda"]["anyOf"] if s.get("type") == "number")["maximum"] = limits.max_lambda
-        schema["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+        schema["components"]["securitySchemes"] = {
+            "bearer": {"type": "http", "scheme": "bearer"},
+            "admin": {"type": "http", "scheme": "bearer",
+                      "description": "The admin token (RISKRANK_ADMIN_TOKEN, distinct from the bearer token); "
+                                     "without one the server has no /v1/admin/* endpoints."},
+        }
         for path, ops in schema["paths"].items():
             if path not in PUBLIC_PATHS:
                 for op in ops.values():
-                    op["security"] = [{"bearer": []}]
+                    op["security"] = [{"admin" if path.startswith(ADMIN_PREFIX) else "bearer": []}]
                     op.setdefault("responses", {}).setdefault("401", {
                         "description": "Missing or invalid bearer token",
                         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
                     })
+                    # FastAPI adds a 422 model of its own for routes with parameters: ours is ErrorBody
+                    if "422" in op["responses"]:
+                        op["responses"]["422"]["content"] = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+                        op["responses"]["422"].setdefault("description", _WHY[422])
+        for name in ("HTTPValidationError", "ValidationError"):
+            schema["components"]["schemas"].pop(name, None)
     return app.openapi_schema
+
+
+class _HeadAsGet:
+    """HEAD on a GET route answers as GET does, without the body (RFC 9110, 9.3.2)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("method") != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def without_body(message: dict) -> None:
+            if message["type"] == "http.response.body":
+                message = {**message, "body": b""}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, without_body)
 
 
 def create_app(live: LiveCatalogue | None, *, limits: Limits | None = None, token: str | None = None,
                admin_token: str | None = None) -> Gate:
     """The ASGI application: the FastAPI app behind :class:`~riskrank.serving.auth.Gate`.
-    ``live`` may be None to render the OpenAPI schema only (``riskrank serve --write-openapi``)."""
+    ``live`` may be None to render the OpenAPI schema only (``riskrank serve --write-openapi``:
+    the document describes the admin endpoints too). A serving app has the admin endpoints
+    only when ``admin_token`` is given (it must differ from ``token``)."""
     limits = limits or Limits()
     app = FastAPI(
         title="riskrank", version=__version__, docs_url=None, redoc_url=None,
+        generate_unique_id_function=lambda route: route.name,
         description="Risk-aware tool retrieval for LLM agents: the top-k tools for a task, ranked by relevance "
-                    "and operational risk. Every error is {\"error\": {\"code\", \"message\"}}.",
+                    "and operational risk. Every error is {\"error\": {\"code\", \"message\"}}. "
+                    "The /v1/admin/* endpoints exist only on a server started with an admin token.",
     )
     app.state.riskrank = HttpState(live, limits)
-    for router in (probes, retrieval, catalogue, admin):
+    routers = (probes, retrieval, catalogue) + ((admin,) if admin_token is not None or live is None else ())
+    for router in routers:
         app.include_router(router)
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _invalid)
@@ -350,7 +533,7 @@ def create_app(live: LiveCatalogue | None, *, limits: Limits | None = None, toke
     app.add_exception_handler(RiskrankError, _riskrank)
     app.add_exception_handler(Exception, _internal)
     app.openapi = lambda: _openapi(app, limits)
-    gated = Gate(app, token=token, admin_token=admin_token, max_body_bytes=limits.max_body_bytes)
+    gated = Gate(_HeadAsGet(app), token=token, admin_token=admin_token, max_body_bytes=limits.max_body_bytes)
     gated.fastapi = app  # for tests and embedding
     return gated
 
