@@ -112,13 +112,21 @@ def test_copy_from_local_mirror_then_skip(fake: tuple[Path, list[ManifestEntry]]
     dest = tmp_path / "data"
     report = fetch(mirror, dest, manifest=entries, progress=False)
     assert report.ok
-    assert report.with_status("fetched") == [e.rel_path for e in entries[:3]]
+    assert report.with_status("fetched") == [e.rel_path for e in entries[:2]]
+    # the mirror has train.jsonl, but the manifest pins no sha256 for it: not installed, said in one line
+    assert report.with_status("unverified") == [entries[2].rel_path] and not (dest / entries[2].rel_path).exists()
+    line = next(x for x in report.format().splitlines() if entries[2].rel_path in x and "sha256" in x)
+    assert "not installed" in line and "--allow-unverified" in line
     assert report.with_status("absent") == [entries[3].rel_path]
-    for e in entries[:3]:
-        assert (dest / e.rel_path).read_bytes() == (mirror / e.rel_path).read_bytes()
     assert not _leftovers(dest)
     assert "UltraTool dev.json absent" in report.format()
     assert "5-fold cross-fitting" in report.format()
+    # installed on request, and the report says it was not verified
+    report = fetch(mirror, dest, manifest=entries, progress=False, allow_unverified=True)
+    assert report.with_status("fetched") == [entries[2].rel_path]
+    assert "installed WITHOUT verification" in report.format()
+    for e in entries[:3]:
+        assert (dest / e.rel_path).read_bytes() == (mirror / e.rel_path).read_bytes()
 
     mtimes = {e.rel_path: (dest / e.rel_path).stat().st_mtime_ns for e in entries[:3]}
     again = fetch(mirror, dest, manifest=entries, progress=False)

@@ -13,6 +13,12 @@ leaves a half-written file or damages a good one already there.
 Optional files (``mirrored: false`` in the manifest: UltraTool ``dev.json``, Seal-Tools
 ``train.jsonl`` and ``test_out_domain.jsonl``) may be missing at the source; the protocols
 have a documented fallback for each, which :meth:`FetchReport.format` spells out.
+
+Two of them (UltraTool ``dev.json``, Seal-Tools ``train.jsonl``) have no sha256 in the
+manifest: they were never mirrored here, so no copy could be hashed, and a hash is not
+guessed. Such a file is not installed (status ``unverified``, one line saying so) unless the
+caller passes ``allow_unverified`` (``riskrank data fetch --allow-unverified``), because an
+unchecked file would change every number computed from it without a trace.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ UPSTREAM_URL_ENV = "RISKRANK_UPSTREAM_URL"
 #: Value of ``source`` that means "download from upstream" rather than "copy from a directory".
 UPSTREAM = "upstream"
 
-Status = Literal["fetched", "present", "absent", "error"]
+Status = Literal["fetched", "present", "absent", "unverified", "error"]
 
 _CHUNK = 1 << 20
 
@@ -166,9 +172,10 @@ class FetchReport:
     def format(self) -> str:
         """Human-readable lines: one per file, then what each absent optional file means."""
         lines = [f"{status:>8}  {rel}" for rel, status in self.items]
-        counts = {s: len(self.with_status(s)) for s in ("fetched", "present", "absent", "error")}
-        lines.append(", ".join(f"{n} {s}" for s, n in counts.items()))
-        lines.extend(self.notes[rel] for rel in self.with_status("absent") if rel in self.notes)
+        counts = {s: len(self.with_status(s)) for s in ("fetched", "present", "absent", "unverified", "error")}
+        lines.append(", ".join(f"{n} {s}" for s, n in counts.items() if n or s != "unverified"))
+        lines.extend(self.notes[rel] for rel in [*self.with_status("absent"), *self.with_status("unverified"), *self.with_status("fetched")]
+                     if rel in self.notes)
         lines.extend(f"error: {msg}" for msg in self.errors)
         return "\n".join(lines)
 
@@ -182,6 +189,7 @@ def fetch(
     progress: bool = True,
     include_optional: bool = True,
     upstream_url_template: str | None = None,
+    allow_unverified: bool = False,
 ) -> FetchReport:
     """Make ``dest`` hold a verified copy of every manifest file available at ``source``.
 
@@ -190,6 +198,9 @@ def fetch(
     ``<owner>/<repo>/<path>`` layout. Files already in ``dest`` and matching the manifest are
     left alone, so re-running is cheap. With ``include_optional=False`` optional files are not
     transferred, only reported (present or absent).
+
+    A file the manifest gives no sha256 is not transferred unless ``allow_unverified`` (the
+    module docstring); then it is installed with a note saying it was not verified.
 
     Every file is attempted before giving up, so one run reports all problems. Raises
     :class:`DataError` (with the report on ``exc.report``) if a required file failed;
@@ -216,6 +227,15 @@ def fetch(
                 status: Status = "present"
             elif entry.optional and not include_optional:
                 status = "absent"
+            elif entry.sha256 is None and not allow_unverified and not (src_dir is not None and not (src_dir / entry.rel_path).is_file()):
+                status = "unverified"
+                consequence = _ABSENT_CONSEQUENCE.get((entry.repo, entry.path))
+                report.notes[entry.rel_path] = (f"{entry.rel_path}: no sha256 is pinned for it, so it is not installed "
+                                                "(pass --allow-unverified to install it without verification)"
+                                                + (f"; {consequence}" if consequence else ""))
+                if not entry.optional:
+                    report.errors.append(report.notes[entry.rel_path])
+                    failed_required.append(entry.rel_path)
             else:
                 where = str(src_dir / entry.rel_path) if src_dir else entry.url(str(template))
                 try:
@@ -225,6 +245,8 @@ def fetch(
                         found = _download(client, where, target, entry, progress)
                     if found:
                         status = "fetched"
+                        if entry.sha256 is None:
+                            report.notes[entry.rel_path] = f"{entry.rel_path}: installed WITHOUT verification (no sha256 pinned)"
                     elif entry.optional:
                         status = "absent"
                     else:
