@@ -86,10 +86,12 @@ def test_mcp_tools_and_annotations(guard):
     import mcp_types
 
     tools = [mcp_types.Tool.model_validate(t) for t in MCP_TOOLS["tools"]]
-    ranked = guard.rank("remove every note in my notebook", tools)
-    levels = {t["name"]: t["risk_level"] for t in ranked["tools"]}
-    if "tidy_notes" in levels:
-        assert levels["tidy_notes"] >= 4  # destructiveHint: never low risk
+    # every tool ranked (k = all of them), so each level below is checked, not only the top 3's
+    everything = ToolGuard(k=len(tools), mode="dense", encoder=HashEncoder()).rank("remove every note in my notebook", tools)
+    levels = {t["name"]: t["risk_level"] for t in everything["tools"]}
+    assert set(levels) == {t.name for t in tools}
+    assert levels["tidy_notes"] >= 4 and levels["purge_notes"] >= 4  # destructiveHint: never low risk
+    assert levels["count_words"] == 1 and levels["search_web"] == 2  # openWorldHint: at least L2
     kept = guard.select("remove every note in my notebook", tools)
     assert all(isinstance(t, mcp_types.Tool) for t in kept)
 

@@ -56,7 +56,8 @@ class FakeEndpoint:
 
     ``script`` maps a tool name to a list of actions consumed one per request for that tool:
     an int status (429, 500, 401 ...), ``"garbage"`` (a malformed answer), ``"badjson"`` (200
-    with a body that is not a completion), ``"sleep:S"``, or a literal answer ``"text:..."``.
+    with a body that is not a completion), ``"sleep:S"``, ``"hold"`` (answer only once the same
+    tool is asked again: the client has timed out and retried), or a literal answer ``"text:..."``.
     Without a scripted action the persona's level is answered. ``fault_every`` injects a 429
     (``Retry-After: 0``) or a 500 into every n-th request, and a malformed first answer into
     every n-th tool, for the script mode. ``delay`` slows every request down.
@@ -69,6 +70,7 @@ class FakeEndpoint:
         self.requests: list[dict] = []
         self.injected: dict[str, int] = {}
         self.lock = threading.Lock()
+        self.released = threading.Event()
         endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -118,6 +120,8 @@ class FakeEndpoint:
                                   "temperature": body.get("temperature"), "auth": h.headers.get("Authorization")})
             actions = self.script.get(name)
             action = actions.pop(0) if actions else None
+            if sum(r["tool"] == name for r in self.requests) > 1:
+                self.released.set()
             n_tool = len({(r["model"], r["tool"]) for r in self.requests})
         if self.delay:
             time.sleep(self.delay)
@@ -130,6 +134,9 @@ class FakeEndpoint:
                 self.injected[str(action)] = self.injected.get(str(action), 0) + 1
         if isinstance(action, str) and action.startswith("sleep:"):
             time.sleep(float(action[6:]))
+            action = None
+        if action == "hold":  # answer only once the same tool has been asked again (a retry)
+            self.released.wait(timeout=60)
             action = None
         if isinstance(action, int):
             headers = {"Retry-After": "0"} if action == 429 else {}
@@ -218,11 +225,14 @@ def test_backoff_doubles_and_honours_retry_after():
 
 
 def test_timeout_is_retried():
+    """The first request is held until the client has given up and asked again (the retry
+    releases it), so the timeout fires for certain and the retry is answered at once."""
     tools = _tools(1)
-    with FakeEndpoint({"tool_0": ["sleep:0.6"]}) as ep:
-        ann = _annotator(ep.url, timeout=0.2, retries=2)
+    with FakeEndpoint({"tool_0": ["hold"]}) as ep:
+        ann = _annotator(ep.url, timeout=1.0, retries=2)
         got = dict(ann.annotate(tools))
-    assert isinstance(got[0], Vote) and ann.stats["retries"] >= 1
+    assert isinstance(got[0], Vote) and ann.stats["retries"] == 1
+    assert ep.tools_asked() == ["tool_0", "tool_0"]
 
 
 def test_hard_errors_stop_the_run():
@@ -242,12 +252,26 @@ def test_connection_refused_is_a_failure_not_a_crash():
     assert isinstance(res, Failure) and "connection error" in res.error
 
 
-def test_rate_limit_spaces_requests():
+def test_rate_limit_spaces_request_starts():
+    """On a fake clock (advanced only by the limiter's own sleeps): starts 0.1 s apart."""
+    from riskrank.annotators import _RateLimiter
+
+    now = [100.0]
+    limiter = _RateLimiter(600.0, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
+    starts = [limiter.wait() for _ in range(5)]
+    assert starts == pytest.approx([100.0, 100.1, 100.2, 100.3, 100.4])
+    now[0] += 10.0  # idle for a while: the next request starts at once
+    assert limiter.wait() == pytest.approx(now[0])
+
+
+def test_rate_limit_gates_every_request():
     with FakeEndpoint() as ep:
-        ann = _annotator(ep.url, rate_limit=600.0, workers=3)  # one request start per 0.1 s
-        t0 = time.perf_counter()
+        ann = _annotator(ep.url, rate_limit=6000.0, workers=3)
+        calls = []
+        real = ann._limiter.wait
+        ann._limiter.wait = lambda: calls.append(1) or real()
         list(ann.annotate(_tools(5)))
-        assert time.perf_counter() - t0 >= 0.39
+    assert len(calls) == len(ep.requests) == 5
 
 
 def test_interrupted_audit_keeps_finished_votes(tmp_path):

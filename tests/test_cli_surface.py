@@ -131,7 +131,7 @@ def test_demo_command(monkeypatch, demo_fitted):
     shown = demo_mod.run_demo(["demo-02", "demo-09"], echo=lambda s: None)
     levels = {t.name: t.risk_level for t in demo_fitted.registry}
     for lists in shown.values():
-        rel, aware, rule = lists.values()
+        rule = lists["+ rule filter"]
         assert sum(levels[t.name] >= 3 for t in rule.tools) <= 1 and not rule.fallback
     assert any([t.name for t in lst["relevance only (lambda 0)"].tools] != [t.name for t in lst["+ rule filter"].tools]
                for lst in shown.values())

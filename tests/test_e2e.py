@@ -28,17 +28,26 @@ def check_contract(res: dict, methods: list[str], n_queries: int, seeds: list[in
 
 
 def test_core_beats_dense_on_an_ultratool_subset(ultratool, encoder, torch_single_thread):
+    """The targets in a reduced configuration (the first 250 test queries, 2 folds, one seed),
+    so the default suite checks them on every run: core NDCG@5 >= 1.6x dense; the rule
+    filter's RVR@5 <= 0.5x and SRR@5 <= 0.35x dense at an NDCG@5 above dense. (Measured
+    here: 2.96x; 0.43x, 0.18x at 2.55x.) Core's own RVR@5 target (<= 0.75x) holds on the full
+    protocol only (`-m slow`): this subset is risk-heavy (dense RVR@5 0.39 vs 0.14 overall)."""
     qs = ultratool.splits["test"].subset(range(250))
     bench = Benchmark("ultratool", ultratool.registry, {"test": qs}, None, "2-fold cross-fitting over the first 250 test queries")
-    methods = ["dense", "rel_only", "core"]
+    methods = ["dense", "rel_only", "core", "core+graph+rule"]
     run = run_evaluation(bench, methods, seeds=[42], encoder=encoder, n_folds=2, progress=False)
     res = run.results_json()
     check_contract(res, methods, 250, [42])
-    m = res["splits"]["test"]["methods"]
-    dense, rel, core = (m[k]["ndcg@5"]["mean"] for k in methods)
-    assert core > dense and rel > dense
+    m = {k: {metric: v["mean"] for metric, v in vals.items()} for k, vals in res["splits"]["test"]["methods"].items()}
+    dense = m["dense"]
+    assert m["rel_only"]["ndcg@5"] > dense["ndcg@5"]
+    assert m["core"]["ndcg@5"] >= 1.6 * dense["ndcg@5"], m
     # the risk term does its job: core exposes fewer risky tools than relevance-only
-    assert m["core"]["rvr@5"]["mean"] <= m["rel_only"]["rvr@5"]["mean"]
+    assert m["core"]["rvr@5"] <= m["rel_only"]["rvr@5"]
+    rule = m["core+graph+rule"]
+    assert rule["rvr@5"] <= 0.5 * dense["rvr@5"] and rule["srr@5"] <= 0.35 * dense["srr@5"], m
+    assert rule["ndcg@5"] > dense["ndcg@5"], m
     assert len(run.choices[42]) == 2  # one training run per fold
 
 

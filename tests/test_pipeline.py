@@ -75,7 +75,10 @@ def test_dense_rule_works_with_labels_only(dense, demo):
     res = dense.retrieve(RISKY_TASK, k=5, mode="dense+rule")
     levels = [demo.registry[t.index].risk_level for t in res.tools]
     assert res.mode == "dense+rule"
-    assert sum(lv >= 3 for lv in levels) <= 1 or res.fallback
+    # The demo registry holds far more than five compliant tools, so a fallback is never
+    # needed here: none may appear, and the cap holds on the whole list.
+    assert res.fallback == []
+    assert sum(lv >= 3 for lv in levels) <= 1
     assert res.deferred and all(set(d.reasons) <= {RISK_CAP, PERMISSION_CAP, REDUNDANCY} for d in res.deferred)
 
 
@@ -197,8 +200,8 @@ def test_rule_mode_reports_deferrals(demo_fitted, demo):
             assert levels[d.index] >= 3
         if d.index not in shown:
             assert d.name not in res.fallback
-    if not res.fallback:
-        assert sum(levels[i] >= 3 for i in shown) <= 1
+    assert res.fallback == []  # 98 tools, most of them low risk: no top-up is needed
+    assert sum(levels[i] >= 3 for i in shown) <= 1
     assert "deferred" in res.to_dict() and res.to_dict()["deferred"][0]["reasons"]
 
 

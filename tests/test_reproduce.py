@@ -53,3 +53,55 @@ def test_reuse_rebuilds_without_training(demo_out, monkeypatch, encoder):
     again = rep.reproduce("demo", out, seeds=[42, 123], cross_encoders=False, reuse=True, progress=False,
                           echo=lambda *_: None, encoder=encoder)
     assert again["splits"]["test"]["methods"]["core"] == res["splits"]["test"]["methods"]["core"]
+
+
+def _tables_by_section(text: str) -> dict[tuple[str, str], list[list[str]]]:
+    """(split, section heading) -> the rows (cells) of the first markdown table under it."""
+    out: dict[tuple[str, str], list[list[str]]] = {}
+    split = section = ""
+    in_table = False
+    for line in text.splitlines():
+        if line.startswith("## Split `"):
+            split = line.split("`")[1]
+        elif line.startswith("### "):
+            section = line[4:].strip()
+        is_row = line.startswith("|")
+        key = (split, section)
+        if is_row and (key not in out or in_table):
+            in_table = True
+            if not set(line) <= set("|- "):  # skip the |---| separator
+                out.setdefault(key, []).append([c.strip() for c in line.strip("|").split("|")])
+        elif not is_row:
+            in_table = False
+    return out
+
+
+def test_report_tables_equal_results_json(demo_out):
+    """Every number of Tables 2-4 is the results.json value of that method and metric, as the
+    report formats it (mean, and ± std for trained methods): a report whose tables are wrong,
+    empty or stale fails here, not only one whose headings are missing."""
+    from riskrank.experiments.common import HEADERS, f3
+
+    out, _ = demo_out
+    results = json.loads((out / "results.json").read_text())
+    tables = _tables_by_section((out / "report.md").read_text())
+    metric_of = {v: k for k, v in HEADERS.items()}
+    checked = 0
+    for (split, section), rows in tables.items():
+        if not section.startswith(("Table 2", "Table 3", "Table 4")):
+            continue
+        header, body = rows[0], rows[1:]
+        assert body, (split, section)
+        for row in body:
+            method = next(c.strip("`") for c in row if c.startswith("`"))
+            vals = results["splits"][split]["methods"][method]
+            for name, cell in zip(header, row, strict=True):
+                metric = metric_of.get(name)
+                if metric is None:
+                    continue
+                mean_txt, _, rest = cell.partition(" ± ")
+                assert mean_txt.split(" (")[0] == f3(vals[metric]["mean"]), (section, method, metric, cell)
+                if rest:
+                    assert rest.split(" (")[0] == f3(vals[metric]["std"]), (section, method, metric, cell)
+                checked += 1
+    assert checked >= 100, checked

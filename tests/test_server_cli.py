@@ -47,7 +47,8 @@ def test_serve_end_to_end(tmp_path):
         assert r.status_code == 200, r.text
         out = r.json()
         assert len(out["tools"]) == 5 and out["mode"] == "dense+rule"
-        assert sum(t["effective_level"] >= 3 for t in out["tools"]) <= 1 or out["fallback"]
+        assert out["fallback"] == []  # the demo registry has enough compliant tools: no top-up needed
+        assert sum(t["effective_level"] >= 3 for t in out["tools"]) <= 1
         assert "retrieve;dur=" in r.headers["server-timing"]
     finally:
         proc.terminate()

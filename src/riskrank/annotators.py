@@ -33,7 +33,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -209,20 +209,24 @@ class CrossfitHeadAnnotator(Annotator):
 class _RateLimiter:
     """At most ``per_minute`` request starts per minute, shared by the worker threads."""
 
-    def __init__(self, per_minute: float | None) -> None:
+    def __init__(self, per_minute: float | None, *, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.interval = 60.0 / per_minute if per_minute else 0.0
         self._next = 0.0
         self._lock = threading.Lock()
+        self._clock, self._sleep = clock, sleep  # injectable: the tests run it on a fake clock
 
-    def wait(self) -> None:
+    def wait(self) -> float:
+        """Block until this request may start; returns the start time it was given."""
         if not self.interval:
-            return
+            return self._clock()
         with self._lock:
-            now = time.monotonic()
+            now = self._clock()
             start = max(now, self._next)
             self._next = start + self.interval
         if start > now:
-            time.sleep(start - now)
+            self._sleep(start - now)
+        return start
 
 
 @dataclass
