@@ -65,7 +65,8 @@ def test_non_finite_numbers_anywhere_are_refused(tmp_path, token, where):
 
 @pytest.mark.parametrize("digits", [101, 4301, 50_000])
 def test_runaway_numbers_are_refused(tmp_path, digits):
-    msg = refused(tmp_path, f'[{{"name": "a", "description": "b", "risk_level": {"7" * digits}}}]', "digits")
+    msg = refused(tmp_path, f'[{{"name": "a", "description": "b", "risk_level": {"7" * digits}}}]', "record 0", "risk_level",
+                  f"a number of {digits:,} characters")
     assert "7777777777" not in msg
 
 

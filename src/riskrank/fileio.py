@@ -179,6 +179,20 @@ class _Refused(Exception):
     """Raised by the parser hooks; turned into the caller's error class with the source."""
 
 
+class RefusedNumber:
+    """A number :func:`loads_strict` refused (``NaN``, an infinity, an overflowing or runaway
+    literal), left in place by ``mark_numbers=True`` so that a caller validating records can
+    name the record and the field it sits in; :func:`check_json_values` refuses it."""
+
+    __slots__ = ("text", "why")
+
+    def __init__(self, text: str, why: str) -> None:
+        self.text, self.why = text, why
+
+    def __repr__(self) -> str:
+        return self.text if len(self.text) <= 24 else f"a number of {len(self.text):,} characters"
+
+
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
@@ -213,17 +227,32 @@ def _float_any(text: str) -> float:
     return float(text)
 
 
+def _marking(hook: Any) -> Any:
+    def mark(text: str) -> Any:
+        try:
+            return hook(text)
+        except _Refused as exc:
+            return RefusedNumber(text, str(exc))
+
+    return mark
+
+
 def loads_strict(text: str, source: str, error: type[RiskrankError] = RiskrankError, *, line: int | None = None,
-                 non_finite: bool = False) -> Any:
+                 non_finite: bool = False, mark_numbers: bool = False) -> Any:
     """``json.loads`` that refuses what RFC 8259 leaves undefined or Python would accept
     silently (see the module docstring); each refusal is ``error("SOURCE: why")``, one line.
     ``line``: the text is that line of a JSONL file (messages say ``SOURCE: line N: ...``).
     ``non_finite``: let NaN, Infinity and overflowing numbers through as floats, for a
-    caller whose schema then names the field that is out of range (an HTTP request)."""
+    caller whose schema then names the field that is out of range (an HTTP request).
+    ``mark_numbers``: leave a :class:`RefusedNumber` where a number is refused, for a caller
+    that validates field by field (a registry) and so can say where it was."""
     where = source if line is None else f"{source}: line {line}"
     hooks: dict[str, Any] = {"parse_float": _float_any} if non_finite else {"parse_constant": _constant, "parse_float": _float}
+    hooks["parse_int"] = _int
+    if mark_numbers:
+        hooks = {k: _marking(v) for k, v in hooks.items()}
     try:
-        return json.loads(text, object_pairs_hook=_object, parse_int=_int, **hooks)
+        return json.loads(text, object_pairs_hook=_object, **hooks)
     except _Refused as exc:
         raise error(f"{where}: {exc}") from None
     except json.JSONDecodeError as exc:
@@ -256,6 +285,8 @@ def check_json_values(value: Any, source: str, error: type[RiskrankError] = Risk
             raise error(f"{source}: nested more than {max_depth} levels deep{_at(where)}")
         if isinstance(v, str):
             _check_text(v, source, where, error)
+        elif isinstance(v, RefusedNumber):
+            raise error(f"{source}: {v.why}{_at(where)}")
         elif isinstance(v, float):
             if not math.isfinite(v):
                 raise error(f"{source}: {v} is not a JSON number{_at(where)}")
@@ -284,13 +315,14 @@ def _check_text(s: str, source: str, where: str, error: type[RiskrankError]) -> 
         raise error(f"{source}: invalid Unicode (a lone surrogate){'' if _REDACT.get() else ' in ' + show(s)}{_at(where)}") from None
 
 
-def jsonl_records(lines: Iterable[str], source: str, error: type[RiskrankError] = RiskrankError) -> Iterator[tuple[int, Any]]:
+def jsonl_records(lines: Iterable[str], source: str, error: type[RiskrankError] = RiskrankError, *,
+                  mark_numbers: bool = False) -> Iterator[tuple[int, Any]]:
     """(line number, value) for every non-empty line, parsed by :func:`loads_strict`; a bad
     line raises ``error("SOURCE: line N: ...")``."""
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        yield lineno, loads_strict(line, source, error, line=lineno)
+        yield lineno, loads_strict(line, source, error, line=lineno, mark_numbers=mark_numbers)
 
 
 def read_jsonl(path: str | os.PathLike[str], error: type[RiskrankError] = RiskrankError) -> Iterator[tuple[int, Any]]:

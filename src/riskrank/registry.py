@@ -45,6 +45,7 @@ import numpy as np
 
 from riskrank.errors import RegistryError, UnknownToolError
 from riskrank.fileio import (
+    RefusedNumber,
     check_json_values,
     decode_json_bytes,
     jsonl_records,
@@ -77,6 +78,17 @@ def _got(value: Any) -> str:
 
 def _named(where: str, name: str) -> str:
     return where if values_redacted() else f"{where} ({show(name)})"
+
+
+def _type(value: Any) -> str:
+    return "a refused number" if isinstance(value, RefusedNumber) else type(value).__name__
+
+
+def _check_values(where: str, fields: Mapping[str, Any]) -> None:
+    """Every value of a record's free-form fields is servable JSON (see the module docstring)."""
+    for name, value in fields.items():
+        if value is not None:
+            check_json_values(value, f"{where}: {show(name)}", RegistryError, max_depth=MAX_DEPTH - 3)
 
 
 def _first_unprintable(text: str) -> tuple[int, str] | None:
@@ -164,33 +176,37 @@ def make_tool(
     bad = _first_unprintable(name)
     if bad is not None:
         i, ch = bad
-        raise RegistryError(f"{where}: 'name' holds an unprintable character (U+{ord(ch):04X} {unicodedata.name(ch, 'control')}, "
-                            f"position {i}){'' if values_redacted() else ' in ' + show(name)}; a tool name must be printable")
+        what = ("a lone surrogate (invalid Unicode)" if unicodedata.category(ch) == "Cs"
+                else f"an unprintable character ({unicodedata.name(ch, unicodedata.category(ch))})")
+        raise RegistryError(f"{where}: 'name' holds {what}, U+{ord(ch):04X} at position {i}"
+                            f"{'' if values_redacted() else ' of ' + show(name)}; a tool name must be printable")
     where = _named(where, name)
     if description is None:
         raise RegistryError(f"{where}: missing 'description'")
     if not isinstance(description, str):
-        raise RegistryError(f"{where}: 'description' must be a string, got {type(description).__name__}")
+        raise RegistryError(f"{where}: 'description' must be a string, got {_type(description)}")
     description = _clean_description(description)
     if not description:
         raise RegistryError(f"{where}: 'description' is empty")
     if parameters is not None and not isinstance(parameters, Mapping):
-        raise RegistryError(f"{where}: 'parameters' must be a JSON object (a JSON schema), got {type(parameters).__name__}")
+        raise RegistryError(f"{where}: 'parameters' must be a JSON object (a JSON schema), got {_type(parameters)}")
     if annotations is not None:
         if not isinstance(annotations, Mapping):
-            raise RegistryError(f"{where}: 'annotations' must be a JSON object, got {type(annotations).__name__}")
+            raise RegistryError(f"{where}: 'annotations' must be a JSON object, got {_type(annotations)}")
         # null means absent (the MCP Python SDK writes every hint, most of them null)
         annotations = {k: v for k, v in annotations.items() if v is not None}
         for key in MCP_ANNOTATION_KEYS:
             if key in annotations and not isinstance(annotations[key], bool):
                 raise RegistryError(f"{where}: annotation {key!r} must be true, false or null{_got(annotations[key])}")
     if reason is not None and not isinstance(reason, str):
-        raise RegistryError(f"{where}: 'reason' must be a string, got {type(reason).__name__}")
+        raise RegistryError(f"{where}: 'reason' must be a string, got {_type(reason)}")
+    risk = _check_risk(risk_level, where)
+    _check_values(where, {"parameters": parameters, "annotations": annotations, "reason": reason, **(extra or {})})
     return Tool(
         name=name,
         description=description,
         parameters=parameters,
-        risk_level=_check_risk(risk_level, where),
+        risk_level=risk,
         permissions=permission_categories(name, description),
         annotations=annotations or None,
         reason=reason,
@@ -329,14 +345,15 @@ class ToolRegistry:
     def from_data(cls, data: Any, fmt: str = "auto", source: str = "<memory>", *, redact: bool = False) -> ToolRegistry:
         """Build a registry from already-parsed JSON (see the module docstring for formats)."""
         with redacted_values(redact):
-            check_json_values(data, source, RegistryError, max_depth=MAX_DEPTH)
             if fmt == "auto":
                 fmt = detect_format(data, source)
             try:
                 parser = _PARSERS[fmt]
             except KeyError:
                 raise RegistryError(f"unknown registry format {fmt!r}; choose from {', '.join(['auto', *_PARSERS])}") from None
-            return cls(parser(data, source), source)
+            tools = parser(data, source)  # each record's fields checked where the record is named
+            check_json_values(data, source, RegistryError, max_depth=MAX_DEPTH)  # and what lies outside the records
+            return cls(tools, source)
 
 
 def _looks_like_record(data: Mapping[str, Any]) -> bool:
@@ -348,13 +365,15 @@ def _parse_json_or_jsonl(text: str, source: str) -> Any:
     if not text.strip():
         raise RegistryError(f"{source}: file is empty")
     try:
-        return loads_strict(text, source, RegistryError)  # unstripped, so error line numbers are the file's own
+        # unstripped, so error line numbers are the file's own; refused numbers stay in place
+        # (RefusedNumber) so that the record and the field can be named
+        return loads_strict(text, source, RegistryError, mark_numbers=True)
     except RegistryError as first:
         # JSONL: one JSON value per non-empty line. If the first value does not parse on its
         # own line, the file is a (broken) JSON document: report the JSON error.
         records: list[Any] = []
         try:
-            records.extend(rec for _, rec in jsonl_records(text.splitlines(), source, RegistryError))
+            records.extend(rec for _, rec in jsonl_records(text.splitlines(), source, RegistryError, mark_numbers=True))
         except RegistryError:
             if not records:
                 raise first from None
@@ -483,7 +502,7 @@ def _sealtools(data: Any, source: str) -> list[Tool]:
         params, required = rec.get("parameters"), rec.get("required")
         schema = None
         if params is not None and not isinstance(params, Mapping):
-            raise RegistryError(f"{where}: 'parameters' must be a JSON object (parameter name -> spec), got {type(params).__name__}")
+            raise RegistryError(f"{where}: 'parameters' must be a JSON object (parameter name -> spec), got {_type(params)}")
         if required is not None and (not isinstance(required, list) or not all(isinstance(r, str) for r in required)):
             raise RegistryError(f"{where}: 'required' must be a list of parameter names{_got(required)}")
         if params is not None:
