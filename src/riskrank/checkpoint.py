@@ -469,10 +469,16 @@ def load_checkpoint(path: str | Path, *, encoder_identity: str | None = None, di
     head = meta["head"]
     try:
         state = load(blob)
+    except (SafetensorError, ValueError) as exc:
+        raise CheckpointError(f"{weights}: cannot load head weights ({str(exc).splitlines()[0][:160]})") from None
+    try:
         model = DualHead(ck_dim, head["design"], head["hidden"], head["rank"])
         model.load_state_dict(state, strict=True)
-    except (SafetensorError, RuntimeError, ValueError) as exc:
-        raise CheckpointError(f"{weights}: cannot load head weights into the sidecar's head ({str(exc).splitlines()[0][:160]})") from None
+    except (RuntimeError, ValueError) as exc:
+        # the weights passed their sha256, so it is the sidecar's head block that is wrong
+        shape = {k: head[k] for k in ("design", "dim", "hidden", "rank")}
+        raise CheckpointError(f"{side}: head {shape} does not fit the weights in {WEIGHTS} "
+                              f"({str(exc).splitlines()[-1].strip()[:120]})") from None
     return Checkpoint(model.eval(), meta, path, graph_bytes)
 
 

@@ -219,9 +219,10 @@ class EmbeddingCache:
                 continue
             out[bytes(key)] = arr
         if dropped:
+            if not self.dropped:  # one warning per cache and process; the count keeps growing
+                _log.warning("riskrank: %d cached embedding(s) in %s failed their check (damaged or edited); re-encoding them",
+                             dropped, self.path)
             self.dropped += dropped
-            _log.warning("riskrank: %d cached embedding(s) in %s failed their check (damaged or edited); re-encoding them",
-                         dropped, self.path)
         return out
 
     def put_many(self, model: str, items: Sequence[tuple[bytes, np.ndarray]]) -> None:
