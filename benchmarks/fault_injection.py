@@ -54,6 +54,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _cli_worker import CliWorker  # noqa: E402  (the in-process runner, next to this file)
+from _verdicts import report  # noqa: E402
 
 # -- what this script knows about riskrank's files (the only coupling to its internals) ---------
 SIDECAR, HEADS, GRAPH = "checkpoint.json", "heads.safetensors", "graph.npz"
@@ -762,15 +763,7 @@ def main() -> None:
         print("[audit]", flush=True)
         section_audit(rep, tmp, env)
 
-    print()
-    print(f"{'section':8} | {'case':58} | {'expected':62} | observed | verdict")
-    for r in rep.rows:
-        print(f"{r.section:8} | {r.case[:58]:58} | {r.expected[:62]:62} | {r.observed} | {r.verdict}")
-    n_fail = sum(r.verdict == "FAIL" for r in rep.rows)
-    n_ok = sum(r.verdict == "ok" for r in rep.rows)
-    print(f"\n{len(rep.rows)} cases: {n_ok} ok, {n_fail} FAIL, {len(rep.rows) - n_ok - n_fail} info")
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps([r.__dict__ for r in rep.rows], indent=1) + "\n")
+    report(rep.rows, "section", (8, 58, 62), "cases", args.json_out)
 
 
 if __name__ == "__main__":

@@ -473,16 +473,10 @@ def main() -> None:
                     help="--max-registry-bytes of the reload server (below the 20 MiB probe file) [default: 10 MiB].")
     args = ap.parse_args()
     pr = run_probes(args)
-    print()
-    w = [4, 64, 58]
-    print(f"{'item':{w[0]}} | {'case':{w[1]}} | {'expected':{w[2]}} | observed | verdict")
-    for p in pr.rows:
-        print(f"{p.item:{w[0]}} | {p.case[:w[1]]:{w[1]}} | {p.expected[:w[2]]:{w[2]}} | {p.observed} | {p.verdict}")
-    fails = sum(p.verdict == "FAIL" for p in pr.rows)
-    oks = sum(p.verdict == "ok" for p in pr.rows)
-    print(f"\n{len(pr.rows)} probes: {oks} ok, {fails} FAIL, {len(pr.rows) - oks - fails} info")
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps([p.__dict__ for p in pr.rows], indent=1) + "\n")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _verdicts import report
+
+    report(pr.rows, "item", (4, 64, 58), "probes", args.json_out)
 
 
 if __name__ == "__main__":
