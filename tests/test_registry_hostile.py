@@ -12,6 +12,7 @@ from __future__ import annotations
 import codecs
 import json
 import math
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -237,14 +238,15 @@ def _check_one(tmp_path: Path, text: str) -> None:
         assert "\n" not in msg and len(msg) <= 300 and str(p) in msg, msg
         msg.encode("utf-8")
         return
-    for t in reg:  # what loads is servable
-        assert t.name.isprintable() and t.description and t.description.isprintable()
+    for t in reg:  # what loads is servable: printable names, descriptions without control or format characters
+        assert t.name.isprintable() and t.description
+        assert not any(unicodedata.category(c) in ("Cc", "Cf", "Cs") for c in t.description), ascii(t.description)
         json.dumps(t.to_dict(), allow_nan=False).encode("utf-8")
         assert t.risk_level is None or 1 <= t.risk_level <= 5
     assert all(isinstance(x, float) is False or math.isfinite(x) for x in reg.risk_levels.tolist())
 
 
-@settings(max_examples=300, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=300, derandomize=True, database=None, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                                        HealthCheck.too_slow])
 @given(registries())
 def test_fuzz_generated_registries_load_or_fail_in_one_line(tmp_path, text):
@@ -252,7 +254,7 @@ def test_fuzz_generated_registries_load_or_fail_in_one_line(tmp_path, text):
 
 
 @pytest.mark.slow
-@settings(max_examples=5000, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=5000, derandomize=True, database=None, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                                         HealthCheck.too_slow])
 @given(registries())
 def test_fuzz_generated_registries_slow(tmp_path, text):
