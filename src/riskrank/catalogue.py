@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from riskrank.errors import RiskrankError, error_body
-from riskrank.modes import MODES, parse_mode
+from riskrank.modes import MODES, parse_mode, safe_default_mode
 from riskrank.registry import ToolRegistry
 from riskrank.risk import fail_closed_levels, keyword_level, level_from_score
 
@@ -57,11 +57,21 @@ class ArtefactSpec:
     """Rerank the first stage's top-M instead of the full pool (large registries)."""
     first_stage: str = "exact"
     """``ann``: an IVF index finds the top-M (with ``candidates``), for 10^5+ tools."""
+    fill: str = "safe"
+    """The rule filter's fill policy (:data:`riskrank.rules.FILL_POLICIES`)."""
+    min_score: float | None = None
+    """The relevance floor on f_rel; None: the score scale's default (``RiskAwareRetriever.relevance_floor``)."""
+
+    @property
+    def served_mode(self) -> str:
+        """The mode a catalogue of this spec runs by default: ``mode``, else the strongest safe
+        one available (:func:`riskrank.modes.safe_default_mode`)."""
+        return self.mode or safe_default_mode(self.checkpoint is not None)
 
     def to_dict(self) -> dict[str, Any]:
         return {"registry": self.registry, "checkpoint": self.checkpoint, "mode": self.mode,
                 "risk_source": self.risk_source, "fill_levels": self.fill_levels, "candidates": self.candidates,
-                "first_stage": self.first_stage}
+                "first_stage": self.first_stage, "fill": self.fill, "min_score": self.min_score}
 
 
 def label_provenance(registry: ToolRegistry, fill: bool = True) -> tuple[ToolRegistry, list[str], list[list[str]]]:
@@ -94,6 +104,13 @@ def label_provenance(registry: ToolRegistry, fill: bool = True) -> tuple[ToolReg
     return registry, provenance, evidence
 
 
+def effective_levels(registry: ToolRegistry) -> list[int]:
+    """The level the rule filter reads for each tool under ``risk_source=labels``: the
+    registry's level, else the fail-closed one (MCP hints, else 5: unknown counts as high)."""
+    levels = fail_closed_levels(registry.risk_levels, [t.annotations for t in registry])
+    return [int(v) if v > 0 else 5 for v in levels]
+
+
 @dataclass
 class Catalogue:
     """The artefacts one generation of a served registry answers from."""
@@ -107,10 +124,7 @@ class Catalogue:
     load_seconds: float = 0.0
 
     def __post_init__(self) -> None:
-        reg = self.registry
-        levels = fail_closed_levels(reg.risk_levels, [t.annotations for t in reg])
-        # The level the rule filter reads under risk_source=labels (0 = unknown counts as 5).
-        self.effective_levels = [int(v) if v > 0 else 5 for v in levels]
+        self.effective_levels = effective_levels(self.registry)
 
     @property
     def registry(self) -> ToolRegistry:
@@ -172,6 +186,8 @@ class Catalogue:
             "checkpoint": self.spec.checkpoint,
             "mode": r.mode,
             "modes": self.modes(),
+            "fill": r.rule_config.fill,
+            "min_score": r.relevance_floor(),
             "risk_source": r.risk_source,
             "candidates": None if r.full_pool else r.candidates,
             "first_stage": r.first_stage,
@@ -189,6 +205,7 @@ def load_catalogue(spec: ArtefactSpec, encoder: Any, generation: int = 1, *, reg
     heads, graph and rule filter all run once), so a bad artefact fails here, not on a
     user's request."""
     from riskrank.pipeline import RiskAwareRetriever
+    from riskrank.rules import RuleConfig
 
     if spec.fill_levels not in FILL_LEVELS:
         raise RiskrankError(f"fill_levels must be one of {', '.join(FILL_LEVELS)}, got {spec.fill_levels!r}")
@@ -196,8 +213,9 @@ def load_catalogue(spec: ArtefactSpec, encoder: Any, generation: int = 1, *, reg
     reg = registry if registry is not None else ToolRegistry.load(spec.registry)
     reg, provenance, evidence = label_provenance(reg, fill=spec.fill_levels == "keyword")
     retriever = RiskAwareRetriever(
-        reg, encoder=encoder, checkpoint=spec.checkpoint, mode=spec.mode, risk_source=spec.risk_source, progress=False,
-        candidates=spec.candidates, first_stage=spec.first_stage,
+        reg, encoder=encoder, checkpoint=spec.checkpoint, mode=spec.served_mode, risk_source=spec.risk_source, progress=False,
+        candidates=spec.candidates, first_stage=spec.first_stage, rule_config=RuleConfig(fill=spec.fill),
+        min_score=spec.min_score,
     )
     retriever.retrieve(PROBE_TASK, k=1)
     return Catalogue(retriever, spec, generation, provenance, evidence, load_seconds=time.perf_counter() - t0)
