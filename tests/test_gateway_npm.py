@@ -399,3 +399,30 @@ def test_a_dead_upstream_is_removed_and_restarted(setup, bins):
     assert down[1] and down[0].startswith("upstream_down: the server of 'read_graph' is not running")
     assert again[1] is False and '"entities"' in again[0]
     assert "restart 1 in 0.5 s" in log.read_text()
+
+
+def test_the_example_agent_loop(bins, tmp_path):
+    """examples/gateway_agent.py, the transcript docs/serving.md shows: filesystem and memory
+    behind the gateway with the bundled encoder; approve one confirmation, decline one."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gateway_agent", Path(__file__).resolve().parents[1] / "examples" / "gateway_agent.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    lines: list[str] = []
+    steps = anyio.run(example.run, tmp_path, bins, lines.append)
+    by_task = {s["task"]: s for s in steps}
+    delete = by_task["delete the old log files"]
+    assert delete["error"] and delete["result"].startswith("not_exposed: 'edit_file'")
+    assert not {"edit_file", "write_file", "move_file"} & set(delete["offered"])
+    assert not by_task["list the files in the logs folder"]["error"]
+    alice, bob = by_task["create an entity for Alice in the knowledge graph"], by_task["create an entity for Bob in the knowledge graph"]
+    assert not alice["error"] and '"Alice"' in alice["result"]
+    assert bob["error"] and bob["result"] == "denied: the user did not confirm 'create_entities' (decline)"
+    assert '"prefers tea"' in by_task["open the knowledge graph node for Alice"]["result"]
+    assert by_task["open the knowledge graph node for Carol"]["result"].startswith("not_exposed: 'create_entities'")
+    forget = by_task["delete the entity Alice from the knowledge graph with delete_entities"]
+    assert forget["result"].startswith("not_exposed: 'delete_entities'") and "delete_entities" not in forget["offered"]
+    audit = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert [r["confirmed"] for r in audit if r.get("confirmed")] == ["elicitation"]
+    assert any("user answers: decline" in x for x in lines)
