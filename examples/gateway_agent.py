@@ -74,6 +74,7 @@ def workspace(root: Path, bins: Path) -> tuple[Path, Path, Path]:
     (root / "policy.json").write_text(json.dumps(POLICY, indent=2))
     audit = root / "audit.jsonl"
     audit.unlink(missing_ok=True)
+    (root / "memory.jsonl").unlink(missing_ok=True)  # a fresh knowledge graph each run
     return root / "servers.json", root / "policy.json", audit
 
 
@@ -121,13 +122,12 @@ async def run(root: Path, bins: Path, echo=print) -> list[dict]:
                 transcript.append({"task": task, "offered": [t["name"] for t in found["tools"]], "tool": tool,
                                    "error": bool(res.get("isError")), "result": out})
     echo(f"\ngateway log (stderr):\n{textwrap.indent((root / 'gateway.log').read_text().strip(), '  ')}")
-    echo("\naudit.jsonl:")
+    echo("\naudit.jsonl (each line a JSON object; shown: its first fields, the reason cut to 70 characters):")
     for line in audit.read_text().splitlines():
         rec = json.loads(line)
-        keep = {k: rec[k] for k in ("time", "task", "tool", "level", "decision", "code", "reason") if k in rec}
-        if "confirmed" in rec:
-            keep["confirmed"] = rec["confirmed"]
-        echo("  " + show(json.dumps(keep), 220))
+        keep = {k: rec[k] for k in ("time", "task", "tool", "level", "decision", "code", "confirmed") if k in rec}
+        keep["reason"] = show(rec["reason"], 70)
+        echo("  " + json.dumps(keep))
     return transcript
 
 

@@ -1,7 +1,7 @@
 """What a served registry is: the artefacts it loads from, the provenance of every tool's risk
 level, the retriever over them, and the hot swap that replaces one generation with the next.
 
-Every surface that answers for a registry (the HTTP service, the MCP server and its proxy,
+Every surface that answers for a registry (the HTTP service, the MCP server and gateway,
 the in-process agent guard) stands on this module and on nothing of each other's. A
 :class:`Catalogue` is one validated generation; :class:`LiveCatalogue` holds the active one
 and swaps it atomically: new artefacts load and validate in a worker thread, then replace
@@ -52,7 +52,7 @@ class ArtefactSpec:
     mode: str | None = None
     risk_source: str = "labels"
     fill_levels: str = "none"
-    """``keyword``: give unlabelled tools the keyword annotator's level (proxy mode's audit)."""
+    """``keyword``: give unlabelled tools the keyword annotator's level (the gateway's audit)."""
     candidates: int | None = None
     """Rerank the first stage's top-M instead of the full pool (large registries)."""
     first_stage: str = "exact"

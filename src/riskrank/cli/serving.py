@@ -1,4 +1,4 @@
-"""``riskrank serve`` (the HTTP API) and ``riskrank mcp`` (find_tools over MCP).
+"""``riskrank serve`` (the HTTP API) and ``riskrank mcp`` (find_tools over MCP, and the gateway).
 
 The options are plain click; the servers are imported when a command runs, so the CLI starts
 without FastAPI or the MCP SDK, and a missing extra is one line naming its ``pip install``.
