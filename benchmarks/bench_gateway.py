@@ -31,25 +31,10 @@ from pathlib import Path
 from riskrank.fileio import write_json
 from riskrank.tables import text_table
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from test_server_support import descendants  # the process-tree reader the tests use
+
 ENTRY = [sys.executable, "-c", "from riskrank.cli import entry; entry()"]
-
-
-def descendants(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if stat[0] != "Z":
-                children.setdefault(int(stat[1]), []).append(int(entry.name))
-    out, todo = set(), [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.add(c)
-            todo.append(c)
-    return out
 
 
 def alive(pids: set[int]) -> set[int]:

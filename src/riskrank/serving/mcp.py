@@ -480,14 +480,12 @@ class _Catalogues:
         records, routes = upstream_records(self.manager)
         source = "upstreams: " + ", ".join(u.name for u in self.manager.live())
         registry, skipped = record_registry(records, source)
-        view = await anyio.to_thread.run_sync(lambda: build_view(registry, self.spec, self.encoder, self.policy, generation,
+        return await anyio.to_thread.run_sync(lambda: build_view(registry, self.spec, self.encoder, self.policy, generation,
                                                                  routes=routes, skipped=skipped))
-        self._audit_upstreams(view)
-        return view
 
-    def _audit_upstreams(self, view: View) -> None:
-        """An audit line for each upstream whose tools (or state) changed: each is audited on
-        connect, and what it offers is on record."""
+    def audit_upstreams(self, view: View) -> None:
+        """An audit line (and a log line) for each upstream whose tools or state changed, once
+        ``view`` serves: each is audited on connect, and what it offers is on record."""
         for up in self.manager.upstreams.values():
             names = sorted(p for p, (u, _) in view.routes.items() if u == up.name)
             mark = up.state + ":" + ",".join(f"{n}={view.levels[n][0]}" for n in names if n in view.levels)
@@ -521,6 +519,7 @@ class _Catalogues:
                 continue
             if self.gateway is not None:
                 self.gateway.view = view
+            self.audit_upstreams(view)
 
 
 async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfig] | None = None,
@@ -557,6 +556,7 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
             gateway = Gateway(view, policy=policy, manager=manager, audit=audit, default_k=k, forward=forward, limits=limits)
             if keeper is not None:
                 keeper.gateway = gateway
+                keeper.audit_upstreams(view)
                 tg.start_soon(keeper.keep)
             cat = view.catalogue
             n_tools = len(cat.registry) if cat is not None else 0

@@ -441,6 +441,33 @@ def _not_found(exc: LookupError) -> Exception:
     return McpError(t.ErrorData(code=t.INVALID_PARAMS, message=text))
 
 
+def _passthrough(h: Handlers) -> list[tuple[str, Any, Any, Any]]:
+    """(kind, handler, result model, how to call it) for each pass-through handler given: a
+    listing answers ``{key: items}``, a lookup takes arguments read from the request params."""
+    t = types()
+    table = [
+        ("list_resources", h.list_resources, t.ListResourcesResult, "resources"),
+        ("list_resource_templates", h.list_resource_templates, t.ListResourceTemplatesResult, "resourceTemplates"),
+        ("read_resource", h.read_resource, t.ReadResourceResult, lambda p: (str(p.uri),)),
+        ("list_prompts", h.list_prompts, t.ListPromptsResult, "prompts"),
+        ("get_prompt", h.get_prompt, t.GetPromptResult, lambda p: (p.name, p.arguments)),
+    ]
+    return [row for row in table if row[1] is not None]
+
+
+def _handler(fn: Any, res_cls: Any, how: Any, params_of: Callable[[Any], Any]) -> Any:
+    """A ``(ctx, request) -> result`` handler for one pass-through row of :func:`_passthrough`
+    (``params_of`` reads the params from what the SDK hands over)."""
+    async def handler(ctx: Any, request: Any) -> Any:
+        if isinstance(how, str):
+            return res_cls.model_validate({how: await fn()})
+        try:
+            return res_cls.model_validate(await fn(*how(params_of(request))))
+        except LookupError as exc:
+            raise _not_found(exc) from None
+    return handler
+
+
 def _build_v2(name: str, version: str, instructions: str | None, h: Handlers, title: str | None) -> Any:
     from mcp.server.lowlevel import Server
 
@@ -463,42 +490,8 @@ def _build_v2(name: str, version: str, instructions: str | None, h: Handlers, ti
             return ir.result
 
     kw: Json = {"on_list_tools": on_list_tools, "on_call_tool": on_call_tool}
-    if h.list_resources is not None:
-        list_resources = h.list_resources
-
-        async def on_list_resources(ctx: Any, params: Any) -> Any:
-            return t.ListResourcesResult.model_validate({"resources": await list_resources()})
-        kw["on_list_resources"] = on_list_resources
-    if h.list_resource_templates is not None:
-        list_templates = h.list_resource_templates
-
-        async def on_list_resource_templates(ctx: Any, params: Any) -> Any:
-            return t.ListResourceTemplatesResult.model_validate({"resourceTemplates": await list_templates()})
-        kw["on_list_resource_templates"] = on_list_resource_templates
-    if h.read_resource is not None:
-        read_resource = h.read_resource
-
-        async def on_read_resource(ctx: Any, params: Any) -> Any:
-            try:
-                return t.ReadResourceResult.model_validate(await read_resource(str(params.uri)))
-            except LookupError as exc:
-                raise _not_found(exc) from None
-        kw["on_read_resource"] = on_read_resource
-    if h.list_prompts is not None:
-        list_prompts = h.list_prompts
-
-        async def on_list_prompts(ctx: Any, params: Any) -> Any:
-            return t.ListPromptsResult.model_validate({"prompts": await list_prompts()})
-        kw["on_list_prompts"] = on_list_prompts
-    if h.get_prompt is not None:
-        get_prompt = h.get_prompt
-
-        async def on_get_prompt(ctx: Any, params: Any) -> Any:
-            try:
-                return t.GetPromptResult.model_validate(await get_prompt(params.name, params.arguments))
-            except LookupError as exc:
-                raise _not_found(exc) from None
-        kw["on_get_prompt"] = on_get_prompt
+    for kind, fn, res_cls, how in _passthrough(h):
+        kw[f"on_{kind}"] = _handler(fn, res_cls, how, lambda params: params)
     return Server(name, version=version, title=title, instructions=instructions, **kw)
 
 
@@ -526,29 +519,15 @@ def _build_v1(name: str, version: str, instructions: str | None, h: Handlers) ->
     R[t.ListToolsRequest] = list_tools
     R[t.CallToolRequest] = call_tool
 
-    def plain(fn: Any, res_cls: Any, key: str) -> Any:
-        async def handler(req: Any) -> Any:
-            return t.ServerResult(res_cls.model_validate({key: await fn()}))
-        return handler
+    requests = {"list_resources": t.ListResourcesRequest, "list_resource_templates": t.ListResourceTemplatesRequest,
+                "read_resource": t.ReadResourceRequest, "list_prompts": t.ListPromptsRequest, "get_prompt": t.GetPromptRequest}
+    for kind, fn, res_cls, how in _passthrough(h):
+        handler = _handler(fn, res_cls, how, lambda req: req.params)
 
-    def lookup(fn: Any, res_cls: Any, args: Callable[[Any], tuple[Any, ...]]) -> Any:
-        async def handler(req: Any) -> Any:
-            try:
-                return t.ServerResult(res_cls.model_validate(await fn(*args(req))))
-            except LookupError as exc:
-                raise _not_found(exc) from None
-        return handler
+        async def wrapped(req: Any, handler: Any = handler) -> Any:
+            return t.ServerResult(await handler(None, req))
 
-    if h.list_resources is not None:
-        R[t.ListResourcesRequest] = plain(h.list_resources, t.ListResourcesResult, "resources")
-    if h.list_resource_templates is not None:
-        R[t.ListResourceTemplatesRequest] = plain(h.list_resource_templates, t.ListResourceTemplatesResult, "resourceTemplates")
-    if h.read_resource is not None:
-        R[t.ReadResourceRequest] = lookup(h.read_resource, t.ReadResourceResult, lambda r: (str(r.params.uri),))
-    if h.list_prompts is not None:
-        R[t.ListPromptsRequest] = plain(h.list_prompts, t.ListPromptsResult, "prompts")
-    if h.get_prompt is not None:
-        R[t.GetPromptRequest] = lookup(h.get_prompt, t.GetPromptResult, lambda r: (r.params.name, r.params.arguments))
+        R[requests[kind]] = wrapped
     return server
 
 
