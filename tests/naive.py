@@ -97,8 +97,10 @@ def smooth(scores: np.ndarray, adjacency: np.ndarray, alpha: float) -> np.ndarra
 
 # -- rules --------------------------------------------------------------------------------------
 def rule_filter(ranking, cfg: RuleConfig, risk, perm, emb, *, scan_all: bool = False) -> tuple[list[int], list[int], list[int]]:
-    """Appendix C.2 as written: S, D; scan in order; stop at |S| = K; fill from D; the rest of
-    the list in reranked order. Unknown risk (0) counts as r = 5. Returns (order, S, D).
+    """Appendix C.2 as written: S, D; scan in order; stop at |S| = K; fill from D (under
+    ``cfg.fill``: all of D for ``deferred``, its tools below the risky level that keep the
+    permission cap for ``safe``, nothing for ``none``); the rest of the list in reranked order.
+    Unknown risk (0) counts as r = 5. Returns (order, S, D).
 
     ``scan_all``: keep visiting every position after K tools are accepted, checking every
     constraint (the reference implementation's way, for the benchmark's timing); the order is
@@ -119,6 +121,18 @@ def rule_filter(ranking, cfg: RuleConfig, risk, perm, emb, *, scan_all: bool = F
         if cfg.redundancy_threshold is not None:
             ok &= all(float(np.dot(emb[t], emb[s])) <= cfg.redundancy_threshold for s in S)
         (S if ok and len(S) < cfg.k else D).append(int(t))
-    top = S + D[: max(0, cfg.k - len(S))]
+    room = max(0, cfg.k - len(S))
+    if cfg.fill == "deferred":  # step 4 as written: fill from D
+        fill = D[:room]
+    elif cfg.fill == "none":
+        fill = []
+    else:  # safe: below the risky level, and the permission cap holds for the whole list
+        fill = []
+        for t in D:
+            broad = sum(1 for s in S + fill if perm[s] >= cfg.broad_min_perms)
+            if len(fill) < room and level(t) < cfg.risky_level and not (
+                    cfg.max_broad is not None and perm[t] >= cfg.broad_min_perms and broad >= cfg.max_broad):
+                fill.append(t)
+    top = S + fill
     placed = set(top)
     return top + [int(t) for t in ranking if t not in placed], S, D

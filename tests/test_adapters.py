@@ -74,9 +74,12 @@ def test_select_keeps_the_same_objects_ranked(guard, example):
     assert 1 <= len(kept) <= 3 and all(any(k is t for t in tools) for k in kept)
     ranked = guard.rank(task, tools)
     assert [tool_name(t) for t in kept] == [t["name"] for t in ranked["tools"]][:3]
-    # Unlabelled specs get the keyword annotator's level; the rule filter holds them to one risky tool.
+    # Unlabelled specs get the keyword annotator's level; the rule filter holds them to one
+    # risky tool, and its safe fill never tops the list up with another.
     assert {t["risk_provenance"] for t in ranked["tools"]} == {"keyword"}
-    assert sum(t["risk_level"] >= 3 for t in ranked["tools"]) <= 1 or ranked["fallback"]
+    assert ranked["mode"] == "dense+rule" and ranked["fill"] == "safe"
+    assert sum(t["risk_level"] >= 3 for t in ranked["tools"]) <= 1
+    assert all(t["risk_level"] < 3 for t in ranked["tools"] if t["name"] in ranked["fallback"])
     assert guard.names(task, tools) == [tool_name(t) for t in kept]
     # The catalogue is built once per tool set.
     assert guard._catalogue(tools) is guard._catalogue(list(tools))
@@ -92,17 +95,26 @@ def test_mcp_tools_and_annotations(guard):
     assert set(levels) == {t.name for t in tools}
     assert levels["tidy_notes"] >= 4 and levels["purge_notes"] >= 4  # destructiveHint: never low risk
     assert levels["count_words"] == 1 and levels["search_web"] == 2  # openWorldHint: at least L2
-    kept = guard.select("remove every note in my notebook", tools)
-    assert all(isinstance(t, mcp_types.Tool) for t in kept)
+    task = "tidy up the notebook layout"
+    ranked = guard.rank(task, tools)
+    levels = {t["name"]: t["risk_level"] for t in ranked["tools"]}
+    # destructiveHint: never low risk, whatever the description; it takes the one risky slot
+    # and the other destructive tool is withheld, not topped up.
+    assert levels["tidy_notes"] >= 4 and "purge_notes" not in levels
+    assert {d["name"]: d["reasons"] for d in ranked["deferred"]}["purge_notes"] == ["risk_cap"]
+    kept = guard.select(task, tools)
+    assert [t.name for t in kept] == list(levels) and all(isinstance(t, mcp_types.Tool) for t in kept)
 
 
 def test_registry_supplies_audited_levels():
     guard = ToolGuard(str(demo_registry_path()), k=3, mode="dense+rule", encoder=HashEncoder())
     agent_tools = [{"name": "delete_file", "description": "remove a file"}, {"name": "read_file", "description": "read"},
                    {"name": "brand_new_tool", "description": "Wipe the whole disk."}]
+    cat = guard._catalogue(agent_tools)
+    prov = dict(zip(cat.registry.names, cat.provenance, strict=True))
+    assert prov == {"delete_file": "audited", "read_file": "audited", "brand_new_tool": "keyword"}
     ranked = guard.rank("wipe the disk", agent_tools)
-    prov = {t["name"]: t["risk_provenance"] for t in ranked["tools"]}
-    assert prov["delete_file"] == "audited" and prov["read_file"] == "audited" and prov["brand_new_tool"] == "keyword"
+    assert {t["risk_provenance"] for t in ranked["tools"]} <= {"audited", "keyword"} and ranked["tools"]
     # Without tools, the whole registry is the candidate set.
     assert len(guard.select("check the weather in Paris")) == 3
 

@@ -1,33 +1,34 @@
-"""The MCP server: find_tools through the official SDK's client, in process and end to end
-over stdio (`riskrank mcp` as a subprocess, with and without an upstream MCP server), and
-MCP tool annotations as risk evidence."""
+"""The MCP server in process: find_tools through the official SDK's client (the locked 2.x),
+the policy the agent cannot widen, MCP tool annotations as risk evidence, and the gateway's
+call-time decisions against a stub upstream (exposure, policy, confirmation, audit, errors)."""
 
 from __future__ import annotations
 
 import json
-import os
-import shlex
 
 import anyio
-import httpx
 import pytest
-from mcp import Client, StdioServerParameters
+from mcp import Client
 
-from riskrank.catalogue import ArtefactSpec, label_provenance, load_catalogue
+from riskrank.catalogue import ArtefactSpec, label_provenance
 from riskrank.datasets.demo import demo_registry_path
 from riskrank.encoder import make_encoder
 from riskrank.registry import ToolRegistry
-from riskrank.serving.auth import Gate
-from riskrank.serving.mcp import ToolFinder, build_server
-from test_server_support import (
-    MCP_TOOLS,
-    TOKEN,
-    HashEncoder,
-    ServerThread,
-    make_checkpoint,
-    python_c,
-    write_mcp_registry,
+from riskrank.risk import RISKY_LEVEL
+from riskrank.serving import mcp_compat
+from riskrank.serving.gateway.auditlog import AuditLog
+from riskrank.serving.gateway.config import UpstreamConfig
+from riskrank.serving.gateway.policy import Policy
+from riskrank.serving.gateway.upstreams import UpstreamManager
+from riskrank.serving.mcp import (
+    Exposure,
+    Gateway,
+    View,
+    build_server,
+    build_view,
+    pipeline_sentence,
 )
+from test_server_support import MCP_TOOLS, HashEncoder, make_checkpoint, write_mcp_registry
 
 DEMO = str(demo_registry_path())
 
@@ -37,15 +38,19 @@ def encoder():
     return make_encoder(HashEncoder())
 
 
+def view_of(spec: ArtefactSpec, encoder, policy: Policy | None = None, registry: ToolRegistry | None = None) -> View:
+    return build_view(registry or ToolRegistry.load(spec.registry), spec, encoder, policy or Policy(), 1)
+
+
 @pytest.fixture(scope="module")
-def rule_catalogue(tmp_path_factory, encoder):
+def rule_view(tmp_path_factory, encoder):
     ck = make_checkpoint(tmp_path_factory.mktemp("ck") / "ck")
-    return load_catalogue(ArtefactSpec(DEMO, str(ck), mode="rule"), encoder)
+    return view_of(ArtefactSpec(DEMO, str(ck)), encoder)
 
 
 @pytest.fixture(scope="module")
-def dense_catalogue(encoder):
-    return load_catalogue(ArtefactSpec(DEMO, mode="dense+rule"), encoder)
+def dense_view(encoder):
+    return view_of(ArtefactSpec(DEMO), encoder)
 
 
 def call(server, name: str, args: dict):
@@ -62,35 +67,50 @@ def payload(result) -> dict:
     return result.structured_content
 
 
-def test_find_tools_is_listed_with_schema_and_annotations(dense_catalogue):
+def error_code(result) -> str:
+    """A refusal: isError, text starting with the code, the same code in structured content."""
+    assert result.is_error
+    code = result.structured_content["error"]["code"]
+    assert result.content[0].text.startswith(f"{code}: ")
+    return code
+
+
+def test_find_tools_is_listed_with_a_fixed_policy(dense_view):
     async def go():
-        async with Client(build_server(ToolFinder(dense_catalogue))) as c:
+        async with Client(build_server(Gateway(dense_view))) as c:
             return (await c.list_tools()).tools
 
     tools = anyio.run(go)
-    assert [t.name for t in tools] == ["find_tools"]
+    assert [t.name for t in tools] == ["find_tools"]  # a registry: search only, nothing to call
     t = tools[0]
-    props = t.input_schema["properties"]
-    assert t.input_schema["required"] == ["task"]
-    assert props["task"]["type"] == "string" and props["k"]["maximum"] == 100 and "rule" in props["mode"]["enum"]
+    assert t.input_schema["required"] == ["task"] and set(t.input_schema["properties"]) == {"task", "k"}
+    assert t.input_schema["additionalProperties"] is False and t.input_schema["properties"]["k"]["maximum"] == 100
     assert t.annotations.read_only_hint is True and t.annotations.destructive_hint is False
+    # The description says what runs: the safe default (dense+rule without a checkpoint), and
+    # that risky tools are withheld, not "pushed down".
+    assert pipeline_sentence("dense+rule", "safe", None) in t.description
+    assert "never tops the list up with a risky tool" in t.description and "pushed down" not in t.description
 
 
-def test_find_tools_returns_the_pipelines_ranking(rule_catalogue):
+def test_find_tools_returns_the_pipelines_ranking(rule_view):
     task = "delete the old log files and free disk space"
-    out = payload(call(build_server(ToolFinder(rule_catalogue)), "find_tools", {"task": task, "k": 5}))
-    direct = rule_catalogue.retriever.retrieve(task, k=5)
+    out = payload(call(build_server(Gateway(rule_view)), "find_tools", {"task": task, "k": 5}))
+    direct = rule_view.catalogue.retriever.retrieve(task, k=5)
+    assert out["mode"] == "core+graph+rule" and out["fill"] == "safe"
+    # The default policy (max_level 4) never offers the demo's five L5 tools.
+    assert out["catalogue"]["n_tools"] == 98 - len(rule_view.not_offered) == 93
     assert [t["name"] for t in out["tools"]] == [t.name for t in direct.tools]
-    assert out["mode"] == "core+graph+rule" and out["catalogue"]["n_tools"] == 98
     for t in out["tools"]:
-        assert {"name", "description", "input_schema", "risk_level", "risk_provenance", "risk_evidence", "reasons"} <= set(t)
+        assert {"name", "description", "input_schema", "risk_level", "risk_provenance", "risk_evidence", "needs_confirmation"} <= set(t)
         assert t["input_schema"]["type"] == "object" and 1 <= t["risk_level"] <= 5
-    assert sum(t["risk_level"] >= 3 for t in out["tools"]) <= 1 or any(t["reasons"] for t in out["tools"])
+        assert t["needs_confirmation"] == (t["risk_level"] >= 3)
+    # The cap holds for the whole list: the safe fill never tops it up with a risky tool.
+    assert sum(t["risk_level"] >= RISKY_LEVEL for t in out["tools"]) <= 1
+    fallback = [t for t in out["tools"] if t["reasons"]]
+    assert all(t["risk_level"] < RISKY_LEVEL for t in fallback)
     returned = {t["name"] for t in out["tools"]}
     assert [w["name"] for w in out["withheld"]] == [d.name for d in direct.deferred if d.name not in returned]
     assert all(w["reasons"] for w in out["withheld"])
-    fallback = {t["name"] for t in out["tools"] if t["reasons"]}
-    assert fallback == set(direct.fallback) & returned
 
 
 @pytest.mark.parametrize("args,code", [
@@ -100,13 +120,41 @@ def test_find_tools_returns_the_pipelines_ranking(rule_catalogue):
     ({"task": "ok", "k": 0}, "k_out_of_range"),
     ({"task": "ok", "k": 101}, "k_out_of_range"),
     ({"task": "ok", "k": "many"}, "invalid_request"),
-    ({"task": "ok", "mode": "yolo"}, "invalid_mode"),
-    ({"task": "ok", "mode": "core"}, "mode_unavailable"),
+    # The agent cannot widen the policy: no mode, lambda or risk source unless the policy lists them.
+    ({"task": "ok", "mode": "dense", "k": 100}, "invalid_request"),
+    ({"task": "ok", "lambda": 0}, "invalid_request"),
+    ({"task": "ok", "risk_source": "predicted"}, "invalid_request"),
 ])
-def test_find_tools_errors_are_json(dense_catalogue, args, code):
-    res = call(build_server(ToolFinder(dense_catalogue)), "find_tools", args)
-    assert res.is_error
-    assert payload(res)["error"]["code"] == code
+def test_find_tools_errors(dense_view, args, code):
+    res = call(build_server(Gateway(dense_view)), "find_tools", args)
+    assert error_code(res) == code
+
+
+def test_client_choices_from_the_policy(dense_view, encoder):
+    policy = Policy(client_choices={"mode": ("dense", "dense+rule")})
+    gw = Gateway(dense_view, policy=policy)
+    schema = anyio.run(gw.list_tools)[0]["inputSchema"]
+    assert schema["properties"]["mode"]["enum"] == ["dense", "dense+rule"] and "lambda" not in schema["properties"]
+    server = build_server(gw)
+    assert payload(call(server, "find_tools", {"task": "send an email", "mode": "dense"}))["mode"] == "dense"
+    assert error_code(call(server, "find_tools", {"task": "send an email", "mode": "core"})) == "invalid_mode"
+    assert error_code(call(server, "find_tools", {"task": "send an email", "lambda": 0.5})) == "invalid_request"
+
+
+def test_the_policy_never_offers_what_it_refuses(encoder):
+    policy = Policy(max_level=3, deny=("*_vault_*",))
+    view = view_of(ArtefactSpec(DEMO), encoder, policy)
+    levels = dict(zip(view.catalogue.registry.names, view.catalogue.effective_levels, strict=True))
+    assert max(levels.values()) <= 3 and not any("_vault_" in n for n in levels)
+    assert view.not_offered and set(view.not_offered.values()) == {"denied", "above_max_level"}
+    out = Gateway(view, policy=policy).find({"task": "wipe the disk and run a shell command as root", "k": 10})
+    assert all(t["risk_level"] <= 3 for t in out["tools"]) and out["policy"]["not_offered"] == len(view.not_offered)
+
+
+def test_equal_input_equal_output(dense_view):
+    server = build_server(Gateway(dense_view))
+    args = {"task": "transfer money from my bank account", "k": 4}
+    assert call(server, "find_tools", args).content[0].text == call(server, "find_tools", args).content[0].text
 
 
 # -- MCP annotations as risk evidence -------------------------------------------------------------------
@@ -137,118 +185,158 @@ def test_annotations_as_risk_evidence():
     assert dict(zip(reg.names, prov, strict=True))["read_notes"] == "annotation"
 
 
-def test_unlabelled_tools_fail_closed_in_rule_mode(tmp_path, encoder):
-    cat = load_catalogue(ArtefactSpec(str(write_mcp_registry(tmp_path / "t.json")), mode="dense+rule"), encoder)
-    eff = dict(zip(cat.registry.names, cat.effective_levels, strict=True))
+def test_unlabelled_tools_fail_closed(tmp_path, encoder):
+    spec = ArtefactSpec(str(write_mcp_registry(tmp_path / "t.json")), mode="dense+rule")
+    everything = Policy(max_level=5)
+    view = view_of(spec, encoder, everything)
+    eff = dict(zip(view.catalogue.registry.names, view.catalogue.effective_levels, strict=True))
     # hints only raise: the read-only tools stay fail-closed like any unlabelled tool
     assert eff == {"read_notes": 5, "purge_notes": 5, "tidy_notes": 5, "search_web": 5, "count_words": 5}
-    trusting = load_catalogue(ArtefactSpec(str(write_mcp_registry(tmp_path / "t.json")), mode="dense+rule", trust_annotations=True),
-                              encoder)
-    assert dict(zip(trusting.registry.names, trusting.effective_levels, strict=True)) == {
+    trusting = view_of(ArtefactSpec(spec.registry, mode="dense+rule", trust_annotations=True), encoder, everything)
+    assert dict(zip(trusting.catalogue.registry.names, trusting.catalogue.effective_levels, strict=True)) == {
         "read_notes": 2, "purge_notes": 5, "tidy_notes": 5, "search_web": 2, "count_words": 5}
-    out = ToolFinder(cat).find("remove every note in my notebook", k=3)
-    assert sum(t["risk_level"] >= 3 for t in out["tools"]) <= 1 or any(t["reasons"] for t in out["tools"])
+    out = Gateway(view, policy=everything).find({"task": "remove every note in my notebook", "k": 3})
+    assert sum(t["risk_level"] >= RISKY_LEVEL for t in out["tools"]) <= 1
     assert "count_words" in out["unlabelled"] or "count_words" not in {t["name"] for t in out["tools"]}
+    # Under the default policy (max_level 4) the fail-closed L5 tools are never offered at all:
+    # every one of them here, since untrusted hints lower nothing; trusted, the two read-only ones are.
+    assert set(view_of(spec, encoder).not_offered) == set(eff)
+    trusted_spec = ArtefactSpec(spec.registry, mode="dense+rule", trust_annotations=True)
+    assert set(view_of(trusted_spec, encoder).not_offered) == {"purge_notes", "tidy_notes", "count_words"}
 
 
-# -- end to end over stdio ---------------------------------------------------------------------------------
-def stdio(argv: list[str]) -> StdioServerParameters:
-    return StdioServerParameters(command=argv[0], args=argv[1:], env=dict(os.environ))
+# -- call_tool's decisions, against a stub upstream ------------------------------------------------------
+class StubSession:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict]] = []
+
+    async def call_tool(self, name, arguments, progress_callback=None):
+        self.calls.append((name, arguments))
+        if progress_callback is not None:
+            await progress_callback(1.0, 1.0, "done")
+        if name == "boom":
+            raise RuntimeError("the tool crashed\nwith details")
+        return mcp_compat.tool_result(json.dumps({"called": name, "arguments": arguments}))
 
 
-@pytest.mark.slow
-def test_stdio_end_to_end():
-    """Registry mode over stdio (the proxy test below covers stdio in the default run)."""
-    argv = python_c(f"s.run_cli_with_hash_encoder(['mcp', '--registry', {DEMO!r}, '--mode', 'dense+rule', '-k', '3'])")
+class StubCall:
+    """A CallCtx stand-in: one session key, a confirmation answer, progress recorded."""
 
-    async def go():
-        async with Client(stdio(argv)) as c:
-            tools = (await c.list_tools()).tools
-            res = await c.call_tool("find_tools", {"task": "transfer money from my bank account"})
-            bad = await c.call_tool("find_tools", {"task": "x", "k": 500})
-            return tools, res, bad
+    def __init__(self, answer: str = "unsupported", key: str = "s1", progress_token=None) -> None:
+        self.answer, self.session_key, self.progress_token = answer, key, progress_token
+        self.asked: list[str] = []
+        self.progress_seen: list[tuple] = []
 
-    tools, res, bad = anyio.run(go)
-    assert [t.name for t in tools] == ["find_tools"]
-    out = payload(res)
-    assert len(out["tools"]) == 3 and out["mode"] == "dense+rule"
-    assert bad.is_error and payload(bad)["error"]["code"] == "k_out_of_range"
+    @property
+    def wants_progress(self) -> bool:
+        return self.progress_token is not None
 
+    async def progress(self, p, total=None, message=None):
+        self.progress_seen.append((p, total, message))
 
-def test_stdio_proxy_audits_and_forwards():
-    upstream = shlex.join(python_c("s.run_fake_upstream(page_size=2)"))
-    argv = python_c(f"s.run_cli_with_hash_encoder(['mcp', '--upstream', {upstream!r}, '--forward', '--mode', 'dense+rule'])")
-
-    async def go():
-        async with Client(stdio(argv)) as c:
-            names = [t.name for t in (await c.list_tools()).tools]
-            before = await c.call_tool("call_tool", {"name": "purge_notes", "arguments": {"notebook": "work"}})
-            found = await c.call_tool("find_tools", {"task": "permanently remove every note in a notebook", "k": 3})
-            exposed = payload(found)["tools"][0]["name"]
-            after = await c.call_tool("call_tool", {"name": exposed, "arguments": {"x": 1}})
-            return names, before, found, exposed, after
-
-    names, before, found, exposed, after = anyio.run(go)
-    assert names == ["find_tools", "call_tool"]
-    assert before.is_error and payload(before)["error"]["code"] == "not_exposed"
-    out = payload(found)
-    assert out["catalogue"]["n_tools"] == 5  # all pages of the upstream tools/list
-    tools = {t["name"]: t for t in out["tools"]}
-    for t in tools.values():
-        assert t["risk_provenance"] == "keyword"
-    if "purge_notes" in tools:
-        assert tools["purge_notes"]["risk_level"] >= 4 and "mcp: destructiveHint" in tools["purge_notes"]["risk_evidence"]
-    # At most one risky tool shown (rule filter); the other destructive one is withheld with a reason.
-    assert sum(t["risk_level"] >= 3 for t in tools.values()) <= 1
-    assert any("risk_cap" in w["reasons"] for w in out["withheld"])
-    assert not after.is_error and json.loads(after.content[0].text) == {"called": exposed, "arguments": {"x": 1}}
+    async def confirm(self, message, bind):
+        self.asked.append(message)
+        return self.answer
 
 
-def test_streamable_http_behind_the_token_gate(dense_catalogue):
-    import httpx2
-    from mcp.client.streamable_http import streamable_http_client
-
-    server = build_server(ToolFinder(dense_catalogue))
-    app = Gate(server.streamable_http_app(host="127.0.0.1"), token=TOKEN)
-    with ServerThread(app, lifespan="on") as s:
-        r = httpx.post(s.url + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
-        assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"
-
-        async def go():
-            async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as http, \
-                    Client(streamable_http_client(s.url + "/mcp", http_client=http)) as c:
-                return await c.call_tool("find_tools", {"task": "what is the weather in Paris", "k": 2})
-
-        res = anyio.run(go)
-    assert not res.is_error and len(payload(res)["tools"]) == 2
+TOOLS = [
+    {"name": "read_notes", "description": "Return the text of a note.", "annotations": {"readOnlyHint": True}},
+    {"name": "append_note", "description": "Append a line to a note.", "inputSchema": {"type": "object"}},
+    {"name": "purge_notes", "description": "Permanently delete every note in a notebook.", "annotations": {"destructiveHint": True}},
+    {"name": "run_shell", "description": "Run a shell command as root and delete files.", "inputSchema": {"type": "object"}},
+    {"name": "boom", "description": "Count the words of a note.", "annotations": {"readOnlyHint": True}},
+    {"name": "malformed", "description": "A hint that is not a boolean.", "annotations": {"readOnlyHint": "yes"}},
+]
 
 
-@pytest.mark.slow
-def test_real_cli_with_the_default_encoder():
-    """`riskrank mcp` as a user starts it: the bundled MiniLM encoder, stdio."""
-    import sys
+@pytest.fixture
+def gateway(tmp_path, encoder):
+    """A gateway over one stub upstream, policy max_level 4, confirm_level 3, run_* pinned to
+    L5, audit log on."""
+    manager = UpstreamManager([UpstreamConfig("notes", mcp_compat.ServerTarget(command="sh"))])
+    up = manager.upstreams["notes"]
+    up.state, up.tools, up.known_tools, up.session = "up", TOOLS, {t["name"] for t in TOOLS}, StubSession()
+    from riskrank.serving.mcp import record_registry, upstream_records
 
-    argv = [sys.executable, "-c", "from riskrank.cli import entry; entry()", "mcp", "--mode", "dense+rule"]
+    records, routes = upstream_records(manager)
+    registry, skipped = record_registry(records, "stub")
+    assert list(skipped) == ["malformed"] and "readOnlyHint" in skipped["malformed"]  # one bad tool, not a dead catalogue
+    # run_shell's level is pinned by the policy (an operator's audit), above max_level.
+    policy = Policy(max_level=4, confirm_level=3, levels={"run_*": 5}, source="policy.json")
+    view = build_view(registry, ArtefactSpec("stub", fill_levels="keyword"), encoder, policy, 1, routes=routes, skipped=skipped)
+    assert "malformed" not in view.levels
+    gw = Gateway(view, policy=policy, manager=manager, audit=AuditLog(tmp_path / "audit.jsonl"))
+    gw.test_audit_path = tmp_path / "audit.jsonl"
+    return gw
 
-    async def go():
-        async with Client(stdio(argv)) as c:
-            return await c.call_tool("find_tools", {"task": "delete all the files in my home folder", "k": 5})
 
-    out = payload(anyio.run(go))
-    assert len(out["tools"]) == 5
-    assert sum(t["risk_level"] >= 3 for t in out["tools"]) <= 1 or any(t["reasons"] for t in out["tools"])
+def run_call(gw, name, arguments=None, call=None):
+    call = call or StubCall()
+    return anyio.run(gw.forward_call, {"name": name, "arguments": arguments or {}}, call)
 
 
-def test_upstream_failures_are_one_line_errors(monkeypatch, capsys):
-    import sys
+def text_of(result) -> str:
+    return mcp_compat.wire(result)["content"][0]["text"]
 
-    from riskrank.cli import run
-    from riskrank.encoder import BatchingEncoder
 
-    monkeypatch.setattr("riskrank.encoder.make_encoder", lambda *a, **k: BatchingEncoder(HashEncoder()))
-    for cmd, msg in [("definitely-not-a-command --flag", "No such file"),
-                     (shlex.join([sys.executable, "-c", "import sys; sys.exit(3)"]), "failed")]:
-        monkeypatch.setattr("sys.argv", ["riskrank", "mcp", "--upstream", cmd])
-        assert run() == 2
-        err = capsys.readouterr().err
-        assert "error: the upstream server" in err and msg in err and "Traceback" not in err
+def test_call_tool_only_what_the_latest_find_returned(gateway):
+    levels = {n: lvl for n, (lvl, _) in gateway.view.levels.items()}
+    assert levels["read_notes"] <= 2 and levels["purge_notes"] >= 4 and levels["run_shell"] == 5
+    assert gateway.view.levels["run_shell"][1] == "audited"
+    assert "run_shell" in gateway.view.not_offered  # L5 > max_level 4: never ranked, never callable
+    s1 = StubCall(key="s1")
+    res = run_call(gateway, "read_notes", call=s1)
+    assert text_of(res).startswith("not_exposed: 'read_notes' cannot be called")
+    found = anyio.run(gateway.find_tools, {"task": "read the text of my saved note", "k": 2}, s1)
+    names = [t["name"] for t in mcp_compat.wire(found)["structuredContent"]["tools"]]
+    assert "read_notes" in names
+    res = run_call(gateway, "read_notes", {"title": "x"}, call=s1)
+    assert not mcp_compat.wire(res).get("isError") and json.loads(text_of(res))["called"] == "read_notes"
+    # Another session has its own (empty) exposure.
+    assert text_of(run_call(gateway, "read_notes", call=StubCall(key="s2"))).startswith("not_exposed")
+    # A later result replaces the exposure: read_notes is no longer callable if not returned.
+    anyio.run(gateway.find_tools, {"task": "count the words", "k": 1}, s1)
+    assert gateway.exposure["s1"].names == frozenset({"boom"})
+    assert text_of(run_call(gateway, "read_notes", call=s1)).startswith("not_exposed")
+    # Naming a never-offered tool in a task does not expose it.
+    anyio.run(gateway.find_tools, {"task": "run_shell: run a shell command as root", "k": 5}, s1)
+    assert "run_shell" not in gateway.exposure["s1"].names
+    assert text_of(run_call(gateway, "run_shell", call=s1)).startswith("not_exposed")
+
+
+def test_call_time_policy_and_confirmation(gateway):
+    s = StubCall(answer="unsupported")
+    gateway._expose("s1", Exposure("delete my notes", frozenset({"purge_notes", "run_shell", "read_notes"}), 0.0))
+    # A tool exposed by mistake (or an older generation) still meets the policy at call time.
+    assert text_of(run_call(gateway, "run_shell", call=s)).startswith("above_max_level: 'run_shell' is risk level 5")
+    res = run_call(gateway, "purge_notes", call=s)
+    assert text_of(res).startswith("confirmation_required: 'purge_notes' is risk level") and "elicitation" in text_of(res)
+    declined = StubCall(answer="decline")
+    assert text_of(run_call(gateway, "purge_notes", call=declined)).startswith("denied: the user did not confirm")
+    accepted = StubCall(answer="accept", progress_token="p1")
+    res = run_call(gateway, "purge_notes", {"notebook": "old"}, call=accepted)
+    assert not mcp_compat.wire(res).get("isError") and accepted.asked and "purge_notes" in accepted.asked[0]
+    assert accepted.progress_seen == [(1.0, 1.0, "done")]  # the upstream's progress reached the caller
+    assert gateway.manager.upstreams["notes"].session.calls[-1] == ("purge_notes", {"notebook": "old"})
+    # Below confirm_level nothing is asked.
+    quiet = StubCall(answer="decline")
+    assert not mcp_compat.wire(run_call(gateway, "read_notes", call=quiet)).get("isError") and not quiet.asked
+    bad = anyio.run(gateway.forward_call, {"name": "x", "extra": 1}, s)
+    assert text_of(bad).startswith("invalid_request")
+
+
+def test_upstream_errors_and_the_audit_log(gateway):
+    s = StubCall()
+    gateway._expose("s1", Exposure("count the words", frozenset({"boom", "ghost"}), 0.0))
+    res = run_call(gateway, "boom", call=s)
+    assert text_of(res) == "upstream_error: the upstream server 'notes' failed on 'boom': the tool crashed"
+    assert text_of(run_call(gateway, "ghost", call=s)).startswith("upstream_down")
+    gateway.manager.upstreams["notes"].state = "down"
+    gateway.manager.upstreams["notes"].session = None
+    assert text_of(run_call(gateway, "boom", call=s)).startswith("upstream_down")
+    lines = [json.loads(x) for x in gateway.test_audit_path.read_text().splitlines()]
+    assert all({"time", "task", "tool", "level", "decision", "reason"} <= set(r) for r in lines)
+    assert [(r["tool"], r["decision"], r["code"]) for r in lines] == [
+        ("boom", "allowed", "allowed"), ("boom", "failed", "upstream_error"),
+        ("ghost", "refused", "upstream_down"), ("boom", "refused", "upstream_down")]
+    assert lines[0]["task"] == "count the words" and lines[0]["session"] == "s1" and lines[0]["upstream"] == "notes"

@@ -10,7 +10,7 @@ import pytest
 from riskrank.encoder import ArrayEncoder
 from riskrank.errors import CheckpointError, RiskrankError
 from riskrank.first_stage import rank
-from riskrank.modes import Stages, parse_mode
+from riskrank.modes import DENSE_MIN_SCORE, NO_MIN_SCORE, Stages, parse_mode
 from riskrank.pipeline import RiskAwareRetriever
 from riskrank.rules import PERMISSION_CAP, REDUNDANCY, RISK_CAP
 
@@ -121,9 +121,50 @@ def test_k_bounds(dense, k):
 
 def test_k_edges(dense, demo):
     assert len(dense.retrieve(TASKS[0], k=1).tools) == 1
-    res = dense.retrieve(TASKS[0], k=100)
+    res = dense.retrieve(TASKS[0], k=100, min_score=NO_MIN_SCORE)
     assert len(res.tools) == len(demo.registry) < 100
     assert sorted(t.index for t in res.tools) == list(range(len(demo.registry)))
+
+
+def test_relevance_floor(dense, demo):
+    """min_score: tools whose f_rel is below the floor are not returned (fewer than k),
+    and named; the dense default is the bundled encoder's measured floor."""
+    floor = dense.relevance_floor()
+    assert floor == DENSE_MIN_SCORE["sentence-transformers/all-MiniLM-L6-v2"] > 0
+    full = dense.retrieve(TASKS[0], k=100, min_score=NO_MIN_SCORE)
+    res = dense.retrieve(TASKS[0], k=100)
+    assert res.min_score == floor and full.min_score is None
+    kept = [t.name for t in full.tools if t.f_rel >= floor]
+    assert [t.name for t in res.tools] == kept and len(kept) < len(full.tools)
+    assert sorted(res.below_min_score) == sorted(t.name for t in full.tools if t.f_rel < floor)
+    assert [t.rank for t in res.tools] == list(range(1, len(kept) + 1))
+    assert dense.retrieve(TASKS[0], k=5, min_score=0.99).tools == []
+    # A floor given to the retriever holds for every call that does not name one.
+    strict = RiskAwareRetriever(demo.registry, encoder=dense.encoder, tool_emb=dense.tool_emb, progress=False, min_score=0.3)
+    assert strict.relevance_floor() == 0.3 and all(t.f_rel >= 0.3 for t in strict.retrieve(TASKS[0], k=20).tools)
+    for bad in ("high", float("nan"), True):
+        with pytest.raises(RiskrankError, match="min_score"):
+            dense.retrieve(TASKS[0], min_score=bad)
+
+
+def test_fill_policies(dense, demo):
+    """dense+rule on a task that needs risky tools, over its dense top-6 (so fewer than k tools
+    meet every rule): the safe fill (default) never tops up with a risky tool, none never
+    tops up, and the paper's fill always shows k."""
+    levels = demo.registry.risk_levels
+    off = {"min_score": NO_MIN_SCORE, "candidates": 6}
+    paper = dense.retrieve(RISKY_TASK, k=5, mode="dense+rule", fill="deferred", **off)
+    safe = dense.retrieve(RISKY_TASK, k=5, mode="dense+rule", **off)
+    none = dense.retrieve(RISKY_TASK, k=5, mode="dense+rule", fill="none", **off)
+    assert paper.fill == "deferred" and safe.fill == "safe" and none.fill == "none"
+    assert len(paper.tools) == 5 and paper.fallback, "the task needs a top-up: the paper's fill takes a risky one"
+    assert any(levels[demo.registry.index_of(n)] >= 3 for n in paper.fallback)
+    for res in (safe, none):
+        assert sum(levels[t.index] >= 3 for t in res.tools) <= 1
+        assert all(levels[demo.registry.index_of(n)] < 3 for n in res.fallback)
+    assert none.fallback == [] and len(none.tools) <= len(safe.tools) <= 5
+    # Equal input, equal output (prompt caches survive).
+    assert dense.retrieve(RISKY_TASK, k=5, mode="dense+rule").to_dict() == dense.retrieve(RISKY_TASK, k=5, mode="dense+rule").to_dict()
 
 
 @pytest.mark.parametrize("task", ["", "   ", "\n"])

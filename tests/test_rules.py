@@ -29,6 +29,7 @@ def random_case(seed: int):
         max_broad=[None, 0, 1, 2][rng.integers(4)],
         broad_min_perms=int(rng.integers(1, 4)),
         redundancy_threshold=[None, 0.5, 0.9][rng.integers(3)],
+        fill=["safe", "deferred", "none"][rng.integers(3)],
     )
     ranking = rng.permutation(n)[: int(rng.integers(0, n + 1))]
     return cfg, risk, perm, emb, ranking
@@ -82,10 +83,26 @@ def test_properties(seed):
     assert sorted(order) == sorted(ranking.tolist())
     # Accepted tools keep their reranked order, then the fallback, in deferred order.
     assert [pos[t] for t in res.accepted] == sorted(pos[t] for t in res.accepted)
-    assert res.fallback == list(res.deferred)[: len(res.fallback)]
+    deferred = list(res.deferred)
+    assert [deferred.index(t) for t in res.fallback] == sorted(deferred.index(t) for t in res.fallback)
+    if cfg.fill == "deferred":
+        assert res.fallback == deferred[: len(res.fallback)]
     top = res.accepted + res.fallback
-    assert order[: len(top)] == top
-    assert len(top) == min(cfg.k, len(ranking))
+    assert order[: len(top)] == top and res.top_k.tolist() == top
+    eff = np.where(risk == 0, 5, risk)
+    if cfg.fill == "deferred":  # the paper's fill: always K (or the whole list)
+        assert len(top) == min(cfg.k, len(ranking))
+    elif cfg.fill == "none":
+        assert res.fallback == []
+    else:  # safe: a top-up is never risky and keeps the permission cap
+        assert len(top) <= cfg.k
+        assert all(eff[t] < cfg.risky_level for t in res.fallback)
+        if cfg.max_broad is not None:
+            assert sum(perm[t] >= cfg.broad_min_perms for t in top) <= max(
+                cfg.max_broad, sum(perm[t] >= cfg.broad_min_perms for t in res.accepted))
+    if cfg.fill != "deferred" and cfg.max_risky is not None:
+        # Neither safe nor none exposes more risky tools than the cap.
+        assert sum(eff[t] >= cfg.risky_level for t in top) <= cfg.max_risky
     # The rest follows in reranked order.
     rest = order[len(top):]
     assert rest == [t for t in ranking.tolist() if t not in set(top)]
@@ -96,7 +113,6 @@ def test_properties(seed):
     # When K feasible tools exist, the top-K satisfies every constraint.
     if res.feasible:
         k_top = np.array(order[: cfg.k])
-        eff = np.where(risk == 0, 5, risk)
         if cfg.max_risky is not None:
             assert (eff[k_top] >= cfg.risky_level).sum() <= cfg.max_risky
         if cfg.max_broad is not None:
@@ -136,12 +152,46 @@ def test_hand_worked_risk_cap():
 
 
 def test_hand_worked_fallback():
-    # r = [3, 4, 3, 1], K = 3: only tools 0 and 3 fit, so deferred tool 1 fills the last slot.
-    rf = RuleFilter(only_risk_cap(k=3), np.array([3, 4, 3, 1]), np.zeros(4, int))
+    # r = [3, 4, 3, 1], K = 3: only tools 0 and 3 fit, so under the paper's fill deferred
+    # tool 1 fills the last slot.
+    rf = RuleFilter(only_risk_cap(k=3, fill="deferred"), np.array([3, 4, 3, 1]), np.zeros(4, int))
     res = rf.filter(np.array([0, 1, 2, 3]))
     assert res.order.tolist() == [0, 3, 1, 2]
     assert res.fallback == [1] and not res.feasible
     assert res.deferred == {1: ("risk_cap",), 2: ("risk_cap",)}
+    assert res.top_k.tolist() == [0, 3, 1]
+
+
+@pytest.mark.parametrize("fill", ["safe", "none"])
+def test_no_risky_top_up(fill):
+    # Five CRM tools, K = 3, one risky slot: lookup (L1), get (L1), update (L3), purge (L4),
+    # export (L3). Only lookup, get and update fit; purge and export break the risk cap.
+    # Neither policy tops up with them: the list is two tools plus the one risky slot.
+    risk = np.array([1, 4, 1, 3, 3])
+    rf = RuleFilter(only_risk_cap(k=4, fill=fill), risk, np.zeros(5, int))
+    res = rf.filter(np.array([0, 1, 2, 3, 4]))
+    assert res.accepted == [0, 1, 2] and res.fallback == []
+    assert res.top_k.tolist() == [0, 1, 2] and res.n_exposed == 3
+    assert res.order.tolist() == [0, 1, 2, 3, 4]
+    # The paper's fill would have exposed the second risky tool.
+    paper = RuleFilter(only_risk_cap(k=4, fill="deferred"), risk, np.zeros(5, int)).filter(np.arange(5))
+    assert paper.top_k.tolist() == [0, 1, 2, 3]
+
+
+def test_safe_fill_relaxes_only_redundancy():
+    # Tool 1 duplicates tool 0 (low risk): safe tops up with it; tool 2 is risky and deferred
+    # for the cap: never a top-up; tool 4 is a third broad tool: it would break the
+    # permission cap, so it stays out too.
+    risk = np.array([1, 1, 3, 4, 1, 1])
+    perm = np.array([2, 0, 0, 0, 2, 2])
+    emb = np.eye(6, dtype=np.float32)
+    emb[1] = emb[0]
+    rf = RuleFilter(RuleConfig(k=6, max_broad=1, fill="safe"), risk, perm, emb)
+    res = rf.filter(np.arange(6))
+    assert res.accepted == [0, 2]
+    assert res.deferred == {1: ("redundancy",), 3: ("risk_cap",), 4: ("permission_cap",), 5: ("permission_cap",)}
+    assert res.fallback == [1] and res.top_k.tolist() == [0, 2, 1]
+    assert RuleFilter(RuleConfig(k=6, max_broad=1, fill="none"), risk, perm, emb).filter(np.arange(6)).top_k.tolist() == [0, 2]
 
 
 def test_hand_worked_reranked_input_and_all_constraints():
@@ -201,4 +251,6 @@ def test_accepts_permission_matrix_and_validates():
         rf.filter(np.array([0, 2]))
     with pytest.raises(RiskrankError):
         RuleConfig(k=0)
+    with pytest.raises(RiskrankError, match="fill"):
+        RuleConfig(fill="sometimes")
     assert isinstance(rf.filter(np.array([1, 0])), FilterResult)

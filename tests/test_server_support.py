@@ -181,15 +181,19 @@ def run_fake_upstream(page_size: int = 2) -> None:
 
 
 def run_cli_with_hash_encoder(argv: list[str]) -> None:
-    """`riskrank ARGV` with the encoder replaced by HashEncoder (no model load)."""
+    """`riskrank ARGV` with the encoder replaced by HashEncoder (no model load), under the
+    CLI's error policy (one ``error:`` line and exit 2 for a user mistake)."""
+    import sys
+
     import riskrank.encoder
-    from riskrank.cli import main
+    from riskrank.cli import run
 
     def make(encoder=None, device="cpu", threads=None, backend="torch"):
         return riskrank.encoder.BatchingEncoder(HashEncoder())
 
     riskrank.encoder.make_encoder = make
-    main.main(argv, prog_name="riskrank")
+    sys.argv = ["riskrank", *argv]
+    sys.exit(run())
 
 
 def python_c(call: str) -> list[str]:
@@ -198,3 +202,65 @@ def python_c(call: str) -> list[str]:
 
     tests = str(Path(__file__).parent)
     return [sys.executable, "-c", f"import sys; sys.path.insert(0, {tests!r}); import test_server_support as s; {call}"]
+
+
+# -- the real npm MCP servers -----------------------------------------------------------------------------
+ROOT = Path(__file__).resolve().parents[1]
+NPM_SERVERS = ("mcp-server-filesystem", "mcp-server-memory", "mcp-server-everything")
+
+
+def npm_bin() -> Path | None:
+    """The bin directory of the reference npm MCP servers (.ci/npm): $RISKRANK_TEST_MCP_BIN, else
+    the CI cache (``$RISKRANK_CI_CACHE``, default ~/.cache/riskrank-ci), installed there on
+    first use when npm is available (a few seconds). None only where node or npm is absent."""
+    import os
+    import shutil
+    import subprocess
+
+    given = os.environ.get("RISKRANK_TEST_MCP_BIN")
+    if given:
+        return Path(given)
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        return None
+    cache = Path(os.environ.get("RISKRANK_CI_CACHE") or Path.home() / ".cache" / "riskrank-ci") / "npm"
+    out = subprocess.run(["bash", str(ROOT / ".ci" / "npm" / "install.sh"), str(cache)], capture_output=True, text=True,
+                         timeout=360)
+    if out.returncode != 0:
+        raise RuntimeError(f".ci/npm/install.sh failed: {out.stderr.strip()[-500:]}")
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def processes_matching(argv: list[str]) -> set[int]:
+    """Pids of live processes whose command line is exactly ``argv`` (from /proc)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().split(b"\0")[:-1]
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if [c.decode(errors="replace") for c in cmd] == argv and state != "Z":
+            found.add(int(entry.name))
+    return found
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live descendant of ``pid`` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if stat[0] != "Z":
+                children.setdefault(int(stat[1]), []).append(int(entry.name))
+    out, todo = set(), [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            if c not in out:
+                out.add(c)
+                todo.append(c)
+    return out

@@ -8,6 +8,9 @@ The layering rules (see docs/architecture.md):
 
 - the HTTP API, the MCP server and the agent adapters stand on the catalogue, never on each
   other;
+- the gateway's parts (``serving.gateway``: config, policy, upstreams, confirmation, audit log)
+  sit below the MCP server: they import neither it, nor the HTTP API, nor the engine, and only
+  ``serving.mcp_compat`` touches the MCP SDK's modules;
 - no module outside ``riskrank.cli`` imports click or the CLI.
 
 Usage: ``python tools/check_imports.py src/riskrank`` (exit 1 with the offending imports).
@@ -25,7 +28,16 @@ FORBIDDEN = [
     ("riskrank.serving.mcp", "riskrank.serving.http"),
     ("riskrank.adapters", "riskrank.serving"),
     ("riskrank.serving", "riskrank.adapters"),
+    ("riskrank.serving.http", "riskrank.serving.gateway"),
+    ("riskrank.serving.http", "riskrank.serving.mcp_compat"),
+    ("riskrank.serving.gateway", "riskrank.serving.mcp"),
+    ("riskrank.serving.gateway", "riskrank.serving.http"),
+    ("riskrank.serving.gateway", "riskrank.pipeline"),
+    ("riskrank.serving.mcp_compat", "riskrank.serving.gateway"),
+    ("riskrank.serving.mcp_compat", "riskrank.catalogue"),
 ]
+#: External packages only one module may import: (package, the module that may).
+OWNED = [("mcp", "riskrank.serving.mcp_compat")]
 CLI = "riskrank.cli"
 
 
@@ -138,6 +150,9 @@ def main(argv: list[str]) -> int:
             if b.startswith(CLI) and not (a == CLI or a.startswith(CLI + ".")):
                 problems.append(f"forbidden import: {a} -> {b} (line {where[a, b]}): no library module imports the CLI")
     for a, names in external.items():
+        for pkg, owner in OWNED:
+            problems += [f"forbidden import: {a} -> {name} (line {line}): only {owner} imports {pkg}"
+                         for name, line in names if (name == pkg or name.startswith(pkg + ".")) and a != owner]
         if not (a == CLI or a.startswith(CLI + ".")):
             problems += [f"forbidden import: {a} -> click (line {line}): only riskrank.cli uses click"
                          for name, line in names if name == "click" or name.startswith("click.")]

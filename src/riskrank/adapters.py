@@ -9,11 +9,19 @@ ranked. Accepted tool shapes:
   and legacy functions ``{"name", "description", "parameters"}``;
 - MCP tools, as ``tools/list`` dicts (``inputSchema``, ``annotations``) or ``mcp.types.Tool``
   objects (anything with ``model_dump``);
+- fastmcp server-side tools (``await server.list_tools()``; read through ``to_mcp_tool()``);
+- LangChain tools (``@tool``, ``StructuredTool``, MCP tools loaded by langchain-mcp-adapters
+  or ``langchain.mcp``, whose MCP annotations sit in ``metadata``);
 - objects with ``name``/``description`` attributes (for example an OpenAI Agents SDK
   ``FunctionTool``, whose ``params_json_schema`` is read).
 
-For per-tool hooks such as the OpenAI Agents SDK's MCP ``tool_filter`` (a ``(context, tool)
--> bool`` callable), :meth:`ToolGuard.tool_filter` builds the predicate.
+Framework hooks, each built on :meth:`ToolGuard.names` (docs/serving.md has a recipe each):
+:meth:`ToolGuard.agents_mcp_server` (an OpenAI Agents SDK MCP server whose tool list is
+riskrank's top-k, in riskrank's order), :meth:`ToolGuard.agents_tool_filter` (its async
+``tool_filter``), :meth:`ToolGuard.langchain_middleware` (LangChain/LangGraph
+``create_agent``), :meth:`ToolGuard.tool_node_guard` (a LangGraph ``ToolNode`` that refuses a
+tool it did not show) and :meth:`ToolGuard.tool_filter` (a plain ``(context, tool) -> bool``).
+Rankings run off the event loop in the async hooks (the encoder loads on first use).
 
 Two backends, one interface:
 
@@ -28,8 +36,11 @@ is imported; the retriever (numpy, torch, the encoder) loads on the first rankin
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import json
+import logging
 import threading
 import urllib.error
 import urllib.request
@@ -38,9 +49,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from riskrank.errors import RiskrankError
-from riskrank.modes import MAX_K
+from riskrank.modes import MAX_K, safe_default_mode
 
-__all__ = ["ToolGuard", "tool_name", "tool_record"]
+__all__ = ["ToolGuard", "task_of", "tool_name", "tool_record"]
+log = logging.getLogger("riskrank.adapters")
+MCP_HINTS = {"read_only_hint": "readOnlyHint", "destructive_hint": "destructiveHint",
+             "idempotent_hint": "idempotentHint", "open_world_hint": "openWorldHint"}
 
 
 class GuardError(RiskrankError):
@@ -50,15 +64,44 @@ class GuardError(RiskrankError):
 
 
 # -- reading tool specs ------------------------------------------------------------------------------
+def _is_langchain(tool: Any) -> bool:
+    return any(c.__module__.startswith("langchain_core.") and c.__name__ == "BaseTool" for c in type(tool).__mro__)
+
+
+def _langchain_record(tool: Any) -> dict[str, Any]:
+    """A LangChain tool as a tools/list-shaped dict. ``convert_to_openai_tool`` reads both a
+    pydantic and a dict (MCP) ``args_schema``; MCP annotations sit in ``metadata``, at the top
+    (langchain-mcp-adapters, camelCase) or under ``mcp.tool.annotations`` (langchain.mcp,
+    snake_case)."""
+    # Importable: the tool is LangChain's.
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+
+    fn = convert_to_openai_tool(tool)["function"]
+    meta = tool.metadata if isinstance(getattr(tool, "metadata", None), Mapping) else {}
+    nested = ((meta.get("mcp") or {}).get("tool") or {}).get("annotations") if isinstance(meta.get("mcp"), Mapping) else None
+    raw = nested if isinstance(nested, Mapping) else meta
+    hints = {MCP_HINTS.get(k, k): v for k, v in raw.items() if MCP_HINTS.get(k, k) in MCP_HINTS.values() and v is not None}
+    rec: dict[str, Any] = {"name": fn["name"], "description": fn.get("description") or "", "parameters": fn.get("parameters")}
+    if hints:
+        rec["annotations"] = hints
+    return rec
+
+
 def _as_mapping(tool: Any) -> Mapping[str, Any] | None:
     if isinstance(tool, Mapping):
         return tool
+    to_mcp = getattr(tool, "to_mcp_tool", None)  # fastmcp server tools: their own MCP form (no callables)
+    if callable(to_mcp):
+        with contextlib.suppress(Exception):
+            return to_mcp().model_dump(by_alias=True, exclude_none=True, mode="json")
+    if _is_langchain(tool):
+        return _langchain_record(tool)
     dump = getattr(tool, "model_dump", None)  # pydantic models: mcp.types.Tool and friends
     if callable(dump):
         try:
             return dump(by_alias=True, exclude_none=True, mode="json")
-        except TypeError:
-            return dump()
+        except (TypeError, ValueError):  # PydanticSerializationError (a field holds a function): read attributes
+            return None
     return None
 
 
@@ -100,7 +143,7 @@ def tool_record(tool: Any) -> dict[str, Any]:
     if isinstance(params, Mapping):
         rec["parameters"] = dict(params)
     if isinstance(annotations, Mapping) and annotations:
-        rec["annotations"] = {k: v for k, v in annotations.items() if v is not None}
+        rec["annotations"] = {MCP_HINTS.get(k, k): v for k, v in annotations.items() if v is not None}
     if risk is not None:
         rec["risk_level"] = risk
     return rec
@@ -116,12 +159,15 @@ class ToolGuard:
     ``registry``: a registry file (or :class:`~riskrank.registry.ToolRegistry`) of audited
     tools. Without ``tools``, the guard ranks the whole registry; with ``tools``, it ranks the
     agent's tools, taking descriptions and audited levels from the registry where it knows
-    the name. ``checkpoint`` enables the dual-head modes (``core``, ``graph``, ``rule``);
-    without one, ``dense`` and ``dense+rule`` (the default here: relevance plus the strict
-    exposure policy) are available. ``fill_levels="keyword"`` (default) gives unlabelled
-    tools the keyword annotator's level; ``"none"`` leaves them to the rule filter's
-    fail-closed path. ``url``/``token``: use a ``riskrank serve`` instance instead; its
-    registry decides, and the agent's tools outside its top-k are not shown.
+    the name. ``mode`` defaults to the strongest safe one available
+    (:func:`riskrank.modes.safe_default_mode`): ``core+graph+rule`` with a ``checkpoint``,
+    else ``dense+rule`` (cosine relevance plus the rule filter). ``fill`` is the rule
+    filter's fill policy: ``safe`` (default) never tops the list up with a risky tool, so
+    fewer than ``k`` tools may come back; ``min_score`` a relevance floor (None: the score
+    scale's measured default; ``float("-inf")``: none). ``fill_levels="keyword"`` (default)
+    gives unlabelled tools the keyword annotator's level; ``"none"`` leaves them to the rule
+    filter's fail-closed path. ``url``/``token``: use a ``riskrank serve`` instance instead;
+    its registry decides, and the agent's tools outside its top-k are not shown.
     """
 
     def __init__(
@@ -134,6 +180,8 @@ class ToolGuard:
         lam: float | None = None,
         encoder: Any = None,
         fill_levels: str = "keyword",
+        fill: str = "safe",
+        min_score: float | None = None,
         url: str | None = None,
         token: str | None = None,
         timeout: float = 10.0,
@@ -144,8 +192,8 @@ class ToolGuard:
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
             raise GuardError(f"k must be an integer between 1 and {MAX_K}, got {k!r}")
         self.registry, self.checkpoint, self.k, self.lam, self.encoder_spec = registry, checkpoint, k, lam, encoder
-        self.mode = mode or ("core+graph+rule" if checkpoint else "dense+rule")
-        self.fill_levels = fill_levels
+        self.mode = mode or safe_default_mode(checkpoint is not None)
+        self.fill_levels, self.fill, self.min_score = fill_levels, fill, min_score
         self.url, self.token, self.timeout = (url.rstrip("/") if url else None), token, timeout
         self._encoder: Any = None
         self._catalogues: OrderedDict[str, Any] = OrderedDict()
@@ -195,6 +243,157 @@ class ToolGuard:
             return tool_name(tool) in self._allowed_names(text, tools)
 
         return allowed
+
+    # -- async forms and framework hooks -------------------------------------------------------
+    async def anames(self, task: str, tools: Sequence[Any] | None = None) -> list[str]:
+        """:meth:`names` in a worker thread: the encoder (loaded on first use) and the ranking
+        never block an event loop."""
+        return await asyncio.to_thread(self._allowed_names, task, list(tools) if tools is not None else None)
+
+    async def aselect(self, task: str, tools: Sequence[Any]) -> list[Any]:
+        """:meth:`select` in a worker thread."""
+        by_name = {tool_name(t): t for t in tools}
+        return [by_name[n] for n in await self.anames(task, tools)]
+
+    def _no_task(self, where: str, warned: set[str], hint: str) -> None:
+        if where not in warned:  # once per server or agent, not once per tool
+            warned.add(where)
+            log.warning("riskrank: no task for %s, so no tools are shown; %s", where, hint)
+
+    def agents_mcp_server(self, server: Any, task: str | Callable[[Any], str | None] | None = None) -> Any:
+        """An OpenAI Agents SDK MCP server (``MCPServerStdio``, ``MCPServerStreamableHttp``)
+        whose tool list is riskrank's top-k for the run's task, in riskrank's order (a
+        ``tool_filter`` sees one tool at a time and cannot reorder). The task is ``task`` (a
+        string, or a function of the run context), else the run context's ``task``, else the
+        run's latest user message (:func:`task_of`); without one, no tools, and one warning.
+        Returns ``server``, its ``list_tools`` wrapped."""
+        original = server.list_tools
+        warned: set[str] = set()
+
+        async def list_tools(run_context: Any = None, agent: Any = None) -> list[Any]:
+            tools = await original(run_context, agent)
+            text = task(run_context) if callable(task) else task or task_of(run_context)
+            if not text:
+                self._no_task(f"MCP server {getattr(server, 'name', '?')!r}", warned,
+                              "pass Runner.run(..., context={'task': ...}) or a user message")
+                return []
+            return await self.aselect(text, tools)
+
+        server.list_tools = list_tools
+        return server
+
+    def agents_tool_filter(self, task: str | Callable[[Any], str | None] | None = None) -> Callable[[Any, Any], Any]:
+        """An async ``tool_filter`` for the OpenAI Agents SDK's MCP servers: it fetches the
+        server's whole tool list itself (once per task and list), ranks it off the event loop,
+        and keeps the tools of riskrank's top-k (in the server's order: use
+        :meth:`agents_mcp_server` for riskrank's). The task as in :meth:`agents_mcp_server`;
+        without one, no tools and one warning per server."""
+        warned: set[str] = set()
+        locks: dict[str, asyncio.Lock] = {}
+        chosen: OrderedDict[tuple[str, str], set[str]] = OrderedDict()
+
+        async def tool_filter(ctx: Any, tool: Any) -> bool:
+            run_context = getattr(ctx, "run_context", None)
+            text = task(run_context) if callable(task) else task or task_of(run_context)
+            server_name = str(getattr(ctx, "server_name", "?"))
+            if not text:
+                self._no_task(f"MCP server {server_name!r}", warned, "pass Runner.run(..., context={'task': ...}) or a user message")
+                return False
+            key = (server_name, text)
+            async with locks.setdefault(server_name, asyncio.Lock()):
+                if key not in chosen:
+                    server = next((s for s in getattr(ctx.agent, "mcp_servers", []) if s.name == server_name), None)
+                    if server is None or getattr(server, "session", None) is None:
+                        raise GuardError(f"MCP server {server_name!r} is not connected: its tools cannot be ranked")
+                    listing = (await server.session.list_tools()).tools
+                    chosen[key] = set(await self.anames(text, listing))
+                    while len(chosen) > self._cache_size:
+                        chosen.popitem(last=False)
+            return tool_name(tool) in chosen[key]
+
+        return tool_filter
+
+    def langchain_middleware(self, task: str | Callable[[Any], str | None] | None = None) -> Any:
+        """A LangChain ``AgentMiddleware`` for ``create_agent`` (a LangGraph graph): each model
+        call sees only riskrank's top-k of the agent's tools, in riskrank's order, and a call
+        to a tool it was not shown is answered with a ``not_exposed`` tool message instead of
+        running. The task is ``task`` (a string, or a function of the agent state), else the
+        latest human message. Needs ``langchain`` (``pip install 'riskrank[frameworks]'``)."""
+        from riskrank.extras import requires
+
+        with requires("frameworks", "ToolGuard.langchain_middleware"):
+            from langchain.agents.middleware import AgentMiddleware
+            from langchain_core.messages import ToolMessage
+        guard = self
+        warned: set[str] = set()
+
+        def task_for(state: Any) -> str | None:
+            text = task(state) if callable(task) else task or _last_human(state)
+            if not text:
+                guard._no_task("the LangChain agent", warned, "give the agent a human message or pass task=")
+            return text
+
+        def refusal(request: Any, shown: list[str]) -> Any:
+            name = request.tool_call["name"]
+            return ToolMessage(f"not_exposed: {name!r} was not among the tools shown for this task ({', '.join(shown) or 'none'})",
+                               tool_call_id=request.tool_call["id"], status="error")
+
+        class RiskRankToolSelection(AgentMiddleware):
+            """Shows the model riskrank's top-k tools for the task; refuses the others."""
+
+            def __init__(self) -> None:
+                super().__init__()
+                self.tools_seen: list[Any] = []
+
+            def _tools(self, request: Any) -> list[Any]:
+                tools = [t for t in request.tools if not isinstance(t, dict)]
+                self.tools_seen = tools  # the agent's tool set (fixed per agent): what a tool call is checked against
+                return tools
+
+            def wrap_model_call(self, request: Any, handler: Any) -> Any:
+                text, tools = task_for(request.state), self._tools(request)
+                return handler(request.override(tools=guard.select(text, tools) if text and tools else []))
+
+            async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+                text, tools = task_for(request.state), self._tools(request)
+                return await handler(request.override(tools=await guard.aselect(text, tools) if text and tools else []))
+
+            def _shown(self, request: Any) -> list[str]:
+                text = task_for(request.state)
+                return guard._allowed_names(text, self.tools_seen) if text and self.tools_seen else []
+
+            def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+                shown = self._shown(request)
+                return handler(request) if request.tool_call["name"] in shown else refusal(request, shown)
+
+            async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+                shown = await asyncio.to_thread(self._shown, request)
+                return await handler(request) if request.tool_call["name"] in shown else refusal(request, shown)
+
+        return RiskRankToolSelection()
+
+    def tool_node_guard(self, tools: Sequence[Any], task: str | Callable[[Any], str | None] | None = None) -> Callable[[Any, Any], Any]:
+        """``wrap_tool_call`` for a LangGraph ``ToolNode`` over ``tools`` (a hand-built graph
+        binds ``guard.select(task, tools)`` to its model): a call runs only if the tool is in
+        riskrank's top-k for the task (``task``, else the latest human message), else the
+        node answers a ``not_exposed`` tool message."""
+        from riskrank.extras import requires
+
+        with requires("frameworks", "ToolGuard.tool_node_guard"):
+            from langchain_core.messages import ToolMessage
+        tools = list(tools)
+
+        def guard_call(request: Any, execute: Any) -> Any:
+            state = request.state
+            text = task(state) if callable(task) else task or _last_human(state)
+            shown = self._allowed_names(text, tools) if text else []
+            name = request.tool_call["name"]
+            if name in shown:
+                return execute(request)
+            return ToolMessage(f"not_exposed: {name!r} was not among the tools shown for this task ({', '.join(shown) or 'none'})",
+                               tool_call_id=request.tool_call["id"], status="error")
+
+        return guard_call
 
     # -- internals -----------------------------------------------------------------------------
     def _allowed_names(self, task: str, tools: Sequence[Any] | None) -> list[str]:
@@ -256,7 +455,8 @@ class ToolGuard:
                 self._encoder = make_encoder(self.encoder_spec)
         if reg is None:
             reg = ToolRegistry.from_data(records, fmt="plain", source=source)
-        cat = load_catalogue(ArtefactSpec(source, self.checkpoint, self.mode, "labels", self.fill_levels), self._encoder, registry=reg)
+        spec = ArtefactSpec(source, self.checkpoint, self.mode, "labels", self.fill_levels, fill=self.fill, min_score=self.min_score)
+        cat = load_catalogue(spec, self._encoder, registry=reg)
         with self._lock:
             self._catalogues[key] = cat
             while len(self._catalogues) > self._cache_size:
@@ -282,6 +482,43 @@ class ToolGuard:
                 raise GuardError(f"riskrank server answered HTTP {exc.code}") from None
         except (urllib.error.URLError, TimeoutError, OSError) as exc:
             raise GuardError(f"cannot reach the riskrank server at {self.url}: {getattr(exc, 'reason', exc)}") from None
+
+
+def _content_text(content: Any) -> str | None:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text", "") if isinstance(p, Mapping) else str(p) for p in content]
+        return " ".join(p for p in parts if p) or None
+    return None
+
+
+def _last_human(state: Any) -> str | None:
+    """The latest human message of a LangChain/LangGraph agent state (``messages``)."""
+    messages = state.get("messages", []) if isinstance(state, Mapping) else getattr(state, "messages", [])
+    for m in reversed(list(messages or [])):
+        role = getattr(m, "type", None) or (m.get("role") if isinstance(m, Mapping) else None)
+        if role in ("human", "user"):
+            return _content_text(getattr(m, "content", None) if not isinstance(m, Mapping) else m.get("content"))
+        if isinstance(m, tuple) and len(m) == 2 and m[0] in ("user", "human"):
+            return _content_text(m[1])
+    return None
+
+
+def task_of(run_context: Any) -> str | None:
+    """The task of an OpenAI Agents SDK run: the app's ``context["task"]`` (or
+    ``context.task``), else the run's latest user message (``turn_input``, which the Runner
+    sets before it lists tools); None when there is neither."""
+    if run_context is None:
+        return None
+    ctx = getattr(run_context, "context", None)
+    value = ctx.get("task") if isinstance(ctx, Mapping) else getattr(ctx, "task", None)
+    if isinstance(value, str) and value.strip():
+        return value
+    for item in reversed(list(getattr(run_context, "turn_input", None) or [])):
+        if isinstance(item, Mapping) and item.get("role") == "user":
+            return _content_text(item.get("content"))
+    return None
 
 
 def select_tools(task: str, tools: Iterable[Any], **kwargs: Any) -> list[Any]:

@@ -1,7 +1,7 @@
 """What a served registry is: the artefacts it loads from, the provenance of every tool's risk
 level, the retriever over them, and the hot swap that replaces one generation with the next.
 
-Every surface that answers for a registry (the HTTP service, the MCP server and its proxy,
+Every surface that answers for a registry (the HTTP service, the MCP server and gateway,
 the in-process agent guard) stands on this module and on nothing of each other's. A
 :class:`Catalogue` is one validated generation; :class:`LiveCatalogue` holds the active one
 and swaps it atomically: new artefacts load and validate in a worker thread, then replace
@@ -23,7 +23,7 @@ from typing import Any
 
 from riskrank.errors import RiskrankError, error_body
 from riskrank.fileio import UnsafeFileError, read_regular_file
-from riskrank.modes import MODES, parse_mode
+from riskrank.modes import MODES, parse_mode, safe_default_mode
 from riskrank.registry import ToolRegistry
 from riskrank.risk import fail_closed_levels, keyword_level, level_from_score
 
@@ -55,18 +55,29 @@ class ArtefactSpec:
     mode: str | None = None
     risk_source: str = "labels"
     fill_levels: str = "none"
-    """``keyword``: give unlabelled tools the keyword annotator's level (proxy mode's audit)."""
+    """``keyword``: give unlabelled tools the keyword annotator's level (the gateway's audit)."""
     candidates: int | None = None
     """Rerank the first stage's top-M instead of the full pool (large registries)."""
     first_stage: str = "exact"
     """``ann``: an IVF index finds the top-M (with ``candidates``), for 10^5+ tools."""
     trust_annotations: bool = False
     """Let an MCP ``readOnlyHint`` lower an unlabelled tool's level (by default hints only raise)."""
+    fill: str = "safe"
+    """The rule filter's fill policy (:data:`riskrank.rules.FILL_POLICIES`)."""
+    min_score: float | None = None
+    """The relevance floor on f_rel; None: the score scale's default (``RiskAwareRetriever.relevance_floor``)."""
+
+    @property
+    def served_mode(self) -> str:
+        """The mode a catalogue of this spec runs by default: ``mode``, else the strongest safe
+        one available (:func:`riskrank.modes.safe_default_mode`)."""
+        return self.mode or safe_default_mode(self.checkpoint is not None)
 
     def to_dict(self) -> dict[str, Any]:
         return {"registry": self.registry, "checkpoint": self.checkpoint, "mode": self.mode,
                 "risk_source": self.risk_source, "fill_levels": self.fill_levels, "candidates": self.candidates,
-                "first_stage": self.first_stage, "trust_annotations": self.trust_annotations}
+                "first_stage": self.first_stage, "trust_annotations": self.trust_annotations, "fill": self.fill,
+                "min_score": self.min_score}
 
 
 def label_provenance(registry: ToolRegistry, fill: bool = True, *, trust_annotations: bool = False) -> tuple[ToolRegistry, list[str], list[list[str]]]:
@@ -100,6 +111,13 @@ def label_provenance(registry: ToolRegistry, fill: bool = True, *, trust_annotat
     return registry, provenance, evidence
 
 
+def effective_levels(registry: ToolRegistry, *, trust_annotations: bool = False) -> list[int]:
+    """The level the rule filter reads for each tool under ``risk_source=labels``: the
+    registry's level, else the fail-closed one (MCP hints raise it; else 5: unknown counts as high)."""
+    levels = fail_closed_levels(registry, trust_annotations=trust_annotations)
+    return [int(v) if v > 0 else 5 for v in levels]
+
+
 @dataclass
 class Catalogue:
     """The artefacts one generation of a served registry answers from."""
@@ -113,9 +131,7 @@ class Catalogue:
     load_seconds: float = 0.0
 
     def __post_init__(self) -> None:
-        levels = fail_closed_levels(self.registry, trust_annotations=self.spec.trust_annotations)
-        # The level the rule filter reads under risk_source=labels (0 = unknown counts as 5).
-        self.effective_levels = [int(v) if v > 0 else 5 for v in levels]
+        self.effective_levels = effective_levels(self.registry, trust_annotations=self.spec.trust_annotations)
 
     @property
     def registry(self) -> ToolRegistry:
@@ -177,6 +193,8 @@ class Catalogue:
             "checkpoint": self.spec.checkpoint,
             "mode": r.mode,
             "modes": self.modes(),
+            "fill": r.rule_config.fill,
+            "min_score": r.relevance_floor(),
             "risk_source": r.risk_source,
             "candidates": None if r.full_pool else r.candidates,
             "first_stage": r.first_stage,
@@ -195,6 +213,7 @@ def load_catalogue(spec: ArtefactSpec, encoder: Any, generation: int = 1, *, reg
     heads, graph and rule filter all run once), so a bad artefact fails here, not on a
     user's request."""
     from riskrank.pipeline import RiskAwareRetriever
+    from riskrank.rules import RuleConfig
 
     if spec.fill_levels not in FILL_LEVELS:
         raise RiskrankError(f"fill_levels must be one of {', '.join(FILL_LEVELS)}, got {spec.fill_levels!r}")
@@ -202,8 +221,9 @@ def load_catalogue(spec: ArtefactSpec, encoder: Any, generation: int = 1, *, reg
     reg = registry if registry is not None else ToolRegistry.load(spec.registry)
     reg, provenance, evidence = label_provenance(reg, fill=spec.fill_levels == "keyword", trust_annotations=spec.trust_annotations)
     retriever = RiskAwareRetriever(
-        reg, encoder=encoder, checkpoint=spec.checkpoint, mode=spec.mode, risk_source=spec.risk_source, progress=False,
-        candidates=spec.candidates, first_stage=spec.first_stage, trust_annotations=spec.trust_annotations,
+        reg, encoder=encoder, checkpoint=spec.checkpoint, mode=spec.served_mode, risk_source=spec.risk_source, progress=False,
+        candidates=spec.candidates, first_stage=spec.first_stage, rule_config=RuleConfig(fill=spec.fill),
+        min_score=spec.min_score, trust_annotations=spec.trust_annotations,
     )
     retriever.retrieve(PROBE_TASK, k=1)
     return Catalogue(retriever, spec, generation, provenance, evidence, load_seconds=time.perf_counter() - t0)

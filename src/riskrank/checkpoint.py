@@ -140,6 +140,7 @@ SIDECAR_SCHEMA: dict[str, Key] = {
     "inference.normalisation": Key("str", required=False, choices=NORMALISATIONS),
     "inference.residual_weight": Key("number", required=False, low=0.0, high=100.0),
     "inference.label_lam": Key("number", required=False, low=0.0, high=MAX_LAMBDA),
+    "inference.min_score": Key("number", required=False, nullable=True, low=0.0, high=1.0),
     "hyperparameters": Key("dict", required=False, open=True),
     "training_data": Key("dict"),
     "training_data.registry_fingerprint": Key("str"),

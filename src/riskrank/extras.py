@@ -3,16 +3,18 @@
 The base install (``pip install riskrank``) retrieves, trains, evaluates and audits. The
 surfaces and backends beyond that come with extras, imported only where they are used:
 
-============  ==========================================  ====================================
-extra         brings                                      for
-============  ==========================================  ====================================
-``serve``     fastapi, uvicorn, pydantic, anyio           ``riskrank serve`` (the HTTP API)
-``mcp``       mcp (1.x or 2.x), uvicorn, pydantic, anyio  ``riskrank mcp`` (find_tools, proxy)
-``onnx``      onnxruntime, onnx                           the ONNX Runtime encoder backend
-``ann``       faiss-cpu                                   ``--first-stage ann`` (IVF index)
-``repro``     matplotlib                                  figures of ``reproduce``, heat maps
-``all``       all of the above
-============  ==========================================  ====================================
+==============  ==========================================  ====================================
+extra           brings                                      for
+==============  ==========================================  ====================================
+``serve``       fastapi, uvicorn, pydantic, anyio           ``riskrank serve`` (the HTTP API)
+``mcp``         mcp (1.x or 2.x), uvicorn, pydantic, anyio  ``riskrank mcp`` (find_tools, gateway)
+``onnx``        onnxruntime, onnx                           the ONNX Runtime encoder backend
+``ann``         faiss-cpu                                   ``--first-stage ann`` (IVF index)
+``repro``       matplotlib                                  figures of ``reproduce``, heat maps
+``all``         all of the above
+``frameworks``  fastmcp, openai-agents, langchain,          ToolGuard's LangChain hooks, and the
+                langgraph (with mcp 2.x)                    tests of every framework hook
+==============  ==========================================  ====================================
 
 Every optional import goes through :func:`requires`, so a missing package is one line that
 names the exact command to run, never a ``ModuleNotFoundError`` traceback.
@@ -25,7 +27,7 @@ from collections.abc import Iterator
 
 from riskrank.errors import RiskrankError
 
-EXTRAS = ("serve", "mcp", "onnx", "ann", "repro")
+EXTRAS = ("serve", "mcp", "onnx", "ann", "repro", "frameworks")
 
 
 class MissingExtraError(RiskrankError):

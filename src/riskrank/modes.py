@@ -28,6 +28,34 @@ MAX_K = 100
 #: The largest risk weight lambda a checkpoint may carry (training grids stay far below it; a
 #: larger value is an edited or corrupt sidecar).
 MAX_LAMBDA = 100.0
+#: The relevance floor of the dense cosine scale, per encoder (the model name, without the
+#: weights fingerprint): at most 1% of the (query, gold tool) pairs of each validation set
+#: (Seal-Tools dev, the demo tasks) score below it. Measured with ``python
+#: benchmarks/min_score.py`` (docs/serving.md gives the numbers). MiniLM gives some gold tools
+#: a cosine near 0.02, so its floor is low: it drops tools unrelated to the task, it cannot
+#: tell a weak match from an off-topic one. An encoder not listed gets no dense floor.
+DENSE_MIN_SCORE: dict[str, float] = {"sentence-transformers/all-MiniLM-L6-v2": 0.0214}
+
+#: ``min_score`` that switches the relevance floor off.
+NO_MIN_SCORE = float("-inf")
+
+
+def safe_default_mode(has_heads: bool) -> str:
+    """The strongest safe mode available: what every surface (``riskrank serve``, ``riskrank
+    mcp``, :class:`~riskrank.adapters.ToolGuard`) runs when no mode is given. With the dual
+    head (a checkpoint) the full pipeline, else cosine relevance under the rule filter; the
+    rule filter is in both, so no default exposes more than its caps allow."""
+    return "core+graph+rule" if has_heads else "dense+rule"
+
+
+def default_min_score(heads: bool, encoder_identity: str, inference: dict[str, Any]) -> float | None:
+    """The relevance floor of a score scale when none is given: the checkpoint's own (chosen
+    on its validation queries at training time) for the heads, the encoder's measured one
+    (:data:`DENSE_MIN_SCORE`) for dense cosine; None where neither is known (no floor)."""
+    if heads:
+        value = inference.get("min_score")
+        return None if value is None else float(value)
+    return DENSE_MIN_SCORE.get(encoder_identity.split("@", 1)[0])
 
 
 @dataclass(frozen=True)
@@ -90,7 +118,8 @@ class Deferral:
 @dataclass
 class RetrievalResult:
     """The risk-aware top-k for one task: the ranked tools and, in rule modes, what the rule
-    filter deferred, admitted as fallback, or treated as high risk for want of a label."""
+    filter deferred, admitted as fallback, or treated as high risk for want of a label; the
+    fill policy that ran (rule modes), the relevance floor applied and the tools it cut."""
 
     task: str
     mode: str
@@ -101,11 +130,15 @@ class RetrievalResult:
     deferred: list[Deferral] = field(default_factory=list)
     fallback: list[str] = field(default_factory=list)
     unlabelled: list[str] = field(default_factory=list)
+    fill: str | None = None
+    min_score: float | None = None
+    below_min_score: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "task": self.task, "mode": self.mode, "lambda": self.lam, "alpha": self.alpha,
             "risk_source": self.risk_source, "tools": [t.to_dict() for t in self.tools],
             "deferred": [d.to_dict() for d in self.deferred], "fallback": self.fallback,
-            "unlabelled": self.unlabelled,
+            "unlabelled": self.unlabelled, "fill": self.fill, "min_score": self.min_score,
+            "below_min_score": self.below_min_score,
         }

@@ -45,6 +45,7 @@ from riskrank.modes import (
     RankedTool,
     RetrievalResult,
     Stages,
+    default_min_score,
     parse_mode,
 )
 from riskrank.registry import DEFAULT_TOOL_TEMPLATE, ToolRegistry
@@ -94,6 +95,7 @@ class RiskAwareRetriever:
         cache_queries: bool = True,
         first_stage: str = "exact",
         trust_annotations: bool = False,
+        min_score: float | None = None,
     ) -> None:
         self.registry = registry
         # MCP hints only raise an unlabelled tool's level unless the operator trusts its servers.
@@ -130,6 +132,7 @@ class RiskAwareRetriever:
             raise RiskrankError(f"unknown normalisation {self.normalisation!r}; choose from {NORMALISATIONS}")
         self.mode = mode or ("core" if checkpoint is not None else "dense")
         parse_mode(self.mode)
+        self.min_score = self._check_min_score(min_score)
         self.risk_source = self._check_risk_source(risk_source)
         self.rule_config = rule_config or RuleConfig()
         self.graph_config = graph_config or GraphConfig(normalisation=self.normalisation)
@@ -155,6 +158,25 @@ class RiskAwareRetriever:
         if isinstance(m, bool) or not isinstance(m, int | np.integer) or m < 1:
             raise RiskrankError(f"candidates must be a positive integer (top-M; the registry size or more: the full pool), got {m!r}")
         return int(m)
+
+    def _check_min_score(self, value: float | None) -> float | None:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or np.isnan(value)):
+            raise RiskrankError(f"min_score must be a number (-inf: no floor), got {value!r}")
+        return None if value is None else float(value)
+
+    def relevance_floor(self, mode: str | None = None, min_score: float | None = None) -> float | None:
+        """The relevance floor :meth:`retrieve` applies to f_rel in ``mode``: ``min_score`` if
+        given, else the retriever's own, else the default of that score scale (the
+        checkpoint's, chosen on validation queries, for the heads; the encoder's measured one
+        for dense cosine; :func:`riskrank.modes.default_min_score`). None: no floor."""
+        value = self._check_min_score(min_score)
+        if value is None:
+            value = self.min_score
+        if value is None:
+            heads = parse_mode(mode or self.mode).heads
+            inference = self.checkpoint.inference if self.checkpoint is not None else {}
+            value = default_min_score(heads, self.encoder.identity, inference)
+        return None if value is None or value == float("-inf") else value
 
     def _check_risk_source(self, source: str) -> str:
         if source not in RISK_SOURCES:
@@ -184,18 +206,20 @@ class RiskAwareRetriever:
     def predicted_levels(self) -> np.ndarray | None:
         return level_from_score(self.scorer.f_risk) if self.scorer is not None else None
 
-    def _rule_filter(self, risk_source: str, k: int | None = None) -> RuleFilter:
+    def _rule_filter(self, risk_source: str, k: int | None = None, fill: str | None = None) -> RuleFilter:
         """The rule filter for a risk source; ``k`` (the list length exposed) replaces the
-        configured K, so the caps hold for the whole list an agent sees."""
+        configured K, so the caps hold for the whole list an agent sees; ``fill`` replaces the
+        configured fill policy."""
         k = self.rule_config.k if k is None else int(k)
-        key = (risk_source, k)
+        fill = self.rule_config.fill if fill is None else fill
+        key = (risk_source, k, fill)
         if key not in self._filters:
             if risk_source == "labels":
                 # Unlabelled tools fail closed; MCP hints raise them (and lower them only if trusted).
                 levels = fail_closed_levels(self.registry, trust_annotations=self.trust_annotations)
             else:
                 levels = self.predicted_levels
-            config = dataclasses.replace(self.rule_config, k=k)
+            config = dataclasses.replace(self.rule_config, k=k, fill=fill)
             self._filters[key] = RuleFilter(config, levels, self.registry.perm_counts, self.tool_emb)
         return self._filters[key]
 
@@ -235,7 +259,7 @@ class RiskAwareRetriever:
     def _rank_scores(
         self, scores: np.ndarray, stages: Stages, *, candidates: np.ndarray | None = None, alpha: float | None = None,
         risk_source: str | None = None, normalisation: str | None = None, graph: ToolGraph | None = None,
-        k: int | None = None, top: int | None = None,
+        k: int | None = None, top: int | None = None, fill: str | None = None,
     ) -> tuple[np.ndarray, list[FilterResult] | None, np.ndarray]:
         """Graph smoothing, ranking and rule filter of precomputed scores [Q, N] (or [Q, M]
         over ``candidates``). Returns (order [Q, L] of tool indices, filter results or None,
@@ -249,7 +273,7 @@ class RiskAwareRetriever:
             scores = g.smooth(scores, alpha, candidates, normalisation=normalisation or self.normalisation)
         results = None
         if stages.rule:
-            rf = self._rule_filter(self._check_risk_source(risk_source or self.risk_source), k)
+            rf = self._rule_filter(self._check_risk_source(risk_source or self.risk_source), k, fill)
             if top is not None:
                 order, results = rf.filter_scores(scores, candidates, length=top)
                 return order, results, scores
@@ -262,15 +286,16 @@ class RiskAwareRetriever:
     def rank_batch(
         self, query_emb: np.ndarray, *, mode: str | None = None, lam: float | None = None, alpha: float | None = None,
         candidates: int | None = None, risk_source: str | None = None, k: int | None = None,
-        top: int | None = None, graph: ToolGraph | None = None,
+        top: int | None = None, graph: ToolGraph | None = None, fill: str | None = None,
     ) -> BatchRanking:
         """Rank the registry for many encoded queries at once (the first ``top`` positions
         only when given: what a caller needing the top-k asks for at scale).
 
         Every argument left None is the retriever's own setting (``lam``: the checkpoint's
         for the heads, 0 for dense; ``candidates``: its top-M, the registry size for the full
-        pool). ``k`` is the list length the rule filter's caps hold for; ``graph`` replaces
-        the retriever's ToolGraph (edge-type ablations)."""
+        pool). ``k`` is the list length the rule filter's caps hold for; ``fill`` its fill
+        policy (:data:`riskrank.rules.FILL_POLICIES`; the experiments pass the paper's);
+        ``graph`` replaces the retriever's ToolGraph (edge-type ablations)."""
         stages = parse_mode(mode or self.mode)
         lam = self._effective_lambda(stages, lam)
         m = self.candidates if candidates is None else self._check_candidates(candidates)
@@ -282,7 +307,7 @@ class RiskAwareRetriever:
         f_rel, f_risk = self._components(query_emb, stages, cand, cos)
         scores = f_rel - np.float32(lam) * f_risk
         order, results, final = self._rank_scores(scores, stages, candidates=cand, alpha=alpha, risk_source=risk_source,
-                                                  graph=graph, k=k, top=top)
+                                                  graph=graph, k=k, top=top, fill=fill)
         # Align per-tool values with the returned order.
         if cand is None:
             pos = order
@@ -307,15 +332,23 @@ class RiskAwareRetriever:
     # -- one task (CLI, servers) -------------------------------------------------------------
     def retrieve(
         self, task: str, k: int = 5, *, lam: float | None = None, mode: str | None = None, alpha: float | None = None,
-        risk_source: str | None = None, candidates: int | None = None,
+        risk_source: str | None = None, candidates: int | None = None, fill: str | None = None,
+        min_score: float | None = None,
     ) -> RetrievalResult:
         """The risk-aware top-k for one task, with f_rel, f_risk, levels and permissions, and in
-        rule modes the deferred tools with the constraint that deferred each."""
-        return self.retrieve_many([task], k, lam=lam, mode=mode, alpha=alpha, risk_source=risk_source, candidates=candidates)[0]
+        rule modes the deferred tools with the constraint that deferred each.
+
+        At most k tools: fewer when the rule filter's fill policy (``fill``, default the
+        retriever's: ``safe``) will not top the list up with risky tools, or when tools fall
+        below the relevance floor (``min_score`` on f_rel, default :meth:`relevance_floor`;
+        ``float("-inf")``: none). Those are named in ``below_min_score``."""
+        return self.retrieve_many([task], k, lam=lam, mode=mode, alpha=alpha, risk_source=risk_source, candidates=candidates,
+                                  fill=fill, min_score=min_score)[0]
 
     def retrieve_many(
         self, tasks: Sequence[str], k: int = 5, *, lam: float | None = None, mode: str | None = None,
         alpha: float | None = None, risk_source: str | None = None, candidates: int | None = None,
+        fill: str | None = None, min_score: float | None = None,
     ) -> list[RetrievalResult]:
         """:meth:`retrieve` for several tasks, encoded and ranked in one batch."""
         if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K:
@@ -323,25 +356,35 @@ class RiskAwareRetriever:
         for t in tasks:
             if not isinstance(t, str) or not t.strip():
                 raise RiskrankError("the task text is empty")
-        mode_name = parse_mode(mode or self.mode).name
+        stages = parse_mode(mode or self.mode)
+        mode_name = stages.name
         source = self._check_risk_source(risk_source or self.risk_source)
+        fill = self.rule_config.fill if fill is None else fill
+        floor = self.relevance_floor(mode_name, min_score)
         batch = self.rank_batch(self._encode_queries(tasks), mode=mode, lam=lam, alpha=alpha, candidates=candidates,
-                                risk_source=source, k=max(k, self.rule_config.k), top=k)
+                                risk_source=source, k=max(k, self.rule_config.k), top=k, fill=fill)
         predicted = self.predicted_levels
         eff_lam = self._effective_lambda(parse_mode(mode_name), lam)
         out = []
         for qi, task in enumerate(tasks):
-            tools = []
-            for r, idx in enumerate(batch.order[qi, :k]):
+            tools, below = [], []
+            # In rule modes only the filter's exposed prefix is shown (fewer than k when its
+            # fill policy does not top up).
+            n = min(k, batch.filters[qi].n_exposed) if batch.filters is not None else k
+            for r, idx in enumerate(batch.order[qi, :n]):
                 t = self.registry[int(idx)]
+                if floor is not None and batch.f_rel[qi, r] < floor:
+                    below.append(t.name)
+                    continue
                 tools.append(RankedTool(
-                    rank=r + 1, name=t.name, index=int(idx), score=float(batch.score[qi, r]), f_rel=float(batch.f_rel[qi, r]),
+                    rank=len(tools) + 1, name=t.name, index=int(idx), score=float(batch.score[qi, r]), f_rel=float(batch.f_rel[qi, r]),
                     f_risk=float(batch.f_risk[qi, r]), risk_level=t.risk_level,
                     predicted_level=int(predicted[idx]) if predicted is not None else None,
                     permissions=sorted(t.permissions), description=t.description,
                 ))
             eff_alpha = (self.alpha if alpha is None else float(alpha)) if parse_mode(mode_name).graph else 0.0
-            res = RetrievalResult(task, mode_name, eff_lam, eff_alpha, source, tools)
+            res = RetrievalResult(task, mode_name, eff_lam, eff_alpha, source, tools,
+                                  fill=fill if stages.rule else None, min_score=floor, below_min_score=below)
             if batch.filters is not None:
                 fr = batch.filters[qi]
                 top = set(int(i) for i in fr.top_k[:k])
@@ -350,7 +393,7 @@ class RiskAwareRetriever:
                     Deferral(names[i], int(i), list(reasons), names[fr.redundant_with[i]] if i in fr.redundant_with else None)
                     for i, reasons in fr.deferred.items() if int(i) not in top or reasons
                 ]
-                res.fallback = [names[i] for i in fr.fallback]
+                res.fallback = [names[i] for i in fr.fallback if int(i) in top]
                 res.unlabelled = [names[i] for i in fr.unlabelled]
             out.append(res)
         return out

@@ -7,9 +7,18 @@ Greedy pass in reranked order (Appendix C.2): accept a tool if the top-K would s
 - the permission cap  at most ``max_broad`` tools with ``perm >= broad_min_perms`` (Eq. 18),
 - redundancy          cosine <= ``redundancy_threshold`` with every accepted tool (Eq. 19),
 
-else defer it; stop once K tools are accepted; if fewer than K were accepted, fill from the
-deferred list in reranked order. The rest of the list follows in reranked order, so MRR can be
-computed on the full filtered list.
+else defer it; stop once K tools are accepted. If fewer than K were accepted, the fill policy
+says what tops the list up (``RuleConfig.fill``):
+
+- ``safe`` (the default): deferred tools below the risky level, in reranked order, as long as
+  the permission cap still holds; otherwise the list stays shorter than K. Only the redundancy
+  rule is relaxed, so no top-up ever exposes a risky tool.
+- ``deferred``: the paper's step 4, every deferred tool in reranked order until K, whatever it
+  broke (kept for reproducing the paper: the experiments use it).
+- ``none``: no top-up; only the accepted tools are exposed.
+
+The exposed prefix is ``accepted`` then ``fallback``; the rest of the list follows in reranked
+order, so MRR can be computed on the full filtered list.
 
 Unknown risk (level 0) fails closed: an unaudited tool counts as r = 5 for the risk cap, and the
 result names the unlabelled tools the scan met, so a deployment sees where its audit has gaps.
@@ -35,6 +44,10 @@ PERMISSION_CAP = "permission_cap"
 REDUNDANCY = "redundancy"
 #: Risk level an unlabelled tool (0) is treated as: fail closed.
 UNKNOWN_RISK_AS = 5
+#: What tops the list up when fewer than K tools meet every rule (module docstring).
+FILL_POLICIES = ("safe", "deferred", "none")
+#: The paper's fill (Appendix C.2 step 4), which the reproduction keeps.
+PAPER_FILL = "deferred"
 
 
 @dataclass(frozen=True)
@@ -47,10 +60,13 @@ class RuleConfig:
     max_broad: int | None = 2
     broad_min_perms: int = 2
     redundancy_threshold: float | None = 0.9
+    fill: str = "safe"
 
     def __post_init__(self) -> None:
         if self.k < 1:
             raise RiskrankError(f"RuleConfig.k must be >= 1, got {self.k}")
+        if self.fill not in FILL_POLICIES:
+            raise RiskrankError(f"RuleConfig.fill must be one of {', '.join(FILL_POLICIES)}, got {self.fill!r}")
         for name in ("max_risky", "max_broad"):
             v = getattr(self, name)
             if v is not None and v < 0:
@@ -62,8 +78,9 @@ class FilterResult:
     """One query's filtered ranking and why it differs from the input.
 
     ``order`` is a permutation of the input ranking: ``accepted`` (reranked order), then
-    ``fallback`` (deferred tools, in deferred order, until K), then every other tool in
-    reranked order. ``deferred`` maps each deferred tool, in scan order, to the constraints it
+    ``fallback`` (the deferred tools the fill policy admitted, in deferred order, at most K in
+    all), then every other tool in reranked order. Only ``accepted`` + ``fallback`` are
+    exposed, which under the ``safe`` and ``none`` policies can be fewer than K. ``deferred`` maps each deferred tool, in scan order, to the constraints it
     broke; ``redundant_with`` names the accepted tool most similar to a redundant one."""
 
     order: np.ndarray
@@ -76,9 +93,15 @@ class FilterResult:
     n_scanned: int = 0
 
     @property
+    def n_exposed(self) -> int:
+        """How many tools the filter exposes: the accepted ones and the admitted fallback."""
+        return len(self.accepted) + len(self.fallback)
+
+    @property
     def top_k(self) -> np.ndarray:
-        """The K tools exposed to the agent (Appendix C.2: only this prefix is evaluated)."""
-        return self.order[: self.k]
+        """The tools exposed to the agent, at most K (Appendix C.2: only this prefix is
+        evaluated; under the paper's fill it is the first K of ``order``)."""
+        return self.order[: self.n_exposed]
 
     @property
     def feasible(self) -> bool:
@@ -278,7 +301,29 @@ class RuleFilter:
             else:
                 res.n_scanned = stop
             start = stop
-        fb_pos = def_pos[: max(0, k - len(acc_pos))]  # step 4: deferred, in reranked order
+        fb_pos = self._fill(ranking, def_pos, k - len(acc_pos), n_broad)
         res.fallback = [int(ranking[p]) for p in fb_pos]
         res.order = np.asarray(acc_pos + fb_pos, dtype=np.int64)
         return res
+
+    def _fill(self, ranking: np.ndarray, def_pos: list[int], room: int, n_broad: int) -> list[int]:
+        """Positions of the deferred tools the fill policy admits (Appendix C.2 step 4 under
+        ``deferred``), in deferred order, at most ``room``."""
+        cfg = self.config
+        if room <= 0 or cfg.fill == "none":
+            return []
+        if cfg.fill == "deferred":
+            return def_pos[:room]
+        picked: list[int] = []
+        for p in def_pos:
+            if len(picked) == room:
+                break
+            t = ranking[p]
+            if self.risky[t]:
+                continue
+            if cfg.max_broad is not None and self.broad[t]:
+                if n_broad >= cfg.max_broad:
+                    continue
+                n_broad += 1
+            picked.append(p)
+        return picked

@@ -8,7 +8,7 @@ the MSE of f_risk against (r - 1) / 4 over the labelled tools of the batch.
 Validation is split by query, never by triplet. It early-stops the residual head (epoch 0 =
 the encoder's own ranking is a candidate); then :func:`choose_inference`, the one function
 that chooses anything, picks the residual weight beta, lambda, the graph's alpha and
-normalisation, and the risk-label-penalty baseline's lambda. :func:`fit` is the whole
+normalisation, the relevance floor ``min_score``, and the risk-label-penalty baseline's lambda. :func:`fit` is the whole
 procedure (split, heads, graph, choices); checkpoints are :mod:`riskrank.checkpoint`'s.
 Two lambda rules (``TrainConfig.selection``), both on validation queries only:
 
@@ -66,6 +66,8 @@ DEFAULT_LAM_GRID = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2
 PAPER_LAM_GRID = (0.0, 0.05, 0.1, 0.2)
 DEFAULT_RESIDUAL_GRID = (0.0, 0.25, 0.5, 1.0)
 DEFAULT_ALPHA_GRID = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
+#: The relevance floor leaves out at most this fraction of validation gold tools.
+MIN_SCORE_QUANTILE = 0.01
 
 
 @dataclass
@@ -274,7 +276,9 @@ def choose_inference(
     3. ``alpha`` and ``normalisation`` (with ``model`` and ``graph``): the best NDCG@5 of the
        smoothed s = f_rel - lambda * f_risk over ``alpha_grid`` x ``normalisations``; ties go to
        the smaller alpha, then to the order of ``normalisations``.
-    4. ``label_lam`` (with ``label_risk``): the same rule for the dense risk-label-penalty
+    4. ``min_score`` (with ``model``): the relevance floor on f_rel,
+       :func:`relevance_floor` of the validation gold tools' f_rel.
+    5. ``label_lam`` (with ``label_risk``): the same rule as 2 for the dense risk-label-penalty
        baseline, cos - lambda * label_risk, against lambda = 0.
 
     Returns the chosen values; every grid goes into ``record`` (a TrainResult's
@@ -311,12 +315,26 @@ def choose_inference(
             best = max(grid, key=lambda r: (round(r["ndcg@5"], 10), -r["alpha"], -list(normalisations).index(r["normalisation"])))
             record["alpha_grid"] = grid
             chosen["alpha"], chosen["normalisation"] = best["alpha"], best["normalisation"]
+        chosen["min_score"] = record["min_score"] = relevance_floor(scorer.relevance(val_query_emb), val_gold)
     if label_risk is not None:
         cos = val_query_emb @ tool_emb.T
         pq = {}
         rows = lambda_curve(cos, label_risk, val_gold, risk_levels, (0.0, *cfg.lam_grid), pq)
         chosen["label_lam"] = choose_lambda(rows[1:], cfg.selection, rows[0]["rvr@5"], cfg.tolerance, pq)
     return chosen
+
+
+def relevance_floor(f_rel: np.ndarray, gold: Sequence[np.ndarray], quantile: float = MIN_SCORE_QUANTILE) -> float | None:
+    """The score below which only ``quantile`` of the (query, gold tool) pairs fall: the
+    relevance floor of a score scale (f_rel [Q, N] of validation queries; dense cosine or a
+    relevance head). Rounded down to 4 decimals so it is a stable, printable setting; None
+    without gold pairs."""
+    rows = np.concatenate([np.full(len(g), i) for i, g in enumerate(gold)]) if len(gold) else np.zeros(0, int)
+    cols = np.concatenate([np.asarray(g, dtype=np.int64) for g in gold]) if len(gold) else np.zeros(0, int)
+    if not rows.size:
+        return None
+    value = float(np.quantile(f_rel[rows.astype(np.int64), cols], quantile, method="lower"))
+    return float(np.floor(value * 1e4) / 1e4)
 
 
 def _val_ndcg(model: DualHead, tool_emb: np.ndarray, q: np.ndarray, gold: list[np.ndarray]) -> float:

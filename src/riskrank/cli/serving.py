@@ -1,4 +1,4 @@
-"""``riskrank serve`` (the HTTP API) and ``riskrank mcp`` (find_tools over MCP).
+"""``riskrank serve`` (the HTTP API) and ``riskrank mcp`` (find_tools over MCP, and the gateway).
 
 The options are plain click; the servers are imported when a command runs, so the CLI starts
 without FastAPI or the MCP SDK, and a missing extra is one line naming its ``pip install``.
@@ -14,7 +14,8 @@ import click
 from riskrank.catalogue import FILL_LEVELS, ReloadPolicy
 from riskrank.cli.common import demo_registry, log, mode_option, trust_annotations_option
 from riskrank.errors import RiskrankError
-from riskrank.modes import FIRST_STAGES, MAX_K, RISK_SOURCES
+from riskrank.modes import FIRST_STAGES, MAX_K, NO_MIN_SCORE, RISK_SOURCES
+from riskrank.rules import FILL_POLICIES
 from riskrank.serving.auth import (
     ADMIN_TOKEN_ENV,
     TOKEN_ENV,
@@ -46,7 +47,7 @@ def catalogue_options(f: Callable) -> Callable:
         click.option("--registry", type=click.Path(dir_okay=False), default=None,
                      help="Tool registry file (JSON/JSONL, OpenAI functions, MCP tools/list) [default: the bundled demo registry]."),
         click.option("--checkpoint", type=click.Path(file_okay=False), default=None, help="Checkpoint directory from `riskrank train`."),
-        mode_option("Default pipeline [default: core with a checkpoint, else dense]."),
+        mode_option("Default pipeline [default: the strongest safe one: core+graph+rule with a checkpoint, else dense+rule]."),
         click.option("--risk-source", type=click.Choice(RISK_SOURCES), default="labels", show_default=True,
                      help="Levels the rule filter reads."),
         click.option("--fill-levels", type=click.Choice(FILL_LEVELS), default="none", show_default=True,
@@ -63,6 +64,13 @@ def catalogue_options(f: Callable) -> Callable:
         click.option("--first-stage", type=click.Choice(FIRST_STAGES), default="exact", show_default=True,
                      help="How the top-M is found: exact cosine, or an approximate IVF index (10^5+ tools; M = 100 unless --candidates)."),
         trust_annotations_option,
+        click.option("--fill", type=click.Choice(FILL_POLICIES), default="safe", show_default=True,
+                     help="When fewer than k tools meet the rule filter's rules: safe tops up only with tools below the "
+                          "risky level, none never tops up (fewer tools come back), deferred is the paper's (tops up "
+                          "with the withheld tools)."),
+        click.option("--min-score", type=str, default=None, metavar="FLOAT|none",
+                     help="Relevance floor on f_rel: tools below it are not returned [default: measured per score "
+                          "scale (docs/serving.md); none: no floor]."),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -90,10 +98,10 @@ def catalogue_options(f: Callable) -> Callable:
               help="Write the OpenAPI schema to FILE and exit.")
 def serve_command(registry: str | None, checkpoint: str | None, mode: str | None, risk_source: str, fill_levels: str,
                   encoder: str | None, device: str, encoder_backend: str, threads: int | None, candidates: int | None,
-                  first_stage: str, trust_annotations: bool, host: str, port: int, token_file: str | None, token_env: str,
-                  insecure: bool, admin_token_file: str | None, reload_dirs: tuple[str, ...], max_registry_bytes: int,
-                  max_body_bytes: int, max_task_chars: int, max_lambda: float, timeout_s: float, max_inflight: int,
-                  log_level: str, openapi_out: str | None) -> None:
+                  first_stage: str, trust_annotations: bool, fill: str, min_score: str | None, host: str, port: int,
+                  token_file: str | None, token_env: str, insecure: bool, admin_token_file: str | None,
+                  reload_dirs: tuple[str, ...], max_registry_bytes: int, max_body_bytes: int, max_task_chars: int,
+                  max_lambda: float, timeout_s: float, max_inflight: int, log_level: str, openapi_out: str | None) -> None:
     """Serve risk-aware tool retrieval over HTTP (POST /v1/retrieve; docs/serving.md).
 
     A bearer token (from $RISKRANK_TOKEN or --token-file) is required unless the server
@@ -122,7 +130,7 @@ def serve_command(registry: str | None, checkpoint: str | None, mode: str | None
         raise RiskrankError(f"--reload-dir needs an admin token (${ADMIN_TOKEN_ENV} or --admin-token-file): without one there is no reload")
     sock = bind_socket(host, port)
     spec = ArtefactSpec(registry or demo_registry(announce=True), checkpoint, mode, risk_source, fill_levels, candidates, first_stage,
-                        trust_annotations)
+                        trust_annotations=trust_annotations, fill=fill, min_score=parse_min_score(min_score))
     log(f"loading {spec.registry}" + (f" with checkpoint {checkpoint}" if checkpoint else ""))
     live = LiveCatalogue.from_spec(spec, encoder, reload_dirs=reload_dirs, max_registry_bytes=max_registry_bytes,
                                    device=device, threads=threads, backend=encoder_backend)
@@ -142,24 +150,56 @@ def serve_command(registry: str | None, checkpoint: str | None, mode: str | None
     server.run(sockets=[sock])
 
 
+def parse_min_score(value: str | None) -> float | None:
+    """``--min-score``: a number, or ``none`` for no floor; absent: the measured default."""
+    if value is None:
+        return None
+    if value.strip().lower() == "none":
+        return NO_MIN_SCORE
+    try:
+        number = float(value)
+    except ValueError:
+        raise click.BadParameter(f"must be a number or 'none', got {value!r}", param_hint="--min-score") from None
+    if number != number or number in (float("inf"), float("-inf")):
+        raise click.BadParameter("must be a finite number or 'none'", param_hint="--min-score")
+    return number
+
+
 @click.command("mcp")
 @catalogue_options
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None, metavar="SERVERS.json",
+              help="Gateway mode: the upstream MCP servers, in the mcpServers format (Claude Desktop, Cursor, VS Code).")
 @click.option("--upstream", default=None, metavar="CMD",
-              help="Proxy mode: start this MCP server (a command line), audit its tools/list, serve find_tools over it.")
-@click.option("--forward", is_flag=True, help="Proxy mode: also expose call_tool, forwarding calls to tools find_tools returned.")
+              help="One upstream MCP server, a command line (with --config: one more, named 'upstream').")
+@click.option("--policy", "policy_file", type=click.Path(dir_okay=False), default=None, metavar="POLICY.json",
+              help="The call-time policy: max_level, confirm_level, allow, deny, exposure_ttl_s, client_choices, levels "
+                   "[default: max_level 4, confirm_level 3, everything allowed, no client choices].")
+@click.option("--audit-log", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Append every decision (found, allowed, refused, confirmed; upstreams up and down) to FILE as JSONL.")
+@click.option("--forward/--no-forward", default=None,
+              help="Expose call_tool, forwarding calls to tools find_tools returned [default: with upstream servers].")
+@click.option("--startup-timeout", type=click.FloatRange(0.1, 600), default=30.0, show_default=True,
+              help="Seconds each upstream server has to start, answer initialize and list its tools.")
 @click.option("-k", "k", type=click.IntRange(1, MAX_K), default=5, show_default=True, help="Default k of find_tools.")
 @click.option("--transport", type=click.Choice(["stdio", "streamable-http"]), default="stdio", show_default=True)
 @token_options
 def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, risk_source: str, fill_levels: str,
                 encoder: str | None, device: str, encoder_backend: str, threads: int | None, candidates: int | None,
-                first_stage: str, trust_annotations: bool, upstream: str | None, forward: bool, k: int, transport: str, host: str, port: int,
-                token_file: str | None, token_env: str, insecure: bool) -> None:
-    """Serve find_tools (risk-aware tool search) over MCP: stdio, or streamable HTTP.
+                first_stage: str, trust_annotations: bool, fill: str, min_score: str | None, config_file: str | None,
+                upstream: str | None, policy_file: str | None, audit_log: str | None, forward: bool | None,
+                startup_timeout: float, k: int, transport: str, host: str, port: int, token_file: str | None,
+                token_env: str, insecure: bool) -> None:
+    """Serve risk-aware tool search over MCP (stdio, or streamable HTTP), alone or as a gateway.
 
-    The catalogue is --registry (default: the bundled demo registry) or, with --upstream CMD,
-    the tools of another MCP server, audited by the keyword annotator and their MCP
-    annotations. Log lines go to stderr; stdout is the protocol. Needs the mcp extra
+    The catalogue is --registry (default: the bundled demo registry), or, as a gateway, the
+    tools of the upstream servers of --config SERVERS.json (and/or --upstream CMD), audited
+    on connect. find_tools(task, k) ranks it with the server's mode; call_tool(name,
+    arguments) forwards a call only to a tool of the caller's latest find_tools result that
+    the --policy allows at its current level, after the user's confirmation at or above
+    confirm_level. Log lines go to stderr; stdout is the protocol. Needs the mcp extra
     (pip install 'riskrank[mcp]'; mcp 1.x or 2.x)."""
+    import os
+
     from riskrank.serving import mcp_compat
 
     mcp_compat.sdk_major()  # first: a missing extra fails before any work
@@ -167,20 +207,40 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
 
     from riskrank.catalogue import ArtefactSpec
     from riskrank.encoder import make_encoder
+    from riskrank.serving.gateway.config import (
+        ConfigError,
+        load_policy,
+        load_servers,
+        upstream_from_command,
+    )
     from riskrank.serving.listen import bind_socket
     from riskrank.serving.mcp import run
 
-    if upstream and registry:
-        raise RiskrankError("give --registry or --upstream, not both")
-    if forward and not upstream:
-        raise RiskrankError("--forward needs --upstream")
+    gateway = config_file is not None or upstream is not None
+    if gateway and registry:
+        raise RiskrankError("give --registry, or upstream servers (--config / --upstream), not both")
+    if forward and not gateway:
+        raise RiskrankError("--forward needs upstream servers (--config SERVERS.json or --upstream CMD)")
+    secret_names = frozenset({TOKEN_ENV, ADMIN_TOKEN_ENV, token_env})
+    upstreams = load_servers(config_file, secret_names=secret_names) if config_file is not None else []
+    if upstream is not None:
+        upstreams.append(upstream_from_command(upstream))
+    policy = load_policy(policy_file)
     sock, token = None, None
     if transport == "streamable-http":
         token = read_token(token_file, token_env)
         check_bind(host, token, insecure)
+    secrets = {v for n in secret_names if (v := os.environ.get(n))} | ({token} if token else set())
+    for up in upstreams:
+        if any(v in secrets for v in up.target.env.values()):
+            raise ConfigError(f"{config_file}: mcpServers.{up.name}.env: holds riskrank's own token; it cannot be passed "
+                              "to an upstream server")
+    if transport == "streamable-http":
         sock = bind_socket(host, port)
-    spec = ArtefactSpec(registry or ("" if upstream else demo_registry(announce=True)), checkpoint, mode, risk_source,
-                        fill_levels, candidates, first_stage, trust_annotations)
+    spec = ArtefactSpec(registry or ("" if gateway else demo_registry(announce=True)), checkpoint, mode, risk_source,
+                        fill_levels, candidates, first_stage, trust_annotations=trust_annotations, fill=fill,
+                        min_score=parse_min_score(min_score))
     enc = make_encoder(encoder, device=device, threads=threads, backend=encoder_backend)
-    anyio.run(lambda: run(spec, enc, upstream=upstream, forward=forward, k=k, transport=transport, sock=sock,
-                          token=token, echo=log))
+    anyio.run(lambda: run(spec, enc, upstreams=upstreams or None, policy=policy, audit_log=audit_log,
+                          forward=gateway if forward is None else forward, k=k, transport=transport, sock=sock, token=token,
+                          startup_timeout=startup_timeout, echo=log))

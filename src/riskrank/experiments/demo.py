@@ -14,7 +14,9 @@ import numpy as np
 
 from riskrank.datasets.demo import load_demo
 from riskrank.metrics import rvr_at_k, srr_at_k
+from riskrank.modes import NO_MIN_SCORE
 from riskrank.pipeline import RiskAwareRetriever
+from riskrank.rules import PAPER_FILL
 from riskrank.training import TrainConfig
 
 DEMO_LAMBDA = 0.3
@@ -54,10 +56,12 @@ def run_demo(task_ids: list[str] | None = None, *, echo: Callable[[str], None] =
         qi = by_id[tid]
         task = queries.texts[qi]
         gold = {bench.registry[int(g)].name for g in queries.gold[qi]}
+        # The paper's figure: its fill (deferred tools top the list up to 5) and no relevance floor.
+        paper = {"fill": PAPER_FILL, "min_score": NO_MIN_SCORE}
         lists = {
-            "relevance only (lambda 0)": retriever.retrieve(task, 5, mode="core", lam=0.0),
-            f"risk-aware (lambda {lam:g})": retriever.retrieve(task, 5, mode="core+graph", lam=lam),
-            "+ rule filter": retriever.retrieve(task, 5, mode="core+graph+rule", lam=lam),
+            "relevance only (lambda 0)": retriever.retrieve(task, 5, mode="core", lam=0.0, **paper),
+            f"risk-aware (lambda {lam:g})": retriever.retrieve(task, 5, mode="core+graph", lam=lam, **paper),
+            "+ rule filter": retriever.retrieve(task, 5, mode="core+graph+rule", lam=lam, **paper),
         }
         shown[tid] = lists
         echo("")

@@ -35,6 +35,7 @@ from riskrank.graph import EDGE_TYPES, GraphConfig, ToolGraph
 from riskrank.metrics import METRICS, evaluate, query_subsets, tool_query_counts
 from riskrank.modes import Stages
 from riskrank.pipeline import RiskAwareRetriever
+from riskrank.rules import PAPER_FILL
 from riskrank.training import TrainConfig
 
 DEFAULT_SEEDS = (42, 123, 777)
@@ -321,8 +322,9 @@ class Runner:
             lam = r.lam if spec.lam == "selected" else float(spec.lam)
             alpha = r.alpha if spec.alpha == "selected" else float(spec.alpha)
             graph = self._graph(fold, spec, r) if spec.graph else None
+        # The paper's fill (deferred tools top the list up to K): the reproduction measures it.
         batch = r.rank_batch(q, mode=mode, lam=lam, alpha=alpha, candidates=spec.candidates, risk_source=spec.rule or "labels",
-                             graph=graph)
+                             graph=graph, fill=PAPER_FILL)
         return batch.order, batch.filters
 
     def _cross_encoder(self, spec: MethodSpec, split: str, idx: np.ndarray, cand: np.ndarray, fold: _Fold) -> np.ndarray:

@@ -1,245 +1,611 @@
-"""The MCP server: ``riskrank mcp``, risk-aware tool search for MCP clients.
+"""The MCP server: ``riskrank mcp``, risk-aware tool search and a gateway for MCP clients.
 
-It exposes one tool, ``find_tools(task, k, mode)``, that returns the risk-aware top-k tool
-specs of a catalogue (name, description, input schema, risk level and the evidence for it,
-and the rule filter's reasons): the "tool search" pattern, where an agent sees one search
-tool instead of hundreds of tool definitions, with risky tools pushed down or withheld.
+The agent sees two tools instead of hundreds. ``find_tools(task, k)`` returns the risk-aware
+top-k of a catalogue (name, description, input schema, risk level with its provenance and
+evidence), ranked by the server's mode (the strongest safe one by default,
+:func:`riskrank.modes.safe_default_mode`). ``call_tool(name, arguments)`` (with upstream
+servers) forwards a call, but only to a tool in the caller's *latest* ``find_tools`` result,
+and only if the server's policy allows the tool at its current level, after the user's
+confirmation where the policy asks for one (:mod:`riskrank.serving.gateway.policy`).
 
-The catalogue is a registry file (``--registry``), or, in proxy mode (``--upstream CMD``),
-another MCP server: riskrank starts it, reads its ``tools/list`` (all pages), audits every
-tool with the keyword annotator, which reads the MCP annotations (``readOnlyHint``,
-``destructiveHint``, ``openWorldHint``) as evidence, and serves ``find_tools`` over it. With
-``--forward`` it also exposes ``call_tool(name, arguments)``, which forwards a call to the
-upstream server only for a tool that ``find_tools`` has returned (so the agent can call only
-what the risk-aware search exposed).
+The catalogue is a registry file (``--registry``), or the tools of upstream MCP servers
+(``--config SERVERS.json``, ``--upstream CMD``), audited by the keyword annotator (which
+reads their MCP annotations as evidence) whenever a server connects or changes. Tools the
+policy never allows (denied, above ``max_level``) are not ranked at all. The agent cannot
+widen any of this: ``find_tools`` takes no mode, lambda or risk source unless the policy
+file lists the ones a client may pick. Resources and prompts of the upstream servers pass
+through; progress notifications of forwarded calls reach the caller. Every decision goes to
+the audit log (:mod:`riskrank.serving.gateway.auditlog`).
 
-Transports: stdio (default) and streamable HTTP (``--transport streamable-http``, behind the
-same bearer-token gate as ``riskrank serve``). Scoring is :class:`RiskAwareRetriever`'s,
-through :class:`riskrank.catalogue.Catalogue`; nothing is scored here. The SDK (1.x or 2.x)
-is reached through :mod:`riskrank.serving.mcp_compat` only, and imported when a server is
-built (it takes seconds to import).
-
-No ``from __future__ import annotations``: the SDK builds the tools' input schemas from the
-real annotations of local functions.
+Transports: stdio (default) and streamable HTTP (behind the same bearer-token gate as
+``riskrank serve``). Scoring is :class:`~riskrank.pipeline.RiskAwareRetriever`'s, through
+:class:`~riskrank.catalogue.Catalogue`; nothing is scored here. The SDK (1.x or 2.x) is
+reached through :mod:`riskrank.serving.mcp_compat` only.
 """
 
+from __future__ import annotations
+
+import collections
+import contextlib
 import dataclasses
-import os
-import shlex
+import hashlib
+import json
+import signal
+import time
 from collections.abc import Callable
-from typing import Annotated, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 from riskrank._version import __version__
-from riskrank.catalogue import ArtefactSpec, Catalogue, load_catalogue
-from riskrank.errors import RiskrankError, error_body
-from riskrank.modes import MODES
+from riskrank.catalogue import (
+    ArtefactSpec,
+    Catalogue,
+    effective_levels,
+    label_provenance,
+    load_catalogue,
+)
+from riskrank.errors import RegistryError, RiskrankError, error_body
+from riskrank.modes import parse_mode
 from riskrank.registry import ToolRegistry
-from riskrank.risk import split_name
+from riskrank.risk import RISKY_LEVEL, split_name
 from riskrank.serving import mcp_compat
 from riskrank.serving.auth import Gate
+from riskrank.serving.gateway.auditlog import AuditLog, AuditLogError
+from riskrank.serving.gateway.config import UpstreamConfig
+from riskrank.serving.gateway.confirm import (
+    ACCEPT,
+    UNSUPPORTED,
+    ConfirmationBroker,
+    ConfirmationRequest,
+    ElicitationBroker,
+)
+from riskrank.serving.gateway.policy import DENIED, Decision, Policy, confirmation_refusal, decide
+from riskrank.serving.gateway.upstreams import UpstreamManager, describe
 from riskrank.serving.listen import uvicorn_server
-from riskrank.serving.requests import ApiError, Limits, check_k, check_mode, check_task
+from riskrank.serving.requests import ApiError, Limits, check_k, check_lambda, check_task
 
-FIND_TOOLS_DESCRIPTION = (
-    "Find the tools for a task in a large tool catalogue. Returns at most k tool specs (name, "
-    "description, input_schema), ranked by relevance to the task with operationally risky tools "
-    "pushed down, each with its risk level (1 safe .. 5 critical), the evidence for that level, and "
-    "the reasons when a safety rule admitted or withheld a tool. Call it before acting, and use only "
-    "the tools it returns."
-)
-CALL_TOOL_DESCRIPTION = (
-    "Call a tool of the upstream server by name with its arguments. Only tools that find_tools has "
-    "returned can be called; call find_tools first."
-)
 INSTRUCTIONS = (
-    "This server searches a tool catalogue with risk-aware ranking. Describe the task to find_tools "
-    "and act only with the tools it returns; risky tools are ranked down or withheld."
+    "This server searches a tool catalogue with risk-aware ranking. Describe your task to find_tools and act only "
+    "with the tools it returns; call them through call_tool. Each find_tools replaces the tools you may call."
 )
+#: Sessions whose latest result is remembered (streamable HTTP serves many).
+MAX_SESSIONS = 4096
 
 
-class ToolFinder:
-    """``find_tools`` independent of any transport: validation, retrieval, the response.
+def pipeline_sentence(mode: str, fill: str | None, floor: float | None) -> str:
+    """What ``mode`` runs, in the words a tool description needs (it must say what runs)."""
+    stages = parse_mode(mode)
+    if stages.heads:
+        what = "relevance from riskrank's dual head minus lambda x the tool's learned risk"
+        if stages.graph:
+            what += ", smoothed over the tool graph"
+    else:
+        what = "cosine relevance (no risk term)"
+    if stages.rule:
+        what += (f"; then a rule filter admits at most one tool of risk level {RISKY_LEVEL} or more and at most two "
+                 "tools with broad permissions, and drops near-duplicates")
+        what += {"safe": "; it never tops the list up with a risky tool, so fewer than k may come back",
+                 "none": "; it never tops the list up, so fewer than k may come back",
+                 "deferred": "; when too few tools meet every rule it tops the list up with the withheld ones"}.get(fill or "", "")
+    if floor is not None:
+        what += f"; tools whose relevance is below {floor:g} are left out"
+    return what
 
-    ``catalogue`` is a :class:`~riskrank.catalogue.Catalogue` or a callable returning the active
-    one. ``exposed`` collects every tool name ``find_tools`` has returned (the set
-    ``call_tool`` forwards to)."""
 
-    def __init__(self, catalogue: Catalogue | Callable[[], Catalogue], *, default_k: int = 5,
-                 limits: Limits | None = None) -> None:
-        self._get = catalogue if callable(catalogue) else (lambda: catalogue)
+def _refusal(code: str, message: str) -> Any:
+    """An ``isError`` result whose text starts with the stable code."""
+    return mcp_compat.tool_result(f"{code}: {message}", is_error=True, structured={"error": {"code": code, "message": message}})
+
+
+def _error(exc: BaseException) -> Any:
+    body = error_body(exc)["error"]
+    return _refusal(body["code"], body["message"])
+
+
+# -- the catalogue the agent searches --------------------------------------------------------------------
+@dataclass
+class View:
+    """One generation of what the server offers: the catalogue of the tools the policy may
+    allow (None when there is none), every tool's current level and provenance (offered or
+    not), the route of each upstream tool, and the tools the policy never offers."""
+
+    catalogue: Catalogue | None
+    generation: int
+    levels: dict[str, tuple[int, str]] = field(default_factory=dict)
+    routes: dict[str, tuple[str, str]] = field(default_factory=dict)
+    not_offered: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+def record_registry(records: list[dict[str, Any]], source: str) -> tuple[ToolRegistry, dict[str, str]]:
+    """A registry of upstream ``tools/list`` records, each validated on its own: a malformed
+    tool is skipped (with the reason) instead of failing the whole catalogue."""
+    tools, skipped = [], {}
+    for rec in records:
+        try:
+            tools.extend(ToolRegistry.from_data({"tools": [rec]}, fmt="mcp", source=source))
+        except RegistryError as exc:
+            skipped[str(rec.get("name"))] = str(exc)
+    return ToolRegistry(tools, source), skipped
+
+
+def build_view(registry: ToolRegistry, spec: ArtefactSpec, encoder: Any, policy: Policy, generation: int, *,
+               routes: dict[str, tuple[str, str]] | None = None, skipped: dict[str, str] | None = None) -> View:
+    """Audit ``registry`` (levels pinned by the policy first, then the spec's fill), keep the
+    tools the policy may allow, and load a catalogue of those (blocking: run it in a worker
+    thread)."""
+    pinned = {t.name: lvl for t in registry if (lvl := policy.pinned_level(t.name)) is not None}
+    if pinned:
+        registry = registry.with_risk_levels(pinned)
+    filled, provenance, _ = label_provenance(registry, fill=spec.fill_levels == "keyword",
+                                             trust_annotations=spec.trust_annotations)
+    eff = effective_levels(filled, trust_annotations=spec.trust_annotations)
+    levels = {t.name: (eff[i], provenance[i]) for i, t in enumerate(filled)}
+    not_offered = {n: code for n, (lvl, _) in levels.items() if (code := policy.refusal(n, lvl)) is not None}
+    offered = [t.name for t in registry if t.name not in not_offered]
+    cat = load_catalogue(spec, encoder, generation, registry=registry.subset(offered)) if offered else None
+    return View(cat, generation, levels, routes or {}, not_offered, skipped or {})
+
+
+def upstream_records(manager: UpstreamManager) -> tuple[list[dict[str, Any]], dict[str, tuple[str, str]]]:
+    """The live upstream tools as ``tools/list`` records under their public names, and the
+    route of each (upstream, its own name). A tool without a description gets its title or
+    its name's words (MCP makes description optional; riskrank ranks on it)."""
+    records, routes = [], {}
+    for public, up, tool in manager.tools():
+        rec = {**tool, "name": public}
+        if not str(rec.get("description") or "").strip():
+            rec["description"] = rec.get("title") or (rec.get("annotations") or {}).get("title") or split_name(tool["name"])
+        records.append(rec)
+        routes[public] = (up.name, tool["name"])
+    return records, routes
+
+
+@dataclass
+class Exposure:
+    """A caller's latest ``find_tools`` result: the only tools it may call."""
+
+    task: str
+    names: frozenset[str]
+    at: float
+
+
+class Gateway:
+    """``find_tools``, ``call_tool`` and the pass-through, independent of the transport.
+
+    ``view`` is the current :class:`View` (replaced whole when upstreams change);
+    ``manager`` the upstream servers (None: a registry, search only). ``forward``: expose
+    ``call_tool`` (needs ``manager``)."""
+
+    def __init__(self, view: View, *, policy: Policy | None = None, manager: UpstreamManager | None = None,
+                 audit: AuditLog | None = None, broker: ConfirmationBroker | None = None, limits: Limits | None = None,
+                 default_k: int = 5, forward: bool = True) -> None:
+        self.view = view
+        self.policy = policy or Policy()
+        self.manager = manager
+        self.audit = audit or AuditLog(None)
+        self.broker = broker or ElicitationBroker()
         self.limits = limits or Limits()
         if not 1 <= default_k <= self.limits.max_k:
             raise RiskrankError(f"k must be between 1 and {self.limits.max_k}, got {default_k}")
         self.default_k = default_k
-        self.exposed: set[str] = set()
+        self.forward = forward and manager is not None
+        self.exposure: collections.OrderedDict[str, Exposure] = collections.OrderedDict()
+        spec = view.catalogue.spec if view.catalogue is not None else None
+        self.mode = view.catalogue.retriever.mode if view.catalogue is not None else (spec.served_mode if spec else "dense+rule")
+        self._descriptions = self._describe()
 
-    @property
-    def catalogue(self) -> Catalogue:
-        return self._get()
+    # -- the two tools -----------------------------------------------------------------------------
+    def _describe(self) -> tuple[str, str]:
+        cat = self.view.catalogue
+        fill = cat.retriever.rule_config.fill if cat is not None else "safe"
+        floor = cat.retriever.relevance_floor() if cat is not None else None
+        p = self.policy
+        find = (
+            "Find the tools for a task in a large tool catalogue; call it before acting, and use only the tools it "
+            f"returns. Returns at most k tools ranked by: {pipeline_sentence(self.mode, fill, floor)}. Each tool comes "
+            "with its input_schema and its risk level (1 safe .. 5 critical) with the evidence for it. Tools the "
+            f"server's policy never allows (above risk level {p.max_level}, or denied) are never offered"
+            + (f"; tools of level {p.confirm_level} or more need the user's confirmation when called" if p.confirm_level <= 5 else "")
+            + "."
+        )
+        ttl = f" (for {p.exposure_ttl_s:g} s)" if p.exposure_ttl_s else ""
+        call = (
+            "Call a tool with its arguments. Only a tool in your latest find_tools result can be called"
+            f"{ttl}: each find_tools replaces the tools you may call. The server checks the tool's risk level "
+            "against its policy at call time; a refusal is an error whose text starts with not_exposed, denied, "
+            "above_max_level or confirmation_required."
+        )
+        return find, call
 
-    def find(self, task: Any, k: Any = None, mode: Any = None) -> dict[str, Any]:
-        """The risk-aware top-k as a JSON-ready dict; :class:`ApiError` on bad input (the
-        same codes as the HTTP API)."""
-        check_task(task, self.limits)
-        k = check_k(self.default_k if k is None else k, self.limits)
-        check_mode(mode)
-        cat = self.catalogue
-        cat.check_request(mode, None)
-        res = cat.retriever.retrieve(task, k=k, mode=mode)
-        fallback = set(res.fallback)
+    def _find_schema(self) -> dict[str, Any]:
+        lim = self.limits
+        props: dict[str, Any] = {
+            "task": {"type": "string", "minLength": 1, "maxLength": lim.max_task_chars,
+                     "description": "The task you have to do, in natural language."},
+            "k": {"type": "integer", "minimum": 1, "maximum": lim.max_k, "default": self.default_k,
+                  "description": "How many tools to return at most."},
+        }
+        for key, values in self.policy.client_choices.items():
+            props[key] = {"enum": list(values), "description": f"The {key} to rank with [default: the server's]."}
+        return {"type": "object", "properties": props, "required": ["task"], "additionalProperties": False}
+
+    async def list_tools(self) -> list[dict[str, Any]]:
+        find, call = self._descriptions
+        tools = [{"name": "find_tools", "title": "Find tools (risk-aware)", "description": find,
+                  "inputSchema": self._find_schema(),
+                  "annotations": {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True,
+                                  "openWorldHint": False}}]
+        if self.forward:
+            tools.append({"name": "call_tool", "title": "Call a tool find_tools returned", "description": call,
+                          "inputSchema": {"type": "object", "properties": {
+                              "name": {"type": "string", "description": "A tool name from your latest find_tools result."},
+                              "arguments": {"type": "object", "description": "The tool's arguments (its input_schema)."}},
+                              "required": ["name"], "additionalProperties": False},
+                          "annotations": {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False,
+                                          "openWorldHint": True}})
+        return tools
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], call: Any) -> Any:
+        if name == "find_tools":
+            return await self.find_tools(arguments, call)
+        if name == "call_tool" and self.forward:
+            return await self.forward_call(arguments, call)
+        return _refusal("unknown_tool", f"this server has {' and '.join(t['name'] for t in await self.list_tools())}, not {name!r}")
+
+    # -- find_tools ---------------------------------------------------------------------------------
+    def find(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The ``find_tools`` payload for these arguments; :class:`ApiError` on bad input (the
+        HTTP API's codes)."""
+        allowed = {"task", "k", *self.policy.client_choices}
+        extra = sorted(set(arguments) - allowed)
+        if extra:
+            raise ApiError(422, "invalid_request", f"unknown argument(s) {extra}: the server's policy fixes the ranking "
+                                                   f"(mode {self.mode}); find_tools takes {', '.join(sorted(allowed))}")
+        task = check_task(arguments.get("task"), self.limits)
+        k = check_k(arguments.get("k", self.default_k), self.limits)
+        choice = {key: arguments[key] for key in self.policy.client_choices if arguments.get(key) is not None}
+        for key, value in choice.items():
+            if value not in self.policy.client_choices[key]:
+                raise ApiError(422, f"invalid_{key}", f"{key}: this server allows {', '.join(map(str, self.policy.client_choices[key]))}")
+        if "lambda" in choice:
+            check_lambda(choice["lambda"], self.limits)
+        view = self.view
+        cat = view.catalogue
+        policy = {"max_level": self.policy.max_level, "confirm_level": self.policy.confirm_level,
+                  "not_offered": len(view.not_offered)}
+        if cat is None:
+            return {"task": task, "mode": self.mode, "tools": [], "withheld": [], "policy": policy,
+                    "note": "no tool is available: " + ("every upstream server is down" if self.manager and not self.manager.live()
+                                                       else "the policy offers none of the catalogue's tools"),
+                    "catalogue": {"n_tools": 0, "generation": view.generation}}
+        cat.check_request(choice.get("mode"), choice.get("risk_source"))
+        res = cat.retriever.retrieve(task, k=min(k, len(cat.registry)), mode=choice.get("mode"), lam=choice.get("lambda"),
+                                     risk_source=choice.get("risk_source"))
         broke = {d.name: d for d in res.deferred}
         tools = []
         for t in res.tools:
             spec = cat.tool_spec(t.index)
             reasons = []
-            if t.name in fallback and t.name in broke:
-                reasons.append(f"admitted as fallback (fewer than K tools met every rule) although it breaks: {', '.join(broke[t.name].reasons)}")
+            if t.name in res.fallback and t.name in broke:
+                reasons.append(f"admitted as fallback (fewer than k tools met every rule) although it breaks: {', '.join(broke[t.name].reasons)}")
             tools.append({
                 "rank": t.rank, "name": spec["name"], "description": spec["description"], "input_schema": spec["input_schema"],
                 "risk_level": spec["effective_level"], "risk_provenance": spec["risk_provenance"],
                 "risk_evidence": spec["risk_evidence"], "permissions": spec["permissions"], "annotations": spec["annotations"],
+                "needs_confirmation": self.policy.needs_confirmation(spec["effective_level"]),
                 "score": round(t.score, 6), "f_rel": round(t.f_rel, 6), "f_risk": round(t.f_risk, 6), "reasons": reasons,
             })
         returned = {t["name"] for t in tools}
-        self.exposed |= returned
         withheld = [{"name": d.name, "reasons": d.reasons, "redundant_with": d.redundant_with}
                     for d in res.deferred if d.name not in returned]
-        return {
-            "task": task, "mode": res.mode, "lambda": res.lam, "tools": tools, "withheld": withheld,
-            "unlabelled": res.unlabelled,
-            "catalogue": {"source": cat.spec.registry, "n_tools": len(cat.registry), "generation": cat.generation},
+        out = {
+            "task": task, "mode": res.mode, "lambda": res.lam, "fill": res.fill, "min_score": res.min_score,
+            "tools": tools, "withheld": withheld, "below_min_score": res.below_min_score, "unlabelled": res.unlabelled,
+            "policy": policy, "catalogue": {"source": cat.spec.registry, "n_tools": len(cat.registry), "generation": view.generation},
         }
+        if self.manager is not None:
+            out["upstreams_down"] = self.manager.down()
+        return out
 
+    async def find_tools(self, arguments: dict[str, Any], call: Any) -> Any:
+        import anyio.to_thread
 
-def _error_result(exc: BaseException) -> Any:
-    return mcp_compat.text_result(error_body(exc), is_error=True)
-
-
-def build_server(finder: ToolFinder, *, name: str = "riskrank", upstream: mcp_compat.Upstream | None = None,
-                 host: str = "127.0.0.1") -> Any:
-    """An MCP server (the SDK's high-level server class) exposing ``find_tools`` (and, with
-    an ``upstream`` client, ``call_tool``); ``host``: where a streamable-HTTP app of it will
-    listen."""
-    CallToolResult = mcp_compat.types().CallToolResult  # first: a missing SDK is the extra's one-line error
-    from pydantic import Field
-
-    server = mcp_compat.new_server(name, title="riskrank tool search", version=__version__, instructions=INSTRUCTIONS,
-                                   host=host)
-
-    # The parameters are typed Any for the SDK's validator and described in full by their JSON
-    # schema: ToolFinder.find checks them, so a bad argument gets the same error codes as HTTP.
-    lim = finder.limits
-
-    def find_tools(
-        task: Annotated[Any, Field(description="The task the agent has to do, in natural language.",
-                                   json_schema_extra={"type": "string", "minLength": 1, "maxLength": lim.max_task_chars})],
-        k: Annotated[Any, Field(description="How many tools to return.",
-                                json_schema_extra={"type": "integer", "minimum": 1, "maximum": lim.max_k})] = finder.default_k,
-        mode: Annotated[Any, Field(description="Ranking pipeline [default: the server's].",
-                                   json_schema_extra={"type": ["string", "null"], "enum": [*MODES, None]})] = None,
-    ) -> CallToolResult:
         try:
-            return mcp_compat.text_result(finder.find(task, k, mode))
+            out = await anyio.to_thread.run_sync(lambda: self.find(arguments))
         except RiskrankError as exc:
-            return _error_result(exc)
+            return _error(exc)
+        returned = [t["name"] for t in out["tools"]]
+        self._expose(call.session_key, Exposure(out["task"], frozenset(returned), time.monotonic()))
+        try:
+            await self.audit.append(
+                task=out["task"], tool="find_tools", decision="found", code="found",
+                reason=f"{len(returned)} returned, {len(out['withheld'])} withheld by the rule filter",
+                session=call.session_key, mode=out["mode"],
+                returned=[[t["name"], t["risk_level"]] for t in out["tools"]],
+                withheld=[[w["name"], w["reasons"]] for w in out["withheld"]])
+        except AuditLogError as exc:
+            self._expose(call.session_key, Exposure(out["task"], frozenset(), time.monotonic()))
+            return _error(exc)
+        return mcp_compat.tool_result(json.dumps(out, separators=(",", ":")), structured=out)
 
-    mcp_compat.add_tool(
-        server, find_tools, name="find_tools", title="Find tools (risk-aware)", description=FIND_TOOLS_DESCRIPTION,
-        annotations=mcp_compat.tool_annotations(read_only=True, destructive=False, idempotent=True, open_world=False),
-    )
-    if upstream is not None:
-        async def call_tool(
-            name: Annotated[str, Field(description="A tool name that find_tools returned.")],
-            arguments: Annotated[dict[str, Any] | None, Field(description="The tool's arguments (its input_schema).")] = None,
-        ) -> CallToolResult:
-            if name not in finder.exposed:
-                return _error_result(ApiError(403, "not_exposed", f"tool {name!r} has not been returned by find_tools; call find_tools first"))
+    def _expose(self, key: str, exposure: Exposure) -> None:
+        # Replace, never accumulate: a tool returned once is not callable after a later
+        # result withholds it.
+        self.exposure[key] = exposure
+        self.exposure.move_to_end(key)
+        while len(self.exposure) > MAX_SESSIONS:
+            self.exposure.popitem(last=False)
+
+    # -- call_tool ----------------------------------------------------------------------------------
+    async def forward_call(self, arguments: dict[str, Any], call: Any) -> Any:
+        extra = sorted(set(arguments) - {"name", "arguments"})
+        name, args = arguments.get("name"), arguments.get("arguments")
+        if extra or not isinstance(name, str) or not (args is None or isinstance(args, dict)):
+            why = f"unknown argument(s) {extra}" if extra else "name must be a string and arguments an object"
+            return _refusal("invalid_request", f"call_tool takes name (a string) and arguments (an object): {why}")
+        args = args or {}
+        view, key = self.view, call.session_key
+        exposure = self.exposure.get(key)
+        level, provenance = view.levels.get(name, (None, None))
+        rec: dict[str, Any] = {"task": exposure.task if exposure else None, "tool": name, "level": level,
+                               "provenance": provenance, "session": key, "arguments": args}
+        ttl = self.policy.exposure_ttl_s
+        exposed = exposure is not None and name in exposure.names
+        expired = exposed and ttl is not None and time.monotonic() - exposure.at > ttl
+        route = view.routes.get(name)
+        up = self.manager.upstreams.get(route[0]) if self.manager is not None and route is not None else None
+        if exposed and not expired and (up is None or up.session is None):
+            return await self._refuse(Decision("upstream_down", f"the server of {name!r} is not running; try again later"), rec)
+        decision = decide(self.policy, name, level or 5, exposed=exposed, expired=expired)
+        if not decision.allowed:
+            return await self._refuse(decision, rec)
+        upstream_name, tool = route
+        rec["upstream"] = upstream_name
+        if decision.confirm:
+            digest = hashlib.sha256(json.dumps([name, args], sort_keys=True, default=str).encode()).hexdigest()
+            request = ConfirmationRequest(
+                session=key, task=rec["task"], tool=name, level=int(level or 5), arguments=args, bind=f"{key}:{digest}",
+                message=(f"The agent wants to call {name} (risk level {level}, {provenance}) for the task "
+                         f"{(rec['task'] or '')[:200]!r} with {json.dumps(args, default=str)[:500]}. Allow this call?"))
             try:
-                return await upstream.call_tool(name, arguments or {})
-            except Exception as exc:
-                return _error_result(ApiError(502, "upstream_error", f"the upstream server failed on {name!r}: {_leaf_message(exc)}"))
+                answer = await self.broker.confirm(request, call)
+            except mcp_compat.InputRequired:
+                with contextlib.suppress(AuditLogError):
+                    await self.audit.append(**rec, decision="pending", code="confirmation_requested",
+                                            reason=f"asked the user through {self.broker.name}")
+                raise
+            if answer == UNSUPPORTED:
+                return await self._refuse(confirmation_refusal(self.policy, name, int(level or 5)), rec)
+            if answer != ACCEPT:
+                return await self._refuse(Decision(DENIED, f"the user did not confirm {name!r} ({answer})"), rec,
+                                          confirmation=answer)
+            rec["confirmed"] = self.broker.name
+        try:
+            await self.audit.append(**rec, decision="allowed", code="allowed", reason=decision.reason)
+        except AuditLogError as exc:
+            return _error(exc)
+        progress = call.progress if call.wants_progress else None
+        try:
+            result = await up.session.call_tool(tool, args, progress_callback=progress)
+        except Exception as exc:  # the upstream's failure, reported to the agent
+            message = f"the upstream server {upstream_name!r} failed on {tool!r}: {describe(exc)}"
+            with contextlib.suppress(AuditLogError):
+                await self.audit.append(**rec, decision="failed", code="upstream_error", reason=message)
+            return _refusal("upstream_error", message)
+        return mcp_compat.as_call_result(result)
 
-        mcp_compat.add_tool(
-            server, call_tool, name="call_tool", title="Call an upstream tool", description=CALL_TOOL_DESCRIPTION,
-            annotations=mcp_compat.tool_annotations(read_only=False, destructive=True, idempotent=False, open_world=True),
-        )
-    return server
+    async def _refuse(self, decision: Decision, rec: dict[str, Any], **extra: Any) -> Any:
+        with contextlib.suppress(AuditLogError):  # a refusal stands even if it cannot be logged
+            await self.audit.append(**rec, **extra, decision="refused", code=decision.code, reason=decision.reason)
+        return _refusal(decision.code, decision.reason)
+
+    # -- pass-through ---------------------------------------------------------------------------------
+    async def list_resources(self) -> list[dict[str, Any]]:
+        return self.manager.resources() if self.manager else []
+
+    async def list_resource_templates(self) -> list[dict[str, Any]]:
+        return self.manager.templates() if self.manager else []
+
+    async def read_resource(self, uri: str) -> dict[str, Any]:
+        up = self.manager.resource_owner(uri) if self.manager else None
+        if up is None or up.session is None:
+            raise LookupError(f"unknown resource {uri!r} (no running upstream server lists it)")
+        with contextlib.suppress(AuditLogError):
+            await self.audit.append(tool="resources/read", decision="allowed", code="passthrough", reason=uri, upstream=up.name)
+        return mcp_compat.wire(await up.session.read_resource(_any_url(uri)))
+
+    async def list_prompts(self) -> list[dict[str, Any]]:
+        if not self.manager:
+            return []
+        return [{**p, "name": public} for public, _, p in self.manager.prompts()]
+
+    async def get_prompt(self, name: str, arguments: dict[str, str] | None) -> dict[str, Any]:
+        for public, up, prompt in self.manager.prompts() if self.manager else []:
+            if public == name and up.session is not None:
+                with contextlib.suppress(AuditLogError):
+                    await self.audit.append(tool="prompts/get", decision="allowed", code="passthrough", reason=name,
+                                            upstream=up.name)
+                return mcp_compat.wire(await up.session.get_prompt(prompt["name"], arguments))
+        raise LookupError(f"unknown prompt {name!r}")
+
+    def handlers(self) -> mcp_compat.Handlers:
+        h = mcp_compat.Handlers(self.list_tools, self.call_tool)
+        if self.manager is not None:
+            h.list_resources, h.list_resource_templates, h.read_resource = (
+                self.list_resources, self.list_resource_templates, self.read_resource)
+            h.list_prompts, h.get_prompt = self.list_prompts, self.get_prompt
+        return h
 
 
-# -- proxy mode --------------------------------------------------------------------------------------
-async def upstream_tools(client: mcp_compat.Upstream, max_pages: int = 1000) -> list[dict[str, Any]]:
-    """Every tool of an MCP server (all ``tools/list`` pages) as ``tools/list`` JSON records.
-    A tool without a description gets its title or its name (MCP makes description optional;
-    riskrank ranks on it)."""
-    records, cursor = [], None
-    for _ in range(max_pages):
-        page, cursor = await client.list_tools_page(cursor)
-        for rec in page:
-            if not str(rec.get("description") or "").strip():
-                rec["description"] = rec.get("title") or (rec.get("annotations") or {}).get("title") or split_name(rec["name"])
-            records.append(rec)
-        if not cursor:
-            return records
-    raise RiskrankError(f"the upstream server returned more than {max_pages} pages of tools")
+def _any_url(uri: str) -> Any:
+    """A resource URI as both SDKs' ``read_resource`` takes it (1.x wants an AnyUrl)."""
+    if mcp_compat.sdk_major() >= 2:
+        return uri
+    from pydantic import AnyUrl
+
+    return AnyUrl(uri)
 
 
-def _leaf_message(exc: BaseException) -> str:
-    """The first innermost error of an exception group (anyio task groups wrap them)."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return str(exc) or type(exc).__name__
+def build_server(gateway: Gateway) -> Any:
+    """The SDK's low-level server answering ``gateway``'s handlers."""
+    return mcp_compat.build_server("riskrank", __version__, INSTRUCTIONS, gateway.handlers(), title="riskrank tool search")
 
 
-def upstream_registry(records: list[dict[str, Any]], source: str) -> ToolRegistry:
-    if not records:
-        raise RiskrankError(f"{source}: the upstream server lists no tools")
-    return ToolRegistry.from_data({"tools": records}, fmt="mcp", source=source)
+# -- running it ---------------------------------------------------------------------------------------------
+def _level_summary(view: View, names: list[str]) -> str:
+    counts = collections.Counter(view.levels[n][0] for n in names if n in view.levels)
+    return ", ".join(f"L{lvl} {counts[lvl]}" for lvl in sorted(counts))
 
 
-def upstream_params(command: str) -> Any:
-    """StdioServerParameters for ``--upstream CMD``: split like a shell would, with this
-    process's environment (the upstream runs as if the user had started it)."""
-    argv = shlex.split(command)
-    if not argv:
-        raise RiskrankError("--upstream needs a command, e.g. --upstream 'npx -y @modelcontextprotocol/server-filesystem /tmp'")
-    return mcp_compat.stdio_params(argv, env=dict(os.environ))
+class _Catalogues:
+    """Keeps the gateway's view in step with its upstreams: a rebuild (in a worker thread)
+    whenever the manager reports a change; the new view replaces the old one whole."""
+
+    def __init__(self, gateway: Gateway | None, manager: UpstreamManager, spec: ArtefactSpec, encoder: Any,
+                 policy: Policy, audit: AuditLog, echo: Callable[[str], None]) -> None:
+        import anyio
+
+        self.gateway, self.manager, self.spec, self.encoder = gateway, manager, spec, encoder
+        self.policy, self.audit, self.echo = policy, audit, echo
+        self.dirty = anyio.Event()
+        self.seen: dict[str, str] = {}
+
+    def changed(self) -> None:
+        self.dirty.set()
+
+    async def build(self) -> View:
+        import anyio.to_thread
+
+        generation = self.manager.generation
+        records, routes = upstream_records(self.manager)
+        source = "upstreams: " + ", ".join(u.name for u in self.manager.live())
+        registry, skipped = record_registry(records, source)
+        return await anyio.to_thread.run_sync(lambda: build_view(registry, self.spec, self.encoder, self.policy, generation,
+                                                                 routes=routes, skipped=skipped))
+
+    def audit_upstreams(self, view: View) -> None:
+        """An audit line (and a log line) for each upstream whose tools or state changed, once
+        ``view`` serves: each is audited on connect, and what it offers is on record."""
+        for up in self.manager.upstreams.values():
+            names = sorted(p for p, (u, _) in view.routes.items() if u == up.name)
+            mark = up.state + ":" + ",".join(f"{n}={view.levels[n][0]}" for n in names if n in view.levels)
+            if self.seen.get(up.name) == mark:
+                continue
+            self.seen[up.name] = mark
+            if up.state == "up":
+                offered = [n for n in names if n not in view.not_offered]
+                reason = (f"{len(names)} tools audited ({_level_summary(view, names)}); {len(offered)} offered, "
+                          f"{len(names) - len(offered)} never offered by the policy")
+                self.echo(f"upstream {up.name!r}: {reason}")
+                self.audit.write(tool=None, decision="upstream_up", code="audited", reason=reason, upstream=up.name,
+                                 levels={n: view.levels[n][0] for n in names if n in view.levels},
+                                 not_offered={n: c for n, c in view.not_offered.items() if n in names},
+                                 skipped={n: why for n, why in view.skipped.items()})
+            else:
+                self.audit.write(tool=None, decision="upstream_down", code=up.state, reason=up.last_error or up.state,
+                                 upstream=up.name)
+
+    async def keep(self) -> None:
+        import anyio
+
+        while True:
+            await self.dirty.wait()
+            self.dirty = anyio.Event()
+            await anyio.sleep(0.05)  # several upstreams changing at once: one rebuild
+            try:
+                view = await self.build()
+            except (RiskrankError, OSError) as exc:
+                self.echo(f"the catalogue was not rebuilt ({exc}); the previous one keeps serving")
+                continue
+            if self.gateway is not None:
+                self.gateway.view = view
+            self.audit_upstreams(view)
 
 
-async def run(spec: ArtefactSpec, encoder: Any, *, upstream: str | None = None, forward: bool = False, k: int = 5,
-              transport: str = "stdio", sock: Any = None, token: str | None = None, echo: Callable[[str], None] = print) -> None:
-    """Load the catalogue (from the registry, or from the upstream server), then serve."""
-    from contextlib import AsyncExitStack
-
-    mcp_compat.sdk_major()  # a missing SDK is the extra's one-line error, before anything starts
+async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfig] | None = None,
+              policy: Policy | None = None, audit_log: str | None = None, forward: bool = True, k: int = 5,
+              transport: str = "stdio", sock: Any = None, token: str | None = None, startup_timeout: float = 30.0,
+              limits: Limits | None = None, echo: Callable[[str], None] = print) -> None:
+    """Load the catalogue (a registry, or the upstream servers), then serve until the client
+    goes away or SIGTERM/SIGINT (which stop every upstream child first)."""
+    import anyio
     import anyio.to_thread
 
-    async with AsyncExitStack() as stack:
-        client, registry = None, None
-        if upstream:
-            try:
-                client = await stack.enter_async_context(mcp_compat.connect_stdio(upstream_params(upstream)))
-                records = await upstream_tools(client)
-            except RiskrankError:
-                raise
-            except BaseException as exc:
-                if not isinstance(exc, Exception | BaseExceptionGroup):
-                    raise
-                raise RiskrankError(f"the upstream server {upstream!r} failed: {_leaf_message(exc)}") from None
-            source = f"upstream: {upstream}"
-            registry = upstream_registry(records, source)
-            spec = dataclasses.replace(spec, registry=source, fill_levels="keyword")
-        catalogue = await anyio.to_thread.run_sync(lambda: load_catalogue(spec, encoder, registry=registry))
-        if hasattr(encoder, "warm"):
-            await anyio.to_thread.run_sync(encoder.warm)  # the first find_tools must not wait for the model
-        s = catalogue.summary()
-        echo(f"find_tools over {s['n_tools']} tools from {spec.registry} (mode {s['mode']}; levels: "
-             + ", ".join(f"{n} {p}" for p, n in s["risk_provenance"].items()) + ")")
-        host = sock.getsockname()[0] if sock is not None else "127.0.0.1"
-        server = build_server(ToolFinder(catalogue, default_k=k), upstream=client if forward else None, host=host)
-        if transport == "stdio":
-            await server.run_stdio_async()
+    mcp_compat.sdk_major()  # a missing SDK is the extra's one-line error, before anything starts
+    policy = policy or Policy()
+    audit = AuditLog(audit_log)
+    try:
+        async with anyio.create_task_group() as tg:
+            stop = anyio.Event()
+            tg.start_soon(_on_signal, tg.cancel_scope, stop, echo)
+            manager, keeper = None, None
+            if upstreams:
+                spec = dataclasses.replace(spec, fill_levels="keyword")
+                keeper_ref: list[_Catalogues] = []
+                manager = UpstreamManager(upstreams, startup_timeout=startup_timeout, log=echo,
+                                          on_change=lambda: keeper_ref[0].changed() if keeper_ref else None)
+                keeper = _Catalogues(None, manager, spec, encoder, policy, audit, echo)
+                keeper_ref.append(keeper)
+                await tg.start(manager.run)
+                view = await keeper.build()
+            else:
+                registry = await anyio.to_thread.run_sync(lambda: ToolRegistry.load(spec.registry))
+                view = await anyio.to_thread.run_sync(lambda: build_view(registry, spec, encoder, policy, 1))
+            if hasattr(encoder, "warm"):
+                await anyio.to_thread.run_sync(encoder.warm)  # the first find_tools must not wait for the model
+            gateway = Gateway(view, policy=policy, manager=manager, audit=audit, default_k=k, forward=forward, limits=limits)
+            if keeper is not None:
+                keeper.gateway = gateway
+                keeper.audit_upstreams(view)
+                tg.start_soon(keeper.keep)
+            cat = view.catalogue
+            n_tools = len(cat.registry) if cat is not None else 0
+            fill = cat.retriever.rule_config.fill if cat is not None else spec.fill
+            floor = cat.retriever.relevance_floor() if cat is not None else None
+            echo(f"find_tools over {n_tools} tools ({len(view.not_offered)} never offered by {policy.source}: "
+                 f"max_level {policy.max_level}, confirm_level {policy.confirm_level}); mode {gateway.mode}: "
+                 f"{pipeline_sentence(gateway.mode, fill, floor)}"
+                 + ("; call_tool forwards to " + ", ".join(repr(u) for u in manager.upstreams) if gateway.forward and manager else "")
+                 + (f"; audit log {audit_log}" if audit_log else ""))
+            server = build_server(gateway)
+            if transport == "stdio":
+                await mcp_compat.serve_stdio(server)
+            else:
+                host, port = sock.getsockname()[:2]
+                app = Gate(mcp_compat.streamable_http_app(server, host), token=token)
+                echo(f"streamable HTTP at http://{host}:{port}/mcp  auth: {'bearer token' if token else 'none (--insecure, loopback)'}")
+                http = uvicorn_server(app, sock, "warning", lifespan="on", extra="mcp")
+                http.capture_signals = contextlib.nullcontext  # signals are _on_signal's: it stops the upstreams too
+                tg.start_soon(_stop_http, http, stop)
+                await http.serve(sockets=[sock])
+            tg.cancel_scope.cancel()
+    except BaseException as group:
+        exc = _leaf(group)
+        if isinstance(exc, RiskrankError) and exc is not group:
+            raise exc from None
+        raise
+    finally:
+        audit.close()
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+async def _on_signal(scope: Any, stop: Any, echo: Callable[[str], None]) -> None:
+    import anyio
+
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for sig in signals:
+            echo(f"{signal.Signals(sig).name}: stopping")
+            stop.set()
+            scope.cancel()
             return
-        port = sock.getsockname()[1]
-        app = Gate(mcp_compat.streamable_http_app(server, host), token=token)
-        echo(f"streamable HTTP at http://{host}:{port}/mcp  auth: {'bearer token' if token else 'none (--insecure, loopback)'}")
-        await uvicorn_server(app, sock, "warning", lifespan="on", extra="mcp").serve(sockets=[sock])
+
+
+async def _stop_http(http: Any, stop: Any) -> None:
+    await stop.wait()
+    http.should_exit = True

@@ -1,35 +1,72 @@
-"""The few places where riskrank's MCP code meets the MCP Python SDK, for both majors.
+"""The only module that knows the MCP Python SDK, for both of its majors (1.x from 1.30, 2.x).
 
-riskrank runs on mcp 1.x (1.30 and later) and 2.x, so that installing it next to a package
-that needs ``mcp<2`` does not break its MCP server. What differs, and what stays the same:
+riskrank runs on mcp 1.x and 2.x, so that installing it next to a package that needs
+``mcp<2`` does not break its MCP server. The layer talks to both generations through the
+parts whose signatures agree, and builds everything else from *wire dicts* (the camelCase
+JSON the protocol writes), validated with ``model_validate`` and read back with
+``model_dump(by_alias=True, mode="json", exclude_none=True)``: the wire shape is the same in
+both, where the models' attribute names are not (``isError`` in 1.x, ``is_error`` in 2.x).
+What differs, and where it is handled:
 
-=======================  ============================================  ===================================
-                         mcp 1.x                                       mcp 2.x
-=======================  ============================================  ===================================
-high-level server        ``mcp.server.fastmcp.FastMCP`` (no title or   ``mcp.server.mcpserver.MCPServer``
-                         version; the host is set at construction)
-streamable HTTP app      ``server.streamable_http_app()``              ``server.streamable_http_app(host=)``
-client                   ``ClientSession`` over ``stdio_client``       ``mcp.Client(StdioServerParameters)``
-model fields             camelCase (``isError``, ``nextCursor``)       snake_case, camelCase aliases
-=======================  ============================================  ===================================
+=========================  ==========================================  ==========================================
+                           mcp 1.x                                     mcp 2.x
+=========================  ==========================================  ==========================================
+server                     low-level ``Server``, raw handlers keyed    low-level ``Server(on_call_tool=...)``,
+                           by request class (:func:`_build_v1`)        handlers ``(ctx, params)`` (:func:`_build_v2`)
+streamable HTTP app        session manager + Starlette, by hand        ``Server.streamable_http_app``
+caller's progress token    ``request_context.meta.progressToken``      ``params.meta["progress_token"]``
+client capabilities        ``session.client_params.capabilities``      ``session.client_capabilities``
+confirmation               ``elicit_form`` mid-call                    the same on handshake-era connections; on
+                                                                       2026-07-28 an ``InputRequiredResult`` the
+                                                                       client answers by retrying the call
+server capabilities        ``get_server_capabilities()``               ``server_capabilities`` property
+=========================  ==========================================  ==========================================
 
-Common to both, and used as is: ``mcp.types`` (models are built with their camelCase wire
-names, which both accept), ``StdioServerParameters``, ``add_tool`` and
-``run_stdio_async``, and a tool function returning a ``CallToolResult`` (passed through).
-Records are read with ``model_dump(by_alias=True)``: the wire shape, the same in both.
+Common to both and used as is: ``mcp.types``, ``ClientSession`` over ``stdio_client`` or
+``streamable_http_client``, ``session.call_tool(..., progress_callback=)``, the list and read
+calls, ``stdio_server``. Traps the SDKs set, and what this module does about them:
+
+- ``CallToolResult(content=[], is_error=True)`` is accepted by 1.x and leaves
+  ``isError=False``: every result here is built from wire names.
+- 1.x kills only the direct child when its stdio shutdown runs cancelled (a startup
+  timeout), orphaning grandchildren such as npx's ``sh`` and ``node``: :func:`open_session`
+  kills the child's whole process group after the SDK's own shutdown.
+- Both ``stdio_server()`` read stdin in a worker thread a cancel cannot interrupt, so a
+  signal handler could not stop the server: :func:`serve_stdio` reads a
+  :class:`CancellableStdin`.
+- Both log a traceback for every non-JSON-RPC line a child prints on stdout:
+  :func:`quiet_stdio_parse_errors` drops it, :func:`bad_line` recovers the line for one
+  clear error.
+- ``get_default_environment()`` (HOME, LOGNAME, PATH, SHELL, TERM, USER) is what a child
+  gets; the caller adds only what the server needs (never this process's environment).
+
+The SDK is imported when a function needs it (it takes seconds), through
+:func:`sdk_major`, so a missing SDK is the extra's one-line error.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-from collections.abc import AsyncIterator, Callable, Sequence
+import hashlib
+import hmac
+import os
+import secrets
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
 from riskrank.extras import requires
 
 FEATURE = "the MCP server (riskrank mcp)"
+Json = dict[str, Any]
+#: The protocol versions without a back-channel for server-initiated requests (2.x only).
+MODERN_PROTOCOLS = ("2026-07-28",)
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 @cache
@@ -54,86 +91,519 @@ def types() -> Any:
     return mcp.types
 
 
-def text_result(payload: dict[str, Any], *, is_error: bool = False) -> Any:
-    """A ``CallToolResult`` whose text is the JSON of ``payload`` and whose structured content
-    is ``payload`` itself (what an LLM reads and what a program reads agree)."""
+def wire(model: Any) -> Json:
+    """A protocol model as its wire dict (camelCase, no nulls): the same in 1.x and 2.x."""
+    return model.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def tool_result(text: str, *, is_error: bool = False, structured: Json | None = None) -> Any:
+    """A ``CallToolResult`` with one text block (and structured content), from wire names."""
+    body: Json = {"content": [{"type": "text", "text": text}], "isError": is_error}
+    if structured is not None:
+        body["structuredContent"] = structured
+    return types().CallToolResult.model_validate(body)
+
+
+def as_call_result(value: Any) -> Any:
+    """A ``CallToolResult`` of this SDK from a result of either (an upstream's) or a wire dict."""
+    cls = types().CallToolResult
+    if isinstance(value, cls):
+        return value
+    return cls.model_validate(value if isinstance(value, Mapping) else wire(value))
+
+
+# -- client side: talking to upstream servers ------------------------------------------------------
+@dataclass(frozen=True)
+class ServerTarget:
+    """How to reach one MCP server: a command (stdio) or a URL (streamable HTTP)."""
+
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Added to the SDK's safe default environment; the only other variables the child sees."""
+    cwd: str | None = None
+    url: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        import shlex
+
+        return self.url or shlex.join([self.command or "", *self.args])
+
+
+def default_environment() -> dict[str, str]:
+    """The SDK's safe default environment for a child server (HOME, PATH, ... only)."""
+    sdk_major()
+    from mcp.client.stdio import get_default_environment
+
+    return dict(get_default_environment())
+
+
+_SPAWN_LOCK: Any = None
+
+
+def _spawn_lock() -> Any:
+    """Serialises spawns, so the before/after difference of this process's children names
+    exactly the new child."""
+    global _SPAWN_LOCK
+    if _SPAWN_LOCK is None:
+        import anyio
+
+        _SPAWN_LOCK = anyio.Lock()
+    return _SPAWN_LOCK
+
+
+def _children() -> set[int]:
+    """Direct children of this process (Linux /proc; empty elsewhere)."""
+    out: set[int] = set()
+    try:
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children") as f:
+                out.update(int(p) for p in f.read().split())
+    except OSError:
+        pass
+    return out
+
+
+def kill_process_groups(pids: list[int]) -> None:
+    """SIGKILL the process group of each child. Both SDKs start a stdio child as a session
+    leader (its group id is its pid), and a group outlives its leader while any member
+    lives, so this reaches orphaned grandchildren too."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+
+
+@asynccontextmanager
+async def open_session(
+    target: ServerTarget, *, elicitation_callback: Any = None,
+    message_handler: Callable[[Any], Awaitable[None]] | None = None, errlog: Any = None,
+    children: list[int] | None = None,
+) -> AsyncIterator[Any]:
+    """An initialised ``ClientSession`` to one server, over stdio or streamable HTTP, with the
+    handshake both majors and every server speak. A stdio child runs with
+    :func:`default_environment` plus ``target.env`` (the SDK merges them); its stderr goes to
+    ``errlog`` (a file with a descriptor); its pid is appended to ``children``. Both SDKs
+    hand server notifications *and* transport errors (an unparseable stdout line) to
+    ``message_handler``."""
+    sdk_major()
+    from mcp import ClientSession
+
+    async with AsyncExitStack() as stack:
+        if target.url:
+            # create_mcp_http_client: in both majors, on the httpx flavour each uses.
+            from mcp.client.streamable_http import streamable_http_client
+            from mcp.shared._httpx_utils import create_mcp_http_client
+
+            http = await stack.enter_async_context(create_mcp_http_client(headers=dict(target.headers)))
+            streams = await stack.enter_async_context(streamable_http_client(target.url, http_client=http))
+            read, write = streams[0], streams[1]  # 1.x yields a third value (the session id getter)
+        else:
+            from mcp import StdioServerParameters
+            from mcp.client.stdio import stdio_client
+
+            params = StdioServerParameters(command=target.command or "", args=list(target.args),
+                                           env=dict(target.env) or None, cwd=target.cwd)
+            pids: list[int] = children if children is not None else []
+            # Registered before stdio_client (exit stacks unwind LIFO): it runs after the SDK's
+            # own shutdown and kills whatever is left of the child's process group.
+            stack.callback(kill_process_groups, pids)
+            async with _spawn_lock():
+                before = _children()
+                read, write = await stack.enter_async_context(stdio_client(params, errlog=errlog or sys.stderr))
+                pids.extend(sorted(_children() - before))
+        kwargs: Json = {}
+        if elicitation_callback is not None:
+            kwargs["elicitation_callback"] = elicitation_callback
+        if message_handler is not None:
+            kwargs["message_handler"] = message_handler
+        session = await stack.enter_async_context(ClientSession(read, write, **kwargs))
+        await session.initialize()
+        yield session
+
+
+def quiet_stdio_parse_errors() -> None:
+    """Drop the SDKs' traceback for a child's non-JSON-RPC stdout line (the caller reports it
+    once, from the session's message handler)."""
+    import logging
+
+    class _Drop(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return not record.getMessage().startswith("Failed to parse JSONRPC message")
+
+    logger = logging.getLogger("mcp.client.stdio")
+    if not any(type(f).__name__ == "_Drop" for f in logger.filters):
+        logger.addFilter(_Drop())
+
+
+def bad_line(exc: BaseException) -> str | None:
+    """The offending stdout line of a child, from the parse error the SDK delivers."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        try:
+            return str(errors()[0].get("input"))[:80]
+        except Exception:  # any shape: no line to show
+            return None
+    return None
+
+
+def server_capabilities(session: Any) -> Json:
+    """The server's capabilities as a wire dict."""
+    caps = session.server_capabilities if sdk_major() >= 2 else session.get_server_capabilities()
+    return wire(caps) if caps is not None else {}
+
+
+LIST_KINDS = ("tools", "resources", "resourceTemplates", "prompts")
+
+
+async def list_all(session: Any, kind: str, max_pages: int = 1000) -> list[Json]:
+    """Every item of ``tools``/``resources``/``resourceTemplates``/``prompts``, all pages,
+    as wire dicts."""
+    meth = {"tools": session.list_tools, "resources": session.list_resources,
+            "resourceTemplates": session.list_resource_templates, "prompts": session.list_prompts}[kind]
     t = types()
-    text = json.dumps(payload, separators=(",", ":"))
-    return t.CallToolResult(content=[t.TextContent(type="text", text=text)], structuredContent=payload, isError=is_error)
+    out: list[Json] = []
+    cursor = None
+    for _ in range(max_pages):
+        page = wire(await meth(params=t.PaginatedRequestParams(cursor=cursor) if cursor else None))
+        out.extend(page.get(kind, []))
+        cursor = page.get("nextCursor")
+        if not cursor:
+            return out
+    raise RuntimeError(f"the server returned more than {max_pages} pages of {kind}")
 
 
-def tool_annotations(*, read_only: bool, destructive: bool, idempotent: bool, open_world: bool) -> Any:
-    return types().ToolAnnotations(readOnlyHint=read_only, destructiveHint=destructive, idempotentHint=idempotent,
-                                   openWorldHint=open_world)
+def notification_method(message: Any) -> str | None:
+    """The method of a server notification delivered to a message handler (else None)."""
+    try:
+        data = wire(message)
+    except Exception:  # requests and errors are not notifications
+        return None
+    return data.get("method") if isinstance(data, dict) else None
 
 
-def new_server(name: str, *, title: str, version: str, instructions: str, host: str = "127.0.0.1") -> Any:
-    """A high-level server object (``add_tool``, ``run_stdio_async``); ``host`` is where a
-    streamable-HTTP app will listen (the SDK's DNS-rebinding protection reads it)."""
+# -- server side ----------------------------------------------------------------------------------
+@dataclass
+class Handlers:
+    """What a server answers, in wire dicts, independent of the SDK's major.
+    ``call_tool(name, arguments, call)`` gets a :class:`CallCtx`; a handler left None is not
+    advertised. ``read_resource`` and ``get_prompt`` raise :class:`LookupError` for an
+    unknown URI or name."""
+
+    list_tools: Callable[[], Awaitable[list[Json]]]
+    call_tool: Callable[[str, Json, CallCtx], Awaitable[Any]]
+    list_resources: Callable[[], Awaitable[list[Json]]] | None = None
+    list_resource_templates: Callable[[], Awaitable[list[Json]]] | None = None
+    read_resource: Callable[[str], Awaitable[Json]] | None = None
+    list_prompts: Callable[[], Awaitable[list[Json]]] | None = None
+    get_prompt: Callable[[str, dict[str, str] | None], Awaitable[Json]] | None = None
+
+
+CONFIRM_KEY = "riskrank/confirm"
+CONFIRM_SCHEMA: Json = {"type": "object", "properties": {"approve": {"type": "boolean", "title": "Approve this call"}},
+                        "required": ["approve"]}
+
+
+class InputRequired(Exception):
+    """Raised by :meth:`CallCtx.confirm` on a 2026-07-28 connection: the handler answers an
+    ``InputRequiredResult``; the client asks its user and retries the same call."""
+
+    def __init__(self, result: Any) -> None:
+        super().__init__("input required")
+        self.result = result
+
+
+class _ConfirmTokens:
+    """The ``request_state`` of a 2026-07-28 confirmation: a nonce, an expiry and an HMAC over
+    both and what is being confirmed. A retry counts only with a state this process signed
+    for that very call, before it expired, and once: a client cannot pre-seed "accept" for a
+    question it was never asked, nor replay an answer for a later identical call."""
+
+    def __init__(self, ttl_s: float = 300.0) -> None:
+        self.key = secrets.token_bytes(32)
+        self.ttl_s = ttl_s
+        self.used: dict[str, float] = {}
+
+    def _mac(self, bind: str, nonce: str, expires: int) -> str:
+        return hmac.new(self.key, f"{bind}\x00{nonce}\x00{expires}".encode(), hashlib.sha256).hexdigest()
+
+    def issue(self, bind: str) -> str:
+        nonce, expires = secrets.token_hex(12), int(time.time() + self.ttl_s)
+        return f"{nonce}.{expires}.{self._mac(bind, nonce, expires)}"
+
+    def redeem(self, bind: str, state: Any) -> bool:
+        if not isinstance(state, str) or state.count(".") != 2:
+            return False
+        nonce, expires_s, mac = state.split(".")
+        try:
+            expires = int(expires_s)
+        except ValueError:
+            return False
+        now = time.time()
+        self.used = {n: t for n, t in self.used.items() if t > now}
+        if expires < now or nonce in self.used or not hmac.compare_digest(mac, self._mac(bind, nonce, expires)):
+            return False
+        self.used[nonce] = expires
+        return True
+
+
+_TOKENS = _ConfirmTokens()
+
+
+class CallCtx:
+    """What a tool handler needs of the call, from either SDK's request context: who is
+    calling (``session_key``), a progress sender for the caller's token, and a confirmation
+    through MCP elicitation."""
+
+    def __init__(self, session: Any, request_id: Any, progress_token: Any, capabilities: Any, *,
+                 protocol_version: str | None = None, params: Any = None, session_key: str = "stdio") -> None:
+        self.session, self.request_id, self.progress_token = session, request_id, progress_token
+        self.capabilities, self.protocol_version, self.params = capabilities, protocol_version, params
+        self.session_key = session_key
+
+    @property
+    def wants_progress(self) -> bool:
+        return self.progress_token is not None
+
+    @property
+    def can_elicit(self) -> bool:
+        caps = self.capabilities
+        return caps is not None and getattr(caps, "elicitation", None) is not None
+
+    async def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        """Send one progress step to the caller (nothing when it sent no token)."""
+        if self.progress_token is None:
+            return
+        if sdk_major() >= 2:  # request-scoped: the SDK stamps the caller's token itself
+            await self.session.report_progress(progress, total, message)
+        else:
+            await self.session.send_progress_notification(
+                self.progress_token, progress, total, message, related_request_id=self.request_id)
+
+    async def confirm(self, message: str, bind: str) -> str:
+        """Ask the client's user; ``accept``, ``decline``, ``cancel`` or ``unsupported`` (the
+        client declared no elicitation). ``bind`` names what is confirmed (session, tool,
+        arguments): on 2026-07-28 an answer counts only with the state signed for it."""
+        if not self.can_elicit:
+            return "unsupported"
+        if self.protocol_version in MODERN_PROTOCOLS:
+            answers = getattr(self.params, "input_responses", None) or {}
+            if CONFIRM_KEY in answers and _TOKENS.redeem(bind, getattr(self.params, "request_state", None)):
+                answer = wire(answers[CONFIRM_KEY])
+            else:
+                req = {"method": "elicitation/create",
+                       "params": {"mode": "form", "message": message, "requestedSchema": CONFIRM_SCHEMA}}
+                raise InputRequired(types().InputRequiredResult.model_validate(
+                    {"resultType": "input_required", "inputRequests": {CONFIRM_KEY: req}, "requestState": _TOKENS.issue(bind)}))
+        else:
+            # Positional schema: the keyword is requestedSchema in 1.x, requested_schema in 2.x.
+            answer = wire(await self.session.elicit_form(message, CONFIRM_SCHEMA, related_request_id=self.request_id))
+        action = answer.get("action", "cancel")
+        if action == "accept" and (answer.get("content") or {}).get("approve") is not True:
+            return "decline"
+        return str(action)
+
+
+def _header(request: Any, name: str) -> str | None:
+    headers = getattr(request, "headers", None)
+    return headers.get(name) if headers is not None else None
+
+
+def _session_key(request: Any, modern: bool) -> str:
+    """Whose call: one client per process over stdio (no HTTP request); over streamable HTTP
+    the MCP session id, and on 2026-07-28 (no sessions) the bearer token's digest."""
+    if request is None:
+        return "stdio"
+    sid = _header(request, "mcp-session-id")
+    if sid and not modern:
+        return f"http-{sid}"
+    auth = _header(request, "authorization")
+    return "token-" + hashlib.sha256(auth.encode()).hexdigest()[:16] if auth else "http-anonymous"
+
+
+def build_server(name: str, version: str, instructions: str | None, handlers: Handlers, *, title: str | None = None) -> Any:
+    """A low-level ``mcp.server.lowlevel.Server`` answering ``handlers``, for either major."""
     if sdk_major() >= 2:
-        from mcp.server.mcpserver import MCPServer
+        return _build_v2(name, version, instructions, handlers, title)
+    return _build_v1(name, version, instructions, handlers)
 
-        server = MCPServer(name, title=title, version=version, instructions=instructions, log_level="WARNING")
-    else:
-        from mcp.server.fastmcp import FastMCP
 
-        server = FastMCP(name, instructions=instructions, log_level="WARNING", host=host)
+def _not_found(exc: LookupError) -> Exception:
+    """The protocol error (invalid params) for an unknown resource URI or prompt name."""
+    t = types()
+    text = str(exc.args[0]) if exc.args else str(exc)
+    if sdk_major() >= 2:
+        from mcp.shared.exceptions import MCPError
+
+        return MCPError(t.INVALID_PARAMS, text)
+    from mcp.shared.exceptions import McpError
+
+    return McpError(t.ErrorData(code=t.INVALID_PARAMS, message=text))
+
+
+def _passthrough(h: Handlers) -> list[tuple[str, Any, Any, Any]]:
+    """(kind, handler, result model, how to call it) for each pass-through handler given: a
+    listing answers ``{key: items}``, a lookup takes arguments read from the request params."""
+    t = types()
+    table = [
+        ("list_resources", h.list_resources, t.ListResourcesResult, "resources"),
+        ("list_resource_templates", h.list_resource_templates, t.ListResourceTemplatesResult, "resourceTemplates"),
+        ("read_resource", h.read_resource, t.ReadResourceResult, lambda p: (str(p.uri),)),
+        ("list_prompts", h.list_prompts, t.ListPromptsResult, "prompts"),
+        ("get_prompt", h.get_prompt, t.GetPromptResult, lambda p: (p.name, p.arguments)),
+    ]
+    return [row for row in table if row[1] is not None]
+
+
+def _handler(fn: Any, res_cls: Any, how: Any, params_of: Callable[[Any], Any]) -> Any:
+    """A ``(ctx, request) -> result`` handler for one pass-through row of :func:`_passthrough`
+    (``params_of`` reads the params from what the SDK hands over)."""
+    async def handler(ctx: Any, request: Any) -> Any:
+        if isinstance(how, str):
+            return res_cls.model_validate({how: await fn()})
+        try:
+            return res_cls.model_validate(await fn(*how(params_of(request))))
+        except LookupError as exc:
+            raise _not_found(exc) from None
+    return handler
+
+
+def _build_v2(name: str, version: str, instructions: str | None, h: Handlers, title: str | None) -> Any:
+    from mcp.server.lowlevel import Server
+
+    t = types()
+
+    def token(params: Any) -> Any:
+        meta = getattr(params, "meta", None)  # a TypedDict keyed by python names in 2.x
+        return meta.get("progress_token") if meta else None
+
+    async def on_list_tools(ctx: Any, params: Any) -> Any:
+        return t.ListToolsResult.model_validate({"tools": await h.list_tools()})
+
+    async def on_call_tool(ctx: Any, params: Any) -> Any:
+        modern = ctx.protocol_version in MODERN_PROTOCOLS
+        call = CallCtx(ctx.session, ctx.request_id, token(params), ctx.session.client_capabilities,
+                       protocol_version=ctx.protocol_version, params=params, session_key=_session_key(ctx.request, modern))
+        try:
+            return as_call_result(await h.call_tool(params.name, params.arguments or {}, call))
+        except InputRequired as ir:
+            return ir.result
+
+    kw: Json = {"on_list_tools": on_list_tools, "on_call_tool": on_call_tool}
+    for kind, fn, res_cls, how in _passthrough(h):
+        kw[f"on_{kind}"] = _handler(fn, res_cls, how, lambda params: params)
+    return Server(name, version=version, title=title, instructions=instructions, **kw)
+
+
+def _build_v1(name: str, version: str, instructions: str | None, h: Handlers) -> Any:
+    from mcp.server.lowlevel import Server
+
+    t = types()
+    server = Server(name, version=version, instructions=instructions)
+    # Raw handlers: the request model in, a ServerResult out, nothing reshaped (the decorator
+    # forms would drop blobs and _meta of passed-through resources). 1.x advertises resources
+    # and prompts exactly when their request classes are keys here.
+    R = server.request_handlers
+
+    async def list_tools(req: Any) -> Any:
+        return t.ServerResult(t.ListToolsResult.model_validate({"tools": await h.list_tools()}))
+
+    async def call_tool(req: Any) -> Any:
+        rc = server.request_context
+        token = getattr(rc.meta, "progressToken", None) if rc.meta is not None else None
+        caps = rc.session.client_params.capabilities if rc.session.client_params else None
+        call = CallCtx(rc.session, rc.request_id, token, caps, params=req.params,
+                       session_key=_session_key(rc.request, False))
+        return t.ServerResult(as_call_result(await h.call_tool(req.params.name, req.params.arguments or {}, call)))
+
+    R[t.ListToolsRequest] = list_tools
+    R[t.CallToolRequest] = call_tool
+
+    requests = {"list_resources": t.ListResourcesRequest, "list_resource_templates": t.ListResourceTemplatesRequest,
+                "read_resource": t.ReadResourceRequest, "list_prompts": t.ListPromptsRequest, "get_prompt": t.GetPromptRequest}
+    for kind, fn, res_cls, how in _passthrough(h):
+        handler = _handler(fn, res_cls, how, lambda req: req.params)
+
+        async def wrapped(req: Any, handler: Any = handler) -> Any:
+            return t.ServerResult(await handler(None, req))
+
+        R[requests[kind]] = wrapped
     return server
 
 
-def add_tool(server: Any, fn: Callable[..., Any], *, name: str, title: str, description: str, annotations: Any) -> None:
-    server.add_tool(fn, name=name, title=title, description=description, annotations=annotations)
+class CancellableStdin:
+    """Lines of a file descriptor read with ``wait_readable`` + ``os.read``, so a cancel (a
+    signal handler stopping the server) ends the read; ``stdio_server(stdin=...)`` takes any
+    async iterator of lines in both majors."""
+
+    def __init__(self, fd: int = 0) -> None:
+        self.fd, self.buf = fd, b""
+        os.set_blocking(fd, False)
+
+    def __aiter__(self) -> CancellableStdin:
+        return self
+
+    async def __anext__(self) -> str:
+        import anyio
+
+        while b"\n" not in self.buf:
+            await anyio.wait_readable(self.fd)
+            try:
+                chunk = os.read(self.fd, 65536)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                if self.buf:
+                    line, self.buf = self.buf, b""
+                    return line.decode("utf-8", "replace")
+                raise StopAsyncIteration
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        return line.decode("utf-8", "replace") + "\n"
 
 
-def streamable_http_app(server: Any, host: str = "127.0.0.1") -> Any:
-    """The server's streamable-HTTP ASGI app (``/mcp``); ``host`` as given to :func:`new_server`
-    (mcp 1.x reads it there)."""
+def _pollable(fd: int) -> bool:
+    import stat
+
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd)
+
+
+async def serve_stdio(server: Any) -> None:
+    """Serve ``server`` on this process's stdin/stdout until the client closes stdin or the
+    task is cancelled."""
+    from mcp.server.stdio import stdio_server
+
+    stdin = CancellableStdin() if _pollable(0) else None
+    async with stdio_server(stdin=stdin) as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+def streamable_http_app(server: Any, host: str = "127.0.0.1", path: str = "/mcp") -> Any:
+    """``server`` over streamable HTTP at ``path`` (an ASGI app with its session manager in the
+    lifespan); DNS-rebinding protection on for loopback hosts, as the SDK does."""
     if sdk_major() >= 2:
-        return server.streamable_http_app(host=host)
-    return server.streamable_http_app()
+        return server.streamable_http_app(streamable_http_path=path, host=host)
+    import contextlib
 
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+    from mcp.server.transport_security import TransportSecuritySettings
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
 
-def stdio_params(argv: Sequence[str], env: dict[str, str] | None = None) -> Any:
-    """StdioServerParameters for a command line (``env``: the child's environment)."""
-    sdk_major()
-    from mcp import StdioServerParameters
+    security = None
+    if host in LOOPBACK:
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True, allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"])
+    manager = StreamableHTTPSessionManager(app=server, security_settings=security)
 
-    return StdioServerParameters(command=argv[0], args=list(argv[1:]), env=env)
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[None]:
+        async with manager.run():
+            yield
 
-
-class Upstream:
-    """A connected MCP client, the same two calls in both majors."""
-
-    def __init__(self, client: Any) -> None:
-        self._client = client
-
-    async def list_tools_page(self, cursor: str | None) -> tuple[list[dict[str, Any]], str | None]:
-        """One ``tools/list`` page: (tools as wire-shaped dicts, next cursor or None)."""
-        if sdk_major() >= 2:
-            page = await self._client.list_tools(cursor=cursor)
-        else:
-            page = await self._client.list_tools(params=types().PaginatedRequestParams(cursor=cursor))
-        wire = page.model_dump(by_alias=True, exclude_none=True, mode="json")
-        return wire.get("tools", []), wire.get("nextCursor")
-
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
-        """The upstream's ``CallToolResult``, unchanged."""
-        return await self._client.call_tool(name, arguments)
-
-
-@contextlib.asynccontextmanager
-async def connect_stdio(params: Any) -> AsyncIterator[Upstream]:
-    """Start an MCP server as a child process (``params``: :func:`stdio_params`) and yield an
-    initialised :class:`Upstream` client for it."""
-    if sdk_major() >= 2:
-        from mcp import Client
-
-        async with Client(params) as client:
-            yield Upstream(client)
-    else:
-        from mcp import ClientSession
-        from mcp.client.stdio import stdio_client
-
-        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-            await session.initialize()
-            yield Upstream(session)
+    return Starlette(routes=[Mount(path, app=manager.handle_request)], lifespan=lifespan)

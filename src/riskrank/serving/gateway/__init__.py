@@ -1,0 +1,16 @@
+"""The gateway behind ``riskrank mcp --config``: several upstream MCP servers behind one
+risk-aware ``find_tools``/``call_tool`` pair, under a call-time policy the agent cannot widen.
+
+- :mod:`.config`: the ``mcpServers`` file and the policy file, read strictly (one-line errors
+  naming the file and the field);
+- :mod:`.policy`: :class:`~.policy.Policy` and :func:`~.policy.decide`, the pure call-time
+  decision (exposed? denied? above ``max_level``? needs confirmation?);
+- :mod:`.upstreams`: :class:`~.upstreams.UpstreamManager`, which starts, watches, restarts
+  and merges the upstream servers (namespaced names on collision);
+- :mod:`.confirm`: the confirmation broker (MCP elicitation today; a seam for an operator's
+  console);
+- :mod:`.auditlog`: the append-only JSONL decision log.
+
+The MCP server that puts them together is :mod:`riskrank.serving.mcp`. Only
+:mod:`riskrank.serving.mcp_compat` touches the SDK.
+"""

@@ -1,0 +1,102 @@
+"""The gateway's decision log: one JSON object per line, appended, never rewritten.
+
+Every decision (a ``find_tools`` result, a call allowed, refused or confirmed, an upstream
+connecting or going down) is one line with at least ``time``, ``task``, ``tool``, ``level``,
+``decision`` and ``reason`` (null where they do not apply), written with a single
+``write(2)`` to a descriptor opened with ``O_APPEND`` and then ``fsync``-ed: after a crash,
+even ``kill -9``, a line is in the file whole or not at all, and lines from concurrent
+writers never interleave. The file is created ``0600`` (it holds tasks and arguments).
+
+A decision that cannot be logged is not taken: the gateway refuses the call
+(:class:`AuditLogError`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from riskrank.errors import RiskrankError
+
+#: A line longer than this has its long fields cut (a runaway argument must not make one
+#: write so large that appends stop being atomic, or the log unreadable).
+MAX_LINE_BYTES = 32 * 1024
+MAX_FIELD_CHARS = 2000
+
+
+class AuditLogError(RiskrankError):
+    """The audit log cannot be written."""
+
+    code = "audit_failed"
+
+
+def now_iso() -> str:
+    t = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}Z"
+
+
+def _cut(value: Any) -> Any:
+    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), default=str)
+    if len(text) <= MAX_FIELD_CHARS:
+        return value
+    return text[:MAX_FIELD_CHARS] + f"... ({len(text)} characters)"
+
+
+class AuditLog:
+    """Append-only JSONL at ``path`` (``None``: decisions are not logged)."""
+
+    REQUIRED = ("time", "task", "tool", "level", "decision", "reason")
+
+    def __init__(self, path: str | Path | None) -> None:
+        self.path = Path(path) if path is not None else None
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        if self.path is not None:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError as exc:
+                raise AuditLogError(f"--audit-log {self.path}: cannot open it for appending: {exc.strerror or exc}") from None
+
+    def line(self, **fields: Any) -> bytes:
+        """One record as its line: the required fields first, then the rest."""
+        rec = {"time": now_iso(), **{k: fields.pop(k, None) for k in self.REQUIRED[1:]}}
+        if "code" in fields:
+            rec["code"] = fields.pop("code")
+        rec.update(fields)
+        data = json.dumps(rec, separators=(",", ":"), ensure_ascii=False, default=str)
+        if len(data.encode()) > MAX_LINE_BYTES:
+            rec = {k: (_cut(v) if k not in self.REQUIRED else v) for k, v in rec.items()}
+            data = json.dumps(rec, separators=(",", ":"), ensure_ascii=False, default=str)
+        return (data + "\n").encode()
+
+    def write(self, **fields: Any) -> None:
+        """Append one record, durably (blocking: a write and an fsync)."""
+        if self._fd is None:
+            return
+        data = self.line(**fields)
+        with self._lock:
+            try:
+                n = os.write(self._fd, data)
+                if n != len(data):
+                    raise OSError(f"short write ({n} of {len(data)} bytes)")
+                os.fsync(self._fd)
+            except OSError as exc:
+                raise AuditLogError(f"cannot append to the audit log {self.path}: {exc}") from None
+
+    async def append(self, **fields: Any) -> None:
+        """:meth:`write` off the event loop (an fsync costs milliseconds)."""
+        if self._fd is None:
+            return
+        import anyio.to_thread
+
+        await anyio.to_thread.run_sync(lambda: self.write(**fields))
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

@@ -1,0 +1,271 @@
+"""The gateway's two files, read strictly: the upstream servers and the policy.
+
+**Servers** (``--config SERVERS.json``): the ``mcpServers`` format Claude Desktop, Cursor and
+others use (VS Code's ``servers`` spelling too)::
+
+    {"mcpServers": {
+       "filesystem": {"command": "npx", "args": ["--offline", "-y", "@modelcontextprotocol/server-filesystem", "/srv"],
+                      "env": {"npm_config_cache": "/var/cache/npm"}},
+       "remote": {"url": "http://127.0.0.1:3001/mcp", "headers": {"X-Team": "ops"}},
+       "old": {"command": "legacy-server", "disabled": true}}}
+
+A stdio server runs with the MCP SDK's safe default environment (HOME, LOGNAME, PATH, SHELL,
+TERM, USER) plus its ``env``, never this process's environment; riskrank's own secrets
+cannot be passed on. **Policy** (``--policy POLICY.json``): see :class:`Policy` and
+docs/serving.md. Every mistake is one line naming the file and the field; unknown keys,
+duplicate keys, bad globs and a command that is not on the child's PATH are mistakes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shlex
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from riskrank.errors import RiskrankError
+from riskrank.modes import MODES, RISK_SOURCES
+from riskrank.serving.gateway.policy import CHOOSABLE, Policy
+from riskrank.serving.mcp_compat import ServerTarget
+
+#: The child environment's variables when ``env`` gives none (the MCP SDK's default list).
+DEFAULT_PATH = os.defpath
+
+
+class ConfigError(RiskrankError):
+    """A servers or policy file that cannot be used as written."""
+
+    code = "invalid_config"
+
+
+@dataclass(frozen=True)
+class UpstreamConfig:
+    """One upstream server: its name (the namespace of its tools on collision) and target."""
+
+    name: str
+    target: ServerTarget
+
+
+SERVER_KEYS = {"command", "args", "env", "cwd", "url", "headers", "type", "transport", "disabled"}
+HTTP_TYPES = ("http", "streamable-http", "streamableHttp")
+POLICY_KEYS = {"max_level", "confirm_level", "allow", "deny", "exposure_ttl_s", "client_choices", "levels"}
+_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_GLOB_CHARS = re.compile(r"^[\x21-\x7e]+$")
+
+
+def _read_object(path: str | Path, what: str) -> dict[str, Any]:
+    """A JSON object from ``path``; duplicate keys, non-finite numbers and anything but an
+    object at the top are errors (the last of two equal keys would otherwise win silently)."""
+
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in pairs:
+            if k in out:
+                raise ConfigError(f"{path}: duplicate key {k!r}")
+            out[k] = v
+        return out
+
+    def no_constant(name: str) -> Any:
+        raise ConfigError(f"{path}: {name} is not a number JSON allows")
+
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such {what} file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the {what} file: {exc}") from None
+    try:
+        data = json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constant)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the {what} file must hold a JSON object")
+    return data
+
+
+def _strings(value: Any, where: str) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(k, str) and k and isinstance(v, str) for k, v in value.items()):
+        raise ConfigError(f"{where}: must be an object of strings")
+    for k, v in value.items():
+        if "${" in v:
+            raise ConfigError(f"{where}.{k}: variable substitution (${{...}}) is not supported; write the value itself")
+    return dict(value)
+
+
+def load_servers(path: str | Path, *, secret_names: frozenset[str] = frozenset()) -> list[UpstreamConfig]:
+    """The enabled servers of an ``mcpServers`` (or ``servers``) file, in file order.
+    ``secret_names``: environment variables no upstream may be given (riskrank's tokens)."""
+    data = _read_object(path, "servers")
+    keys = [k for k in ("mcpServers", "servers") if k in data]
+    if len(keys) != 1 or set(data) - {keys[0]}:
+        extra = sorted(set(data) - {"mcpServers", "servers"})
+        why = f"unknown key(s) {extra}" if extra and keys else "expected one of them"
+        raise ConfigError(f'{path}: expected {{"mcpServers": {{"NAME": {{"command": ...}}}}}} ({why})')
+    servers = data[keys[0]]
+    if not isinstance(servers, dict) or not servers:
+        raise ConfigError(f"{path}: {keys[0]}: must be a non-empty object of servers")
+    out = []
+    for name, entry in servers.items():
+        where = f"{path}: {keys[0]}.{name}"
+        if not _NAME.match(name):
+            raise ConfigError(f"{where}: a server name is 1-64 letters, digits, '_', '-' or '.'")
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: must be an object")
+        unknown = sorted(set(entry) - SERVER_KEYS)
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {unknown} (known: {', '.join(sorted(SERVER_KEYS))})")
+        disabled = entry.get("disabled", False)
+        if not isinstance(disabled, bool):
+            raise ConfigError(f"{where}.disabled: must be true or false")
+        if disabled:
+            continue
+        kind = entry.get("type", entry.get("transport"))
+        if kind is None:
+            kind = "http" if "url" in entry else "stdio"
+        if kind in HTTP_TYPES:
+            out.append(UpstreamConfig(name, _http_target(entry, where)))
+        elif kind == "stdio":
+            out.append(UpstreamConfig(name, _stdio_target(entry, where, secret_names)))
+        elif kind == "sse":
+            raise ConfigError(f"{where}.type: 'sse' is not supported (the deprecated transport); use stdio or streamable HTTP")
+        else:
+            raise ConfigError(f"{where}.type: must be 'stdio' or 'http', got {kind!r}")
+    if not out:
+        raise ConfigError(f"{path}: every server is disabled")
+    return out
+
+
+def _http_target(entry: dict[str, Any], where: str) -> ServerTarget:
+    url = entry.get("url")
+    if not isinstance(url, str) or not re.match(r"^https?://[^\s/]+", url):
+        raise ConfigError(f"{where}.url: an http server needs a url (http://HOST[:PORT]/PATH)")
+    for key in ("command", "args", "env", "cwd"):
+        if key in entry:
+            raise ConfigError(f"{where}.{key}: not used by an http server (it has a url)")
+    headers = _strings(entry.get("headers", {}), f"{where}.headers")
+    return ServerTarget(url=url, headers=headers)
+
+
+def _stdio_target(entry: dict[str, Any], where: str, secret_names: frozenset[str]) -> ServerTarget:
+    command = entry.get("command")
+    if not isinstance(command, str) or not command.strip():
+        raise ConfigError(f"{where}.command: a stdio server needs a command")
+    if "url" in entry or "headers" in entry:
+        raise ConfigError(f"{where}: give a command or a url, not both")
+    args = entry.get("args", [])
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise ConfigError(f"{where}.args: must be a list of strings")
+    env = _strings(entry.get("env", {}), f"{where}.env")
+    leaked = sorted(set(env) & secret_names)
+    if leaked:
+        raise ConfigError(f"{where}.env.{leaked[0]}: riskrank's own secret cannot be passed to an upstream server")
+    cwd = entry.get("cwd")
+    if cwd is not None and (not isinstance(cwd, str) or not Path(cwd).is_dir()):
+        raise ConfigError(f"{where}.cwd: must be an existing directory")
+    check_command(command, env, f"{where}.command")
+    return ServerTarget(command=command, args=tuple(args), env=env, cwd=cwd)
+
+
+def check_command(command: str, env: dict[str, str], where: str) -> None:
+    """A command that would fail to start is an error now, named, not a start-up failure later."""
+    path = env.get("PATH") or os.environ.get("PATH") or DEFAULT_PATH
+    if shutil.which(command, path=path) is None:
+        raise ConfigError(f"{where}: {command!r} is not an executable file or a command on PATH")
+
+
+def upstream_from_command(command: str) -> UpstreamConfig:
+    """``--upstream CMD``: one server named ``upstream``, split like a shell would."""
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise ConfigError(f"--upstream: cannot split the command line: {exc}") from None
+    if not argv:
+        raise ConfigError("--upstream needs a command, e.g. --upstream 'npx -y @modelcontextprotocol/server-filesystem /tmp'")
+    check_command(argv[0], {}, "--upstream")
+    return UpstreamConfig("upstream", ServerTarget(command=argv[0], args=tuple(argv[1:])))
+
+
+# -- the policy file -------------------------------------------------------------------------------
+def _level(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 5:
+        raise ConfigError(f"{where}: must be a risk level, an integer from 1 to 5")
+    return value
+
+
+def check_glob(glob: Any, where: str) -> str:
+    """A tool-name glob: printable, no spaces, brackets closed (``fnmatch`` would read a
+    stray ``[`` as a literal, and the rule would silently match nothing)."""
+    if not isinstance(glob, str) or not _GLOB_CHARS.match(glob) or len(glob) > 200:
+        raise ConfigError(f"{where}: {glob!r} is not a tool-name glob (printable characters, no spaces, at most 200)")
+    depth = 0
+    for ch in glob:
+        if ch == "[":
+            if depth:
+                raise ConfigError(f"{where}: {glob!r}: '[' inside a bracket expression")
+            depth = 1
+        elif ch == "]" and depth:
+            depth = 0
+    if depth:
+        raise ConfigError(f"{where}: {glob!r}: a '[' is not closed")
+    return glob
+
+
+def _globs(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: must be a list of globs over tool names")
+    return tuple(check_glob(g, f"{where}[{i}]") for i, g in enumerate(value))
+
+
+def load_policy(path: str | Path | None) -> Policy:
+    """The policy file, or the default policy without one."""
+    if path is None:
+        return Policy()
+    data = _read_object(path, "policy")
+    where = str(path)
+    unknown = sorted(set(data) - POLICY_KEYS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown} (known: {', '.join(sorted(POLICY_KEYS))})")
+    d = Policy()
+    max_level = _level(data.get("max_level", d.max_level), f"{where}: max_level")
+    confirm_level = _level(data.get("confirm_level", d.confirm_level), f"{where}: confirm_level")
+    ttl = data.get("exposure_ttl_s")
+    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl) or ttl <= 0):
+        raise ConfigError(f"{where}: exposure_ttl_s: must be a positive number of seconds, or null")
+    choices_raw = data.get("client_choices", {})
+    if not isinstance(choices_raw, dict):
+        raise ConfigError(f"{where}: client_choices: must be an object, e.g. {{\"mode\": [\"dense+rule\", \"rule\"]}}")
+    choices: dict[str, tuple[Any, ...]] = {}
+    for key, values in choices_raw.items():
+        at = f"{where}: client_choices.{key}"
+        if key not in CHOOSABLE:
+            raise ConfigError(f"{at}: a client may be allowed to pick {', '.join(CHOOSABLE)}, not {key!r}")
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"{at}: must be a non-empty list of the values a client may pick")
+        if key == "lambda":
+            if not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and 0 <= v <= 10
+                       for v in values):
+                raise ConfigError(f"{at}: lambdas are numbers from 0 to 10")
+            choices[key] = tuple(float(v) for v in values)
+        else:
+            allowed = MODES if key == "mode" else RISK_SOURCES
+            bad = [v for v in values if v not in allowed]
+            if bad:
+                raise ConfigError(f"{at}: {bad[0]!r} is not one of {', '.join(allowed)}")
+            choices[key] = tuple(values)
+    levels_raw = data.get("levels", {})
+    if not isinstance(levels_raw, dict):
+        raise ConfigError(f"{where}: levels: must be an object of tool-name glob -> risk level")
+    levels = {check_glob(g, f"{where}: levels"): _level(v, f"{where}: levels.{g}") for g, v in levels_raw.items()}
+    return Policy(
+        max_level=max_level, confirm_level=confirm_level,
+        allow=_globs(data.get("allow", list(d.allow)), f"{where}: allow"),
+        deny=_globs(data.get("deny", list(d.deny)), f"{where}: deny"),
+        exposure_ttl_s=None if ttl is None else float(ttl), client_choices=choices, levels=levels, source=where,
+    )
