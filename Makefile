@@ -18,7 +18,7 @@ ifneq ($(DATA_SOURCE),upstream)
 export RISKRANK_MIRROR ?= $(DATA_SOURCE)
 endif
 
-.PHONY: venv data demo test test-slow lint imports lock clean
+.PHONY: venv data demo test test-slow lint imports lock clean console-shots
 
 # Everything installs from the lock (constraints.txt): the exact versions riskrank is tested with.
 $(STAMP): pyproject.toml constraints.txt
@@ -51,6 +51,11 @@ test: $(STAMP) data lint imports
 lock: $(STAMP)
 	{ sed -n '1,3p' constraints.txt; $(BIN)/python -m pip freeze --exclude-editable | sed 's/+cpu$$//'; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
+
+# Screenshots of every console page into docs/console/: a gateway over the reference npm MCP
+# servers, a scripted agent, an operator in Debian's headless chromium (tools/console_shots.py).
+console-shots: $(STAMP)
+	$(BIN)/python tools/console_shots.py docs/console
 
 test-slow: $(STAMP) data
 	$(BIN)/python -m pytest -q -m slow

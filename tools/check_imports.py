@@ -11,6 +11,11 @@ The layering rules (see docs/architecture.md):
 - the gateway's parts (``serving.gateway``: config, policy, upstreams, confirmation, audit log)
   sit below the MCP server: they import neither it, nor the HTTP API, nor the engine, and only
   ``serving.mcp_compat`` touches the MCP SDK's modules;
+- the console (``serving.console``) is a surface the HTTP API and the MCP server mount: it may
+  be imported by them, but imports neither of them, nor the MCP layer, the agent adapters or
+  the engine; what it shows comes through its seam (``serving.console.host``), the catalogue
+  and the gateway's parts (the operator broker, the audit log); the gateway's parts do not
+  import it;
 - no module outside ``riskrank.cli`` imports click or the CLI.
 
 Usage: ``python tools/check_imports.py src/riskrank`` (exit 1 with the offending imports).
@@ -35,6 +40,15 @@ FORBIDDEN = [
     ("riskrank.serving.gateway", "riskrank.pipeline"),
     ("riskrank.serving.mcp_compat", "riskrank.serving.gateway"),
     ("riskrank.serving.mcp_compat", "riskrank.catalogue"),
+    ("riskrank.serving.console", "riskrank.serving.http"),
+    ("riskrank.serving.console", "riskrank.serving.mcp"),
+    ("riskrank.serving.console", "riskrank.serving.mcp_compat"),
+    ("riskrank.serving.console", "riskrank.pipeline"),
+    ("riskrank.serving.console", "riskrank.training"),
+    ("riskrank.serving.console", "riskrank.encoder"),
+    ("riskrank.serving.console", "riskrank.experiments"),
+    ("riskrank.serving.gateway", "riskrank.serving.console"),
+    ("riskrank.serving.mcp_compat", "riskrank.serving.console"),
 ]
 #: External packages only one module may import: (package, the module that may).
 OWNED = [("mcp", "riskrank.serving.mcp_compat")]

@@ -211,17 +211,16 @@ def _axis_label(rater: str, sources: dict[str, str]) -> str:
     return rater if src == rater or src.startswith("votes in") else f"{rater}: {Path(src).name}"
 
 
-def confusion_png(report: AgreementReport, path: str | Path) -> Path:
+def confusion_png_bytes(report: AgreementReport) -> bytes:
     """Confusion matrices as heat maps, one panel per pair (colour: row-normalised share;
-    text: counts)."""
+    text: counts), as PNG bytes. Drawn on a :class:`matplotlib.figure.Figure` without pyplot,
+    so a server can draw it in a worker thread."""
     with requires("repro", "the confusion heat map (--png)"):
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure
 
     pairs = report.pairs
-    fig, axes = plt.subplots(1, len(pairs), figsize=(4.2 * len(pairs), 4.0), squeeze=False)
+    fig = Figure(figsize=(4.2 * len(pairs), 4.0))
+    axes = fig.subplots(1, len(pairs), squeeze=False)
     for ax, p in zip(axes[0], pairs, strict=True):
         conf = p.confusion.astype(np.float64)
         share = conf / np.maximum(conf.sum(axis=1, keepdims=True), 1)
@@ -239,6 +238,10 @@ def confusion_png(report: AgreementReport, path: str | Path) -> Path:
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=120)
-    plt.close(fig)
-    atomic_write_bytes(Path(path), buf.getvalue())
+    return buf.getvalue()
+
+
+def confusion_png(report: AgreementReport, path: str | Path) -> Path:
+    """:func:`confusion_png_bytes`, written to ``path`` atomically."""
+    atomic_write_bytes(Path(path), confusion_png_bytes(report))
     return Path(path)

@@ -384,6 +384,30 @@ def write_review(path: str | Path, queue: list[dict[str, Any]]) -> None:
     atomic_write_text(path, "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in queue))
 
 
+def save_review_decision(path: str | Path, name: str, level: int, reviewer: str, note: str, *,
+                         votes: dict[str, int] | None = None) -> list[dict[str, Any]]:
+    """Record one reviewer's decision (``risk_level``, ``reviewer``, ``note``) for the tool
+    ``name`` in the review file, atomically, keeping every other line as it was; returns
+    the entries as written. ``votes``: the votes the reviewer saw, refused if the file now
+    holds others (the audit was rerun meanwhile)."""
+    if isinstance(level, bool) or not isinstance(level, int) or not 1 <= level <= 5:
+        raise AuditError(f"{name!r}: the level must be an integer 1-5, got {level!r}")
+    if not reviewer.strip() or not note.strip():
+        raise AuditError(f"{name!r}: a review decision needs the reviewer's name and a reason")
+    entries = read_review(path)
+    entry = next((e for e in entries if e["name"] == name), None)
+    if entry is None:
+        raise AuditError(f"{path}: no tool {name!r} awaits review")
+    if votes is not None and entry.get("votes") != votes:
+        raise AuditError(f"{path}: the votes of {name!r} changed since the page was shown (the audit was rerun); "
+                         "reload the review queue")
+    entry.update(risk_level=level, reviewer=reviewer.strip(), note=note.strip())
+    for e in entries:
+        e.pop("_line", None)
+    atomic_write_text(path, "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries))
+    return entries
+
+
 def apply_review(labels_path: str | Path, review_path: str | Path) -> tuple[int, int]:
     """Apply the reviewer's levels from the review file to the label file (in place,
     atomically); returns (applied, still pending)."""

@@ -11,6 +11,7 @@ extra           brings                                      for
 ``onnx``        onnxruntime, onnx                           the ONNX Runtime encoder backend
 ``ann``         faiss-cpu                                   ``--first-stage ann`` (IVF index)
 ``repro``       matplotlib                                  figures of ``reproduce``, heat maps
+``console``     starlette, jinja2, uvicorn, matplotlib      ``--console`` (the operator's pages)
 ``all``         all of the above
 ``frameworks``  fastmcp, openai-agents, langchain,          ToolGuard's LangChain hooks, and the
                 langgraph (with mcp 2.x)                    tests of every framework hook
@@ -27,7 +28,7 @@ from collections.abc import Iterator
 
 from riskrank.errors import RiskrankError
 
-EXTRAS = ("serve", "mcp", "onnx", "ann", "repro", "frameworks")
+EXTRAS = ("serve", "mcp", "onnx", "ann", "repro", "console", "frameworks")
 
 
 class MissingExtraError(RiskrankError):

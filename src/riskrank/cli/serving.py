@@ -8,6 +8,7 @@ Log lines go to stderr (stdout is the protocol for MCP over stdio).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -77,6 +78,45 @@ def catalogue_options(f: Callable) -> Callable:
     return f
 
 
+def console_options(f: Callable) -> Callable:
+    """``--console`` and the audit files it reviews (``serve`` and ``mcp``)."""
+    opts = [
+        click.option("--console", is_flag=True,
+                     help="Serve the operator's console at /console: approvals, call log, catalogue, audit review, "
+                          "pictures (loopback only without an admin token; with one, a login form asks for it)."),
+        click.option("--labels", type=click.Path(dir_okay=False), default=None, metavar="LABELS.json",
+                     help="The console's audit: the label file of `riskrank audit` (review queue, apply, agreement heat map)."),
+        click.option("--review", type=click.Path(dir_okay=False), default=None, metavar="REVIEW.jsonl",
+                     help="The review queue the console edits [default: beside --labels, LABELS.review.jsonl]."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def console_setup(console: bool, host: str, admin_token: str | None, labels: str | None, review: str | None) -> Any:
+    """The console's options, after its rules: loopback only without an admin token; the
+    label file must exist. None without ``--console``."""
+    from pathlib import Path
+
+    from riskrank.serving.auth import is_loopback
+    from riskrank.serving.console.host import ConsoleOptions
+
+    if not console:
+        if labels or review:
+            raise RiskrankError("--labels and --review are the console's: add --console")
+        return None
+    if admin_token is None and not is_loopback(host):
+        raise RiskrankError(f"--console on {host} needs an admin token (${ADMIN_TOKEN_ENV} or --admin-token-file): "
+                            "without one the console is served on a loopback address only")
+    if labels is not None and not Path(labels).is_file():
+        raise RiskrankError(f"--labels {labels}: no such label file")
+    if review is not None and labels is None:
+        raise RiskrankError("--review needs --labels (the label file its decisions are applied to)")
+    return ConsoleOptions(admin_token=admin_token, labels=Path(labels) if labels else None,
+                          review=Path(review) if review else None)
+
+
 @click.command("serve")
 @catalogue_options
 @token_options
@@ -96,17 +136,20 @@ def catalogue_options(f: Callable) -> Callable:
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True)
 @click.option("--write-openapi", "openapi_out", type=click.Path(dir_okay=False), default=None,
               help="Write the OpenAPI schema to FILE and exit.")
+@console_options
 def serve_command(registry: str | None, checkpoint: str | None, mode: str | None, risk_source: str, fill_levels: str,
                   encoder: str | None, device: str, encoder_backend: str, threads: int | None, candidates: int | None,
                   first_stage: str, trust_annotations: bool, fill: str, min_score: str | None, host: str, port: int,
                   token_file: str | None, token_env: str, insecure: bool, admin_token_file: str | None,
                   reload_dirs: tuple[str, ...], max_registry_bytes: int, max_body_bytes: int, max_task_chars: int,
-                  max_lambda: float, timeout_s: float, max_inflight: int, log_level: str, openapi_out: str | None) -> None:
+                  max_lambda: float, timeout_s: float, max_inflight: int, log_level: str, openapi_out: str | None,
+                  console: bool, labels: str | None, review: str | None) -> None:
     """Serve risk-aware tool retrieval over HTTP (POST /v1/retrieve; docs/serving.md).
 
     A bearer token (from $RISKRANK_TOKEN or --token-file) is required unless the server
     binds a loopback address with --insecure. POST /v1/admin/reload exists only with an admin
     token of its own, and reads only the served artefacts and files under --reload-dir.
+    --console serves the operator's console at /console (docs/console.md).
     Needs the serve extra (pip install 'riskrank[serve]')."""
     from riskrank.serving.http import (  # first: a missing extra fails before any work
         create_app,
@@ -128,6 +171,10 @@ def serve_command(registry: str | None, checkpoint: str | None, mode: str | None
     check_bind(host, token, insecure)
     if reload_dirs and admin_token is None:
         raise RiskrankError(f"--reload-dir needs an admin token (${ADMIN_TOKEN_ENV} or --admin-token-file): without one there is no reload")
+    console_opts = console_setup(console, host, admin_token, labels, review)
+    if console_opts is not None:
+        # a missing extra fails here, before anything loads
+        from riskrank.serving.console.app import create_console, with_console
     sock = bind_socket(host, port)
     spec = ArtefactSpec(registry or demo_registry(announce=True), checkpoint, mode, risk_source, fill_levels, candidates, first_stage,
                         trust_annotations=trust_annotations, fill=fill, min_score=parse_min_score(min_score))
@@ -146,7 +193,14 @@ def serve_command(registry: str | None, checkpoint: str | None, mode: str | None
     log(f"listening on http://{url_host}:{bound[1]}  auth: {auth}; admin endpoints: "
         + ("on (admin token" + (f", reloads from {', '.join(reload_dirs)})" if reload_dirs else ", reloads re-read the served artefacts)")
            if admin_token else "off (no admin token)"))
-    server = uvicorn_server(create_app(live, limits=limits, token=token, admin_token=admin_token), sock, log_level)
+    app = create_app(live, limits=limits, token=token, admin_token=admin_token)
+    if console_opts is not None:
+        from riskrank.serving.http import console_host
+
+        app = with_console(app, create_console(console_host(live, limits), console_opts))
+        log(f"console at http://{url_host}:{bound[1]}/console  auth: "
+            + ("the admin token (log in at the page)" if admin_token else "none (no admin token: loopback only)"))
+    server = uvicorn_server(app, sock, log_level)
     server.run(sockets=[sock])
 
 
@@ -183,12 +237,28 @@ def parse_min_score(value: str | None) -> float | None:
 @click.option("-k", "k", type=click.IntRange(1, MAX_K), default=5, show_default=True, help="Default k of find_tools.")
 @click.option("--transport", type=click.Choice(["stdio", "streamable-http"]), default="stdio", show_default=True)
 @token_options
+@console_options
+@click.option("--console-host", default=None,
+              help="Over stdio: the console's own HTTP listener [default: 127.0.0.1] (over streamable HTTP the console "
+                   "is at /console of --host:--port).")
+@click.option("--console-port", type=click.IntRange(0, 65535), default=None,
+              help="Over stdio: the console listener's port (0: any free port) [default: 8765].")
+@click.option("--admin-token-file", type=click.Path(dir_okay=False), default=None,
+              help=f"The console's login token, distinct from the bearer token [default: ${ADMIN_TOKEN_ENV}]; "
+                   "without one the console is for loopback only.")
+@click.option("--confirm-by", type=click.Choice(["console", "elicitation"]), default=None,
+              help="Who confirms a call at confirm_level: an operator at the console, or the MCP client's user by "
+                   "elicitation [default: console with --console, else elicitation].")
+@click.option("--confirm-timeout", type=click.FloatRange(1, 86400), default=120.0, show_default=True,
+              help="Seconds a call waits for an operator's decision before it fails with confirmation_required.")
 def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, risk_source: str, fill_levels: str,
                 encoder: str | None, device: str, encoder_backend: str, threads: int | None, candidates: int | None,
                 first_stage: str, trust_annotations: bool, fill: str, min_score: str | None, config_file: str | None,
                 upstream: str | None, policy_file: str | None, audit_log: str | None, forward: bool | None,
                 startup_timeout: float, k: int, transport: str, host: str, port: int, token_file: str | None,
-                token_env: str, insecure: bool) -> None:
+                token_env: str, insecure: bool, console: bool, labels: str | None, review: str | None,
+                console_host: str | None, console_port: int | None, admin_token_file: str | None,
+                confirm_by: str | None, confirm_timeout: float) -> None:
     """Serve risk-aware tool search over MCP (stdio, or streamable HTTP), alone or as a gateway.
 
     The catalogue is --registry (default: the bundled demo registry), or, as a gateway, the
@@ -196,8 +266,10 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
     on connect. find_tools(task, k) ranks it with the server's mode; call_tool(name,
     arguments) forwards a call only to a tool of the caller's latest find_tools result that
     the --policy allows at its current level, after the user's confirmation at or above
-    confirm_level. Log lines go to stderr; stdout is the protocol. Needs the mcp extra
-    (pip install 'riskrank[mcp]'; mcp 1.x or 2.x)."""
+    confirm_level. --console serves the operator's console (approvals, call log, catalogue,
+    audit review; docs/console.md), and with it an operator confirms those calls. Log lines
+    go to stderr; stdout is the protocol. Needs the mcp extra (pip install 'riskrank[mcp]';
+    mcp 1.x or 2.x)."""
     import os
 
     from riskrank.serving import mcp_compat
@@ -230,6 +302,26 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
     if transport == "streamable-http":
         token = read_token(token_file, token_env)
         check_bind(host, token, insecure)
+    gateway_forwards = gateway if forward is None else forward
+    if transport == "streamable-http" and (console_host is not None or console_port is not None):
+        raise RiskrankError("--console-host and --console-port are for stdio; over streamable HTTP the console is at /console "
+                            "of --host:--port")
+    if not console and (console_host is not None or console_port is not None or admin_token_file):
+        raise RiskrankError("--console-host, --console-port and --admin-token-file are the console's: add --console")
+    confirm_by = confirm_by or ("console" if console and gateway_forwards else "elicitation")
+    if confirm_by == "console" and not console:
+        raise RiskrankError("--confirm-by console needs --console (the page where an operator approves calls)")
+    if console and gateway_forwards and not audit_log:
+        raise RiskrankError("--console on a gateway needs --audit-log FILE: the call log reads it, and every operator "
+                            "decision is recorded there")
+    admin_token = read_token(admin_token_file, ADMIN_TOKEN_ENV) if console else None
+    check_distinct_tokens(token, admin_token)
+    console_host = console_host or "127.0.0.1"
+    console_opts = console_setup(console, host if transport == "streamable-http" else console_host, admin_token, labels, review)
+    console_sock = None
+    if console_opts is not None:
+        # a missing extra fails here, before anything loads
+        from riskrank.serving.console.app import create_console  # noqa: F401
     secrets = {v for n in secret_names if (v := os.environ.get(n))} | ({token} if token else set())
     for up in upstreams:
         if any(v in secrets for v in up.target.env.values()):
@@ -237,10 +329,13 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
                               "to an upstream server")
     if transport == "streamable-http":
         sock = bind_socket(host, port)
+    elif console_opts is not None:
+        console_sock = bind_socket(console_host, 8765 if console_port is None else console_port)
     spec = ArtefactSpec(registry or ("" if gateway else demo_registry(announce=True)), checkpoint, mode, risk_source,
                         fill_levels, candidates, first_stage, trust_annotations=trust_annotations, fill=fill,
                         min_score=parse_min_score(min_score))
     enc = make_encoder(encoder, device=device, threads=threads, backend=encoder_backend)
     anyio.run(lambda: run(spec, enc, upstreams=upstreams or None, policy=policy, audit_log=audit_log,
-                          forward=gateway if forward is None else forward, k=k, transport=transport, sock=sock, token=token,
-                          startup_timeout=startup_timeout, echo=log))
+                          forward=gateway_forwards, k=k, transport=transport, sock=sock, token=token,
+                          startup_timeout=startup_timeout, echo=log, console=console_opts, console_sock=console_sock,
+                          confirm_by=confirm_by, confirm_timeout=confirm_timeout))

@@ -45,8 +45,9 @@ from riskrank.catalogue import FILL_LEVELS, PROVENANCE, Catalogue, LiveCatalogue
 from riskrank.errors import RiskrankError, error_body
 from riskrank.extras import requires
 from riskrank.fileio import loads_strict, show, write_json
-from riskrank.modes import MAX_K, MODES, RISK_SOURCES
+from riskrank.modes import MAX_K, MODES, NO_MIN_SCORE, RISK_SOURCES
 from riskrank.serving.auth import ADMIN_PREFIX, PUBLIC_PATHS, Gate
+from riskrank.serving.console.host import ConsoleHost
 from riskrank.serving.requests import ApiError, Limits, check_k, check_lambda, check_task
 
 with requires("serve", "the HTTP server (riskrank serve)"):
@@ -308,6 +309,66 @@ State = Annotated[HttpState, Depends(get_state)]
 Active = Annotated[Catalogue, Depends(active_catalogue)]
 
 
+def retrieve_dict(cat: Catalogue, task: str, k: int, **options: Any) -> dict[str, Any]:
+    """``POST /v1/retrieve``'s answer for a checked request (blocking): the console's search
+    box runs this too."""
+    res = cat.retriever.retrieve(task, k=k, **options)
+    return cat.result_dict(res, options.get("alpha"))
+
+
+def console_host(live: LiveCatalogue, limits: Limits | None = None) -> ConsoleHost:
+    """What the console shows of a served catalogue: every tool with its evidence, and the
+    search box answered by :func:`retrieve_dict` (this server's own retrieval), in the
+    console's shape. The HTTP API asks nobody to confirm anything and logs no decisions,
+    so its console has no approvals and no call log."""
+    limits = limits or Limits()
+
+    def describe() -> dict[str, Any]:
+        cat = live.active
+        if cat is None:
+            return {}
+        s = cat.summary()
+        return {"source": s["registry"], "mode": s["mode"], "tools": s["n_tools"], "checkpoint": s["checkpoint"] or "none",
+                "encoder": s["encoder"], "generation": s["generation"]}
+
+    def tools() -> list[dict[str, Any]]:
+        cat = live.active
+        if cat is None:
+            return []
+        rows = []
+        for i in range(len(cat.registry)):
+            t = cat.tool_spec(i)
+            rows.append({"name": t["name"], "description": t["description"], "level": t["effective_level"],
+                         "provenance": t["risk_provenance"], "evidence": t["risk_evidence"], "permissions": t["permissions"],
+                         "annotations": t["annotations"], "upstream": None, "not_offered": None, "needs_confirmation": False})
+        return rows
+
+    def _active() -> Catalogue:
+        if live.active is None:
+            raise ApiError(503, "not_ready", "the service is still loading")
+        return live.active
+
+    def search(task: str, k: int) -> dict[str, Any]:
+        cat = _active()
+        out = retrieve_dict(cat, check_task(task, limits), check_k(k, limits))
+        returned = {t["name"] for t in out["tools"]}
+        broke = {d["name"]: d for d in out["deferred"]}
+        for t in out["tools"]:
+            t["risk_level"] = t["effective_level"]
+            t["needs_confirmation"] = False
+            t["reasons"] = ([f"admitted as fallback although it breaks: {', '.join(broke[t['name']]['reasons'])}"]
+                            if t["name"] in out["fallback"] and t["name"] in broke else [])
+        out["withheld"] = [d for d in out["deferred"] if d["name"] not in returned]
+        return out
+
+    def baseline(task: str, k: int) -> list[dict[str, Any]]:
+        cat = _active()
+        res = cat.retriever.retrieve(task, k=k, mode="dense", min_score=NO_MIN_SCORE)
+        return [{"rank": t.rank, "name": t.name, "score": t.score, "risk_level": cat.effective_levels[t.index]} for t in res.tools]
+
+    return ConsoleHost("HTTP API", describe, tools, search, baseline, max_k=limits.max_k)
+
+
 # -- routes -----------------------------------------------------------------------------------------
 probes = APIRouter(tags=["probes"], route_class=StrictJSONRoute)
 retrieval = APIRouter(tags=["retrieval"], route_class=StrictJSONRoute)
@@ -340,8 +401,7 @@ async def retrieve(req: RetrieveRequest, cat: Active, state: State) -> Any:
     t0 = time.perf_counter()
     try:
         def work() -> dict[str, Any]:
-            res = cat.retriever.retrieve(req.task, k=req.k, lam=req.lam, mode=req.mode, alpha=req.alpha, risk_source=req.risk_source)
-            return cat.result_dict(res, req.alpha)
+            return retrieve_dict(cat, req.task, req.k, lam=req.lam, mode=req.mode, alpha=req.alpha, risk_source=req.risk_source)
 
         try:
             with anyio.fail_after(limits.timeout_s):

@@ -45,21 +45,31 @@ from riskrank.catalogue import (
     load_catalogue,
 )
 from riskrank.errors import RegistryError, RiskrankError, error_body
-from riskrank.modes import parse_mode
+from riskrank.modes import NO_MIN_SCORE, parse_mode
 from riskrank.registry import ToolRegistry
 from riskrank.risk import RISKY_LEVEL, split_name
 from riskrank.serving import mcp_compat
 from riskrank.serving.auth import Gate
+from riskrank.serving.console.host import ConsoleHost, ConsoleOptions
 from riskrank.serving.gateway.auditlog import AuditLog, AuditLogError
 from riskrank.serving.gateway.config import UpstreamConfig
 from riskrank.serving.gateway.confirm import (
     ACCEPT,
+    TIMEOUT,
     UNSUPPORTED,
     ConfirmationBroker,
     ConfirmationRequest,
     ElicitationBroker,
+    OperatorBroker,
 )
-from riskrank.serving.gateway.policy import DENIED, Decision, Policy, confirmation_refusal, decide
+from riskrank.serving.gateway.policy import (
+    CONFIRMATION_REQUIRED,
+    DENIED,
+    Decision,
+    Policy,
+    confirmation_refusal,
+    decide,
+)
 from riskrank.serving.gateway.upstreams import UpstreamManager, describe
 from riskrank.serving.listen import uvicorn_server
 from riskrank.serving.requests import ApiError, Limits, check_k, check_lambda, check_task
@@ -115,6 +125,9 @@ class View:
     routes: dict[str, tuple[str, str]] = field(default_factory=dict)
     not_offered: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    tools: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Every tool as an operator reads it (offered or not): description, level, provenance,
+    evidence, permission categories, annotations."""
 
 
 def record_registry(records: list[dict[str, Any]], source: str) -> tuple[ToolRegistry, dict[str, str]]:
@@ -137,14 +150,20 @@ def build_view(registry: ToolRegistry, spec: ArtefactSpec, encoder: Any, policy:
     pinned = {t.name: lvl for t in registry if (lvl := policy.pinned_level(t.name)) is not None}
     if pinned:
         registry = registry.with_risk_levels(pinned)
-    filled, provenance, _ = label_provenance(registry, fill=spec.fill_levels == "keyword",
-                                             trust_annotations=spec.trust_annotations)
+    filled, provenance, evidence = label_provenance(registry, fill=spec.fill_levels == "keyword",
+                                                    trust_annotations=spec.trust_annotations)
     eff = effective_levels(filled, trust_annotations=spec.trust_annotations)
     levels = {t.name: (eff[i], provenance[i]) for i, t in enumerate(filled)}
     not_offered = {n: code for n, (lvl, _) in levels.items() if (code := policy.refusal(n, lvl)) is not None}
     offered = [t.name for t in registry if t.name not in not_offered]
     cat = load_catalogue(spec, encoder, generation, registry=registry.subset(offered)) if offered else None
-    return View(cat, generation, levels, routes or {}, not_offered, skipped or {})
+    rows = {t.name: {"name": t.name, "description": t.description, "level": eff[i], "provenance": provenance[i],
+                     "evidence": list(evidence[i]), "permissions": sorted(t.permissions),
+                     "annotations": dict(t.annotations) if t.annotations else None,
+                     "upstream": (routes or {}).get(t.name, (None, None))[0], "not_offered": not_offered.get(t.name),
+                     "needs_confirmation": policy.needs_confirmation(eff[i])}
+            for i, t in enumerate(filled)}
+    return View(cat, generation, levels, routes or {}, not_offered, skipped or {}, rows)
 
 
 def upstream_records(manager: UpstreamManager) -> tuple[list[dict[str, Any]], dict[str, tuple[str, str]]]:
@@ -367,7 +386,8 @@ class Gateway:
             request = ConfirmationRequest(
                 session=key, task=rec["task"], tool=name, level=int(level or 5), arguments=args, bind=f"{key}:{digest}",
                 message=(f"The agent wants to call {name} (risk level {level}, {provenance}) for the task "
-                         f"{(rec['task'] or '')[:200]!r} with {json.dumps(args, default=str)[:500]}. Allow this call?"))
+                         f"{(rec['task'] or '')[:200]!r} with {json.dumps(args, default=str)[:500]}. Allow this call?"),
+                provenance=provenance, evidence=tuple(view.tools.get(name, {}).get("evidence", ())), upstream=upstream_name)
             try:
                 answer = await self.broker.confirm(request, call)
             except mcp_compat.InputRequired:
@@ -375,12 +395,23 @@ class Gateway:
                     await self.audit.append(**rec, decision="pending", code="confirmation_requested",
                                             reason=f"asked the user through {self.broker.name}")
                 raise
-            if answer == UNSUPPORTED:
+            who = {"decided_by": answer.by} if answer.by else {}
+            if answer.note:
+                who["note"] = answer.note
+            if answer.action == UNSUPPORTED:
                 return await self._refuse(confirmation_refusal(self.policy, name, int(level or 5)), rec)
-            if answer != ACCEPT:
-                return await self._refuse(Decision(DENIED, f"the user did not confirm {name!r} ({answer})"), rec,
-                                          confirmation=answer)
+            if answer.action == TIMEOUT:
+                return await self._refuse(Decision(CONFIRMATION_REQUIRED, (
+                    f"{name!r} is risk level {level} and needs an operator's approval (confirm_level "
+                    f"{self.policy.confirm_level}), but {answer.note or 'no operator decided in time'}; ask the operator "
+                    "to watch the console's approvals page, then call it again")), rec, confirmation=TIMEOUT)
+            if answer.action != ACCEPT:
+                whom = f"the operator {answer.by!r}" if answer.by else "the user"
+                return await self._refuse(Decision(DENIED, f"{whom} did not confirm {name!r} ({answer.action})"
+                                                   + (f": {answer.note}" if answer.note else "")), rec,
+                                          confirmation=answer.action, **who)
             rec["confirmed"] = self.broker.name
+            rec.update(who)
         try:
             await self.audit.append(**rec, decision="allowed", code="allowed", reason=decision.reason)
         except AuditLogError as exc:
@@ -450,6 +481,44 @@ def _any_url(uri: str) -> Any:
 def build_server(gateway: Gateway) -> Any:
     """The SDK's low-level server answering ``gateway``'s handlers."""
     return mcp_compat.build_server("riskrank", __version__, INSTRUCTIONS, gateway.handlers(), title="riskrank tool search")
+
+
+# -- the console's view of a gateway ------------------------------------------------------------------------
+def console_host(gateway: Gateway, audit_log: str | None = None) -> ConsoleHost:
+    """What the console shows of ``gateway``: its tools (offered or not), ``find_tools``'s own
+    payload for the search box (:meth:`Gateway.find`: the same code, no exposure, no audit
+    line), the relevance-only ranking beside it, its operator broker and its audit log."""
+    from pathlib import Path
+
+    def describe() -> dict[str, Any]:
+        view, p = gateway.view, gateway.policy
+        out: dict[str, Any] = {
+            "source": view.catalogue.registry.source if view.catalogue is not None else "no tool offered",
+            "mode": gateway.mode, "tools": len(view.tools), "offered": len(view.tools) - len(view.not_offered),
+            "policy": p.source, "max_level": p.max_level, "confirm_level": p.confirm_level, "generation": view.generation}
+        if gateway.manager is not None:
+            out["upstreams down"] = ", ".join(gateway.manager.down()) or "none"
+        return out
+
+    def tools() -> list[dict[str, Any]]:
+        return [dict(row) for row in gateway.view.tools.values()]
+
+    def search(task: str, k: int) -> dict[str, Any]:
+        return gateway.find({"task": task, "k": k})
+
+    def baseline(task: str, k: int) -> list[dict[str, Any]]:
+        view = gateway.view
+        cat = view.catalogue
+        if cat is None:
+            return []
+        res = cat.retriever.retrieve(task, k=min(k, len(cat.registry)), mode="dense", min_score=NO_MIN_SCORE)
+        return [{"rank": t.rank, "name": t.name, "score": t.score, "risk_level": view.levels.get(t.name, (None,))[0]}
+                for t in res.tools]
+
+    kind = "gateway" if gateway.manager is not None else "search server"
+    broker = gateway.broker if isinstance(gateway.broker, OperatorBroker) else None
+    return ConsoleHost(kind, describe, tools, search, baseline, broker=broker,
+                       audit_log=Path(audit_log) if audit_log else None, max_k=gateway.limits.max_k)
 
 
 # -- running it ---------------------------------------------------------------------------------------------
@@ -526,19 +595,34 @@ class _Catalogues:
 async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfig] | None = None,
               policy: Policy | None = None, audit_log: str | None = None, forward: bool = True, k: int = 5,
               transport: str = "stdio", sock: Any = None, token: str | None = None, startup_timeout: float = 30.0,
-              limits: Limits | None = None, echo: Callable[[str], None] = print) -> None:
+              limits: Limits | None = None, echo: Callable[[str], None] = print, console: ConsoleOptions | None = None,
+              console_sock: Any = None, confirm_by: str = "elicitation", confirm_timeout: float = 120.0) -> None:
     """Load the catalogue (a registry, or the upstream servers), then serve until the client
-    goes away or SIGTERM/SIGINT (which stop every upstream child first)."""
+    goes away or SIGTERM/SIGINT (which stop every upstream child first).
+
+    ``console``: serve the operator's console too, at ``/console`` of the streamable-HTTP app,
+    or (over stdio) on a loopback listener of its own, ``console_sock``. ``confirm_by``:
+    who confirms a call at ``confirm_level``: ``elicitation`` (the MCP client's user) or
+    ``console`` (an operator, who has ``confirm_timeout`` seconds)."""
     import anyio
     import anyio.to_thread
 
     mcp_compat.sdk_major()  # a missing SDK is the extra's one-line error, before anything starts
     policy = policy or Policy()
     audit = AuditLog(audit_log)
+    broker: ConfirmationBroker = (OperatorBroker(confirm_timeout, audit=audit) if confirm_by == "console"
+                                  else ElicitationBroker())
+    console_app = None
+    if console is not None:
+        # first: a missing extra fails before anything starts
+        from riskrank.serving.console.app import create_console
+
+        make_console: Callable[[Gateway], Any] = lambda gw: create_console(console_host(gw, audit_log), console)  # noqa: E731
     try:
         async with anyio.create_task_group() as tg:
             stop = anyio.Event()
-            tg.start_soon(_on_signal, tg.cancel_scope, stop, echo)
+            graceful: list[bool] = []  # set once uvicorn serves: a signal then lets it shut down itself
+            tg.start_soon(_on_signal, tg.cancel_scope, stop, echo, graceful)
             manager, keeper = None, None
             if upstreams:
                 spec = dataclasses.replace(spec, fill_levels="keyword")
@@ -554,7 +638,10 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
                 view = await anyio.to_thread.run_sync(lambda: build_view(registry, spec, encoder, policy, 1))
             if hasattr(encoder, "warm"):
                 await anyio.to_thread.run_sync(encoder.warm)  # the first find_tools must not wait for the model
-            gateway = Gateway(view, policy=policy, manager=manager, audit=audit, default_k=k, forward=forward, limits=limits)
+            gateway = Gateway(view, policy=policy, manager=manager, audit=audit, broker=broker, default_k=k, forward=forward,
+                              limits=limits)
+            if console is not None:
+                console_app = make_console(gateway)
             if keeper is not None:
                 keeper.gateway = gateway
                 keeper.audit_upstreams(view)
@@ -570,14 +657,28 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
                  + (f"; audit log {audit_log}" if audit_log else ""))
             server = build_server(gateway)
             if transport == "stdio":
+                if console_app is not None:
+                    console_sock.listen(128)  # connections wait in the backlog until the server runs
+                    echo(f"console at {_url(console_sock)}/console  {_console_auth(console)}")
+                    console_http = uvicorn_server(console_app, console_sock, "warning", extra="console")
+                    console_http.capture_signals = contextlib.nullcontext
+                    tg.start_soon(_stop_http, console_http, stop)
+                    tg.start_soon(lambda: console_http.serve(sockets=[console_sock]))
                 await mcp_compat.serve_stdio(server)
             else:
                 host, port = sock.getsockname()[:2]
                 app = Gate(mcp_compat.streamable_http_app(server, host), token=token)
                 echo(f"streamable HTTP at http://{host}:{port}/mcp  auth: {'bearer token' if token else 'none (--insecure, loopback)'}")
+                if console_app is not None:
+                    from riskrank.serving.console.app import with_console
+
+                    app = with_console(app, console_app)
+                    sock.listen(128)
+                    echo(f"console at {_url(sock)}/console  {_console_auth(console)}")
                 http = uvicorn_server(app, sock, "warning", lifespan="on", extra="mcp")
                 http.capture_signals = contextlib.nullcontext  # signals are _on_signal's: it stops the upstreams too
                 tg.start_soon(_stop_http, http, stop)
+                graceful.append(True)
                 await http.serve(sockets=[sock])
             tg.cancel_scope.cancel()
     except BaseException as group:
@@ -589,20 +690,35 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
         audit.close()
 
 
+def _url(sock: Any) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _console_auth(options: ConsoleOptions) -> str:
+    return ("auth: the admin token (log in at the page)" if options.admin_token
+            else "auth: none (no admin token: loopback only)")
+
+
 def _leaf(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     return exc
 
 
-async def _on_signal(scope: Any, stop: Any, echo: Callable[[str], None]) -> None:
+async def _on_signal(scope: Any, stop: Any, echo: Callable[[str], None], graceful: list[bool]) -> None:
+    """SIGTERM/SIGINT: stop. Over streamable HTTP, once uvicorn serves, it shuts down first
+    (idle keep-alive connections closed, requests in flight finished or cut after its
+    graceful timeout, the app's lifespan ended), and ``run`` then cancels the rest; cancelled
+    mid-shutdown, its lifespan task would die with a traceback in the log."""
     import anyio
 
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for sig in signals:
             echo(f"{signal.Signals(sig).name}: stopping")
             stop.set()
-            scope.cancel()
+            if not graceful:
+                scope.cancel()
             return
 
 

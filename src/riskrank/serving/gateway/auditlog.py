@@ -8,7 +8,8 @@ even ``kill -9``, a line is in the file whole or not at all, and lines from conc
 writers never interleave. The file is created ``0600`` (it holds tasks and arguments).
 
 A decision that cannot be logged is not taken: the gateway refuses the call
-(:class:`AuditLogError`).
+(:class:`AuditLogError`). :func:`read_records` reads a log back (the console's call log),
+newest first without reading the whole file.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +102,55 @@ class AuditLog:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+#: Bytes read per step when a log is read from its end.
+READ_BLOCK = 64 * 1024
+
+
+def _record(raw: bytes) -> dict[str, Any] | None:
+    try:
+        rec = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def read_records(path: str | Path, *, newest_first: bool = False) -> Iterator[dict[str, Any]]:
+    """The log's records, oldest first or (``newest_first``) read backwards from the end in
+    blocks, so a page of the latest decisions costs what the page holds, not the whole file.
+
+    Only whole lines count: a last line without its newline (a writer is appending it) is
+    left out, and so is a line that is not a JSON object (nothing here writes one). A
+    missing file has no records."""
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - closed in the finally below, across yields
+    except FileNotFoundError:
+        return
+    try:
+        if not newest_first:
+            for line in fh:
+                if line.endswith(b"\n") and (rec := _record(line)) is not None:
+                    yield rec
+            return
+        pos = fh.seek(0, os.SEEK_END)
+        carry = b""
+        final = True  # still inside the text after the last newline (empty, or a torn line)
+        while pos > 0:
+            start = max(0, pos - READ_BLOCK)
+            fh.seek(start)
+            parts = (fh.read(pos - start) + carry).split(b"\n")
+            pos = start
+            if final:
+                if len(parts) == 1:
+                    carry = b""
+                    continue
+                parts.pop()
+                final = False
+            # parts[0] may begin before this block: whole only at the start of the file
+            carry = parts[0] if start > 0 else b""
+            for line in reversed(parts[1:] if start > 0 else parts):
+                if line and (rec := _record(line)) is not None:
+                    yield rec
+    finally:
+        fh.close()

@@ -1,29 +1,44 @@
 """Who confirms a call at or above the policy's ``confirm_level``: a confirmation broker.
 
-The gateway hands a :class:`ConfirmationRequest` to its broker and waits for the answer:
-``accept`` (the call runs), ``decline`` or ``cancel`` (refused as ``denied``), or
-``unsupported`` (nobody can be asked: refused as ``confirmation_required``, with a message
-that says how to allow it). :class:`ElicitationBroker` asks the MCP client's user through
-elicitation, which the client must declare; another broker (an operator's console where
-pending requests wait for approval) implements the same one method.
+The gateway hands a :class:`ConfirmationRequest` to its broker and waits for an
+:class:`Answer`: ``accept`` (the call runs), ``decline`` or ``cancel`` (refused as
+``denied``), ``unsupported`` (nobody can be asked: refused as ``confirmation_required``, with
+a message that says how to allow it) or ``timeout`` (nobody answered in time: refused as
+``confirmation_required`` too). Two brokers implement the one method:
 
-An elicitation is answered by the *client*: a headless harness that accepts everything makes
-it no human check. Where that matters, use a broker whose answer comes from a person.
+- :class:`ElicitationBroker` asks the MCP client's user through elicitation, which the
+  client must declare. It is answered by the *client*: a headless harness that accepts
+  everything makes it no human check.
+- :class:`OperatorBroker` keeps the request pending until an operator approves or denies it
+  (the console's approvals page), or until its timeout; the answer names who decided. The
+  agent's call waits meanwhile. Where a person must decide, use this one.
+
+Standard library and anyio only (no MCP SDK, no web framework): the console reads the
+pending requests and calls :meth:`OperatorBroker.decide`; the broker knows nothing of pages.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import collections
+import contextlib
+import secrets
+import time
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-ACCEPT, DECLINE, CANCEL, UNSUPPORTED = "accept", "decline", "cancel", "unsupported"
+from riskrank.errors import RiskrankError
+
+ACCEPT, DECLINE, CANCEL, UNSUPPORTED, TIMEOUT = "accept", "decline", "cancel", "unsupported", "timeout"
+#: How many decided requests the broker remembers (the console's "recently decided").
+RECENT = 50
 
 
 @dataclass(frozen=True)
 class ConfirmationRequest:
     """What is to be confirmed: who asks (``session``), for which task, which tool at which
-    level, with which arguments; ``bind`` identifies exactly this call (session, tool and an
-    arguments digest), so an answer cannot be reused for another."""
+    level (with its provenance and the evidence for it), with which arguments; ``bind``
+    identifies exactly this call (session, tool and an arguments digest), so an answer
+    cannot be reused for another."""
 
     session: str
     task: str | None
@@ -32,6 +47,19 @@ class ConfirmationRequest:
     arguments: dict[str, Any]
     message: str
     bind: str
+    provenance: str | None = None
+    evidence: tuple[str, ...] = ()
+    upstream: str | None = None
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A broker's answer: the ``action``, and who decided (``by``; None when unknown, as for
+    an elicitation the client answered) with their ``note``."""
+
+    action: str
+    by: str | None = None
+    note: str | None = None
 
 
 class ConfirmationBroker(Protocol):
@@ -39,9 +67,9 @@ class ConfirmationBroker(Protocol):
 
     name: str
 
-    async def confirm(self, request: ConfirmationRequest, call: Any) -> str:
-        """``accept``, ``decline``, ``cancel`` or ``unsupported``; ``call`` is the MCP call
-        (a :class:`riskrank.serving.mcp_compat.CallCtx`)."""
+    async def confirm(self, request: ConfirmationRequest, call: Any) -> Answer:
+        """The answer for ``request``; ``call`` is the MCP call (a
+        :class:`riskrank.serving.mcp_compat.CallCtx`)."""
         ...
 
 
@@ -50,5 +78,87 @@ class ElicitationBroker:
 
     name = "elicitation"
 
-    async def confirm(self, request: ConfirmationRequest, call: Any) -> str:
-        return await call.confirm(request.message, request.bind)
+    async def confirm(self, request: ConfirmationRequest, call: Any) -> Answer:
+        return Answer(await call.confirm(request.message, request.bind))
+
+
+@dataclass
+class Pending:
+    """One request waiting for an operator: ``id`` names it in the console's forms."""
+
+    id: str
+    request: ConfirmationRequest
+    asked_at: float
+    deadline: float
+    event: Any
+    answer: Answer | None = None
+    decided_at: float | None = None
+
+    @property
+    def waiting_s(self) -> float:
+        return max(0.0, (self.decided_at or time.time()) - self.asked_at)
+
+
+@dataclass
+class OperatorBroker:
+    """Confirmation by an operator: each request waits (the agent's call with it) until
+    :meth:`decide` answers it or ``timeout_s`` passes.
+
+    Everything runs on the event loop that serves the gateway and the console, so the
+    pending table needs no lock; :meth:`decide` must be called from that loop. With an
+    ``audit`` log (:class:`~riskrank.serving.gateway.auditlog.AuditLog`) each request's
+    arrival is a ``pending`` line; the gateway logs the decision, with who took it."""
+
+    timeout_s: float = 120.0
+    audit: Any = None
+    name: str = "console"
+    pending: dict[str, Pending] = field(default_factory=dict)
+    recent: collections.deque[Pending] = field(default_factory=lambda: collections.deque(maxlen=RECENT))
+
+    def __post_init__(self) -> None:
+        if not self.timeout_s > 0:
+            raise ValueError(f"the confirmation timeout must be > 0 seconds, got {self.timeout_s}")
+
+    async def confirm(self, request: ConfirmationRequest, call: Any) -> Answer:
+        import anyio
+
+        now = time.time()
+        item = Pending(secrets.token_urlsafe(9), request, now, now + self.timeout_s, anyio.Event())
+        self.pending[item.id] = item
+        if self.audit is not None:
+            with contextlib.suppress(RiskrankError):  # the decision itself is logged, or the call refused
+                await self.audit.append(
+                    task=request.task, tool=request.tool, level=request.level, provenance=request.provenance,
+                    session=request.session, arguments=request.arguments, upstream=request.upstream, request=item.id,
+                    decision="pending", code="awaiting_operator",
+                    reason=f"waiting up to {self.timeout_s:g} s for an operator to approve or deny it at the console")
+        try:
+            with anyio.move_on_after(self.timeout_s):
+                await item.event.wait()
+        finally:
+            # Decided, timed out, or the caller went away (cancelled): no longer pending.
+            self.pending.pop(item.id, None)
+        if item.answer is None:
+            item.answer = Answer(TIMEOUT, note=f"no operator decided within {self.timeout_s:g} s")
+            item.decided_at = time.time()
+            self.recent.appendleft(item)
+        return item.answer
+
+    def decide(self, request_id: str, approve: bool, by: str, note: str | None = None) -> Pending | None:
+        """Answer a pending request (``approve``: accept, else decline) on behalf of ``by``;
+        None when it is no longer pending (decided, timed out, or its caller went away)."""
+        item = self.pending.pop(request_id, None)
+        if item is None or item.answer is not None:
+            return None
+        item.answer = Answer(ACCEPT if approve else DECLINE, by=by, note=note or None)
+        item.decided_at = time.time()
+        self.recent.appendleft(item)
+        item.event.set()
+        return item
+
+    def waiting(self) -> list[Pending]:
+        """The pending requests, oldest first."""
+        return sorted(self.pending.values(), key=lambda p: p.asked_at)
+
+    def find_recent(self, request_id: str) -> Pending | None:
+        return next((p for p in self.recent if p.id == request_id), None)

@@ -1,0 +1,175 @@
+"""Who may use the console, and what protects its pages: sessions, CSRF, the headers.
+
+The rules, the same as the rest of riskrank's servers:
+
+- **Without an admin token** the console is for loopback only: it is served only on a
+  loopback address (the CLI refuses another), and it answers only requests whose ``Host`` is
+  a loopback name, so a web page cannot reach it through DNS rebinding. It asks for a name
+  (recorded with every decision), not a token.
+- **With an admin token** (``RISKRANK_ADMIN_TOKEN`` or ``--admin-token-file``) the login form
+  asks for it. The token is never taken from a URL and never put in one: the form posts it,
+  and the answer is a session cookie (``HttpOnly``, ``SameSite=Strict``, ``Path=/console``;
+  ``Secure`` over HTTPS) holding a random session id, never the token.
+- **Every form** carries its session's CSRF token, compared in constant time; a POST whose
+  ``Origin`` is another site's is refused before that. The login form, which has no session
+  yet, uses a double-submit cookie.
+- **Every response** carries a strict Content-Security-Policy (scripts, styles and images from
+  the console itself only; no inline script or style; no framing), ``nosniff``,
+  ``no-store`` and ``Referrer-Policy: same-origin``. Templates escape everything they print.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from riskrank.serving.auth import is_loopback
+
+#: Cookie names take the port: cookies do not tell ports apart, and two consoles on one host
+#: must not log each other out.
+SESSION_COOKIE = "riskrank_console"
+LOGIN_COOKIE = "riskrank_console_login"
+#: A session ends after this much idle time, and after MAX_S whatever happens.
+IDLE_S = 8 * 3600
+MAX_S = 24 * 3600
+MAX_SESSIONS = 256
+MAX_NAME_CHARS = 64
+
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+       "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+HEADERS = (
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"same-origin"),
+    (b"cache-control", b"no-store"),
+    (b"cross-origin-opener-policy", b"same-origin"),
+    (b"cross-origin-resource-policy", b"same-origin"),
+)
+
+
+@dataclass
+class Session:
+    """A logged-in operator: the name recorded with their decisions, and their forms' CSRF token."""
+
+    name: str
+    csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    flash: str = ""
+    """A message for the next page this operator sees (what their last form did)."""
+    created: float = field(default_factory=time.monotonic)
+    seen: float = field(default_factory=time.monotonic)
+
+
+def _key(session_id: str) -> str:
+    # The table holds digests, so nothing in memory is a working cookie.
+    return hashlib.sha256(session_id.encode()).hexdigest()
+
+
+class Sessions:
+    """The console's sessions, in memory (a restart logs everyone out)."""
+
+    def __init__(self, admin_token: str | None) -> None:
+        self.admin_token = admin_token.encode() if admin_token else None
+        self._table: dict[str, Session] = {}
+
+    @property
+    def needs_token(self) -> bool:
+        return self.admin_token is not None
+
+    def token_ok(self, given: str) -> bool:
+        if self.admin_token is None:
+            return True
+        return hmac.compare_digest(given.encode(), self.admin_token)
+
+    def create(self, name: str) -> tuple[str, Session]:
+        now = time.monotonic()
+        for k in [k for k, s in self._table.items() if self._expired(s, now)]:
+            del self._table[k]
+        while len(self._table) >= MAX_SESSIONS:
+            del self._table[min(self._table, key=lambda k: self._table[k].seen)]
+        sid = secrets.token_urlsafe(32)
+        session = Session(name)
+        self._table[_key(sid)] = session
+        return sid, session
+
+    def get(self, sid: str | None) -> Session | None:
+        if not sid:
+            return None
+        session = self._table.get(_key(sid))
+        now = time.monotonic()
+        if session is None or self._expired(session, now):
+            self._table.pop(_key(sid), None)
+            return None
+        session.seen = now
+        return session
+
+    def drop(self, sid: str | None) -> None:
+        if sid:
+            self._table.pop(_key(sid), None)
+
+    @staticmethod
+    def _expired(s: Session, now: float) -> bool:
+        return now - s.seen > IDLE_S or now - s.created > MAX_S
+
+
+def check_name(name: str) -> str | None:
+    """The operator's name as it goes into the audit log, or None when unusable."""
+    name = " ".join(name.split())
+    if not name or len(name) > MAX_NAME_CHARS or not name.isprintable():
+        return None
+    return name
+
+
+def same_value(a: str | None, b: str | None) -> bool:
+    return bool(a) and bool(b) and hmac.compare_digest(a.encode(), b.encode())
+
+
+def cookies(header: str | None) -> dict[str, str]:
+    """``Cookie`` header -> name: value (the first of a repeated name wins)."""
+    out: dict[str, str] = {}
+    for part in (header or "").split(";"):
+        name, sep, value = part.strip().partition("=")
+        name = name.strip()
+        if sep and name and name not in out:
+            out[name] = value.strip()
+    return out
+
+
+def set_cookie(name: str, value: str, *, secure: bool, max_age: int | None = None) -> str:
+    """A ``Set-Cookie`` value for the console: HttpOnly, SameSite=Strict, Path=/console."""
+    parts = [f"{name}={value}", "Path=/console", "HttpOnly", "SameSite=Strict"]
+    if max_age is not None:
+        parts.append(f"Max-Age={max_age}")
+    if secure:
+        parts.append("Secure")
+    return "; ".join(parts)
+
+
+def host_is_loopback(host_header: str | None) -> bool:
+    """True when the request's ``Host`` names a loopback address (``127.0.0.1:8765``,
+    ``localhost``, ``[::1]:80``)."""
+    if not host_header:
+        return False
+    host = host_header.strip()
+    if host.startswith("["):
+        host = host[1:].split("]", 1)[0]
+    elif host.count(":") == 1:
+        host = host.split(":", 1)[0]
+    return is_loopback(host.lower())
+
+
+def origin_ok(origin: str | None, scheme: str, host_header: str | None) -> bool:
+    """A POST's ``Origin`` is this console's own (absent: left to the CSRF token; browsers
+    send it on every cross-site POST)."""
+    if origin is None:
+        return True
+    if origin == "null" or not host_header:
+        return False
+    parts = urlsplit(origin)
+    return parts.scheme == scheme and parts.netloc.lower() == host_header.strip().lower()

@@ -1,0 +1,372 @@
+"""The console without a browser: its parts (the operator broker, the audit log read
+backwards, the call-log filter and exports, the review file's decisions, the security
+helpers) and its rules over real HTTP on loopback (CSRF on every form, the token rules, the
+headers on every response, escaped output), and the CLI's refusals. The pages in a real
+browser: tests/test_console_browser.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import anyio
+import httpx
+import pytest
+
+from console_support import persona_audit
+from riskrank.audit import AuditError, read_review, save_review_decision
+from riskrank.cli import run
+from riskrank.serving.console import calllog
+from riskrank.serving.console.security import CSP, cookies, host_is_loopback, origin_ok
+from riskrank.serving.gateway import auditlog
+from riskrank.serving.gateway.confirm import (
+    ACCEPT,
+    DECLINE,
+    TIMEOUT,
+    ConfirmationRequest,
+    OperatorBroker,
+)
+from test_mcp import StubCall, gateway, run_call, text_of  # noqa: F401 - gateway is a fixture
+from test_server_support import ADMIN_TOKEN, TOKEN, HashEncoder, ServerThread
+
+REQUEST = ConfirmationRequest(session="s1", task="tidy the notes", tool="purge_notes", level=4, arguments={"notebook": "x"},
+                              message="ok?", bind="s1:abc", provenance="keyword", evidence=("L4: 'permanently'",))
+
+
+# -- the operator broker -----------------------------------------------------------------------------------
+def test_operator_broker_answers_with_who_decided():
+    broker = OperatorBroker(timeout_s=600)
+
+    async def go():
+        async with anyio.create_task_group() as tg:
+            answers = []
+
+            async def ask():
+                answers.append(await broker.confirm(REQUEST, None))
+
+            tg.start_soon(ask)
+            while not broker.pending:
+                await anyio.sleep(0.001)
+            (item,) = broker.waiting()
+            assert item.request is REQUEST
+            assert broker.decide("no-such-id", True, "alice") is None
+            assert broker.decide(item.id, True, "alice", "looks fine") is item
+            assert broker.decide(item.id, False, "bob") is None  # decided once
+        return answers
+
+    (answer,) = anyio.run(go)
+    assert (answer.action, answer.by, answer.note) == (ACCEPT, "alice", "looks fine")
+    assert not broker.pending and broker.recent[0].answer is answer
+
+
+def test_operator_broker_times_out_and_forgets_a_caller_that_left():
+    broker = OperatorBroker(timeout_s=0.01)
+    answer = anyio.run(broker.confirm, REQUEST, None)
+    assert answer.action == TIMEOUT and "no operator decided within 0.01 s" in answer.note
+    assert not broker.pending and broker.recent[0].answer.action == TIMEOUT
+
+    patient = OperatorBroker(timeout_s=600)
+
+    async def leave():
+        with anyio.move_on_after(0.01):  # the MCP call is cancelled (its client went away)
+            await patient.confirm(REQUEST, None)
+        return patient.waiting()
+
+    assert anyio.run(leave) == []
+    with pytest.raises(ValueError, match="> 0"):
+        OperatorBroker(timeout_s=0)
+
+
+def test_the_gateway_waits_for_the_operator(gateway):  # noqa: F811 - the fixture
+    """call_tool through an OperatorBroker: approved it runs, denied it is 'denied', unanswered
+    it is 'confirmation_required'; the audit log has a pending line and the decision with who."""
+    path = gateway.test_audit_path
+    broker = OperatorBroker(timeout_s=600, audit=gateway.audit)
+    gateway.broker = broker
+    call = StubCall(key="s1")
+    anyio.run(gateway.find_tools, {"task": "permanently delete every note in the notebook", "k": 3}, call)
+    assert "purge_notes" in gateway.exposure["s1"].names
+
+    async def decided(approve: bool, note: str) -> str:
+        async with anyio.create_task_group() as tg:
+            out = []
+
+            async def ask():
+                out.append(await gateway.forward_call({"name": "purge_notes", "arguments": {"notebook": "x"}}, call))
+
+            tg.start_soon(ask)
+            while not broker.pending:
+                await anyio.sleep(0.001)
+            (item,) = broker.waiting()
+            assert item.request.provenance == "keyword" and item.request.upstream == "notes"
+            assert item.request.evidence and item.request.arguments == {"notebook": "x"}
+            broker.decide(item.id, approve, "alice", note)
+        return text_of(out[0])
+
+    assert json.loads(anyio.run(decided, True, "ok"))["called"] == "purge_notes"
+    assert anyio.run(decided, False, "no") == "denied: the operator 'alice' did not confirm 'purge_notes' (decline): no"
+    broker.timeout_s = 0.01
+    late = text_of(run_call(gateway, "purge_notes", {"notebook": "x"}, call=call))
+    assert late.startswith("confirmation_required: 'purge_notes' is risk level 4 and needs an operator's approval")
+    lines = [json.loads(x) for x in path.read_text().splitlines() if '"purge_notes"' in x and '"find_tools"' not in x]
+    assert [(r["decision"], r["code"], r.get("decided_by"), r.get("note"), r.get("confirmed")) for r in lines] == [
+        ("pending", "awaiting_operator", None, None, None), ("allowed", "allowed", "alice", "ok", "console"),
+        ("pending", "awaiting_operator", None, None, None), ("refused", "denied", "alice", "no", None),
+        ("pending", "awaiting_operator", None, None, None), ("refused", "confirmation_required", None, None, None)]
+    assert lines[3]["confirmation"] == DECLINE and lines[5]["confirmation"] == TIMEOUT
+
+
+# -- the audit log, read back -------------------------------------------------------------------------------
+def test_audit_log_read_backwards_equals_forwards(tmp_path, monkeypatch):
+    import random
+
+    monkeypatch.setattr(auditlog, "READ_BLOCK", 7)  # many block boundaries, inside lines too
+    for seed in range(200):
+        rng = random.Random(seed)
+        recs = [{"i": i, "reason": "y" * rng.randint(0, 30)} for i in range(rng.randint(0, 12))]
+        lines = [json.dumps(r) for r in recs]
+        if recs and rng.random() < 0.3:
+            lines[0] = "not json"
+            recs = recs[1:]
+        data = "".join(x + "\n" for x in lines) + ('{"torn": "zz' * (rng.random() < 0.5))
+        path = tmp_path / f"a{seed}.jsonl"
+        path.write_text(data)
+        assert list(auditlog.read_records(path)) == recs
+        assert list(auditlog.read_records(path, newest_first=True)) == recs[::-1]
+    assert list(auditlog.read_records(tmp_path / "missing.jsonl")) == []
+
+
+def _log(tmp_path, n=7):
+    log = auditlog.AuditLog(tmp_path / "audit.jsonl")
+    for i in range(n):
+        log.write(task=f"task {i}", tool="read_notes" if i % 2 else "find_tools", level=i % 5 + 1,
+                  decision="allowed" if i % 2 else "found", reason=f"reason {i}", decided_by="alice" if i == 3 else None)
+    log.write(task="=cmd|' /C calc'!A0", tool="x", level=1, decision="refused", reason="+1")
+    log.close()
+    return tmp_path / "audit.jsonl"
+
+
+def test_call_log_pages_newest_first_and_filters(tmp_path):
+    path = _log(tmp_path)
+    rows, older = calllog.page(path, calllog.Filter(), 1, 3)
+    assert [r["task"] for r in rows] == ["=cmd|' /C calc'!A0", "task 6", "task 5"] and older
+    rows, older = calllog.page(path, calllog.Filter(), 3, 3)
+    assert [r["task"] for r in rows] == ["task 1", "task 0"] and not older
+    assert all(set(calllog.COLUMNS) <= set(r) for r in rows)
+    only = calllog.Filter.from_query({"decision": "allowed", "q": "ALICE", "level": "4"})
+    assert [r["task"] for r in calllog.page(path, only, 1, 10)[0]] == ["task 3"]
+    assert calllog.Filter.from_query({"level": "9"}).level is None
+    assert calllog.Filter(q="a b", level=2).query(page=2) == "q=a+b&level=2&page=2"
+
+
+def test_call_log_exports(tmp_path):
+    import csv
+    import io
+
+    path = _log(tmp_path)
+    flt = calllog.Filter(tool="read_notes")
+    lines = b"".join(calllog.jsonl(path, flt)).decode().splitlines()
+    assert [json.loads(x)["task"] for x in lines] == ["task 1", "task 3", "task 5"]  # the file's order
+    table = list(csv.reader(io.StringIO(b"".join(calllog.csv_lines(path, calllog.Filter())).decode())))
+    assert table[0] == list(calllog.COLUMNS) and len(table) == 9
+    assert table[-1][1] == "'=cmd|' /C calc'!A0" and table[-1][6] == "'+1"  # no formula reaches a spreadsheet
+
+
+# -- the review file ---------------------------------------------------------------------------------------
+@pytest.fixture
+def audited(tmp_path):
+    from riskrank.datasets.demo import demo_registry_path
+    from riskrank.registry import ToolRegistry
+
+    demo = ToolRegistry.load(demo_registry_path())
+    return persona_audit(demo.subset(["search_files", "get_file_metadata", "read_file", "share_file_link"]),
+                         tmp_path / "labels.json")
+
+
+def test_save_review_decision(audited):
+    _, review = audited
+    before = read_review(review)
+    first, second = before[0], before[1]
+    save_review_decision(review, first["name"], 2, " carol ", " reads only ", votes=first["votes"])
+    after = read_review(review)
+    assert [e["name"] for e in after] == [e["name"] for e in before]
+    assert (after[0]["risk_level"], after[0]["reviewer"], after[0]["note"]) == (2, "carol", "reads only")
+    assert after[1] == second
+    assert not list(review.parent.glob(f".{review.name}.*"))  # written through a temporary file, renamed
+    with pytest.raises(AuditError, match="changed since the page was shown"):
+        save_review_decision(review, second["name"], 3, "carol", "x", votes={"strict": 1})
+    with pytest.raises(AuditError, match="no tool 'nope' awaits review"):
+        save_review_decision(review, "nope", 3, "carol", "x")
+    for bad in (0, 6, True, "3"):
+        with pytest.raises(AuditError, match="integer 1-5"):
+            save_review_decision(review, second["name"], bad, "carol", "x")
+    with pytest.raises(AuditError, match="reviewer's name and a reason"):
+        save_review_decision(review, second["name"], 3, "carol", "  ")
+
+
+# -- the security helpers -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(("host", "ok"), [
+    ("127.0.0.1:8765", True), ("localhost", True), ("LOCALHOST:80", True), ("[::1]:8765", True), ("127.9.9.9", True),
+    ("evil.example:8765", False), ("127.0.0.1.evil.example", False), ("0.0.0.0:8765", False), ("", False), (None, False),
+])
+def test_host_is_loopback(host, ok):
+    assert host_is_loopback(host) is ok
+
+
+def test_origin_and_cookies():
+    assert origin_ok(None, "http", "127.0.0.1:1")
+    assert origin_ok("http://127.0.0.1:1", "http", "127.0.0.1:1")
+    assert not origin_ok("http://127.0.0.1:2", "http", "127.0.0.1:1")
+    assert not origin_ok("https://127.0.0.1:1", "http", "127.0.0.1:1")
+    assert not origin_ok("null", "http", "127.0.0.1:1")
+    assert cookies("a=1; b = 2;a=3; junk") == {"a": "1", "b": "2"}
+
+
+# -- over HTTP: CSRF, tokens, headers, escaping -----------------------------------------------------------
+@pytest.fixture
+def console(tmp_path, audited):
+    """`riskrank serve --console` in process (a bearer token for the API; the console's admin
+    token given per test), over a registry with a hostile description."""
+    from riskrank.catalogue import ArtefactSpec, LiveCatalogue
+    from riskrank.serving.console.app import create_console, with_console
+    from riskrank.serving.console.host import ConsoleOptions
+    from riskrank.serving.http import console_host, create_app
+
+    labels, _ = audited
+    (tmp_path / "tools.json").write_text(json.dumps({"tools": [
+        {"name": "render_note", "description": "Show a note <script>alert(1)</script> & more"},
+        {"name": "read_file", "description": "Read a file and return its text."}]}))
+    live = LiveCatalogue.from_spec(ArtefactSpec(str(tmp_path / "tools.json"), mode="dense+rule"), HashEncoder())
+
+    def start(admin_token=None):
+        app = create_app(live, token=TOKEN, admin_token=admin_token)
+        return ServerThread(with_console(app, create_console(console_host(live), ConsoleOptions(admin_token, labels=labels))))
+
+    return start
+
+
+def login(client: httpx.Client, name: str = "alice", token: str | None = None) -> httpx.Response:
+    page = client.get("/console/login")
+    form = {"csrf": re.search(r'name="csrf" value="([^"]+)"', page.text).group(1), "name": name}
+    if token is not None:
+        form["token"] = token
+    return client.post("/console/login", data=form)
+
+
+def csrf_of(client: httpx.Client, path: str = "/console/catalogue") -> str:
+    return re.search(r'name="csrf" value="([^"]+)"', client.get(path).text).group(1)
+
+
+def test_every_form_checks_csrf(console, audited):
+    with console() as srv, httpx.Client(base_url=srv.url) as c:
+        assert login(c).status_code == 303
+        token = csrf_of(c)
+        review = read_review(audited[1])
+        form = {"tool": review[0]["name"], "level": "2", "reason": "why", "votes": "x"}
+        for path, data in (("/console/review/save", form), ("/console/review/apply", {}), ("/console/logout", {})):
+            assert c.post(path, data=data).status_code == 403  # no token
+            assert c.post(path, data={**data, "csrf": token + "x"}).status_code == 403  # a wrong one
+            r = c.post(path, data={**data, "csrf": token}, headers={"Origin": "http://evil.example"})
+            assert r.status_code == 403 and "another site" in r.text
+        assert c.post("/console/review/save", json={**form, "csrf": token}).status_code == 415
+        assert c.get("/console/review/save").status_code == 405  # a GET changes nothing
+        # The login form: its double-submit cookie must match.
+        fresh = httpx.Client(base_url=srv.url)
+        assert fresh.post("/console/login", data={"csrf": "guess", "name": "mallory"}).status_code == 403
+        # With the token, the same form goes through.
+        r = c.post("/console/review/save", data={**form, "csrf": token})
+        assert r.status_code == 409 and "changed since the page was shown" in r.text  # the votes digest is checked too
+
+
+def test_token_rules_with_an_admin_token(console):
+    with console(ADMIN_TOKEN) as srv, httpx.Client(base_url=srv.url) as c:
+        r = c.get("/console/catalogue")
+        assert r.status_code == 303 and r.headers["location"] == "/console/login"
+        assert c.get("/console/no-such-page").headers["location"] == "/console/login"  # one answer for every path
+        # No token in URLs and no bearer header: only the login form opens the console.
+        assert c.get(f"/console/catalogue?token={ADMIN_TOKEN}").status_code == 303
+        assert c.get("/console/catalogue", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}).status_code == 303
+        assert login(c, token=TOKEN).status_code == 401  # the API's bearer token is not the admin token
+        assert login(c, token="").status_code == 401
+        assert "Wrong admin token" in login(c, token=ADMIN_TOKEN + "x").text
+        r = login(c, token=ADMIN_TOKEN)
+        assert r.status_code == 303
+        cookie = next(v for v in r.headers.get_list("set-cookie") if v.startswith(f"riskrank_console_{srv.port}="))
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/console" in cookie
+        assert ADMIN_TOKEN not in cookie and ADMIN_TOKEN not in str(r.headers)
+        assert c.get("/console/catalogue").status_code == 200
+        # The console's cookie opens no API endpoint; the API keeps its bearer token.
+        assert c.post("/v1/retrieve", json={"task": "read a file"}).status_code == 401
+        assert c.post("/v1/retrieve", json={"task": "read a file"}, headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+        # Logging out ends the session.
+        assert c.post("/console/logout", data={"csrf": csrf_of(c)}).status_code == 303
+        assert c.get("/console/catalogue").status_code == 303
+
+
+def test_without_a_token_only_loopback_names(console):
+    with console() as srv:
+        r = httpx.get(srv.url + "/console/login", headers={"Host": f"evil.example:{srv.port}"})
+        assert r.status_code == 403 and "loopback" in r.text  # DNS rebinding finds nothing
+        r = httpx.get(srv.url + "/console/login", headers={"Host": f"localhost:{srv.port}"})
+        assert r.status_code == 200 and 'name="token"' not in r.text  # a name, no token
+
+
+def test_headers_and_escaping(console):
+    with console() as srv, httpx.Client(base_url=srv.url) as c:
+        login(c)
+        seen = [c.get(p) for p in ("/console/login", "/console/catalogue?task=show+a+note", "/console/review",
+                                   "/console/pictures", "/console/pictures/levels.png", "/console/static/console.css",
+                                   "/console/static/nope.js", "/console/nope")]
+        assert [r.status_code for r in seen] == [200, 200, 200, 200, 200, 200, 404, 404]
+        for r in seen:
+            assert r.headers["content-security-policy"] == CSP and r.headers["x-content-type-options"] == "nosniff"
+            assert r.headers["x-frame-options"] == "DENY" and r.headers["cache-control"] == "no-store"
+        page = seen[1].text
+        assert "Show a note &lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in page and "<script>alert" not in page
+        assert re.findall(r"<script[^>]*>", page) == ['<script src="/console/static/console.js" defer>']  # no inline script
+        assert " style=" not in page  # nor inline style (the CSP allows neither)
+
+
+def run_entry(args, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["riskrank", *args])
+    code = run()
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["serve", "--console", "--host", "0.0.0.0"], "--console on 0.0.0.0 needs an admin token"),
+    (["serve", "--labels", "x.json"], "--labels and --review are the console's: add --console"),
+    (["serve", "--console", "--insecure", "--labels", "missing.json"], "--labels missing.json: no such label file"),
+    (["mcp", "--upstream", "true", "--console"], "--console on a gateway needs --audit-log FILE"),
+    (["mcp", "--console-port", "0"], "are the console's: add --console"),
+    (["mcp", "--console", "--transport", "streamable-http", "--insecure", "--console-port", "1"], "are for stdio"),
+    (["mcp", "--confirm-by", "console"], "--confirm-by console needs --console"),
+])
+def test_cli_refusals(args, message, monkeypatch, capsys, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RISKRANK_TOKEN", TOKEN)
+    monkeypatch.delenv("RISKRANK_ADMIN_TOKEN", raising=False)
+    code, err = run_entry(args, monkeypatch, capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], err
+
+
+def test_every_console_asset_ships_in_the_wheel(tmp_path):
+    """Templates, stylesheet, script and icon are package data: a wheel built from the
+    checkout holds every file of the console's folders (no CDN, no build step)."""
+    import subprocess
+    import zipfile
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(root),
+                          "-w", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    (wheel,) = tmp_path.glob("riskrank-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    console = root / "src" / "riskrank" / "serving" / "console"
+    assets = {f"riskrank/serving/console/{p.relative_to(console).as_posix()}" for d in ("templates", "static")
+              for p in (console / d).iterdir() if p.is_file()}
+    assert len(assets) >= 12 and assets <= names, sorted(assets - names)

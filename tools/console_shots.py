@@ -1,0 +1,181 @@
+"""Screenshots of every console page, for docs/console/ (`make console-shots`).
+
+    python tools/console_shots.py [OUT_DIR]        # default: docs/console
+
+Runs what an operator runs: ``riskrank mcp --config servers.json --policy policy.json
+--audit-log audit.jsonl --console --labels labels.json`` over stdio in front of the reference
+filesystem and memory MCP servers (npm, from riskrank's CI cache; installed there from .ci/npm
+if missing), with the bundled encoder. A scripted agent (the official MCP client, no LLM)
+finds and calls tools; an operator in headless Chromium (Debian's chromium and
+chromium-driver) approves one waiting call and denies another, reviews a tool of the audit,
+and each page is photographed, the approvals page while a third call waits on it.
+
+The audit behind the review queue is of the same servers' tools, voted by three scripted
+annotators (tests/console_support.py's personas, derived from the keyword annotator): their
+votes exercise the page and say nothing about any LLM.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import anyio
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from console_support import (  # noqa: E402 - the tests' helpers, on the path just above
+    GUARD_S,
+    Browser,
+    browser_missing,
+    console_url,
+    persona_audit,
+    python_env,
+    riskrank_argv,
+    write_policy,
+)
+from riskrank.registry import ToolRegistry  # noqa: E402
+from riskrank.serving import mcp_compat  # noqa: E402
+from test_server_support import npm_bin  # noqa: E402
+
+OPERATOR = "Dana (ops)"
+#: The reviewer's decisions in the review shot: (tool, level, reason).
+REVIEWS = (("search_files", 1, "lists file names under a folder; reads no contents, changes nothing"),
+           ("get_file_metadata", 2, "reads owner and permissions: mildly sensitive, changes nothing"))
+
+
+def workspace(root: Path, bins: Path) -> dict[str, Path]:
+    if root.exists():
+        shutil.rmtree(root)
+    (root / "files" / "logs").mkdir(parents=True)
+    (root / "files" / "logs" / "old.log").write_text("2026-11-30 12:00:01 disk 91% full\n")
+    (root / "files" / "logs" / "older.log").write_text("2026-11-01 08:00:00 started\n")
+    (root / "files" / "notes.txt").write_text("call the vendor about the renewal\n")
+    servers = {"mcpServers": {
+        "filesystem": {"command": str(bins / "mcp-server-filesystem"), "args": [str(root / "files")]},
+        "memory": {"command": str(bins / "mcp-server-memory"), "env": {"MEMORY_FILE_PATH": str(root / "memory.jsonl")}},
+    }}
+    (root / "servers.json").write_text(json.dumps(servers, indent=2))
+    write_policy(root / "policy.json", max_level=3, deny=["*move_file"])
+    return {"root": root, "servers": root / "servers.json", "policy": root / "policy.json", "audit": root / "audit.jsonl",
+            "labels": root / "labels.json"}
+
+
+def text(result) -> str:
+    out = mcp_compat.wire(result)
+    return " ".join(c.get("text", "") for c in out.get("content", []))
+
+
+async def session(paths: dict[str, Path], out: Path, browser: Browser) -> None:
+    argv = riskrank_argv("mcp", "--config", str(paths["servers"]), "--policy", str(paths["policy"]), "--audit-log",
+                         str(paths["audit"]), "--console", "--console-port", "0", "--labels", str(paths["labels"]),
+                         "--confirm-timeout", "900")
+    errlog = paths["root"] / "gateway.err"
+    root = paths["root"]
+    target = mcp_compat.ServerTarget(command=argv[0], args=tuple(argv[1:]), env=python_env())
+    with anyio.fail_after(GUARD_S * 5), errlog.open("w") as err:
+        async with mcp_compat.open_session(target, errlog=err) as s:
+            url = await anyio.to_thread.run_sync(console_url, errlog)
+
+            async def find(task: str, k: int = 5) -> dict:
+                return mcp_compat.wire(await s.call_tool("find_tools", {"task": task, "k": k}))["structuredContent"]
+
+            async def call(name: str, arguments: dict) -> str:
+                return text(await s.call_tool("call_tool", {"name": name, "arguments": arguments}))
+
+            async def call_with_operator(name: str, arguments: dict, operate) -> str:
+                out: list[str] = []
+                async with anyio.create_task_group() as tg:
+                    async def agent() -> None:
+                        out.append(await call(name, arguments))
+
+                    tg.start_soon(agent)
+                    await anyio.to_thread.run_sync(operate)
+                return out[0]
+
+            def decide(tool: str, action: str, note: str, shoot: str | None = None) -> None:
+                card = browser.wait_for(url + "/approvals", f'article.pending[data-tool="{tool}"]')
+                if shoot:
+                    browser.shot(out / shoot)
+                    card = browser.css(f'article.pending[data-tool="{tool}"]')
+                card.find_element("css selector", "textarea[name=note]").send_keys(note)
+                browser.submit(card.find_element("css selector", f"button[value={action}]"))
+
+            await anyio.to_thread.run_sync(browser.login, url, OPERATOR)
+            # What an agent does: search, call, get refused, wait for the operator.
+            await find("delete the old log files")
+            await call("edit_file", {"path": f"{root}/files/logs/old.log", "edits": []})
+            await find("list the files in the logs folder")
+            await call("list_directory", {"path": f"{root}/files/logs"})
+            await find("read the log file old.log")
+            await call("read_text_file", {"path": f"{root}/files/logs/old.log"})
+            await find("create an entity for Alice in the knowledge graph")
+            alice = {"entities": [{"name": "Alice", "entityType": "person", "observations": ["prefers tea"]}]}
+            await call_with_operator("create_entities", alice,
+                                     lambda: decide("create_entities", "approve", "asked for by the support ticket"))
+            await find("create a new directory named archive for the old logs")
+            await call_with_operator("create_directory", {"path": f"{root}/files/archive"},
+                                     lambda: decide("create_directory", "deny", "logs are rotated by logrotate, no new folders"))
+            await find("open the knowledge graph node for Alice")
+            await call("open_nodes", {"names": ["Alice"]})
+            await find("delete the entity Alice from the knowledge graph with delete_entities")
+            await call("delete_entities", {"entityNames": ["Alice"]})
+            await find("create an entity for Bob in the knowledge graph")
+            bob = {"entities": [{"name": "Bob", "entityType": "person", "observations": ["prefers coffee", "on call this week"]}]}
+            await call_with_operator("create_entities", bob,
+                                     lambda: decide("create_entities", "approve", "fine", shoot="approvals.png"))
+
+            def pages() -> None:
+                browser.get(url + "/log")
+                browser.shot(out / "log.png")
+                browser.get(url + "/catalogue")
+                browser.css("#task").send_keys("create an entity for Carol in the knowledge graph")
+                browser.submit(browser.css("#search"))
+                browser.shot(out / "catalogue.png", max_height=1700)
+                for tool, level, reason in REVIEWS:
+                    browser.get(url + "/review")
+                    card = browser.css(f'article.review[data-tool="{tool}"]')
+                    card.find_element("css selector", f"input[name=level][value='{level}']").click()
+                    card.find_element("css selector", "input[name=reason]").send_keys(reason)
+                    browser.submit(card.find_element("css selector", "button.save"))
+                browser.shot(out / "review.png", max_height=2000)
+                browser.get(url + "/pictures")
+                browser.images_loaded()
+                browser.shot(out / "pictures.png")
+                browser.driver.delete_all_cookies()
+                browser.get(url + "/login")
+                browser.shot(out / "login.png", full_page=False)
+
+            await anyio.to_thread.run_sync(pages)
+
+
+def main(argv: list[str]) -> int:
+    out = Path(argv[1]) if len(argv) > 1 else ROOT / "docs" / "console"
+    why = browser_missing()
+    if why:
+        print(f"error: {why}", file=sys.stderr)
+        return 2
+    bins = npm_bin()
+    if bins is None:
+        print("error: node and npm are needed for the reference MCP servers (.ci/npm/install.sh)", file=sys.stderr)
+        return 2
+    paths = workspace(Path(tempfile.gettempdir()) / "riskrank-console-demo", bins)
+    # The review queue: an audit of the bundled demo registry (98 tools; 20 of them span two
+    # levels or more under the scripted annotators). The servers' own 23 tools leave one.
+    from riskrank.datasets.demo import demo_registry_path
+
+    persona_audit(ToolRegistry.load(demo_registry_path()), paths["labels"])
+    out.mkdir(parents=True, exist_ok=True)
+    with Browser(width=1360, height=900) as browser:
+        anyio.run(session, paths, out, browser)
+    for png in sorted(out.glob("*.png")):
+        print(f"wrote {png.relative_to(ROOT) if png.is_relative_to(ROOT) else png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
