@@ -40,6 +40,7 @@ from console_support import (
     write_policy,
 )
 from riskrank.serving import mcp_compat
+from test_gateway_npm import payload, text
 from test_server_support import TOKEN, HashEncoder, ServerThread, python_c
 
 pytestmark = pytest.mark.mcp_sdk
@@ -54,17 +55,6 @@ def browser():
         pytest.skip(why)
     with Browser() as b:
         yield b
-
-
-def payload(result) -> dict:
-    out = mcp_compat.wire(result)
-    assert not out.get("isError"), out
-    return out["structuredContent"]
-
-
-def text(result) -> tuple[str, bool]:
-    out = mcp_compat.wire(result)
-    return " ".join(c.get("text", "") for c in out.get("content", [])), bool(out.get("isError"))
 
 
 HOSTILE_TASK = "return the text of a saved note <script>window.__pwned = 1</script>"

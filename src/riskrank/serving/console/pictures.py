@@ -122,7 +122,7 @@ def _label(start: float, width: int) -> str:
 def decisions_png(records: Iterable[dict[str, Any]]) -> bytes:
     """The gateway's decisions per time bucket (UTC), stacked by decision."""
     width, starts, counts = decision_buckets(records)
-    fig = _figure(7.6, 3.4)
+    fig = _figure(6.4, 3.4)
     ax = fig.subplots()
     if not starts:
         ax.text(0.5, 0.5, "no decisions logged yet", ha="center", va="center", transform=ax.transAxes, color="#666")
