@@ -370,3 +370,11 @@ def test_every_console_asset_ships_in_the_wheel(tmp_path):
     assets = {f"riskrank/serving/console/{p.relative_to(console).as_posix()}" for d in ("templates", "static")
               for p in (console / d).iterdir() if p.is_file()}
     assert len(assets) >= 12 and assets <= names, sorted(assets - names)
+
+
+def test_without_a_session_no_path_tells_what_exists(console):
+    with console(ADMIN_TOKEN) as srv, httpx.Client(base_url=srv.url) as c:
+        answers = {p: c.get(p) for p in ("/console/review", "/console/review/save", "/console/nope", "/console/pictures/levels.png")}
+        assert {(r.status_code, r.headers.get("location")) for r in answers.values()} == {(303, "/console/login")}
+        r = c.post("/console/approvals/decide", data={"id": "x", "action": "approve"})
+        assert r.status_code == 401 and "log in first" in r.text

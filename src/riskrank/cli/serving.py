@@ -242,7 +242,7 @@ def parse_min_score(value: str | None) -> float | None:
               help="Over stdio: the console's own HTTP listener [default: 127.0.0.1] (over streamable HTTP the console "
                    "is at /console of --host:--port).")
 @click.option("--console-port", type=click.IntRange(0, 65535), default=None,
-              help="Over stdio: the console listener's port (0: any free port) [default: 8765].")
+              help="Over stdio: the console listener's port (0: any free port) [default: 8790].")
 @click.option("--admin-token-file", type=click.Path(dir_okay=False), default=None,
               help=f"The console's login token, distinct from the bearer token [default: ${ADMIN_TOKEN_ENV}]; "
                    "without one the console is for loopback only.")
@@ -330,7 +330,8 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
     if transport == "streamable-http":
         sock = bind_socket(host, port)
     elif console_opts is not None:
-        console_sock = bind_socket(console_host, 8765 if console_port is None else console_port)
+        # 8790: clear of the API's 8000 and of the fake LLM endpoint's 8765 (docs/audit.md)
+        console_sock = bind_socket(console_host, 8790 if console_port is None else console_port)
     spec = ArtefactSpec(registry or ("" if gateway else demo_registry(announce=True)), checkpoint, mode, risk_source,
                         fill_levels, candidates, first_stage, trust_annotations=trust_annotations, fill=fill,
                         min_score=parse_min_score(min_score))

@@ -31,6 +31,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -213,6 +214,8 @@ class Console:
         return self.render(request, "error.html", 404, title="Not found", message="no such console page")
 
     async def _not_allowed(self, request: Request, exc: Exception) -> Response:
+        if self.session_of(request)[1] is None:
+            return await self._refused(request, Refused(401, "log in first"))
         return self.render(request, "error.html", 405, title="Not allowed", message="method not allowed on this page")
 
     async def _internal(self, request: Request, exc: Exception) -> Response:
@@ -249,8 +252,6 @@ class Console:
 
     # -- login -------------------------------------------------------------------------------------------
     def _login_form(self, request: Request, status: int = 200, error: str = "") -> Response:
-        import secrets
-
         nonce = secrets.token_urlsafe(24)
         resp = self.render(request, "login.html", status, page="login", login_csrf=nonce, error=error,
                            needs_token=self.sessions.needs_token)

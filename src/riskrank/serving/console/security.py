@@ -152,7 +152,7 @@ def set_cookie(name: str, value: str, *, secure: bool, max_age: int | None = Non
 
 
 def host_is_loopback(host_header: str | None) -> bool:
-    """True when the request's ``Host`` names a loopback address (``127.0.0.1:8765``,
+    """True when the request's ``Host`` names a loopback address (``127.0.0.1:8790``,
     ``localhost``, ``[::1]:80``)."""
     if not host_header:
         return False
