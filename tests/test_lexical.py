@@ -6,6 +6,8 @@ words) giving zeros, never NaN or an error."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -83,7 +85,7 @@ def test_bm25_equals_bm25s_on_the_lexical_text(demo):
         toks = [t for t in __import__("re").findall(r"(?u)\b\w\w+\b", bm._prep(task).lower()) if t in bm.vocab]
         want = bm.model.get_scores(toks) if toks else np.zeros(len(demo.registry))
         np.testing.assert_allclose(bm.score([task])[0], want, rtol=1e-5, atol=1e-6)
-        top = bm.top(task, 5)
+        top = bm.top(task, 5, depth=len(demo.registry))
         full = bm.score([task])[0]
         assert top.tolist() == [t for t in rank(full)[0, :5].tolist() if full[t] > 0]
 
@@ -219,3 +221,19 @@ def test_bm25_of_candidates_equals_the_full_row():
     cand = np.array([[2, 0], [3, 1]])
     full = bm.score(["weather", "file"])
     np.testing.assert_allclose(bm.score_candidates(["weather", "file"], cand), np.take_along_axis(full, cand, 1))
+
+
+def test_bm25_top_from_impact_ordered_postings():
+    texts = [f"weather city {'radar ' * (i % 3)}{'file ' * (i % 5)}" for i in range(60)]
+    bm = BM25Retriever(texts)
+    full = bm.score(["weather radar file"])[0]
+    exact = [t for t in rank(full)[0, :10].tolist() if full[t] > 0]
+    assert bm.top("weather radar file", 10, depth=60).tolist() == exact  # depth >= every posting list: exact
+    shallow = bm.top("weather radar file", 10, depth=3)
+    # each word's 3 best postings, scored exactly and ranked by the full score
+    assert len(shallow) <= 9 and all(full[a] >= full[b] for a, b in itertools.pairwise(shallow))
+    lists = set()
+    for word in ("weather", "radar", "file"):
+        s = bm.score([word])[0]
+        lists |= set(rank(s)[0, :3].tolist())
+    assert set(shallow.tolist()) <= lists
