@@ -453,3 +453,20 @@ def test_ann_first_stage(demo_fitted, encoder, demo, demo_tool_emb):
     assert default.candidates == 100  # an index finds a top-M, never the full pool
     with pytest.raises(RiskrankError, match="unknown first stage"):
         RiskAwareRetriever(demo.registry, encoder=encoder, tool_emb=demo_tool_emb, first_stage="lsh", progress=False)
+
+
+def test_each_pipeline_reads_its_own_validated_lambda(demo_fitted, demo, encoder):
+    p = demo_fitted.pipelines
+    assert {"core", "core+rule", "core+graph", "core+graph+rule", "core+graph+rule_pred"} <= set(p)
+    assert demo_fitted.settings("rule")["lam"] == p["core+graph+rule"]["lam"]
+    assert demo_fitted.settings("rule", risk_source="predicted")["lam"] == p["core+graph+rule_pred"]["lam"]
+    assert demo_fitted.settings("graph")["alpha"] == p["core+graph"]["alpha"]
+    assert demo_fitted.settings("core")["alpha"] == 0.0 and demo_fitted.settings("dense")["lam"] == 0.0
+    assert demo_fitted.pipeline_key(parse_mode("core"), candidates=40) == "top40/core"
+    assert demo_fitted.settings("core", candidates=40)["lam"] == p["core"]["lam"]  # no top-40 choice: the full pool's
+    assert demo_fitted.settings("rule", lam=0.7)["lam"] == 0.7
+    res = demo_fitted.retrieve(TASKS[2], k=5, mode="rule")
+    assert res.lam == p["core+graph+rule"]["lam"]
+    fixed = RiskAwareRetriever(demo.registry, encoder=encoder, checkpoint=demo_fitted.checkpoint, tool_emb=demo_fitted.tool_emb,
+                               lam=1.25, progress=False)
+    assert fixed.settings("rule")["lam"] == fixed.settings("core")["lam"] == 1.25  # a lambda given to the retriever wins
