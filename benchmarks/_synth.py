@@ -35,6 +35,7 @@ class Registry:
     risk: np.ndarray  # [N] int8 levels 1..5 (0 = unknown)
     perms: np.ndarray  # [N, 5] bool
     train_gold: list[np.ndarray]
+    anchor: np.ndarray | None = None  # [N] the anchor each synthetic tool was drawn around
 
     @property
     def n(self) -> int:
@@ -79,7 +80,16 @@ def synthetic_registry(n: int, anchors: np.ndarray, seed: int = 0, chunk: int = 
         lo = g * GROUP
         hi = min(n, lo + GROUP)
         gold.append(lo + rng.choice(hi - lo, size=min(s, hi - lo), replace=False))
-    return Registry(f"synthetic-{n}", emb, risk, perms, gold)
+    return Registry(f"synthetic-{n}", emb, risk, perms, gold, which)
+
+
+def synthetic_texts(reg: Registry, names, descriptions, parameters) -> tuple[list[str], list[str], list[list[str]]]:
+    """Tool texts for a synthetic registry: each tool is its anchor's name (made unique with
+    the tool's number, so the name index holds N distinct names), description and parameter
+    names, so words are shared across tools as in the real registries, many times over."""
+    assert reg.anchor is not None
+    a = reg.anchor.tolist()
+    return ([f"{names[j]}_{i}" for i, j in enumerate(a)], [descriptions[j] for j in a], [parameters[j] for j in a])
 
 
 def synthetic_queries(n: int, anchors: np.ndarray, seed: int = 1) -> np.ndarray:

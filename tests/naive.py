@@ -4,8 +4,11 @@ reference implementation's way of doing each stage: no factorisation, dense matr
 pair visited). One module, shared by tests and benchmarks, so a fast path and its benchmark
 are measured against the same thing.
 
-- heads: the relevance MLP on every concatenated pair [e_q; e_t] (O(N * 2d * hidden) per
-  query), the risk head on every tool (paper Eq. 6);
+- heads: the relevance head on every concatenated pair [e_q; e_t] (O(N * 2d * hidden) per
+  query), the risk heads on every tool (paper Eq. 6);
+- lexical evidence: every tool name scanned for every task (the exact name with its word
+  bounds as a regex, the shared words counted one name at a time), BM25 from bm25s's own
+  ``get_scores``;
 - graph: Appendix B's edge weights one pair at a time, the three normalisations cell by cell,
   Eq. 9's smoothing as a dense product;
 - rules: Appendix C.2's scan as written, over a ranking.
@@ -14,27 +17,69 @@ are measured against the same thing.
 from __future__ import annotations
 
 import itertools
+import math
+import re
 
 import numpy as np
 import torch
 
+from riskrank.first_stage import BM25Retriever, lexical_text, task_words, words
 from riskrank.graph import GraphConfig, ToolGraph
 from riskrank.heads import DualHead
 from riskrank.rules import UNKNOWN_RISK_AS, RuleConfig
 
 
 # -- heads --------------------------------------------------------------------------------------
-def head_scores(model: DualHead, query_emb: np.ndarray, tool_emb: np.ndarray, lam: float) -> np.ndarray:
-    """s = f_rel - lambda * f_risk [Q, N], running the heads on every (q, t) pair."""
+def head_scores(model: DualHead, query_emb: np.ndarray, tool_emb: np.ndarray, lam: float, inputs=None) -> np.ndarray:
+    """s = f_rel - lambda * f_risk (the paper's penalty) or logit - lambda * p_risky [Q, N],
+    running the heads on every (q, t) pair; ``inputs`` (f0 and the lexical features over
+    the full pool) for a hybrid head."""
     model = model.eval()
     q = torch.from_numpy(np.ascontiguousarray(np.atleast_2d(query_emb), dtype=np.float32))
     t = torch.from_numpy(np.ascontiguousarray(tool_emb, dtype=np.float32))
     out = np.empty((q.shape[0], t.shape[0]), dtype=np.float32)
     with torch.no_grad():
-        risk = model.risk_head(t)
+        penalty = model.penalty_scores(t)
         for i in range(q.shape[0]):
-            rel = model.relevance_head(q[i].expand(t.shape[0], -1), t)
-            out[i] = (rel - lam * risk).numpy()
+            f0 = x = None
+            if inputs is not None and model.lexical:
+                f0 = torch.from_numpy(np.asarray(inputs.f0[i], dtype=np.float32))
+                x = torch.from_numpy(np.stack([a[i] for a in inputs.x], axis=-1).astype(np.float32))
+            z = model.relevance_head.logit(q[i].expand(t.shape[0], -1), t, f0, x)
+            rel = z if model.penalty == "p_risky" else torch.sigmoid(z)
+            out[i] = (rel - lam * penalty).numpy()
+    return out
+
+
+# -- lexical evidence -----------------------------------------------------------------------------
+def lexical_evidence(texts, names, descriptions, parameters) -> dict[str, np.ndarray]:
+    """BM25 and the four name features [Q, N] (first_stage.LEXICAL_FEATURES), every name
+    visited for every task."""
+    n = len(names)
+    name_words = [words(nm) for nm in names]
+    param_words = [list(dict.fromkeys(w for p in ps for w in words(p))) for ps in parameters]
+    df: dict[str, int] = {}
+    for ws in name_words:
+        for w in ws:
+            df[w] = df.get(w, 0) + 1
+    idf = {w: math.log1p(n / c) for w, c in df.items()}
+    bm = BM25Retriever([lexical_text(a, b, c) for a, b, c in zip(names, descriptions, parameters, strict=True)])
+    out = {k: np.zeros((len(texts), n), np.float32) for k in ("bm25", "ex", "fr", "fri", "frp")}
+    for qi, task in enumerate(texts):
+        tw, low = task_words(task), task.lower()
+        toks = [t for t in re.findall(r"(?u)\b\w\w+\b", bm._prep(task).lower()) if t in bm.vocab]
+        if toks and bm.model is not None:
+            out["bm25"][qi] = bm.model.get_scores(toks)
+        for i in range(n):
+            nm = names[i].lower()
+            if len(nm) >= 3 and re.search(r"(?<![a-z0-9_])" + re.escape(nm) + r"(?![a-z0-9_])", low):
+                out["ex"][qi, i] = 1.0
+            ws = name_words[i]
+            if ws:
+                out["fr"][qi, i] = sum(w in tw for w in ws) / len(ws)
+                out["fri"][qi, i] = sum(idf[w] for w in ws if w in tw) / sum(idf[w] for w in ws)
+            if param_words[i]:
+                out["frp"][qi, i] = sum(w in tw for w in param_words[i]) / len(param_words[i])
     return out
 
 

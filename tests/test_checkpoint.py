@@ -175,6 +175,20 @@ def test_save_into_a_directory_of_other_files_is_refused(tmp_path, trained):
     (lambda m: m.pop("weights_sha256"), "missing weights_sha256"),
     (lambda m: m.pop("files"), "missing files"),
     (lambda m: m.__setitem__("format", 2), "unknown format 2"),
+    (lambda m: m["head"].__setitem__("penalty", "cubic"), r"head\.penalty must be one of p_risky, paper"),
+    (lambda m: m["head"].__setitem__("lexical", ["bm25", "magic"]), r"head\.lexical may only hold cos, bm25"),
+    (lambda m: m["head"].__setitem__("lexical", ["bm25", "cos", "ex", "fr", "fri", "frp"]), r"head\.lexical must be \[\] or cos, bm25"),
+    (lambda m: m["inference"].__setitem__("fusion", {"rule": "max", "norm": "z", "weight": 0.3}), r"inference\.fusion\.rule must be one of"),
+    (lambda m: m["inference"].__setitem__("fusion", {"rule": "convex", "norm": "z", "weight": 3}), r"inference\.fusion\.weight must be in \[0, 1\]"),
+    (lambda m: m["inference"].__setitem__("fusion", {"rule": "convex", "norm": "z"}), r"missing inference\.fusion\.weight"),
+    (lambda m: m["inference"].__setitem__("pipelines", {"core": {"lam": -1, "alpha": 0, "normalisation": "row"}}),
+     r"inference\.pipelines core\.lam must be in \[0, 100\]"),
+    (lambda m: m["inference"].__setitem__("pipelines", {"core+magic": {"lam": 1, "alpha": 0, "normalisation": "row"}}),
+     r"inference\.pipelines has an unknown entry 'core\+magic'"),
+    (lambda m: m["inference"].__setitem__("pipelines", {"top100/core": {"lam": 1, "alpha": 0, "normalisation": "row", "beta": 1}}),
+     r"top100/core has an unknown key 'beta'"),
+    (lambda m: m["risk_head"].__setitem__("learned", "yes"), r"risk_head\.learned must be true or false"),
+    (lambda m: m["risk_head"].__setitem__("heldout_auc", 1.5), r"risk_head\.heldout_auc must be in \[0, 1\]"),
 ])
 def test_sidecar_values_are_checked(tmp_path, trained, edit, message):
     res, graph = trained

@@ -115,7 +115,9 @@ def test_train_then_retrieve_with_checkpoint(tmp_path, monkeypatch, capsys, torc
     res = invoke("retrieve", RISKY, "--checkpoint", str(ck), "--mode", "rule", "--json", "--lam", "0")
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
-    assert data["mode"] == "core+graph+rule" and len(data["tools"]) == 5 and data["lambda"] == 0.0
+    # five tools pass the filter; the checkpoint's relevance floor may cut the weakest of them
+    assert data["mode"] == "core+graph+rule" and data["lambda"] == 0.0 and data["min_score"] is not None
+    assert 1 <= len(data["tools"]) <= 5 and len(data["tools"]) + len(data["below_min_score"]) == 5
     assert all(t["predicted_level"] in (1, 2, 3, 4, 5) for t in data["tools"])
     res = invoke("retrieve", RISKY, "--checkpoint", str(ck), "--mode", "rule", "--lam", "0")
     assert "deferred by the rule filter" in res.output and "risk_cap" in res.output

@@ -126,7 +126,7 @@ def test_demo_command(monkeypatch, demo_fitted):
     res = invoke("demo", "--tasks", "demo-02,demo-09")
     assert res.exit_code == 0, res.output
     out = res.stdout
-    assert "relevance only (lambda 0)" in out and "risk-aware (lambda 0.3)" in out and "+ rule filter" in out
+    assert "relevance only (lambda 0)" in out and "risk-aware (lambda 2)" in out and "+ rule filter" in out
     assert out.count("RVR@5") == 6 and "demo-02:" in out and "demo-09:" in out
     shown = demo_mod.run_demo(["demo-02", "demo-09"], echo=lambda s: None)
     levels = {t.name: t.risk_level for t in demo_fitted.registry}

@@ -34,6 +34,8 @@ TASKS = [
         ("core+graph+rule", Stages(True, True, True)),
         ("graph", Stages(True, True, False)),
         ("rule", Stages(True, True, True)),
+        ("bm25", Stages(False, False, False, "bm25")),
+        ("hybrid+rule", Stages(False, False, True, "hybrid")),
     ],
 )
 def test_parse_mode(mode, stages):
@@ -41,7 +43,8 @@ def test_parse_mode(mode, stages):
     assert parse_mode(stages.name) == stages
 
 
-@pytest.mark.parametrize("mode", ["", "bm25", "dense+graph", "core+core", "rule+core", "core+graph+graph", "core+", "Core"])
+@pytest.mark.parametrize("mode", ["", "bm25+graph", "hybrid+graph", "dense+graph", "core+core", "rule+core", "core+graph+graph",
+                                  "core+", "Core", "core+rule+graph", "sparse"])
 def test_parse_mode_invalid(mode):
     with pytest.raises(RiskrankError, match="unknown mode"):
         parse_mode(mode)
@@ -213,8 +216,10 @@ def test_retrieve_modes_after_fit(demo_fitted, demo, mode, name):
         assert t.predicted_level in (1, 2, 3, 4, 5)
     if mode == "core":
         assert res.alpha == 0.0
+        assert demo_fitted.scorer.space == "logit"  # the p_risky penalty acts on the logit
         for t in res.tools:
-            assert t.score == pytest.approx(t.f_rel - res.lam * t.f_risk, abs=1e-6)
+            logit = np.log(t.f_rel) - np.log1p(-t.f_rel)
+            assert t.score == pytest.approx(logit - res.lam * t.f_risk, abs=1e-3)
         assert all(a.score >= b.score for a, b in zip(res.tools, res.tools[1:], strict=False))
     else:
         assert res.alpha == demo_fitted.alpha
@@ -246,28 +251,120 @@ def test_rule_mode_reports_deferrals(demo_fitted, demo):
     assert "deferred" in res.to_dict() and res.to_dict()["deferred"][0]["reasons"]
 
 
-def test_rule_mode_with_predicted_risk(demo_fitted):
-    res = demo_fitted.retrieve(RISKY_TASK, k=5, mode="rule", lam=0.0, risk_source="predicted")
-    assert res.risk_source == "predicted"
+def test_rule_mode_with_predicted_risk(demo_fitted, demo, encoder):
+    """The demo's risk head must have learned (its levels spread over the rubric and separate
+    r >= 3 on held-out tools), the cap must hold on the accepted tools, and a fallback may
+    appear only when the scan ran out of compliant tools."""
+    q = demo_fitted.risk_quality
+    assert q["learned"] and q["heldout_auc"] >= 0.6 and q["level_span"] >= 1.0, q
     predicted = demo_fitted.predicted_levels
     assert predicted is not None and set(np.unique(predicted)) <= {1, 2, 3, 4, 5}
-    if not res.fallback:
-        assert sum(predicted[t.index] >= 3 for t in res.tools) <= 1
-    assert all(t.predicted_level == predicted[t.index] for t in res.tools)
-    for d in res.deferred:
-        if RISK_CAP in d.reasons:
-            assert predicted[d.index] >= 3
+    assert len(set(predicted.tolist())) >= 3, "a collapsed head predicts one level for every tool"
+    assert (predicted[demo.registry.risk_levels >= 4] >= 3).mean() > 0.5
+    for fill in ("safe", "deferred"):
+        res = demo_fitted.retrieve(RISKY_TASK, k=5, mode="rule", lam=0.0, risk_source="predicted", fill=fill)
+        assert res.risk_source == "predicted" and res.notes == []
+        assert all(t.predicted_level == predicted[t.index] for t in res.tools)
+        for d in res.deferred:
+            if RISK_CAP in d.reasons:
+                assert predicted[d.index] >= 3
+        batch = demo_fitted.rank_batch(encoder.encode([RISKY_TASK]), mode="rule", lam=0.0, risk_source="predicted", k=5,
+                                       fill=fill, texts=[RISKY_TASK])
+        fr = batch.filters[0]
+        assert sum(predicted[t] >= 3 for t in fr.accepted) <= 1  # the cap, on what the filter accepted
+        if fr.fallback:  # only when fewer than k tools met every rule over the whole list
+            assert len(fr.accepted) < 5 and fr.n_scanned == len(demo.registry)
+        shown = [t.index for t in res.tools]
+        assert shown == [int(i) for i in fr.top_k[: len(shown)]]
+
+
+def test_a_head_that_has_not_learned_falls_back_to_keyword_levels(demo_fitted, demo, encoder):
+    from riskrank.checkpoint import Checkpoint
+    from riskrank.risk import keyword_levels
+
+    ck = demo_fitted.checkpoint
+    meta = {**ck.meta, "risk_head": {**ck.meta["risk_head"], "learned": False, "reason": "held-out AUC 0.52 < 0.6"}}
+    flagged = RiskAwareRetriever(demo.registry, encoder=encoder, checkpoint=Checkpoint(ck.model, meta), tool_emb=demo_fitted.tool_emb,
+                                 graph=demo_fitted.graph, progress=False)
+    assert not flagged.risk_head_learned
+    np.testing.assert_array_equal(flagged.predicted_levels, keyword_levels(demo.registry))
+    res = flagged.retrieve(RISKY_TASK, k=5, mode="rule", risk_source="predicted")
+    assert len(res.notes) == 1 and "keyword annotator" in res.notes[0] and "0.52" in res.notes[0]
+    kw = keyword_levels(demo.registry)
+    assert all(t.predicted_level == kw[t.index] for t in res.tools)
+    assert flagged.retrieve(RISKY_TASK, k=5, mode="rule").notes == []  # audited labels: nothing to say
+
+
+# -- a tool named in the task ---------------------------------------------------------------------------
+NAMED_TASK = "run delete_file on /tmp/old.log"
+
+
+@pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid", "core", "core+graph"])
+def test_a_named_tool_ranks_first_in_every_mode_without_the_rule_filter(demo_fitted, mode):
+    res = demo_fitted.retrieve(NAMED_TASK, k=5, mode=mode, lam=8.0 if mode.startswith("core") else None)
+    assert res.tools[0].name == "delete_file" and res.tools[0].named
+    assert not any(t.named for t in res.tools[1:])
+    # even when it is outside the first stage's top-M, and from the approximate index
+    assert demo_fitted.retrieve(NAMED_TASK, k=3, mode=mode, candidates=2).tools[0].name == "delete_file"
+
+
+def test_a_named_tool_under_the_rule_filter_keeps_the_caps(demo_fitted, demo):
+    levels = demo.registry.risk_levels
+    named = ("delete_file", "drop_database_table", "execute_shell_command")  # L4, L4, L5
+    task = "call delete_file, then drop_database_table and execute_shell_command"
+    free = demo_fitted.retrieve(task, k=5, mode="core+graph")
+    assert {t.name for t in free.tools[:3]} == set(named) and all(t.named for t in free.tools[:3])
+    res = demo_fitted.retrieve(task, k=5, mode="rule", lam=0.0)
+    assert res.tools[0].name in named and res.tools[0].named
+    assert sum(levels[t.index] >= 3 for t in res.tools) <= 1  # the risk cap still holds
+    deferred = {d.name: d for d in res.deferred}
+    others = [n for n in named if n != res.tools[0].name]
+    for name in others:  # ... and the deferral says the task named it
+        assert deferred[name].named and RISK_CAP in deferred[name].reasons
+
+
+def test_plain_word_names_are_never_named(demo):
+    from riskrank.first_stage import LexicalIndex
+    from riskrank.registry import Tool, ToolRegistry
+
+    reg = ToolRegistry([Tool("translate", "translate text"), Tool("get_weather", "weather now"), Tool("Weather API", "weather")])
+    index = LexicalIndex.from_registry(reg)
+    assert index.identifier_like.tolist() == [False, True, False]
+    ev = index.evidence(["translate this and call get_weather, or the weather api"])
+    assert ev.ex[0].tolist() == [1.0, 1.0, 1.0] and ev.named[0].tolist() == [False, True, False]
+
+
+def test_named_tools_are_not_lifted_when_switched_off(demo, encoder, demo_tool_emb):
+    off = RiskAwareRetriever(demo.registry, encoder=encoder, tool_emb=demo_tool_emb, pin_named=False, progress=False)
+    on = RiskAwareRetriever(demo.registry, encoder=encoder, tool_emb=demo_tool_emb, progress=False)
+    task = "the weather in Porto this weekend, and also delete_file"
+    assert on.retrieve(task, k=3).tools[0].name == "delete_file"
+    plain = off.retrieve(task, k=3)
+    assert plain.tools[0].name != "delete_file" and not any(t.named for t in plain.tools)
+
+
+# -- bad input through the engine -------------------------------------------------------------------------
+@pytest.mark.parametrize("task", ["!!! ??? 🎉🎉🎉", "删除我主目录中的所有文件", ("Ο καιρός αύριο " * 300)[:4000]])
+@pytest.mark.parametrize("mode", ["bm25", "hybrid", "core", "core+graph+rule"])
+def test_tasks_without_lexical_evidence(demo_fitted, task, mode):
+    res = demo_fitted.retrieve(task, k=5, mode=mode, min_score=float("-inf"))
+    assert len(res.tools) == 5 and all(np.isfinite([t.score, t.f_rel, t.f_risk]).all() for t in res.tools)
+    assert not any(t.named for t in res.tools)
 
 
 def test_candidates_match_the_full_pool_when_they_cover_the_top(demo_fitted, encoder):
     q = encoder.encode([TASKS[1]])
-    full = demo_fitted.rank_batch(q, mode="core", candidates=None)
-    cos_rank = rank(q @ demo_fitted.tool_emb.T)[0]
+    texts = [TASKS[1]]
+    full = demo_fitted.rank_batch(q, mode="core", candidates=None, texts=texts)
+    # the head's first stage: the validated fusion, normalised over the full pool
+    lex = demo_fitted.lexical_index.evidence(texts)
+    first = demo_fitted.head_fusion(q @ demo_fitted.tool_emb.T, lex.bm25)
+    first_rank = rank(first)[0]
     top = full.order[0, :5]
-    # the smallest dense top-M that contains the full pool's top-5
-    m = max(int(np.flatnonzero(cos_rank == t)[0]) for t in top) + 1
+    # the smallest first-stage top-M that contains the full pool's top-5
+    m = max(int(np.flatnonzero(first_rank == t)[0]) for t in top) + 1
     for M in (m, m + 7):
-        cand = demo_fitted.rank_batch(q, mode="core", candidates=M)
+        cand = demo_fitted.rank_batch(q, mode="core", candidates=M, texts=texts)
         assert cand.order.shape == (1, M)
         np.testing.assert_array_equal(cand.order[0, :5], top)
         np.testing.assert_allclose(cand.score[0, :5], full.score[0, :5], atol=1e-6)
@@ -282,7 +379,8 @@ def test_retrieve_many_matches_retrieve(demo_fitted):
     for task, res in zip(TASKS, many, strict=True):
         one = demo_fitted.retrieve(task, k=5, mode="graph")
         assert [t.name for t in res.tools] == [t.name for t in one.tools]
-        np.testing.assert_allclose([t.score for t in res.tools], [t.score for t in one.tools], atol=1e-6)
+        # logits (the p_risky penalty's scale): a batch and one row round differently
+        np.testing.assert_allclose([t.score for t in res.tools], [t.score for t in one.tools], atol=2e-5)
 
 
 def test_saved_checkpoint_reproduces_the_retriever(demo_fitted, encoder, demo, tmp_path):
@@ -316,9 +414,9 @@ def test_bad_candidate_count(dense, m):
 @pytest.mark.parametrize("mode", ["dense", "core", "core+graph", "core+graph+rule", "dense+rule"])
 def test_top_prefix_equals_the_full_ranking(demo_fitted, encoder, mode):
     q = encoder.encode(TASKS)
-    full = demo_fitted.rank_batch(q, mode=mode, candidates=None)
+    full = demo_fitted.rank_batch(q, mode=mode, candidates=None, texts=TASKS)
     for top in (1, 5, 12):
-        part = demo_fitted.rank_batch(q, mode=mode, candidates=None, top=top)
+        part = demo_fitted.rank_batch(q, mode=mode, candidates=None, top=top, texts=TASKS)
         np.testing.assert_array_equal(part.order, full.order[:, :top])
         np.testing.assert_allclose(part.score, full.score[:, :top], atol=1e-6)
         np.testing.assert_allclose(part.f_rel, full.f_rel[:, :top], atol=1e-6)
@@ -329,12 +427,46 @@ def test_ann_first_stage(demo_fitted, encoder, demo, demo_tool_emb):
                              first_stage="ann", candidates=40, progress=False)
     exact = RiskAwareRetriever(demo.registry, encoder=encoder, checkpoint=demo_fitted.checkpoint, tool_emb=demo_tool_emb,
                                candidates=40, progress=False)
-    # A 98-tool registry has 2 IVF cells and 32 probes: the index scans them all, so ANN = exact.
-    for mode in ("core", "core+graph+rule"):
+    # A 98-tool registry has 2 IVF cells and 32 probes: the index scans them all, so the ANN
+    # top-M is the exact cosine top-M, and a mode that reads the cosine alone ranks alike.
+    for mode in ("dense", "dense+rule"):
         a = ann.retrieve_many(TASKS, k=5, mode=mode)
         b = exact.retrieve_many(TASKS, k=5, mode=mode)
         assert [[t.name for t in r.tools] for r in a] == [[t.name for t in r.tools] for r in b]
+    # With the lexical evidence the ANN set is BM25's best quarter, then the cosine top-M
+    # (normalised over those M tools): the same M tools when M covers the registry.
+    q = encoder.encode(TASKS)
+    batch = ann.rank_batch(q, mode="core", texts=TASKS)
+    assert batch.order.shape == (3, 40) and all(len(set(row)) == 40 for row in batch.order.tolist())
+    bm = ann.lexical_index.bm25
+    for i, task in enumerate(TASKS):
+        assert set(bm.top(task, 10).tolist()) <= set(batch.order[i].tolist())
+    wide = RiskAwareRetriever(demo.registry, encoder=encoder, checkpoint=demo_fitted.checkpoint, tool_emb=demo_tool_emb,
+                              first_stage="ann", candidates=97, progress=False)
+    exact97 = RiskAwareRetriever(demo.registry, encoder=encoder, checkpoint=demo_fitted.checkpoint, tool_emb=demo_tool_emb,
+                                 candidates=97, progress=False)
+    for mode in ("core", "core+graph+rule"):
+        a = [[t.name for t in r.tools] for r in wide.retrieve_many(TASKS, k=5, mode=mode)]
+        b = [[t.name for t in r.tools] for r in exact97.retrieve_many(TASKS, k=5, mode=mode)]
+        assert sum(len(set(x) & set(y)) for x, y in zip(a, b, strict=True)) >= 12, (a, b)
     default = RiskAwareRetriever(demo.registry, encoder=encoder, tool_emb=demo_tool_emb, first_stage="ann", progress=False)
     assert default.candidates == 100  # an index finds a top-M, never the full pool
     with pytest.raises(RiskrankError, match="unknown first stage"):
         RiskAwareRetriever(demo.registry, encoder=encoder, tool_emb=demo_tool_emb, first_stage="lsh", progress=False)
+
+
+def test_each_pipeline_reads_its_own_validated_lambda(demo_fitted, demo, encoder):
+    p = demo_fitted.pipelines
+    assert {"core", "core+rule", "core+graph", "core+graph+rule", "core+graph+rule_pred"} <= set(p)
+    assert demo_fitted.settings("rule")["lam"] == p["core+graph+rule"]["lam"]
+    assert demo_fitted.settings("rule", risk_source="predicted")["lam"] == p["core+graph+rule_pred"]["lam"]
+    assert demo_fitted.settings("graph")["alpha"] == p["core+graph"]["alpha"]
+    assert demo_fitted.settings("core")["alpha"] == 0.0 and demo_fitted.settings("dense")["lam"] == 0.0
+    assert demo_fitted.pipeline_key(parse_mode("core"), candidates=40) == "top40/core"
+    assert demo_fitted.settings("core", candidates=40)["lam"] == p["core"]["lam"]  # no top-40 choice: the full pool's
+    assert demo_fitted.settings("rule", lam=0.7)["lam"] == 0.7
+    res = demo_fitted.retrieve(TASKS[2], k=5, mode="rule")
+    assert res.lam == p["core+graph+rule"]["lam"]
+    fixed = RiskAwareRetriever(demo.registry, encoder=encoder, checkpoint=demo_fitted.checkpoint, tool_emb=demo_fitted.tool_emb,
+                               lam=1.25, progress=False)
+    assert fixed.settings("rule")["lam"] == fixed.settings("core")["lam"] == 1.25  # a lambda given to the retriever wins

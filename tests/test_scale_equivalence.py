@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 import naive
 from riskrank.ann import ANNRetriever
-from riskrank.first_stage import rank, top_m
+from riskrank.first_stage import LEXICAL_FEATURES, RelevanceInputs, rank, top_m
 from riskrank.graph import NORMALISATIONS, GraphConfig, ToolGraph
-from riskrank.heads import DESIGNS, DualHead, HeadScorer
+from riskrank.heads import DualHead, HeadScorer
 from riskrank.rules import RuleConfig, RuleFilter
 
 SEEDS = st.integers(0, 2**32 - 1)
@@ -26,13 +26,29 @@ def unit(rng, n, d):
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
+VARIANTS = {
+    "paper": {"design": "paper"},
+    "residual": {"design": "residual"},
+    "hybrid": {"design": "residual", "lexical": LEXICAL_FEATURES, "penalty": "p_risky"},
+}
+DESIGNS = tuple(VARIANTS)
+
+
+def lexical_inputs(model: DualHead, n_q: int, n: int, seed: int = 0) -> RelevanceInputs | None:
+    if not model.lexical:
+        return None
+    rng = np.random.default_rng(seed)
+    x = tuple(np.where(rng.random((n_q, n)) < 0.2, rng.random((n_q, n)), 0).astype(np.float32) for _ in model.lexical)
+    return RelevanceInputs(rng.random((n_q, n)).astype(np.float32), x)
+
+
 def random_heads(design: str, dim: int, seed: int) -> DualHead:
     torch.manual_seed(seed)
-    model = DualHead(dim, design, hidden=16, rank=8)
+    model = DualHead(dim, hidden=16, rank=8, **VARIANTS[design])
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.copy_(torch.randn_like(p) * 0.3) if not name.endswith("log_scale") else p.fill_(2.0)
-        if design == "residual":
+        if design != "paper":
             model.relevance_head.residual_weight.fill_(0.6)
     return model.eval()
 
@@ -49,18 +65,21 @@ def test_blocked_heads_equal_pair_mlp(design, block_elems, monkeypatch):
     rng = np.random.default_rng(7)
     T, Q = unit(rng, 301, 20), unit(rng, 11, 20)
     model = random_heads(design, 20, 3)
+    inp = lexical_inputs(model, 11, 301)
     scorer = HeadScorer(model, T)
-    want = naive.head_scores(model, Q, T, 0.25)
-    np.testing.assert_allclose(scorer.scores(Q, 0.25), want, atol=1e-5, rtol=0)
+    want = naive.head_scores(model, Q, T, 0.25, inp)
+    np.testing.assert_allclose(scorer.scores(Q, 0.25, inputs=inp), want, atol=1e-5, rtol=0)
     cos = Q @ T.T
     before = cos.copy()
-    rel = scorer.relevance(Q, cos=cos)
+    rel = scorer.relevance_score(Q, cos=cos, inputs=inp)
     np.testing.assert_array_equal(cos, before)  # the first stage's matrix is read, not reused
     np.testing.assert_allclose(rel - 0.25 * scorer.f_risk, want, atol=1e-5, rtol=0)
     for i in (0, 5, 10):  # one query at a time (the latency path) = the batch
-        np.testing.assert_allclose(scorer.relevance(Q[i], cos=cos[i]), rel[i : i + 1], atol=1e-6)
+        one = inp.rows(slice(i, i + 1)) if inp is not None else None
+        np.testing.assert_allclose(scorer.relevance_score(Q[i], cos=cos[i], inputs=one), rel[i : i + 1], atol=1e-5)
     cand = np.stack([rng.choice(301, size=40, replace=False) for _ in range(11)])
-    np.testing.assert_allclose(scorer.scores(Q, 0.25, cand), np.take_along_axis(want, cand, 1), atol=1e-5, rtol=0)
+    cinp = inp.take(cand) if inp is not None else None
+    np.testing.assert_allclose(scorer.scores(Q, 0.25, cand, inputs=cinp), np.take_along_axis(want, cand, 1), atol=1e-5, rtol=0)
 
 
 def test_scratch_buffers_are_per_thread():
@@ -197,9 +216,11 @@ def test_heads_split_across_worker_threads_are_unchanged(design, workers, monkey
     rng = np.random.default_rng(9)
     T, Q = unit(rng, 233, 12), unit(rng, 6, 12)
     model = random_heads(design, 12, 4)
-    want = HeadScorer(model, T).relevance(Q)
+    inp = lexical_inputs(model, 6, 233, seed=1)
+    want = HeadScorer(model, T).relevance(Q, inputs=inp)
     monkeypatch.setattr(HeadScorer, "workers", workers)
     scorer = HeadScorer(model, T)
-    np.testing.assert_array_equal(scorer.relevance(Q), want)  # same blocks, same arithmetic
-    np.testing.assert_allclose(scorer.relevance(Q[2]), want[2:3], atol=1e-6)  # BLAS: gemv vs gemm rounding
-    np.testing.assert_allclose(scorer.scores(Q, 0.3), naive.head_scores(model, Q, T, 0.3), atol=1e-5, rtol=0)
+    np.testing.assert_array_equal(scorer.relevance(Q, inputs=inp), want)  # same blocks, same arithmetic
+    one = inp.rows(slice(2, 3)) if inp is not None else None
+    np.testing.assert_allclose(scorer.relevance(Q[2], inputs=one), want[2:3], atol=1e-6)  # BLAS: gemv vs gemm rounding
+    np.testing.assert_allclose(scorer.scores(Q, 0.3, inputs=inp), naive.head_scores(model, Q, T, 0.3, inp), atol=1e-5, rtol=0)

@@ -91,7 +91,7 @@ def test_training_holds_out_whole_queries(make_synthetic):
     # every positive pair of a training query, none of a validation query
     assert res.counts["positive_pairs"] == sum(len(gold[i]) for i in tr)
     assert res.validation["n_queries"] == 10 and "lam_grid" in res.validation
-    assert res.lam in TrainConfig().lam_grid
+    assert res.lam in TrainConfig().resolved().lam_grid
 
 
 def test_explicit_validation_set(make_synthetic):
@@ -145,7 +145,7 @@ def test_unlabelled_tools_are_warned_excluded_and_counted(make_synthetic):
     risk_l1 = risk_unl.copy()
     risk_l1[unl] = 1
     kw = {"epochs": 25, "batch_size": 8, "risk_weighting": "none", "design": "paper", "sampling": "random"}
-    with pytest.warns(UserWarning, match="20 tools have no risk label: excluded from L_risk"):
+    with pytest.warns(UserWarning, match="20 tools have no risk label: excluded from the risk losses"):
         a = train((tools, queries, gold, risk_unl), **kw)
     assert a.counts["unlabelled_tools"] == 20
     b = train((tools, queries, gold, risk_l1), **kw)
@@ -173,6 +173,13 @@ def test_no_label_at_all(make_synthetic):
         ({"negatives": 0}, "negatives must be positive"),
         ({"lam_grid": (0.0, -0.1)}, "lambda values must be >= 0"),
         ({"tolerance": 2.0}, "tolerance"),
+        ({"relevance": "sparse"}, "unknown relevance"),
+        ({"penalty": "cubic"}, "unknown risk penalty"),
+        ({"design": "paper", "penalty": "p_risky"}, "paper design keeps"),
+        ({"design": "paper", "relevance": "hybrid"}, "paper design reads"),
+        ({"rule_selection": "budget"}, "invalid lambda selection rule"),
+        ({"rule_fill": "all"}, "unknown fill policy"),
+        ({"candidate_pipelines": (0,)}, "candidate_pipelines"),
     ],
 )
 def test_bad_config(kw, pattern):
@@ -181,10 +188,15 @@ def test_bad_config(kw, pattern):
 
 
 def test_design_defaults():
-    r, p = TrainConfig().resolved(), TrainConfig(design="paper").resolved()
-    assert (r.sampling, r.early_stopping, r.risk_weighting) == ("mixed", True, "balanced")
-    assert (p.sampling, p.early_stopping, p.risk_weighting) == ("hard", False, "none")
-    assert (r.margin, r.mu, r.lr, r.batch_size, r.epochs, r.negatives) == (0.1, 0.5, 1e-3, 64, 10, 5)
+    r, p = TrainConfig().resolved(has_lexical=True), TrainConfig(design="paper").resolved(has_lexical=True)
+    assert (r.sampling, r.early_stopping, r.risk_weighting, r.negatives) == ("hard", True, "balanced", 10)
+    assert (r.relevance, r.penalty, r.lam_grid[-1], r.lexical_lr) == ("hybrid", "p_risky", 8.0, 0.1)
+    assert (p.sampling, p.early_stopping, p.risk_weighting, p.negatives) == ("hard", False, "none", 5)
+    assert (p.relevance, p.penalty, p.lam_grid[-1]) == ("dense", "paper", 2.0)
+    assert (p.margin, p.mu, p.lr, p.batch_size, p.epochs) == (0.1, 0.5, 1e-3, 64, 10)
+    # without texts (embeddings only) the residual head reads the cosine only
+    assert TrainConfig().resolved().relevance == "dense"
+    assert (r.selection, r.rule_selection) == ("budget:0.65", "budget:0.4")
 
 
 # -- lambda rules ----------------------------------------------------------------------------------
@@ -198,6 +210,7 @@ ROWS = [
 
 def test_parse_selection():
     assert parse_selection("budget:0.75") == ("budget", 0.75)
+    assert parse_selection("ucb:0.4") == ("ucb", 0.4)
     assert parse_selection("utility:1") == ("utility", 1.0)
     for bad in ("budget", "utility:x", "max:1", "budget:nan"):
         with pytest.raises(RiskrankError):
@@ -380,3 +393,94 @@ def test_save_refuses_a_file_target(tmp_path, trained):
     with pytest.raises(CheckpointError, match="not a directory"):
         save_checkpoint(res, f, encoder=ENC, registry_fingerprint="x")
     assert f.read_text() == "x"
+
+
+# -- the ucb rule, the risk heads, the hybrid head ----------------------------------------------------
+def test_ucb_budget_needs_the_upper_bound_to_fit():
+    n = 20
+    rv_noisy = np.zeros(n)
+    rv_noisy[:2] = 1.0  # mean 0.1, but two risky queries only: a wide interval
+    nd = np.full(n, 0.5)
+    pq = {0.0: (nd + 0.1, rv_noisy), 1.0: (nd, np.zeros(n))}
+    rows = [{"lam": lam, "ndcg@5": float(v[0].mean()), "rvr@5": float(v[1].mean())} for lam, v in pq.items()]
+    assert choose_lambda(rows, "budget:1.0", 0.12, 0.0, pq) == 0.0  # 0.10 <= 0.12
+    assert choose_lambda(rows, "ucb:1.0", 0.12, 0.0, pq) == 1.0  # 0.10 + SE > 0.12
+
+
+def _risk_data(seed: int = 0, n: int = 200, dim: int = 12, learnable: bool = True):
+    rng = np.random.default_rng(seed)
+    T = rng.normal(size=(n, dim)).astype(np.float32)
+    T /= np.linalg.norm(T, axis=1, keepdims=True)
+    if learnable:
+        levels = np.clip(np.digitize(T[:, 0], [-0.3, -0.1, 0.1, 0.3]) + 1, 1, 5)
+    else:
+        levels = rng.integers(1, 6, size=n)
+    return T, levels.astype(np.int64)
+
+
+def test_a_risk_head_that_learned_and_one_that_did_not():
+    from riskrank.training import crossfit_risk, risk_quality, train_risk_head
+
+    cfg = TrainConfig(seed=1, risk_epochs=10).resolved()
+    for learnable in (True, False):
+        T, levels = _risk_data(learnable=learnable)
+        cf = crossfit_risk(T, levels, cfg)
+        head = train_risk_head(T, levels, "levels", cfg)
+        with torch.no_grad():
+            score = head(torch.from_numpy(T)).numpy()
+        q = risk_quality(levels, score, cf, cfg)
+        if learnable:
+            assert q["learned"] and q["heldout_auc"] > 0.8 and q["heldout_auc_p_risky"] > 0.8, q
+        else:
+            assert not q["learned"] and q["heldout_auc"] < 0.65 and "AUC" in q["reason"], q
+    # a collapsed head (every prediction the same level) is flagged by its span
+    flat = np.full(len(levels), 0.5, np.float32)
+    q = risk_quality(levels, flat, {"level_score": np.random.default_rng(0).random(len(levels))}, cfg)
+    assert not q["learned"] and "span" in q["reason"]
+
+
+def test_crossfit_risk_hides_each_folds_labels(monkeypatch):
+    import riskrank.training as training
+
+    T, levels = _risk_data(n=60)
+    levels[:5] = 0  # unlabelled: scored by heads trained on every label
+    seen = []
+    real = training.train_risk_head
+
+    def spy(tool_emb, lv, target, cfg, **kw):
+        seen.append(np.asarray(lv).copy())
+        return real(tool_emb, lv, target, cfg, **kw)
+
+    monkeypatch.setattr(training, "train_risk_head", spy)
+    cfg = TrainConfig(seed=2, risk_folds=3, risk_epochs=1, risk_min_steps=1).resolved()
+    out = training.crossfit_risk(T, levels, cfg)
+    fold = out["fold"]
+    assert (fold[:5] == -1).all() and sorted(set(fold[5:].tolist())) == [0, 1, 2]
+    assert len(seen) == 2 * 4  # two heads, three folds and the unlabelled group
+    for f in range(3):
+        for lv in seen[2 * f : 2 * f + 2]:
+            assert (lv[fold == f] == 0).all() and (lv[(fold != f) & (fold >= 0)] == levels[(fold != f) & (fold >= 0)]).all()
+    # stratified: every level is spread over the folds
+    for lv in (1, 2, 3, 4, 5):
+        assert len(set(fold[levels == lv].tolist())) == min(3, int((levels == lv).sum()))
+    assert out["levels"].min() >= 1 and np.isfinite(out["level_score"]).all()
+
+
+def test_hybrid_training_on_the_demo_starts_at_the_fusion(demo, encoder, torch_single_thread):
+    from riskrank.first_stage import LEXICAL_FEATURES, LexicalIndex
+    from riskrank.training import choose_fusion
+
+    reg = demo.registry
+    T = encoder.encode(reg.texts())
+    Q = encoder.encode(demo.train.texts)
+    lex = LexicalIndex.from_registry(reg).evidence(demo.train.texts)
+    fusion = choose_fusion(Q @ T.T, lex, demo.train.gold)
+    res = train_heads(T, Q, demo.train.gold, reg.risk_levels, TrainConfig(seed=3, epochs=3), lexical=lex, fusion=fusion,
+                      perm_counts=reg.perm_counts, progress=False)
+    assert res.config.relevance == "hybrid" and res.model.lexical == LEXICAL_FEATURES and res.fusion == fusion
+    hist = [h["val_ndcg@5"] for h in res.history]
+    assert hist[0] == max(hist[:1]) and res.validation["best_epoch"] == int(np.argmax(hist))  # epoch 0 = the fusion
+    assert set(res.validation["lexical_weights"]) == set(LEXICAL_FEATURES)
+    assert {"core", "core+rule", "core+graph+rule", "core+graph+rule_pred"} <= set(res.validation["pipelines"])
+    with pytest.raises(RiskrankError, match="lexical evidence"):
+        train_heads(T, Q, demo.train.gold, reg.risk_levels, TrainConfig(seed=3, epochs=1, relevance="hybrid"), progress=False)

@@ -161,7 +161,7 @@ class HeadAnnotator(Annotator):
         from riskrank.risk import level_from_score
 
         emb = self.encoder.encode([t.text(self.template) for t in tools], desc="encoding tools")
-        f_risk = HeadScorer(self.checkpoint.model, emb).f_risk
+        f_risk = HeadScorer(self.checkpoint.model, emb).level_score  # the (r - 1) / 4 head: levels
         for i, (lvl, f) in enumerate(zip(level_from_score(f_risk), f_risk, strict=True)):
             yield i, Vote(int(lvl), f"f_risk={float(f):.3f}")
 

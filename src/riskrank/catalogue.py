@@ -25,7 +25,7 @@ from riskrank.errors import RiskrankError, error_body
 from riskrank.fileio import UnsafeFileError, read_regular_file
 from riskrank.modes import MODES, parse_mode, safe_default_mode
 from riskrank.registry import ToolRegistry
-from riskrank.risk import fail_closed_levels, keyword_level, level_from_score
+from riskrank.risk import fail_closed_levels, keyword_level
 
 FILL_LEVELS = ("none", "keyword")
 #: Where a tool's risk level comes from (``risk_provenance`` in every response).
@@ -154,7 +154,7 @@ class Catalogue:
     def tool_spec(self, index: int) -> dict[str, Any]:
         """One tool as an agent or an operator needs it: the spec plus its risk evidence."""
         t = self.registry[index]
-        scorer = self.retriever.scorer
+        predicted = self.retriever.predicted_levels
         return {
             "name": t.name,
             "description": t.description,
@@ -163,7 +163,7 @@ class Catalogue:
             "effective_level": self.effective_levels[index],
             "risk_provenance": self.provenance[index],
             "risk_evidence": self.evidence[index],
-            "predicted_level": int(level_from_score(scorer.f_risk[index : index + 1])[0]) if scorer is not None else None,
+            "predicted_level": int(predicted[index]) if predicted is not None else None,
             "f_risk": float(self.retriever.f_risk[index]),
             "permissions": sorted(t.permissions),
             "annotations": dict(t.annotations) if t.annotations else None,

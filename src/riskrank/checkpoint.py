@@ -45,6 +45,7 @@ import hashlib
 import io
 import math
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -56,8 +57,9 @@ from typing import Any
 from riskrank._version import __version__
 from riskrank.errors import CheckpointError, RiskrankError
 from riskrank.fileio import DIR_MODE, atomic_writer, dumps, loads_strict, read_regular_file, show
+from riskrank.first_stage import FUSION_RULES, LEXICAL_FEATURES, NORMS
 from riskrank.graph import NORMALISATIONS, ToolGraph
-from riskrank.heads import DESIGNS, DualHead
+from riskrank.heads import DESIGNS, PENALTIES, DualHead
 from riskrank.modes import MAX_LAMBDA
 from riskrank.training import TrainResult
 
@@ -69,6 +71,8 @@ ARTEFACTS = (WEIGHTS, GRAPH_FILE)
 FORMAT = "riskrank-heads/2"
 #: Formats this version reads: /1 (no manifest; the graph is range-checked only) and /2.
 READABLE_FORMATS = ("riskrank-heads/1", FORMAT)
+#: The pipeline names ``inference.pipelines`` may hold.
+PIPELINE_NAMES = r"(top[0-9]{1,7}/)?core(\+rule|\+graph|\+graph\+rule|\+graph\+rule_pred)?"
 #: The largest sidecar read (a sidecar is a few kB; validation records make it tens).
 MAX_SIDECAR_BYTES = 16 * 1024 * 1024
 
@@ -79,7 +83,9 @@ class Key:
     """What one sidecar key may hold. ``kind``: ``str``, ``int``, ``number`` (int or float,
     finite), ``bool``, ``dict``, ``list`` or ``sha256`` (64 hex digits); ``low``/``high``: an
     inclusive range for numbers; ``choices``: the allowed values; ``nullable``: null allowed;
-    ``open``: a dict whose own keys are not checked (free-form records)."""
+    ``open``: a dict whose own keys are not checked (free-form records); ``items``: the
+    values a list's elements may take; ``each``: a dict whose keys are names (matching the
+    regex ``names``) and whose values are dicts of exactly these keys."""
 
     kind: str
     required: bool = True
@@ -88,6 +94,9 @@ class Key:
     choices: tuple[Any, ...] | None = None
     nullable: bool = False
     open: bool = False
+    items: tuple[Any, ...] | None = None
+    each: dict[str, Key] | None = None
+    names: str | None = None
 
     def problem(self, value: Any) -> str | None:
         """Why ``value`` does not fit, or None."""
@@ -112,6 +121,25 @@ class Key:
                     else f"must be >= {self.low:g}, got {show(value)}"
         if self.choices is not None and value not in self.choices:
             return f"must be one of {', '.join(map(str, self.choices))}, got {show(value)}"
+        if self.items is not None and any(v not in self.items for v in value):
+            return f"may only hold {', '.join(map(str, self.items))}, got {show(value)}"
+        if self.each is not None:
+            for name, sub in value.items():
+                if self.names is not None and not re.fullmatch(self.names, name):
+                    return f"has an unknown entry {show(name)}"
+                if not isinstance(sub, dict):
+                    return f"{name} must be a JSON object, got {show(sub)}"
+                for key in sub:
+                    if key not in self.each:
+                        return f"{name} has an unknown key {show(key)}"
+                for key, spec in self.each.items():
+                    if key not in sub:
+                        if spec.required:
+                            return f"{name} is missing {key}"
+                        continue
+                    why = spec.problem(sub[key])
+                    if why:
+                        return f"{name}.{key} {why}"
         return None
 
 
@@ -134,6 +162,10 @@ SIDECAR_SCHEMA: dict[str, Key] = {
     "head.hidden": Key("int", low=1),
     "head.rank": Key("int", low=1),
     "head.parameters": Key("int", required=False, low=0),
+    # The lexical features the relevance head reads (none: the dense head) and what lambda
+    # multiplies; a checkpoint without them is a dense head with the paper's penalty.
+    "head.lexical": Key("list", required=False, items=LEXICAL_FEATURES),
+    "head.penalty": Key("str", required=False, choices=PENALTIES),
     "inference": Key("dict"),
     "inference.lam": Key("number", low=0.0, high=MAX_LAMBDA),
     "inference.alpha": Key("number", required=False, low=0.0, high=1.0),
@@ -141,6 +173,24 @@ SIDECAR_SCHEMA: dict[str, Key] = {
     "inference.residual_weight": Key("number", required=False, low=0.0, high=100.0),
     "inference.label_lam": Key("number", required=False, low=0.0, high=MAX_LAMBDA),
     "inference.min_score": Key("number", required=False, nullable=True, low=0.0, high=1.0),
+    # The hybrid first stage's fusion, chosen on the training queries.
+    "inference.fusion": Key("dict", required=False),
+    "inference.fusion.rule": Key("str", choices=FUSION_RULES),
+    "inference.fusion.norm": Key("str", nullable=True, choices=NORMS),
+    "inference.fusion.weight": Key("number", low=0.0, high=1.0),
+    "inference.fusion.k": Key("int", required=False, nullable=True, low=1),
+    # lambda, alpha and normalisation per pipeline (core, core+graph+rule, top100/core, ...).
+    "inference.pipelines": Key("dict", required=False, names=PIPELINE_NAMES, each={
+        "lam": Key("number", low=0.0, high=MAX_LAMBDA), "alpha": Key("number", low=0.0, high=1.0),
+        "normalisation": Key("str", choices=NORMALISATIONS)}),
+    # The risk head's held-out check: a head that has not learned is not used for levels.
+    "risk_head": Key("dict", required=False),
+    "risk_head.heldout_auc": Key("number", nullable=True, low=0.0, high=1.0),
+    "risk_head.heldout_auc_p_risky": Key("number", required=False, nullable=True, low=0.0, high=1.0),
+    "risk_head.level_span": Key("number", low=0.0, high=4.0),
+    "risk_head.folds": Key("int", required=False, low=1),
+    "risk_head.learned": Key("bool"),
+    "risk_head.reason": Key("str", required=False, nullable=True),
     "hyperparameters": Key("dict", required=False, open=True),
     "training_data": Key("dict"),
     "training_data.registry_fingerprint": Key("str"),
@@ -190,6 +240,10 @@ def validate_sidecar(meta: Any, where: str) -> dict[str, Any]:
         raise CheckpointError(f"{where}: missing files (the manifest of a {FORMAT} checkpoint)")
     if meta["head"]["dim"] != meta["encoder"].get("dim", meta["head"]["dim"]):
         raise CheckpointError(f"{where}: head.dim {meta['head']['dim']} differs from encoder.dim {meta['encoder']['dim']}")
+    lexical = meta["head"].get("lexical") or []
+    if lexical and tuple(lexical) != LEXICAL_FEATURES:
+        raise CheckpointError(f"{where}: head.lexical must be [] or {', '.join(LEXICAL_FEATURES)} in this order "
+                              f"(the features this riskrank computes), got {show(lexical)}")
     files = meta.get("files")
     if files is not None and files.get(WEIGHTS) not in (None, meta["weights_sha256"]):
         raise CheckpointError(f"{where}: files.{WEIGHTS} differs from weights_sha256")
@@ -270,8 +324,10 @@ def sidecar(result: TrainResult, *, encoder: dict[str, Any], registry_fingerprin
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "encoder": encoder,
         "head": {"design": result.model.design, "dim": result.model.dim, "hidden": result.model.hidden,
-                 "rank": result.model.rank, "parameters": result.model.n_parameters()},
+                 "rank": result.model.rank, "parameters": result.model.n_parameters(),
+                 "lexical": list(result.model.lexical), "penalty": result.model.penalty},
         "inference": {"lam": result.lam, **(inference or {})},
+        **({"risk_head": dict(result.risk_quality)} if result.risk_quality else {}),
         "hyperparameters": asdict(result.config),
         "training_data": {"registry_fingerprint": registry_fingerprint, **(training_data or {})},
         "counts": result.counts,
@@ -473,11 +529,12 @@ def load_checkpoint(path: str | Path, *, encoder_identity: str | None = None, di
     except (SafetensorError, ValueError) as exc:
         raise CheckpointError(f"{weights}: cannot load head weights ({str(exc).splitlines()[0][:160]})") from None
     try:
-        model = DualHead(ck_dim, head["design"], head["hidden"], head["rank"])
+        model = DualHead(ck_dim, head["design"], head["hidden"], head["rank"], lexical=tuple(head.get("lexical", ())),
+                         penalty=head.get("penalty", "paper"))
         model.load_state_dict(state, strict=True)
     except (RuntimeError, ValueError) as exc:
         # the weights passed their sha256, so it is the sidecar's head block that is wrong
-        shape = {k: head[k] for k in ("design", "dim", "hidden", "rank")}
+        shape = {k: head[k] for k in ("design", "dim", "hidden", "rank", "lexical", "penalty") if k in head}
         raise CheckpointError(f"{side}: head {shape} does not fit the weights in {WEIGHTS} "
                               f"({str(exc).splitlines()[-1].strip()[:120]})") from None
     return Checkpoint(model.eval(), meta, path, graph_bytes)

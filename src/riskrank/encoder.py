@@ -151,7 +151,16 @@ class EmbeddingCache:
 
     @staticmethod
     def _create(conn: sqlite3.Connection) -> None:
-        conn.execute("PRAGMA journal_mode=WAL")
+        # Switching to WAL takes an exclusive lock and SQLite can answer "database is locked" at
+        # once, without its busy handler, while another process opens the same new file: retry.
+        for attempt in range(50):
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or attempt == 49:
+                    raise
+                time.sleep(0.1)
         conn.execute("CREATE TABLE IF NOT EXISTS vectors "
                      "(model TEXT, key BLOB, dim INTEGER, vec BLOB, digest BLOB, PRIMARY KEY (model, key))")
         conn.execute("CREATE TABLE IF NOT EXISTS model_meta (model TEXT PRIMARY KEY, meta TEXT)")

@@ -3,10 +3,14 @@
 Standard library only (no numpy, no torch), so the CLI, the servers and the agent adapters
 can validate a request and describe a result without loading the engine.
 
-Modes are ``+``-separated stages: ``dense`` (cosine; with lambda > 0 and audited labels it
-is the paper's risk-label-penalty baseline), ``core`` (the dual head), ``core+graph``
-(ToolGraph smoothing), and any of them followed by ``+rule`` (the rule filter). ``graph``
-and ``rule`` are short for ``core+graph`` and ``core+graph+rule``.
+Modes are ``+``-separated stages. The first names the relevance scores: ``dense`` (cosine;
+with lambda > 0 and audited labels it is the paper's risk-label-penalty baseline), ``bm25``,
+``hybrid`` (the fusion of the two: the checkpoint's validated one, else
+:data:`riskrank.first_stage.PRIOR_FUSION`) or ``core`` (the dual head, which reads its own
+first stage: the checkpoint's). ``core+graph`` adds ToolGraph smoothing, and any of them may
+end in ``+rule`` (the rule filter). ``graph`` and ``rule`` are short for ``core+graph`` and
+``core+graph+rule``. How the scored set is found (every tool, or a top-M from an exact or an
+approximate search) is a separate setting, the first-stage search (:data:`FIRST_STAGES`).
 """
 
 from __future__ import annotations
@@ -18,10 +22,14 @@ from riskrank.errors import RiskrankError
 
 MODE_ALIASES = {"graph": "core+graph", "rule": "core+graph+rule"}
 #: Every mode string :func:`parse_mode` accepts, spelled out (CLI choices, API schemas).
-MODES = ("dense", "dense+rule", "core", "core+rule", "core+graph", "core+graph+rule", "graph", "rule")
+MODES = ("dense", "dense+rule", "bm25", "bm25+rule", "hybrid", "hybrid+rule", "core", "core+rule", "core+graph",
+         "core+graph+rule", "graph", "rule")
+#: The relevance scores of a mode without heads.
+RELEVANCE_SOURCES = ("dense", "bm25", "hybrid")
 #: Which risk levels the rule filter reads: the audited labels, or the risk head's predictions.
 RISK_SOURCES = ("labels", "predicted")
-#: "exact": cosine over every tool; "ann": an IVF index finds the top-M candidates (large registries).
+#: How the top-M scored set is found: "exact" (the mode's first-stage scores over every tool) or
+#: "ann" (an IVF index's cosine top-M, joined by BM25's best; large registries).
 FIRST_STAGES = ("exact", "ann")
 #: The longest list one retrieval returns.
 MAX_K = 100
@@ -48,39 +56,48 @@ def safe_default_mode(has_heads: bool) -> str:
     return "core+graph+rule" if has_heads else "dense+rule"
 
 
-def default_min_score(heads: bool, encoder_identity: str, inference: dict[str, Any]) -> float | None:
+def default_min_score(heads: bool, encoder_identity: str, inference: dict[str, Any], relevance: str = "dense") -> float | None:
     """The relevance floor of a score scale when none is given: the checkpoint's own (chosen
     on its validation queries at training time) for the heads, the encoder's measured one
-    (:data:`DENSE_MIN_SCORE`) for dense cosine; None where neither is known (no floor)."""
+    (:data:`DENSE_MIN_SCORE`) for dense cosine; None where neither is known (no floor: BM25
+    and the fusion have none measured)."""
     if heads:
         value = inference.get("min_score")
         return None if value is None else float(value)
+    if relevance != "dense":
+        return None
     return DENSE_MIN_SCORE.get(encoder_identity.split("@", 1)[0])
 
 
 @dataclass(frozen=True)
 class Stages:
-    """Which stages a mode runs."""
+    """Which stages a mode runs; ``relevance`` is the first stage of a mode without heads
+    (:data:`RELEVANCE_SOURCES`; the heads read their checkpoint's)."""
 
     heads: bool
     graph: bool
     rule: bool
+    relevance: str = "dense"
 
     @property
     def name(self) -> str:
-        return "+".join(["core" if self.heads else "dense", *(["graph"] if self.graph else []), *(["rule"] if self.rule else [])])
+        return "+".join(["core" if self.heads else self.relevance, *(["graph"] if self.graph else []), *(["rule"] if self.rule else [])])
+
+    @property
+    def lexical(self) -> bool:
+        """Whether the mode's own scores read the lexical evidence (BM25 or the fusion)."""
+        return not self.heads and self.relevance != "dense"
 
 
 def parse_mode(mode: str) -> Stages:
     """``core+graph+rule`` -> Stages(heads, graph, rule); clear error on anything else."""
-    full = MODE_ALIASES.get(mode, mode)
+    full = MODE_ALIASES.get(mode, mode) if isinstance(mode, str) else ""
     parts = full.split("+")
-    valid = parts[0] in ("dense", "core") and all(p in ("graph", "rule") for p in parts[1:]) and len(set(parts)) == len(parts)
-    if not valid or (parts[0] == "dense" and "graph" in parts):
-        raise RiskrankError(
-            f"unknown mode {mode!r}; use dense, dense+rule, core, core+rule, core+graph, core+graph+rule (or graph, rule)"
-        )
-    return Stages(heads=parts[0] == "core", graph="graph" in parts, rule="rule" in parts)
+    head = parts[0]
+    valid = head in ("core", *RELEVANCE_SOURCES) and all(p in ("graph", "rule") for p in parts[1:]) and len(set(parts)) == len(parts)
+    if not valid or (head != "core" and "graph" in parts) or (parts[1:] and parts[1:] not in (["rule"], ["graph"], ["graph", "rule"])):
+        raise RiskrankError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
+    return Stages(heads=head == "core", graph="graph" in parts, rule="rule" in parts, relevance="dense" if head == "core" else head)
 
 
 @dataclass
@@ -97,6 +114,8 @@ class RankedTool:
     predicted_level: int | None
     permissions: list[str]
     description: str
+    named: bool = False
+    """The task names this tool (its identifier occurs in the task): it ranks first."""
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -104,12 +123,14 @@ class RankedTool:
 
 @dataclass
 class Deferral:
-    """A tool the rule filter pushed out of the top-k, and why."""
+    """A tool the rule filter pushed out of the top-k, and why (``named``: the task named
+    it, and the caps deferred it all the same)."""
 
     name: str
     index: int
     reasons: list[str]
     redundant_with: str | None = None
+    named: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -119,7 +140,9 @@ class Deferral:
 class RetrievalResult:
     """The risk-aware top-k for one task: the ranked tools and, in rule modes, what the rule
     filter deferred, admitted as fallback, or treated as high risk for want of a label; the
-    fill policy that ran (rule modes), the relevance floor applied and the tools it cut."""
+    fill policy that ran (rule modes), the relevance floor applied and the tools it cut;
+    ``notes`` say where the result departs from what was asked (predicted levels that are
+    the keyword annotator's because the risk head has not learned)."""
 
     task: str
     mode: str
@@ -133,6 +156,7 @@ class RetrievalResult:
     fill: str | None = None
     min_score: float | None = None
     below_min_score: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -140,5 +164,5 @@ class RetrievalResult:
             "risk_source": self.risk_source, "tools": [t.to_dict() for t in self.tools],
             "deferred": [d.to_dict() for d in self.deferred], "fallback": self.fallback,
             "unlabelled": self.unlabelled, "fill": self.fill, "min_score": self.min_score,
-            "below_min_score": self.below_min_score,
+            "below_min_score": self.below_min_score, "notes": self.notes,
         }

@@ -1,7 +1,8 @@
 """RiskAwareRetriever: the inference engine, the one object that composes the stages.
 
-registry -> embeddings -> first stage (dense cosine, optional top-M candidates) -> dual-head
-scores s = f_rel - lambda * f_risk -> ToolGraph smoothing -> rule filter -> ranking.
+registry -> embeddings (+ the lexical index) -> first stage (dense cosine, BM25 or their
+fusion; optional top-M candidates) -> dual-head scores s = relevance - lambda * penalty ->
+ToolGraph smoothing -> named tools first -> rule filter -> ranking.
 
 The CLI, the servers and the experiments all call this object, so no stage is implemented
 twice. Three verbs: :meth:`~RiskAwareRetriever.retrieve` (one task),
@@ -13,7 +14,20 @@ choice made on validation are :mod:`riskrank.training`'s, the checkpoint directo
 
 The scored set is the first stage's top-M, ``candidates`` (always an int): the full pool is
 the registry size, and any M at least that large scores every tool (the default of the exact
-first stage). The approximate first stage defaults to M = 100.
+first stage). The exact first stage's top-M is the mode's own first-stage ranking over every
+tool (the cosine, BM25, or the fusion), so a top-M that covers the full pool's top ranks them
+alike; the approximate one (``first_stage="ann"``, M = 100 by default) joins BM25's best
+quarter of M to the IVF index's cosine top-M, and normalises the first-stage scores over
+those M tools only. A tool the task names is always in the scored set.
+
+Lambda and alpha: every pipeline (``core``, ``core+graph+rule``, the ``_pred`` variant, the
+top-M ones) has its own, chosen on validation and stored in the checkpoint; a value given to
+the constructor or a call overrides them.
+
+A tool the task names exactly (an identifier-like name, ``delete_listed_files``, occurring in
+the task between identifier bounds) ranks first in every mode; under the rule filter the
+caps still apply to it, and a deferral says it was named. The text is needed for that (and
+for BM25): :meth:`rank_batch` without ``texts`` or ``lexical`` ranks by embeddings alone.
 
 The mode grammar and the result types live in :mod:`riskrank.modes` (no torch), so every
 surface can name a mode or read a result without importing this module.
@@ -34,9 +48,20 @@ from riskrank.ann import ANNRetriever
 from riskrank.checkpoint import Checkpoint, in_memory, load_checkpoint, save_checkpoint
 from riskrank.encoder import Encoder
 from riskrank.errors import CheckpointError, RiskrankError
-from riskrank.first_stage import DEFAULT_TOP_M, DenseRetriever, rank, top_m
+from riskrank.first_stage import (
+    DEFAULT_TOP_M,
+    PRIOR_FUSION,
+    Fusion,
+    LexicalEvidence,
+    LexicalIndex,
+    pin_named,
+    rank,
+    relevance_inputs,
+    top_m,
+    union_candidates,
+)
 from riskrank.graph import NORMALISATIONS, GraphConfig, ToolGraph
-from riskrank.heads import HeadScorer
+from riskrank.heads import HeadScorer, sigmoid_
 from riskrank.modes import (
     FIRST_STAGES,
     MAX_K,
@@ -49,22 +74,27 @@ from riskrank.modes import (
     parse_mode,
 )
 from riskrank.registry import DEFAULT_TOOL_TEMPLATE, ToolRegistry
-from riskrank.risk import fail_closed_levels, label_risk, level_from_score
+from riskrank.risk import fail_closed_levels, keyword_levels, label_risk, level_from_score
 from riskrank.rules import FilterResult, RuleConfig, RuleFilter
 from riskrank.training import DEFAULT_ALPHA_GRID, TrainConfig, TrainResult
+
+#: The approximate first stage joins BM25's best M // LEXICAL_SHARE tools to the index's
+#: cosine top-M (a task whose words match a tool's is rarely served by the cosine alone).
+LEXICAL_SHARE = 4
 
 
 @dataclass
 class BatchRanking:
     """Rankings of many queries: ``order`` [Q, L] tool indices best first and, aligned with
-    it, the final score, f_rel and f_risk. ``filters`` holds the rule filter's per-query
-    results in rule modes."""
+    it, the final score, f_rel and f_risk, and whether the task names the tool. ``filters``
+    holds the rule filter's per-query results in rule modes."""
 
     order: np.ndarray
     score: np.ndarray
     f_rel: np.ndarray
     f_risk: np.ndarray
     filters: list[FilterResult] | None = None
+    named: np.ndarray | None = None
 
 
 class RiskAwareRetriever:
@@ -96,6 +126,9 @@ class RiskAwareRetriever:
         first_stage: str = "exact",
         trust_annotations: bool = False,
         min_score: float | None = None,
+        fusion: Fusion | None = None,
+        predicted_levels: np.ndarray | None = None,
+        pin_named: bool = True,
     ) -> None:
         self.registry = registry
         # MCP hints only raise an unlabelled tool's level unless the operator trusts its servers.
@@ -123,23 +156,42 @@ class RiskAwareRetriever:
         self.candidates: int = self._check_candidates(candidates)
         # The approximate index (large registries) finds the top-M candidates; built lazily.
         self._ann: ANNRetriever | None = None
+        self._lexical: LexicalIndex | None = None
         self.scorer = HeadScorer(checkpoint.model, tool_emb) if checkpoint is not None else None
         inference = checkpoint.inference if checkpoint is not None else {}
+        #: The fusion the hybrid head was trained on (its f0), from the checkpoint.
+        self.head_fusion = Fusion.from_dict(inference["fusion"]) if inference.get("fusion") else None
+        if self.scorer is not None and self.scorer.lexical and self.head_fusion is None:
+            raise CheckpointError("the checkpoint's relevance head reads lexical evidence but its sidecar has no inference.fusion")
+        #: The fusion of the ``hybrid`` modes: given, else the checkpoint's, else the prior.
+        self.fusion = fusion or self.head_fusion or PRIOR_FUSION
+        #: lambda / alpha / normalisation per pipeline, chosen on validation (the checkpoint's).
+        self.pipelines: dict[str, dict[str, Any]] = dict(inference.get("pipelines") or {})
+        self._given = {"lam": lam is not None, "alpha": alpha is not None, "normalisation": normalisation is not None}
         self.lam = float(lam if lam is not None else inference.get("lam", 0.1))
         self.alpha = float(alpha if alpha is not None else inference.get("alpha", 0.1))
         self.normalisation = normalisation or inference.get("normalisation") or (graph.config.normalisation if graph else "row")
         if self.normalisation not in NORMALISATIONS:
             raise RiskrankError(f"unknown normalisation {self.normalisation!r}; choose from {NORMALISATIONS}")
+        self.pin_named = bool(pin_named)
         self.mode = mode or ("core" if checkpoint is not None else "dense")
         parse_mode(self.mode)
         self.min_score = self._check_min_score(min_score)
+        #: The risk head's held-out check from the checkpoint (an empty dict before it existed).
+        self.risk_quality: dict[str, Any] = dict(checkpoint.meta.get("risk_head") or {}) if checkpoint is not None else {}
+        if predicted_levels is not None:
+            predicted_levels = np.asarray(predicted_levels)
+            if predicted_levels.shape != (len(registry),) or predicted_levels.min() < 1 or predicted_levels.max() > 5:
+                raise RiskrankError(f"predicted_levels must be [{len(registry)}] levels 1..5")
+        self._predicted_override = predicted_levels
+        self._predicted_cache: np.ndarray | None = None
         self.risk_source = self._check_risk_source(risk_source)
         self.rule_config = rule_config or RuleConfig()
         self.graph_config = graph_config or GraphConfig(normalisation=self.normalisation)
         if graph is None and checkpoint is not None:
             graph = checkpoint.graph_for(registry.fingerprint(), len(registry))
         self._graph = graph
-        self._filters: dict[tuple[str, int], RuleFilter] = {}
+        self._filters: dict[tuple[str, int, str], RuleFilter] = {}
         # Audited risk as a score, for the dense risk-label-penalty baseline.
         self.label_risk = label_risk(registry.risk_levels)
 
@@ -173,15 +225,15 @@ class RiskAwareRetriever:
         if value is None:
             value = self.min_score
         if value is None:
-            heads = parse_mode(mode or self.mode).heads
+            stages = parse_mode(mode or self.mode)
             inference = self.checkpoint.inference if self.checkpoint is not None else {}
-            value = default_min_score(heads, self.encoder.identity, inference)
+            value = default_min_score(stages.heads, self.encoder.identity, inference, stages.relevance)
         return None if value is None or value == float("-inf") else value
 
     def _check_risk_source(self, source: str) -> str:
         if source not in RISK_SOURCES:
             raise RiskrankError(f"unknown risk source {source!r}; choose from {', '.join(RISK_SOURCES)}")
-        if source == "predicted" and self.scorer is None:
+        if source == "predicted" and self.scorer is None and self._predicted_override is None:
             raise RiskrankError("risk_source='predicted' needs a checkpoint (the learned risk head)")
         return source
 
@@ -198,13 +250,44 @@ class RiskAwareRetriever:
         return self._graph
 
     @property
+    def lexical_index(self) -> LexicalIndex:
+        """BM25 and the name index of the registry, built on first use."""
+        if self._lexical is None:
+            self._lexical = LexicalIndex.from_registry(self.registry)
+        return self._lexical
+
+    @property
     def f_risk(self) -> np.ndarray:
-        """Learned tool risk [N] (the risk head), or the audited-label risk without a checkpoint."""
+        """What lambda multiplies [N]: the risk head's penalty (p_risky, or the paper's
+        f_risk), or the audited-label risk without a checkpoint."""
         return self.scorer.f_risk if self.scorer is not None else self.label_risk
 
     @property
+    def risk_head_learned(self) -> bool:
+        """False when the checkpoint says its risk head has not learned (held-out check)."""
+        return bool(self.risk_quality.get("learned", True))
+
+    @property
     def predicted_levels(self) -> np.ndarray | None:
-        return level_from_score(self.scorer.f_risk) if self.scorer is not None else None
+        """The levels ``risk_source="predicted"`` reads: the ones given to the constructor,
+        else the risk head's, else (a head that has not learned) the keyword annotator's."""
+        if self._predicted_override is not None:
+            return self._predicted_override
+        if self.scorer is None:
+            return None
+        if self._predicted_cache is None:
+            if not self.risk_head_learned:
+                self._predicted_cache = keyword_levels(self.registry, trust_annotations=self.trust_annotations)
+            else:
+                self._predicted_cache = level_from_score(self.scorer.level_score)
+        return self._predicted_cache
+
+    def level_note(self) -> str | None:
+        """Why predicted levels are not the risk head's, when they are not."""
+        if self._predicted_override is None and self.scorer is not None and not self.risk_head_learned:
+            return (f"the risk head has not learned ({self.risk_quality.get('reason') or 'flagged at training'}): "
+                    "predicted levels are the keyword annotator's")
+        return None
 
     def _rule_filter(self, risk_source: str, k: int | None = None, fill: str | None = None) -> RuleFilter:
         """The rule filter for a risk source; ``k`` (the list length exposed) replaces the
@@ -223,6 +306,41 @@ class RiskAwareRetriever:
             self._filters[key] = RuleFilter(config, levels, self.registry.perm_counts, self.tool_emb)
         return self._filters[key]
 
+    # -- per-pipeline settings -----------------------------------------------------------------
+    def pipeline_key(self, stages: Stages, risk_source: str | None = None, candidates: int | None = None) -> str:
+        """The name of a pipeline's validated settings (``core+graph+rule_pred``,
+        ``top100/core``): the mode, ``_pred`` for the rule filter on predicted levels, and
+        ``topM/`` for a top-M scored set."""
+        key = stages.name + ("_pred" if stages.rule and (risk_source or self.risk_source) == "predicted" else "")
+        m = self.candidates if candidates is None else candidates
+        return f"top{m}/{key}" if m < len(self.registry) else key
+
+    def settings(self, mode: str | None = None, *, risk_source: str | None = None, candidates: int | None = None,
+                 lam: float | None = None, alpha: float | None = None) -> dict[str, Any]:
+        """The lambda, alpha and normalisation a call runs with: the call's, else the
+        constructor's, else the checkpoint's for this pipeline (its top-M one when there is
+        one, else the full pool's), else the checkpoint's defaults (0 for lambda without heads)."""
+        stages = parse_mode(mode or self.mode)
+        key = self.pipeline_key(stages, risk_source, candidates)
+        chosen = self.pipelines.get(key) or self.pipelines.get(key.split("/", 1)[-1]) or {}
+        out = {
+            "lam": self.lam if self._given["lam"] or "lam" not in chosen else float(chosen["lam"]),
+            "alpha": self.alpha if self._given["alpha"] or "alpha" not in chosen else float(chosen["alpha"]),
+            "normalisation": self.normalisation if self._given["normalisation"] or "normalisation" not in chosen else chosen["normalisation"],
+        }
+        if not stages.heads:
+            out["lam"] = 0.0
+        if lam is not None:
+            lam = float(lam)
+            if not np.isfinite(lam) or lam < 0:
+                raise RiskrankError(f"lambda must be a finite number >= 0, got {lam}")
+            out["lam"] = lam
+        if alpha is not None:
+            out["alpha"] = float(alpha)
+        if not stages.graph:
+            out["alpha"] = 0.0
+        return out
+
     # -- the stages --------------------------------------------------------------------------
     def _encode_queries(self, texts: Sequence[str]) -> np.ndarray:
         """Query embeddings; cached for benchmark queries, not stored for live traffic
@@ -237,47 +355,114 @@ class RiskAwareRetriever:
             self._ann = ANNRetriever(self.tool_emb)
         return self._ann
 
-    def _candidate_set(self, query_emb: np.ndarray, m: int, *, need_cos: bool = True) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """(candidates [Q, M] or None for the full pool, cosine [Q, N or M]). Over the full
-        pool the cosine is skipped when ``need_cos`` is false (the residual head folds it
-        into its own product with the tool embeddings)."""
-        query_emb = np.atleast_2d(query_emb)
-        if m >= len(self.registry):
-            return None, (query_emb @ self.tool_emb.T if need_cos else None)
-        return (self._ann_index() if self.first_stage == "ann" else DenseRetriever(self.tool_emb)).search(query_emb, m)
+    def _first_stage(
+        self, query_emb: np.ndarray, stages: Stages, m: int, texts: Sequence[str] | None, lexical: LexicalEvidence | None,
+        pin: bool,
+    ) -> tuple[np.ndarray | None, np.ndarray | None, LexicalEvidence | None, Any]:
+        """(candidates [Q, M] or None for the full pool, cosine over the scored set or None,
+        lexical evidence over the scored set or None, head inputs or None)."""
+        n = len(self.registry)
+        heads = stages.heads and self.scorer is not None
+        hybrid_head = heads and bool(self.scorer.lexical)
+        need_lex = stages.lexical or hybrid_head
+        if need_lex and lexical is None and texts is None:
+            what = "the checkpoint's relevance head" if hybrid_head else f"mode {stages.name!r}"
+            raise RiskrankError(f"{what} reads lexical evidence: pass the task texts")
+        have_text = lexical is not None or texts is not None
+        use_lex = need_lex or (pin and have_text)
+        approx = m < n and self.first_stage == "ann"
+        if use_lex and lexical is None and not approx:
+            lexical = self.lexical_index.evidence(list(texts))
+        if m >= n:  # the full pool
+            fold = heads and self.scorer.design == "residual" and not hybrid_head
+            cos = None if fold else query_emb @ self.tool_emb.T
+            inputs = relevance_inputs(cos, lexical, self.head_fusion) if hybrid_head else None
+            return None, cos, lexical if use_lex else None, inputs
+        if not approx:
+            cos = query_emb @ self.tool_emb.T
+            inputs = relevance_inputs(cos, lexical, self.head_fusion) if hybrid_head else None
+            first = self._first_scores(stages, cos, lexical, inputs)
+            cand = top_m(pin_named(first, lexical.named if use_lex and pin else None), m)
+            take = lambda a: np.take_along_axis(a, cand, axis=1)  # noqa: E731
+            return (cand, take(cos), lexical.take(cand) if use_lex else None, inputs.take(cand) if inputs is not None else None)
+        ann_idx, _ = self._ann_index().search(query_emb, m)
+        if use_lex:
+            index = self.lexical_index
+            extra = []
+            for i in range(query_emb.shape[0]):
+                if lexical is not None:
+                    row = lexical.bm25[i]
+                    best = top_m(row, max(1, m // LEXICAL_SHARE))[0]
+                    best = best[row[best] > 0]
+                    named = np.flatnonzero(lexical.named[i]) if pin else np.zeros(0, np.int64)
+                else:
+                    best = index.bm25.top(texts[i], max(1, m // LEXICAL_SHARE))
+                    named = np.asarray([t for t in index.exact(texts[i]) if index.identifier_like[t]], np.int64) if pin else np.zeros(0, np.int64)
+                extra.append(np.concatenate([named, best[~np.isin(best, named)]]))
+            cand = union_candidates(ann_idx, extra, ann_idx.shape[1])
+        else:
+            cand = ann_idx
+        cos = np.einsum("qmd,qd->qm", self.tool_emb[cand], query_emb)
+        if use_lex:
+            lexical = lexical.take(cand) if lexical is not None else self.lexical_index.evidence(list(texts), cand)
+        inputs = relevance_inputs(cos, lexical, self.head_fusion) if hybrid_head else None
+        return cand, cos, lexical if use_lex else None, inputs
 
-    def _components(self, query_emb: np.ndarray, stages: Stages, candidates: np.ndarray | None, cos: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """(f_rel [Q, L], f_risk [Q, L] or [L]) for the scored set."""
-        if cos is None and not stages.heads:
-            cos = self._candidate_set(query_emb, len(self.registry))[1] if candidates is None else np.einsum("qmd,qd->qm", self.tool_emb[candidates], np.atleast_2d(query_emb))
+    def _first_scores(self, stages: Stages, cos: np.ndarray, lexical: LexicalEvidence | None, inputs: Any) -> np.ndarray:
+        """The scores the exact first stage takes its top-M by: the mode's own relevance (the
+        head's f0 for a hybrid head, the cosine for a dense one)."""
+        if stages.heads:
+            return inputs.f0 if inputs is not None else cos
+        if stages.relevance == "bm25":
+            return lexical.bm25
+        if stages.relevance == "hybrid":
+            return self.fusion(cos, lexical.bm25)
+        return cos
+
+    def _components(
+        self, query_emb: np.ndarray, stages: Stages, candidates: np.ndarray | None, cos: np.ndarray | None,
+        lexical: LexicalEvidence | None, inputs: Any,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(relevance term of s [Q, L], f_rel [Q, L], penalty [L] or [Q, L]) for the scored set."""
         if stages.heads:
             if self.scorer is None:
                 raise RiskrankError(f"mode {stages.name!r} needs a checkpoint (train one with `riskrank train`)")
-            return self.scorer.relevance(query_emb, candidates, cos=cos), self.scorer.risk(candidates)
-        return cos, (self.label_risk if candidates is None else self.label_risk[candidates])
+            z = self.scorer.logits(query_emb, candidates, cos=cos, inputs=inputs)
+            f_rel = sigmoid_(z.copy()) if self.scorer.space == "logit" else sigmoid_(z)
+            return (z if self.scorer.space == "logit" else f_rel), f_rel, self.scorer.risk(candidates)
+        penalty = self.label_risk if candidates is None else self.label_risk[candidates]
+        if stages.relevance == "bm25":
+            return lexical.bm25, lexical.bm25, penalty
+        if cos is None:
+            cos = query_emb @ self.tool_emb.T
+        if stages.relevance == "hybrid":
+            h = self.fusion(cos, lexical.bm25)
+            return h, h, penalty
+        return cos, cos, penalty
 
     def _rank_scores(
         self, scores: np.ndarray, stages: Stages, *, candidates: np.ndarray | None = None, alpha: float | None = None,
         risk_source: str | None = None, normalisation: str | None = None, graph: ToolGraph | None = None,
-        k: int | None = None, top: int | None = None, fill: str | None = None,
+        k: int | None = None, top: int | None = None, fill: str | None = None, named: np.ndarray | None = None,
     ) -> tuple[np.ndarray, list[FilterResult] | None, np.ndarray]:
-        """Graph smoothing, ranking and rule filter of precomputed scores [Q, N] (or [Q, M]
-        over ``candidates``). Returns (order [Q, L] of tool indices, filter results or None,
-        final scores [Q, L] in the scored set's column order). ``graph`` overrides the
-        retriever's graph (edge-type ablations). ``top`` keeps only the first ``top``
-        positions of the order, found without sorting the whole pool (the same positions as
-        the full ranking's prefix)."""
+        """Graph smoothing, named tools first, ranking and rule filter of precomputed scores
+        [Q, N] (or [Q, M] over ``candidates``). Returns (order [Q, L] of tool indices, filter
+        results or None, final scores [Q, L] in the scored set's column order, as smoothed,
+        before named tools are lifted). ``graph`` overrides the retriever's graph (edge-type
+        ablations). ``top`` keeps only the first ``top`` positions of the order, found
+        without sorting the whole pool (the same positions as the full ranking's prefix)."""
         alpha = self.alpha if alpha is None else alpha
         if stages.graph and alpha > 0:
             g = graph if graph is not None else self.graph
             scores = g.smooth(scores, alpha, candidates, normalisation=normalisation or self.normalisation)
+        ranked = pin_named(scores, named)
         results = None
         if stages.rule:
             rf = self._rule_filter(self._check_risk_source(risk_source or self.risk_source), k, fill)
             if top is not None:
-                order, results = rf.filter_scores(scores, candidates, length=top)
+                order, results = rf.filter_scores(ranked, candidates, length=top)
                 return order, results, scores
-        local = rank(scores) if top is None else top_m(scores, top)
+        local = rank(ranked) if top is None else top_m(ranked, top)
         order = local if candidates is None else np.take_along_axis(candidates, local, axis=1)
         if stages.rule:
             order, results = rf.filter_batch(order)
@@ -287,27 +472,39 @@ class RiskAwareRetriever:
         self, query_emb: np.ndarray, *, mode: str | None = None, lam: float | None = None, alpha: float | None = None,
         candidates: int | None = None, risk_source: str | None = None, k: int | None = None,
         top: int | None = None, graph: ToolGraph | None = None, fill: str | None = None,
+        texts: Sequence[str] | None = None, lexical: LexicalEvidence | None = None, pin: bool | None = None,
     ) -> BatchRanking:
         """Rank the registry for many encoded queries at once (the first ``top`` positions
         only when given: what a caller needing the top-k asks for at scale).
 
-        Every argument left None is the retriever's own setting (``lam``: the checkpoint's
-        for the heads, 0 for dense; ``candidates``: its top-M, the registry size for the full
-        pool). ``k`` is the list length the rule filter's caps hold for; ``fill`` its fill
-        policy (:data:`riskrank.rules.FILL_POLICIES`; the experiments pass the paper's);
-        ``graph`` replaces the retriever's ToolGraph (edge-type ablations)."""
+        Every argument left None is the retriever's own setting (``lam``, ``alpha``: the
+        pipeline's validated ones, 0 for lambda without heads; ``candidates``: its top-M, the
+        registry size for the full pool). ``k`` is the list length the rule filter's caps
+        hold for; ``fill`` its fill policy (:data:`riskrank.rules.FILL_POLICIES`; the
+        experiments pass the paper's); ``graph`` replaces the retriever's ToolGraph (edge-type
+        ablations). ``texts`` (the tasks) or ``lexical`` (their full-pool evidence,
+        :meth:`riskrank.first_stage.LexicalIndex.evidence`) bring the lexical evidence: BM25
+        and the hybrid head need it, and named tools come first only with it (``pin``:
+        default the retriever's ``pin_named``)."""
         stages = parse_mode(mode or self.mode)
-        lam = self._effective_lambda(stages, lam)
         m = self.candidates if candidates is None else self._check_candidates(candidates)
+        source = risk_source or self.risk_source
+        setting = self.settings(mode, risk_source=source, candidates=m, lam=lam, alpha=alpha)
         query_emb = np.atleast_2d(np.asarray(query_emb, dtype=np.float32))
         if query_emb.shape[1] != self.tool_emb.shape[1]:
             raise RiskrankError(f"query embeddings have dimension {query_emb.shape[1]}, tools {self.tool_emb.shape[1]}")
-        fold = stages.heads and self.scorer is not None and self.scorer.design == "residual"
-        cand, cos = self._candidate_set(query_emb, m, need_cos=not fold)
-        f_rel, f_risk = self._components(query_emb, stages, cand, cos)
-        scores = f_rel - np.float32(lam) * f_risk
-        order, results, final = self._rank_scores(scores, stages, candidates=cand, alpha=alpha, risk_source=risk_source,
-                                                  graph=graph, k=k, top=top, fill=fill)
+        if texts is not None and len(texts) != query_emb.shape[0]:
+            raise RiskrankError(f"{len(texts)} texts for {query_emb.shape[0]} query embeddings")
+        if lexical is not None and lexical.bm25.shape != (query_emb.shape[0], len(self.registry)):
+            raise RiskrankError(f"lexical evidence has shape {lexical.bm25.shape}, expected {(query_emb.shape[0], len(self.registry))}")
+        pin = self.pin_named if pin is None else bool(pin)
+        cand, cos, lex, inputs = self._first_stage(query_emb, stages, m, texts, lexical, pin)
+        rel, f_rel, f_risk = self._components(query_emb, stages, cand, cos, lex, inputs)
+        scores = rel - np.float32(setting["lam"]) * f_risk if setting["lam"] else rel
+        named = lex.named if lex is not None and pin else None
+        order, results, final = self._rank_scores(scores, stages, candidates=cand, alpha=setting["alpha"], risk_source=source,
+                                                  normalisation=setting["normalisation"], graph=graph, k=k, top=top, fill=fill,
+                                                  named=named)
         # Align per-tool values with the returned order.
         if cand is None:
             pos = order
@@ -317,17 +514,8 @@ class RiskAwareRetriever:
             pos = np.take_along_axis(lookup, order, axis=1)
         f_risk_2d = np.broadcast_to(f_risk, f_rel.shape)
         take = lambda a: np.take_along_axis(a, pos, axis=1)  # noqa: E731
-        return BatchRanking(order, take(final), take(f_rel), take(np.ascontiguousarray(f_risk_2d)), results)
-
-    def _effective_lambda(self, stages: Stages, lam: float | None) -> float:
-        """lambda as given; else the checkpoint's for the heads, and 0 for dense (the dense
-        mode with lambda > 0 is the risk-label-penalty baseline, only when asked for)."""
-        if lam is None:
-            return self.lam if stages.heads else 0.0
-        lam = float(lam)
-        if not np.isfinite(lam) or lam < 0:
-            raise RiskrankError(f"lambda must be a finite number >= 0, got {lam}")
-        return lam
+        return BatchRanking(order, take(final), take(f_rel), take(np.ascontiguousarray(f_risk_2d)), results,
+                            take(named) if named is not None else None)
 
     # -- one task (CLI, servers) -------------------------------------------------------------
     def retrieve(
@@ -341,7 +529,8 @@ class RiskAwareRetriever:
         At most k tools: fewer when the rule filter's fill policy (``fill``, default the
         retriever's: ``safe``) will not top the list up with risky tools, or when tools fall
         below the relevance floor (``min_score`` on f_rel, default :meth:`relevance_floor`;
-        ``float("-inf")``: none). Those are named in ``below_min_score``."""
+        ``float("-inf")``: none). Those are named in ``below_min_score``. A tool the task
+        names is never cut by the floor."""
         return self.retrieve_many([task], k, lam=lam, mode=mode, alpha=alpha, risk_source=risk_source, candidates=candidates,
                                   fill=fill, min_score=min_score)[0]
 
@@ -361,36 +550,45 @@ class RiskAwareRetriever:
         source = self._check_risk_source(risk_source or self.risk_source)
         fill = self.rule_config.fill if fill is None else fill
         floor = self.relevance_floor(mode_name, min_score)
-        batch = self.rank_batch(self._encode_queries(tasks), mode=mode, lam=lam, alpha=alpha, candidates=candidates,
-                                risk_source=source, k=max(k, self.rule_config.k), top=k, fill=fill)
+        m = self.candidates if candidates is None else self._check_candidates(candidates)
+        setting = self.settings(mode_name, risk_source=source, candidates=m, lam=lam, alpha=alpha)
+        batch = self.rank_batch(self._encode_queries(tasks), mode=mode_name, lam=setting["lam"], alpha=setting["alpha"],
+                                candidates=m, risk_source=source, k=max(k, self.rule_config.k), top=k, fill=fill,
+                                texts=list(tasks))
         predicted = self.predicted_levels
-        eff_lam = self._effective_lambda(parse_mode(mode_name), lam)
+        note = self.level_note() if stages.rule and source == "predicted" else None
         out = []
         for qi, task in enumerate(tasks):
             tools, below = [], []
+            named_row = batch.named[qi] if batch.named is not None else None
             # In rule modes only the filter's exposed prefix is shown (fewer than k when its
             # fill policy does not top up).
             n = min(k, batch.filters[qi].n_exposed) if batch.filters is not None else k
             for r, idx in enumerate(batch.order[qi, :n]):
                 t = self.registry[int(idx)]
-                if floor is not None and batch.f_rel[qi, r] < floor:
+                named = bool(named_row[r]) if named_row is not None else False
+                if floor is not None and batch.f_rel[qi, r] < floor and not named:
                     below.append(t.name)
                     continue
                 tools.append(RankedTool(
                     rank=len(tools) + 1, name=t.name, index=int(idx), score=float(batch.score[qi, r]), f_rel=float(batch.f_rel[qi, r]),
                     f_risk=float(batch.f_risk[qi, r]), risk_level=t.risk_level,
                     predicted_level=int(predicted[idx]) if predicted is not None else None,
-                    permissions=sorted(t.permissions), description=t.description,
+                    permissions=sorted(t.permissions), description=t.description, named=named,
                 ))
-            eff_alpha = (self.alpha if alpha is None else float(alpha)) if parse_mode(mode_name).graph else 0.0
-            res = RetrievalResult(task, mode_name, eff_lam, eff_alpha, source, tools,
+            res = RetrievalResult(task, mode_name, setting["lam"], setting["alpha"], source, tools,
                                   fill=fill if stages.rule else None, min_score=floor, below_min_score=below)
+            if note:
+                res.notes.append(note)
             if batch.filters is not None:
                 fr = batch.filters[qi]
                 top = set(int(i) for i in fr.top_k[:k])
                 names = self.registry.names
+                index = self.lexical_index
+                named_tools = {t for t in index.exact(task) if index.identifier_like[t]} if self.pin_named else set()
                 res.deferred = [
-                    Deferral(names[i], int(i), list(reasons), names[fr.redundant_with[i]] if i in fr.redundant_with else None)
+                    Deferral(names[i], int(i), list(reasons), names[fr.redundant_with[i]] if i in fr.redundant_with else None,
+                             named=int(i) in named_tools)
                     for i, reasons in fr.deferred.items() if int(i) not in top or reasons
                 ]
                 res.fallback = [names[i] for i in fr.fallback if int(i) in top]
@@ -414,19 +612,22 @@ class RiskAwareRetriever:
         tool_template: str = DEFAULT_TOOL_TEMPLATE,
         progress: bool = True,
     ) -> RiskAwareRetriever:
-        """Encode (texts, gold) of ``registry`` and :func:`riskrank.training.fit` on them: the
-        heads, the ToolGraph of the training part, lambda, alpha and the graph normalisation
-        chosen on a validation slice of the queries. The result carries ``training``
-        (TrainResult)."""
-        cfg = (train_config or TrainConfig()).resolved()
+        """Encode (texts, gold) of ``registry``, compute their lexical evidence, and
+        :func:`riskrank.training.fit` on them: the fusion, the heads, the ToolGraph of the
+        training part, lambda and alpha per pipeline and the graph normalisation chosen on a
+        validation slice of the queries. The result carries ``training`` (TrainResult)."""
+        cfg = (train_config or TrainConfig()).resolved(has_lexical=True)
         enc = encoder if encoder is not None and not isinstance(encoder, str) else Encoder(encoder, progress=progress)
         tool_emb = enc.encode(registry.texts(tool_template), desc="encoding tools")
         query_emb = enc.encode(list(texts), desc="encoding queries")
         gold = [np.asarray(g, dtype=np.int64) for g in gold]
+        index = LexicalIndex.from_registry(registry)
         result, graph, choice = training.fit(tool_emb, query_emb, gold, registry, cfg, graph_config, alpha_grid=alpha_grid,
-                                             normalisations=normalisations, progress=progress)
+                                             normalisations=normalisations, progress=progress, lexical=index.evidence(list(texts)))
         data = {"queries_fingerprint": training.gold_fingerprint(list(texts), gold), "n_queries": len(texts)}
-        return cls.from_training(registry, enc, tool_emb, result, graph, choice, training_data=data, tool_template=tool_template)
+        out = cls.from_training(registry, enc, tool_emb, result, graph, choice, training_data=data, tool_template=tool_template)
+        out._lexical = index
+        return out
 
     @classmethod
     def from_training(

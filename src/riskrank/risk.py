@@ -266,3 +266,11 @@ def fail_closed_levels(tools: Iterable[Any], *, trust_annotations: bool = False)
                     level = keyword_level(tool.name, tool.description, ann, trust_annotations=True)[0]
         out.append(level)
     return np.asarray(out, dtype=np.int8)
+
+
+def keyword_levels(tools: Iterable[Any], *, trust_annotations: bool = False) -> np.ndarray:
+    """The keyword annotator's level (:func:`keyword_level`) of every tool (objects with
+    ``name``, ``description`` and ``annotations``): the predicted levels riskrank falls back
+    on when a checkpoint's risk head has not learned."""
+    return np.asarray([keyword_level(t.name, t.description, t.annotations, trust_annotations=trust_annotations)[0] for t in tools],
+                      dtype=np.int8)

@@ -30,19 +30,20 @@ CONTRACT_COLUMNS = ("ndcg@5", "mrr", "sndcg@5", "rvr@5", "srr@5")
 @click.option("--dataset", type=click.Choice(DATASETS), required=True)
 @click.option("--data", "data_dir", type=click.Path(file_okay=False), default=None, help="Data directory (a mirror directory works too).")
 @click.option("--methods", default="bm25,dense", show_default=True,
-              help="Comma-separated: bm25, dense, dense+rule, risk_label_penalty, mmr, rel_only, core, core+graph, "
+              help="Comma-separated: bm25, dense, hybrid, dense+rule, risk_label_penalty, mmr, rel_only, core, core+graph, "
                    "core+graph+rule, core+graph+rule_pred, paper_rel_only, paper_core, top100/core, ... "
-                   "(variants: core@lam=0.05, core+graph[edges=co+sem], ce:MODEL).")
+                   "(variants: core@lam=2, core+graph[edges=co+sem], core[relevance=dense], ce:MODEL).")
 @click.option("--query-mode", type=click.Choice(["question", "plan"]), default="question", show_default=True,
               help="UltraTool query text: the question, or the plan steps that call a tool.")
 @click.option("--seeds", default="42,123,777", show_default=True, help="Seeds for trained methods.")
 @click.option("--encoder", default=None, help="sentence-transformers model name or folder [default: bundled all-MiniLM-L6-v2].")
-@click.option("--selection", default=None, help="Lambda rule on validation: budget:R (default budget:0.75) or utility:W.")
+@click.option("--selection", default=None, help="Lambda rule on validation without the rule filter: budget:R (default budget:0.65), ucb:R or utility:W.")
+@click.option("--rule-selection", default=None, help="The same for the pipelines with the rule filter (default budget:0.4).")
 @json_option("the results-contract document")
 @click.option("--all-metrics", is_flag=True, help="Print every metric, not only the paper's five.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def evaluate(dataset: str, data_dir: str | None, methods: str, query_mode: str, seeds: str, encoder: str | None,
-             selection: str | None, json_out: str | None, all_metrics: bool, quiet: bool) -> None:
+             selection: str | None, rule_selection: str | None, json_out: str | None, all_metrics: bool, quiet: bool) -> None:
     """Evaluate retrieval methods on a benchmark and print NDCG@5, MRR, sNDCG@5, RVR@5, SRR@5."""
     from riskrank.datasets import load_benchmark
     from riskrank.experiments.methods import parse_methods
@@ -54,7 +55,7 @@ def evaluate(dataset: str, data_dir: str | None, methods: str, query_mode: str, 
     if dataset != "ultratool" and query_mode != "question":
         raise RiskrankError("--query-mode applies to UltraTool only")
     bench = load_benchmark(dataset, data_dir, **kwargs)
-    overrides = {"selection": selection} if selection else {}
+    overrides = {k: v for k, v in (("selection", selection), ("rule_selection", rule_selection)) if v}
     run = run_evaluation(bench, methods, seeds=parse_seeds(seeds), encoder=encoder, train_overrides=overrides, progress=not quiet)
     res = run.results_json()
     res["query_mode"] = query_mode
@@ -85,7 +86,8 @@ def evaluate(dataset: str, data_dir: str | None, methods: str, query_mode: str, 
 @click.option("--registry", type=click.Path(dir_okay=False), default=None, help="Tool registry file [default: the bundled demo registry].")
 @click.option("--checkpoint", type=click.Path(file_okay=False), default=None, help="Checkpoint directory from `riskrank train`.")
 @click.option("-k", "k", type=int, default=5, show_default=True)
-@mode_option("Pipeline stages; graph = core+graph, rule = core+graph+rule [default: core with a checkpoint, else dense].")
+@mode_option("Pipeline stages (the first names the relevance: dense, bm25, hybrid or core); graph = core+graph, "
+             "rule = core+graph+rule [default: core with a checkpoint, else dense].")
 @click.option("--lam", "lam", type=float, default=None, help="Risk weight lambda [default: the checkpoint's validated value; 0 for dense].")
 @click.option("--alpha", type=float, default=None, help="Graph smoothing alpha [default: the checkpoint's].")
 @click.option("--risk-source", type=click.Choice(RISK_SOURCES), default="labels", show_default=True,
@@ -94,7 +96,8 @@ def evaluate(dataset: str, data_dir: str | None, methods: str, query_mode: str, 
 @click.option("--candidates", type=click.IntRange(1), default=None,
               help="Rerank the first stage's top-M tools instead of the full pool [default: full pool].")
 @click.option("--first-stage", type=click.Choice(FIRST_STAGES), default="exact", show_default=True,
-              help="How the top-M is found: exact cosine, or an approximate IVF index (10^5+ tools; M = 100 unless --candidates).")
+              help="How the top-M is found: exact (the mode's first-stage scores over every tool), or an approximate IVF "
+                   "index joined by BM25's best (10^5+ tools; M = 100 unless --candidates).")
 @trust_annotations_option
 @json_option("the result (the table is not printed when it goes to stdout)")
 def retrieve(task: str | None, registry: str | None, checkpoint: str | None, k: int, mode: str | None, lam: float | None,
@@ -133,7 +136,8 @@ def show_result(res: Any, title: str | None = None) -> None:
     for t in res.tools:
         level = f"L{t.risk_level}" if t.risk_level else "?"
         pred = f"L{t.predicted_level}" if t.predicted_level else "-"
-        rows.append([str(t.rank), t.name, fmt(t.score), fmt(t.f_rel), fmt(t.f_risk), level, pred, ",".join(t.permissions) or "-"])
+        name = t.name + (" (named)" if getattr(t, "named", False) else "")
+        rows.append([str(t.rank), name, fmt(t.score), fmt(t.f_rel), fmt(t.f_risk), level, pred, ",".join(t.permissions) or "-"])
     print_table(rows, ["#", "tool", "score", "f_rel", "f_risk", "risk", "pred", "permissions"])
     levels = [t.risk_level or 0 for t in res.tools]
     if levels and all(levels):
@@ -146,11 +150,14 @@ def show_result(res: Any, title: str | None = None) -> None:
         click.echo("deferred by the rule filter:")
         for d in res.deferred:
             extra = f" (redundant with {d.redundant_with})" if d.redundant_with else ""
-            click.echo(f"  {d.name}: {', '.join(d.reasons)}{extra}")
+            named = " (named in the task; the caps still apply)" if getattr(d, "named", False) else ""
+            click.echo(f"  {d.name}: {', '.join(d.reasons)}{extra}{named}")
     if res.fallback:
         click.echo(f"fallback (too few tools met every rule): {', '.join(res.fallback)}")
     if res.unlabelled:
         click.echo(f"unlabelled tools treated as high risk (fail closed): {', '.join(res.unlabelled)}")
+    for note in getattr(res, "notes", []):
+        click.echo(f"note: {note}")
 
 
 # -- train ----------------------------------------------------------------------------------------
@@ -163,15 +170,22 @@ def show_result(res: Any, title: str | None = None) -> None:
 @click.option("--data", "data_dir", type=click.Path(file_okay=False), default=None)
 @click.option("--out", type=click.Path(file_okay=False), required=True, help="Checkpoint directory to write.")
 @click.option("--design", type=click.Choice(["residual", "paper"]), default="residual", show_default=True)
-@click.option("--sampling", type=click.Choice(["random", "hard", "mixed"]), default=None, help="Negatives [default: mixed; paper: hard].")
+@click.option("--relevance", type=click.Choice(["hybrid", "dense"]), default=None,
+              help="What the residual head reads: BM25 and the cosine (hybrid), or the cosine only [default: hybrid; paper: dense].")
+@click.option("--penalty", type=click.Choice(["p_risky", "paper"]), default=None,
+              help="What lambda multiplies: P(r >= 3) in logit space, or the paper's (r - 1) / 4 head [default: p_risky; paper: paper].")
+@click.option("--sampling", type=click.Choice(["random", "hard", "mixed"]), default=None, help="Negatives [default: hard].")
 @click.option("--epochs", type=int, default=10, show_default=True)
 @click.option("--seed", type=int, default=42, show_default=True)
-@click.option("--selection", default="budget:0.75", show_default=True, help="Lambda rule: budget:R or utility:W.")
+@click.option("--selection", default="budget:0.65", show_default=True, help="Lambda rule without the rule filter: budget:R, ucb:R or utility:W.")
+@click.option("--rule-selection", default="budget:0.4", show_default=True, help="Lambda rule of the pipelines with the rule filter.")
 @click.option("--encoder", default=None)
 @click.option("--force", is_flag=True, help="Overwrite an existing checkpoint directory.")
 def train(dataset: str | None, registry: str | None, queries: str | None, data_dir: str | None, out: str, design: str,
-          sampling: str | None, epochs: int, seed: int, selection: str, encoder: str | None, force: bool) -> None:
-    """Train the dual-head reranker and write a checkpoint (heads, ToolGraph, chosen lambda/alpha)."""
+          relevance: str | None, penalty: str | None, sampling: str | None, epochs: int, seed: int, selection: str,
+          rule_selection: str, encoder: str | None, force: bool) -> None:
+    """Train the dual-head reranker and write a checkpoint (heads, ToolGraph, the fusion and
+    lambda/alpha per pipeline, all chosen on validation queries)."""
     from riskrank.checkpoint import is_checkpoint_dir
     from riskrank.pipeline import RiskAwareRetriever
     from riskrank.training import TrainConfig
@@ -179,14 +193,26 @@ def train(dataset: str | None, registry: str | None, queries: str | None, data_d
     if is_checkpoint_dir(out) and not force:
         raise RiskrankError(f"{out} already holds a checkpoint; pass --force to overwrite it")
     reg, texts, gold = _training_data(dataset, registry, queries, data_dir)
-    cfg = TrainConfig(design=design, sampling=sampling, epochs=epochs, seed=seed, selection=selection)
+    cfg = TrainConfig(design=design, relevance=relevance, penalty=penalty, sampling=sampling, epochs=epochs, seed=seed,
+                      selection=selection, rule_selection=rule_selection)
     r = RiskAwareRetriever.fit(reg, texts, gold, encoder=encoder, train_config=cfg)
     r.save(out)
     tr = r.training
-    click.echo(f"trained {design} heads on {tr.counts['train_queries']} queries (+{tr.counts['val_queries']} validation) in {tr.seconds:.1f}s")
+    click.echo(f"trained {design} heads ({tr.config.relevance} relevance, {tr.config.penalty} penalty) on {tr.counts['train_queries']} "
+               f"queries (+{tr.counts['val_queries']} validation) in {tr.seconds:.1f}s")
+    if tr.fusion is not None:
+        click.echo(f"hybrid first stage: {tr.fusion.describe()} (chosen on the {tr.counts['train_queries'] + tr.counts['val_queries']} training queries)")
     sel = tr.validation.get("selected", {})
     click.echo(f"lambda {r.lam:g} (validation NDCG@5 {fmt(sel.get('ndcg@5'))}, RVR@5 {fmt(sel.get('rvr@5'))}), alpha {r.alpha:g}, "
                f"normalisation {r.normalisation}" + (f", residual weight {tr.validation['residual_weight']:g}" if "residual_weight" in tr.validation else ""))
+    if r.pipelines:
+        click.echo("per pipeline: " + "; ".join(f"{k} lambda {v['lam']:g}" + (f" alpha {v['alpha']:g}" if v["alpha"] else "")
+                                             for k, v in r.pipelines.items()))
+    q = tr.risk_quality
+    if q:
+        auc = "n/a" if q.get("heldout_auc") is None else f"{q['heldout_auc']:.3f}"
+        click.echo(f"risk head: held-out AUC {auc}, predictions span {q['level_span']:.2f} levels"
+                   + ("" if q["learned"] else f"; NOT LEARNED ({q['reason']}): predicted levels will be the keyword annotator's"))
     for note in tr.warnings:
         click.echo(f"note: {note}")
     click.echo(f"wrote {out}")

@@ -1,5 +1,7 @@
-"""Appendix E.2: candidate-matched evaluation. riskrank reranks the same dense top-100 the
-baseline rerankers receive; graph smoothing runs on the candidate-induced subgraph."""
+"""Appendix E.2: top-100 evaluation. The baseline rerankers receive the dense top-100;
+riskrank's ``top100/*`` rerank the top-100 of their own first stage (the validated hybrid
+fusion, the scored set a deployment with ``--candidates 100`` uses), each pipeline with its
+own validated lambda; graph smoothing runs on the candidate-induced subgraph."""
 
 from __future__ import annotations
 
@@ -15,7 +17,9 @@ def build(run: EvalRun, split: str) -> str:
     def scored(m: str) -> str:
         if m == "ce-minilm-ft" or m.startswith("ce:"):
             return "top-20 of the dense top-100"
-        return "dense top-100" if (m.startswith("top100/") or m == "mmr") else "full pool"
+        if m.startswith("top100/"):
+            return "hybrid top-100"
+        return "dense top-100" if m == "mmr" else "full pool"
 
     rows = [[f"`{m}`", scored(m),
              *[cell(run, split, m, c) for c in PAPER_COLUMNS]] for m in ROWS if m in run.methods]

@@ -15,7 +15,7 @@ HEADERS = {"ndcg@5": "NDCG@5↑", "mrr": "MRR↑", "sndcg@5": "sNDCG@5↑", "rvr
            "safe_rvr@5": "Safe-RVR@5↓", "needrisk_hit@5": "NeedRisk-Hit@5↑", "recall@5": "Recall@5↑", "success@5": "Success@5↑"}
 #: Methods that are riskrank's own (everything else is a baseline).
 OURS_PREFIXES = ("rel_only", "core", "paper_", "top100/")
-BASELINES = ("bm25", "dense", "mmr", "ce-minilm-ft", "risk_label_penalty", "dense+rule")
+BASELINES = ("bm25", "dense", "hybrid", "mmr", "ce-minilm-ft", "risk_label_penalty", "dense+rule")
 
 
 def is_ours(method: str) -> bool:

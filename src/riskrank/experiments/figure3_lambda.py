@@ -13,8 +13,9 @@ from riskrank.experiments.common import BASELINES, mean
 from riskrank.experiments.runner import EvalRun
 from riskrank.extras import requires
 
-#: The paper's grid, plus two larger values that the residual head's sharper scores need.
-LAMBDAS = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0)
+#: lambda in logit units (the p_risky penalty of riskrank's head: docs/architecture.md); the
+#: paper's {0, 0.05, 0.1, 0.2} in probability units does not move it.
+LAMBDAS = (0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0)
 CONFIGS = (("core", "core"), ("core+graph", "+ graph"), ("core+graph+rule", "+ rule filter"))
 STYLES = {"core": ("o", "-"), "core+graph": ("s", "--"), "core+graph+rule": ("^", ":")}
 
@@ -23,8 +24,15 @@ def methods() -> list[str]:
     return [f"{c}@lam={lam:g}" for c, _ in CONFIGS for lam in LAMBDAS]
 
 
-def selected_lambdas(run: EvalRun) -> list[float]:
-    return [f["residual"]["lam"] for s in run.seeds for f in run.choices[s] if "residual" in f]
+def selected_lambdas(run: EvalRun, pipeline: str = "core") -> list[float]:
+    """The lambda validation chose for a pipeline, per seed and fold."""
+    out = []
+    for s in run.seeds:
+        for f in run.choices[s]:
+            r = f.get("residual")
+            if r:
+                out.append(float((r.get("pipelines") or {}).get(pipeline, {}).get("lam", r["lam"])))
+    return out
 
 
 def plot(run: EvalRun, split: str, out_dir: Path) -> list[Path]:

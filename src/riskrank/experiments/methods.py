@@ -1,10 +1,14 @@
 """Method names of the results contract and what each one runs.
 
-A method is a :class:`MethodSpec`: which relevance scores (BM25, dense cosine, the trained
-heads of one design), which lambda (0, a number, or the one chosen on validation), graph
-smoothing (which edge types, which alpha), the rule filter (audited or predicted levels) and
-the scored set (full pool or the dense top-M). Suffixes make variants without new code:
-``core@lam=0.05``, ``core+graph@alpha=0.2``, ``core+graph[edges=co+sem]``.
+A method is a :class:`MethodSpec`: which relevance scores (BM25, dense cosine, their hybrid
+fusion, the trained heads of one design), which lambda (0, a number, or the one chosen on
+validation for that pipeline), graph smoothing (which edge types, which alpha), the rule
+filter (audited or predicted levels) and the scored set (full pool or the first stage's
+top-M). Suffixes make variants without new code: ``core@lam=0.05``, ``core+graph@alpha=0.2``,
+``core+graph[edges=co+sem]``, ``core[relevance=dense]`` (the cosine-only head: its first
+stage is the dense cosine and it reads no lexical evidence), and
+``core+graph+rule_pred[levels=in_sample]`` (predicted levels from the head trained on every
+tool's label, instead of the cross-fitted ones: shown once, for comparison).
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ from riskrank.graph import EDGE_TYPES
 @dataclass(frozen=True)
 class MethodSpec:
     name: str
-    relevance: str  # "bm25" | "dense" | "heads" | "mmr" | "cross-encoder"
+    relevance: str  # "bm25" | "dense" | "hybrid" | "heads" | "mmr" | "cross-encoder"
     head: str | None = None  # "residual" | "paper" for relevance == "heads"
+    evidence: str = "hybrid"  # what the residual head reads: "hybrid" | "dense"
+    levels: str = "crossfit"  # predicted levels of the rule filter: "crossfit" | "in_sample"
     lam: float | str = 0.0  # a number, or "selected" (chosen on validation queries)
     graph: bool = False
     alpha: float | str = "selected"
@@ -33,6 +39,11 @@ class MethodSpec:
     @property
     def trained(self) -> bool:
         return self.relevance == "heads"
+
+    @property
+    def head_key(self) -> str:
+        """Which trained heads the method reads: one training run per key and fold."""
+        return f"{self.head}:dense" if self.head == "residual" and self.evidence == "dense" else str(self.head)
 
     @property
     def seed_independent(self) -> bool:
@@ -50,6 +61,7 @@ def _heads(name: str, head: str, **kw) -> MethodSpec:
 BASE_METHODS: dict[str, MethodSpec] = {
     "bm25": MethodSpec("bm25", "bm25"),
     "dense": MethodSpec("dense", "dense"),
+    "hybrid": MethodSpec("hybrid", "hybrid"),
     "dense+rule": MethodSpec("dense+rule", "dense", rule="labels"),
     "risk_label_penalty": MethodSpec("risk_label_penalty", "dense", lam="selected"),
     "mmr": MethodSpec("mmr", "mmr", candidates=100),
@@ -60,22 +72,23 @@ BASE_METHODS: dict[str, MethodSpec] = {
     "core+rule": _heads("core+rule", "residual", lam="selected", rule="labels"),
     "core+graph+rule": _heads("core+graph+rule", "residual", lam="selected", graph=True, rule="labels"),
     "core+graph+rule_pred": _heads("core+graph+rule_pred", "residual", lam="selected", graph=True, rule="predicted"),
-    "paper_rel_only": _heads("paper_rel_only", "paper"),
-    "paper_core": _heads("paper_core", "paper", lam="selected"),
-    "paper_core+graph": _heads("paper_core+graph", "paper", lam="selected", graph=True),
-    "paper_core+graph+rule": _heads("paper_core+graph+rule", "paper", lam="selected", graph=True, rule="labels"),
+    "paper_rel_only": _heads("paper_rel_only", "paper", evidence="dense"),
+    "paper_core": _heads("paper_core", "paper", lam="selected", evidence="dense"),
+    "paper_core+graph": _heads("paper_core+graph", "paper", lam="selected", graph=True, evidence="dense"),
+    "paper_core+graph+rule": _heads("paper_core+graph+rule", "paper", lam="selected", graph=True, rule="labels", evidence="dense"),
     "top100/core": _heads("top100/core", "residual", lam="selected", candidates=100),
     "top100/core+graph": _heads("top100/core+graph", "residual", lam="selected", graph=True, candidates=100),
     "top100/core+graph+rule": _heads("top100/core+graph+rule", "residual", lam="selected", graph=True, rule="labels", candidates=100),
 }
 
-_SUFFIX = re.compile(r"^(?P<base>[^@\[]+)(?P<mods>(?:@[a-z_]+=[^@\[]+|\[edges=[a-z+]*\])*)$")
-_MOD = re.compile(r"@(?P<key>[a-z_]+)=(?P<val>[^@\[]+)|\[edges=(?P<edges>[a-z+]*)\]")
+_SUFFIX = re.compile(r"^(?P<base>[^@\[]+)(?P<mods>(?:@[a-z_]+=[^@\[]+|\[[a-z]+=[a-z_+]*\])*)$")
+_MOD = re.compile(r"@(?P<key>[a-z_]+)=(?P<val>[^@\[]+)|\[(?P<bkey>[a-z]+)=(?P<bval>[a-z_+]*)\]")
 
 
 def parse_method(name: str) -> MethodSpec:
     """A contract name (``core+graph``) or a variant (``core@lam=0.05``,
-    ``core+graph[edges=co+sem]``, ``ce:PATH`` for a cross-encoder rescoring the top-20 of the dense top-100)."""
+    ``core+graph[edges=co+sem]``, ``core[relevance=dense]``, ``core+graph+rule_pred[levels=in_sample]``,
+    ``ce:PATH`` for a cross-encoder rescoring the top-20 of the dense top-100)."""
     name = name.strip()
     if name.startswith("ce:") or name.startswith("cross-encoder:"):
         model = name.split(":", 1)[1]
@@ -84,16 +97,30 @@ def parse_method(name: str) -> MethodSpec:
         return MethodSpec(name, "cross-encoder", candidates=100, model=model)
     m = _SUFFIX.match(name)
     if not m or m.group("base") not in BASE_METHODS:
-        raise RiskrankError(f"unknown method {name!r}; choose from {', '.join(BASE_METHODS)} (variants: NAME@lam=X, NAME@alpha=X, NAME[edges=co+sem], ce:MODEL)")
+        raise RiskrankError(f"unknown method {name!r}; choose from {', '.join(BASE_METHODS)} (variants: NAME@lam=X, NAME@alpha=X, "
+                            "NAME[edges=co+sem], NAME[relevance=dense], NAME[levels=in_sample], ce:MODEL)")
     spec = replace(BASE_METHODS[m.group("base")], name=name)
     for mod in _MOD.finditer(m.group("mods")):
-        if mod.group("edges") is not None:
-            edges = tuple(e for e in mod.group("edges").split("+") if e)
+        bkey, bval = mod.group("bkey"), mod.group("bval")
+        if bkey == "edges":
+            edges = tuple(e for e in bval.split("+") if e)
             bad = set(edges) - set(EDGE_TYPES)
             if bad or not spec.graph:
                 raise RiskrankError(f"{name!r}: edges must be '+'-joined names from {', '.join(EDGE_TYPES)} on a graph method")
             spec = replace(spec, edge_types=edges)
             continue
+        if bkey == "relevance":
+            if spec.head != "residual" or bval not in ("dense", "hybrid"):
+                raise RiskrankError(f"{name!r}: relevance must be dense or hybrid, on a method of the residual head")
+            spec = replace(spec, evidence=bval)
+            continue
+        if bkey == "levels":
+            if spec.rule != "predicted" or bval not in ("crossfit", "in_sample"):
+                raise RiskrankError(f"{name!r}: levels must be crossfit or in_sample, on a method with predicted levels")
+            spec = replace(spec, levels=bval)
+            continue
+        if bkey is not None:
+            raise RiskrankError(f"{name!r}: unknown modifier [{bkey}=...] (edges, relevance, levels)")
         key, val = mod.group("key"), mod.group("val")
         try:
             x = float(val)

@@ -4,8 +4,13 @@ under the benchmark's protocol, with per-query metrics kept for tables, tests an
 Protocols: with a training split, the heads train on it once per seed and every
 evaluation split is scored; without one (UltraTool without dev.json), 5-fold cross-fitting
 over the evaluation queries, so each query is scored by models that never saw it. In both,
-a validation slice of the training queries (by query) chooses lambda, beta, alpha and the
-graph normalisation; test queries never choose anything.
+the training queries choose the hybrid fusion, and a validation slice of them (by query)
+chooses beta and lambda and alpha per pipeline; test queries never choose anything.
+
+Predicted risk is honest: every method with the rule filter on predicted levels reads levels
+cross-fitted over tools (no tool's level comes from a head that saw its label), except the one
+``[levels=in_sample]`` variant kept to show the difference. Baselines rank as they are (named
+tools are not lifted); riskrank's methods lift a tool the task names, as the engine does.
 
 All scoring of riskrank's methods and the dense baselines goes through
 :meth:`riskrank.pipeline.RiskAwareRetriever.rank_batch`, the same code the CLI and the servers
@@ -30,7 +35,7 @@ from riskrank.encoder import Encoder
 from riskrank.errors import RiskrankError
 from riskrank.experiments.baselines import mmr_rerank
 from riskrank.experiments.methods import MethodSpec, parse_methods
-from riskrank.first_stage import BM25Retriever, rank, top_m
+from riskrank.first_stage import LexicalEvidence, LexicalIndex, rank, top_m
 from riskrank.graph import EDGE_TYPES, GraphConfig, ToolGraph
 from riskrank.metrics import METRICS, evaluate, query_subsets, tool_query_counts
 from riskrank.modes import Stages
@@ -168,14 +173,18 @@ class _Fold:
     train_counts: np.ndarray
     label_lam: float
     choice: dict[str, Any]
+    hybrid: RiskAwareRetriever
+    """The ``hybrid`` baseline: the fusion this fold's training queries chose, nothing more."""
     graphs: dict[tuple[str, ...], ToolGraph] = field(default_factory=dict)
     train_q: QuerySet | None = None
     train_emb: np.ndarray | None = None
+    predicted: dict[str, RiskAwareRetriever] = field(default_factory=dict)
+    """Per head, the retriever whose predicted levels are cross-fitted over tools."""
 
 
 class Runner:
-    """Evaluate methods on a benchmark. Heavy inputs (embeddings, BM25 scores) are computed
-    once and shared by every seed and fold."""
+    """Evaluate methods on a benchmark. Heavy inputs (embeddings, the lexical evidence) are
+    computed once and shared by every seed and fold."""
 
     def __init__(
         self, benchmark: Benchmark, methods: Sequence[str] | str, *, seeds: Sequence[int] = DEFAULT_SEEDS,
@@ -201,10 +210,18 @@ class Runner:
         self.split_emb = {sp: self.encoder.encode(qs.texts, desc=f"encoding {sp}") for sp, qs in benchmark.splits.items()}
         self.train_emb = self.encoder.encode(benchmark.train.texts, desc="encoding train") if benchmark.train is not None else None
         self.timing["encode_s"] = time.perf_counter() - t0
-        self._bm25: dict[str, np.ndarray] = {}
-        # One retriever without heads serves bm25, dense, dense+rule and risk_label_penalty.
-        self.base = RiskAwareRetriever(self.registry, encoder=self.encoder, tool_emb=self.tool_emb, mode="dense", progress=False)
-        self.heads_needed = sorted({s.head for s in self.specs if s.trained})
+        t0 = time.perf_counter()
+        self.lexical_index = LexicalIndex.from_registry(self.registry)
+        self.split_lex = {sp: self.lexical_index.evidence(qs.texts) for sp, qs in benchmark.splits.items()}
+        self.train_lex = self.lexical_index.evidence(benchmark.train.texts) if benchmark.train is not None else None
+        self.timing["lexical_s"] = time.perf_counter() - t0
+        # One retriever without heads serves dense, dense+rule and risk_label_penalty; the
+        # baselines rank as they are (no named-tool lift).
+        self.base = RiskAwareRetriever(self.registry, encoder=self.encoder, tool_emb=self.tool_emb, mode="dense", progress=False,
+                                       pin_named=False)
+        self.base._lexical = self.lexical_index
+        self.heads_needed = sorted({s.head_key for s in self.specs if s.trained})
+        self.top_m = tuple(sorted({s.candidates for s in self.specs if s.trained and s.candidates}))
         self.ce_info: list[dict[str, Any]] = []
 
     # -- protocol ---------------------------------------------------------------------------
@@ -221,9 +238,9 @@ class Runner:
             run.choices[seed] = []
             first = seed == self.seeds[0]
             specs = [s for s in self.specs if first or not s.seed_independent]
-            for fold_id, train_q, train_emb, targets in self._folds(seed):
+            for fold_id, train_q, train_emb, train_lex, targets in self._folds(seed):
                 t0 = time.perf_counter()
-                fold = self._train(seed, train_q, train_emb)
+                fold = self._train(seed, train_q, train_emb, train_lex)
                 fold.train_q, fold.train_emb = train_q, train_emb
                 t_train += time.perf_counter() - t0
                 run.choices[seed].append({"fold": fold_id, "label_penalty_lam": fold.label_lam, **fold.choice})
@@ -252,48 +269,60 @@ class Runner:
         return run
 
     def _folds(self, seed: int):
-        """(fold id, training QuerySet, its embeddings, [(split, query positions)])."""
+        """(fold id, training QuerySet, its embeddings, its lexical evidence, [(split, query positions)])."""
         b = self.bench
         if b.train is not None:
-            yield "all", b.train, self.train_emb, [(sp, np.arange(len(qs))) for sp, qs in b.splits.items()]
+            yield "all", b.train, self.train_emb, self.train_lex, [(sp, np.arange(len(qs))) for sp, qs in b.splits.items()]
             return
         (split, qs), = b.splits.items()
         folds = crossfit_folds(len(qs), self.n_folds, seed)
         it = tqdm(range(self.n_folds), desc=f"seed {seed} folds", disable=not self.progress, leave=False)
         for f in it:
             tr = np.flatnonzero(folds != f)
-            yield f, qs.subset(tr), self.split_emb[split][tr], [(split, np.flatnonzero(folds == f))]
+            yield f, qs.subset(tr), self.split_emb[split][tr], self.split_lex[split].rows(tr), [(split, np.flatnonzero(folds == f))]
 
-    def _train(self, seed: int, train_q: QuerySet, train_emb: np.ndarray) -> _Fold:
+    def _train(self, seed: int, train_q: QuerySet, train_emb: np.ndarray, train_lex: LexicalEvidence) -> _Fold:
         """Every head this run needs, trained on one fold's training queries; every choice
-        (lambda, beta, alpha, normalisation, the label-penalty lambda) is
-        :func:`riskrank.training.choose_inference`'s, on the validation split of
-        :func:`riskrank.training.validation_split`."""
+        (the fusion, lambda and alpha per pipeline, beta, normalisation, the label-penalty
+        lambda) is :func:`riskrank.training.choose_inference`'s, on the training queries (the
+        fusion) and the validation split of :func:`riskrank.training.validation_split`."""
         gold = [np.asarray(g) for g in train_q.gold]
-        retrievers, choice = {}, {}
+        retrievers, predicted, choice = {}, {}, {}
         base_cfg = TrainConfig(seed=seed, **self.train_overrides).resolved()
-        for head in self.heads_needed:
-            cfg = TrainConfig(design=head, seed=seed, **self.train_overrides).resolved()
+        fusion = None
+        for key in self.heads_needed:
+            design, _, evidence = key.partition(":")
+            cfg = TrainConfig(design=design, seed=seed, relevance=evidence or None, candidate_pipelines=self.top_m,
+                              **self.train_overrides).resolved(has_lexical=True)
             result, graph, ch = training.fit(self.tool_emb, train_emb, gold, self.registry, cfg, self.graph_config,
-                                             progress=self.progress)
-            retrievers[head] = RiskAwareRetriever.from_training(self.registry, self.encoder, self.tool_emb, result, graph, ch)
-            choice[head] = {"lam": result.lam, "residual_weight": result.validation.get("residual_weight"),
-                            "best_epoch": result.validation.get("best_epoch"), "train_seconds": result.seconds, **ch}
+                                             progress=self.progress, lexical=train_lex)
+            r = RiskAwareRetriever.from_training(self.registry, self.encoder, self.tool_emb, result, graph, ch)
+            r._lexical = self.lexical_index
+            retrievers[key] = r
+            predicted[key] = RiskAwareRetriever(self.registry, encoder=self.encoder, checkpoint=r.checkpoint, graph=graph,
+                                                tool_emb=self.tool_emb, progress=False,
+                                                predicted_levels=training.predicted_levels_of(result, self.registry))
+            predicted[key]._lexical = self.lexical_index
+            fusion = fusion or result.fusion
+            choice[key] = {"lam": result.lam, "residual_weight": result.validation.get("residual_weight"),
+                           "best_epoch": result.validation.get("best_epoch"), "train_seconds": result.seconds,
+                           "lexical_weights": result.validation.get("lexical_weights"), "risk_head": result.risk_quality, **ch}
+        if fusion is None and any(s.relevance == "hybrid" for s in self.specs):
+            fusion = training.choose_inference(train_emb, gold, self.tool_emb, self.registry.risk_levels, base_cfg,
+                                               choose_fusion_on=train_lex)["fusion"]
+        if fusion is not None:
+            choice["fusion"] = fusion.to_dict()
+        hybrid = RiskAwareRetriever(self.registry, encoder=self.encoder, tool_emb=self.tool_emb, mode="hybrid", fusion=fusion,
+                                    progress=False, pin_named=False)
+        hybrid._lexical = self.lexical_index
         label_lam = 0.0
         if any(s.name.startswith("risk_label_penalty") and s.lam == "selected" for s in self.specs):
             label_lam = training.label_penalty_lambda(self.tool_emb, train_emb, gold, self.registry.risk_levels, base_cfg)
         tr, _ = training.validation_split(len(gold), base_cfg)  # the part the graphs are built from
         part = [gold[i] for i in tr]
-        return _Fold(retrievers, part, tool_query_counts(gold, len(self.registry)), label_lam, choice)
+        return _Fold(retrievers, part, tool_query_counts(gold, len(self.registry)), label_lam, choice, hybrid, predicted=predicted)
 
     # -- methods ------------------------------------------------------------------------------
-    def _bm25_scores(self, split: str) -> np.ndarray:
-        if split not in self._bm25:
-            if not hasattr(self, "_bm25_model"):
-                self._bm25_model = BM25Retriever(self.registry.texts())
-            self._bm25[split] = self._bm25_model.score(self.bench.splits[split].texts)
-        return self._bm25[split]
-
     def _graph(self, fold: _Fold, spec: MethodSpec, retriever: RiskAwareRetriever) -> ToolGraph | None:
         if tuple(spec.edge_types) == EDGE_TYPES:
             return None  # the retriever's own full graph
@@ -304,8 +333,13 @@ class Runner:
         return fold.graphs[key]
 
     def _rank(self, spec: MethodSpec, split: str, idx: np.ndarray, q: np.ndarray, cos: np.ndarray, fold: _Fold, cache: dict) -> tuple[np.ndarray, list | None]:
+        lex = cache.get("lex")
+        if lex is None:
+            lex = cache["lex"] = self.split_lex[split].rows(idx)
         if spec.relevance == "bm25":
-            return rank(self._bm25_scores(split)[idx]), None
+            return rank(lex.bm25), None
+        if spec.relevance == "hybrid":
+            return fold.hybrid.rank_batch(q, mode="hybrid", lexical=lex).order, None
         if spec.relevance in ("mmr", "cross-encoder"):  # baselines over the dense top-M, outside the engine
             ck = ("cand", spec.candidates)
             if ck not in cache:
@@ -318,13 +352,16 @@ class Runner:
             r, graph, alpha = self.base, None, None
             lam = fold.label_lam if spec.lam == "selected" else float(spec.lam)
         else:
-            r = fold.retrievers[spec.head]
-            lam = r.lam if spec.lam == "selected" else float(spec.lam)
-            alpha = r.alpha if spec.alpha == "selected" else float(spec.alpha)
+            key = spec.head_key
+            crossfit = spec.rule == "predicted" and spec.levels == "crossfit"
+            r = fold.predicted[key] if crossfit else fold.retrievers[key]
+            # None: the pipeline's own validated lambda and alpha (the retriever resolves them).
+            lam = None if spec.lam == "selected" else float(spec.lam)
+            alpha = None if spec.alpha == "selected" else float(spec.alpha)
             graph = self._graph(fold, spec, r) if spec.graph else None
         # The paper's fill (deferred tools top the list up to K): the reproduction measures it.
         batch = r.rank_batch(q, mode=mode, lam=lam, alpha=alpha, candidates=spec.candidates, risk_source=spec.rule or "labels",
-                             graph=graph, fill=PAPER_FILL)
+                             graph=graph, fill=PAPER_FILL, lexical=lex)
         return batch.order, batch.filters
 
     def _cross_encoder(self, spec: MethodSpec, split: str, idx: np.ndarray, cand: np.ndarray, fold: _Fold) -> np.ndarray:

@@ -112,7 +112,7 @@ class RetrieveRequest(BaseModel):
     task: Annotated[str, Field(min_length=1, description="The user's task, in natural language.")]
     k: Annotated[int, BeforeValidator(_integral), Field(ge=1, le=MAX_K, description="How many tools to return.")] = 5
     lam: Annotated[float | None, Field(alias="lambda", ge=0,
-                                       description="Risk weight lambda in s = f_rel - lambda * f_risk [default: the checkpoint's; 0 for dense].")] = None
+                                       description="Risk weight lambda in s = relevance - lambda * penalty [default: the checkpoint's for this pipeline; 0 without heads].")] = None
     mode: Annotated[Mode | None, Field(description="Pipeline stages [default: the server's].")] = None
     alpha: Annotated[float | None, Field(ge=0, le=1, description="Graph smoothing alpha (graph modes).")] = None
     risk_source: Annotated[Literal[RISK_SOURCES] | None, Field(description="Levels the rule filter reads.")] = None
@@ -131,6 +131,7 @@ class RankedTool(BaseModel):
     predicted_level: int | None
     permissions: list[str]
     description: str
+    named: bool = Field(False, description="The task names this tool (its identifier occurs in the task): it ranks first.")
 
 
 class Deferral(BaseModel):
@@ -138,6 +139,7 @@ class Deferral(BaseModel):
     index: int
     reasons: list[str]
     redundant_with: str | None
+    named: bool = Field(False, description="The task named this tool; the rule filter's caps deferred it all the same.")
 
 
 class RetrieveResponse(BaseModel):
@@ -150,6 +152,8 @@ class RetrieveResponse(BaseModel):
     deferred: list[Deferral]
     fallback: list[str]
     unlabelled: list[str]
+    notes: list[str] = Field(default_factory=list, description="Where the result departs from what was asked (e.g. predicted "
+                                                               "levels that are the keyword annotator's: the risk head has not learned).")
     generation: int
 
 

@@ -314,15 +314,18 @@ class Gateway:
                 "risk_evidence": spec["risk_evidence"], "permissions": spec["permissions"], "annotations": spec["annotations"],
                 "needs_confirmation": self.policy.needs_confirmation(spec["effective_level"]),
                 "score": round(t.score, 6), "f_rel": round(t.f_rel, 6), "f_risk": round(t.f_risk, 6), "reasons": reasons,
+                **({"named": True} if t.named else {}),
             })
         returned = {t["name"] for t in tools}
-        withheld = [{"name": d.name, "reasons": d.reasons, "redundant_with": d.redundant_with}
+        withheld = [{"name": d.name, "reasons": d.reasons, "redundant_with": d.redundant_with, **({"named": True} if d.named else {})}
                     for d in res.deferred if d.name not in returned]
         out = {
             "task": task, "mode": res.mode, "lambda": res.lam, "fill": res.fill, "min_score": res.min_score,
             "tools": tools, "withheld": withheld, "below_min_score": res.below_min_score, "unlabelled": res.unlabelled,
             "policy": policy, "catalogue": {"source": cat.spec.registry, "n_tools": len(cat.registry), "generation": view.generation},
         }
+        if res.notes:
+            out["notes"] = res.notes
         if self.manager is not None:
             out["upstreams_down"] = self.manager.down()
         return out
