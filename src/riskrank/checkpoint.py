@@ -49,12 +49,13 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from riskrank._version import __version__
+from riskrank.contamination import DIGEST_CHARS, is_digest
 from riskrank.errors import CheckpointError, RiskrankError
 from riskrank.fileio import DIR_MODE, atomic_writer, dumps, loads_strict, read_regular_file, show
 from riskrank.first_stage import FUSION_RULES, LEXICAL_FEATURES, NORMS
@@ -97,6 +98,9 @@ class Key:
     items: tuple[Any, ...] | None = None
     each: dict[str, Key] | None = None
     names: str | None = None
+    item: Callable[[Any], bool] | None = None
+    """A check every element of a list must pass (``item_words`` says what it wants)."""
+    item_words: str = ""
 
     def problem(self, value: Any) -> str | None:
         """Why ``value`` does not fit, or None."""
@@ -123,6 +127,10 @@ class Key:
             return f"must be one of {', '.join(map(str, self.choices))}, got {show(value)}"
         if self.items is not None and any(v not in self.items for v in value):
             return f"may only hold {', '.join(map(str, self.items))}, got {show(value)}"
+        if self.item is not None:
+            for v in value:
+                if not self.item(v):
+                    return f"may only hold {self.item_words}, got {show(v)}"
         if self.each is not None:
             for name, sub in value.items():
                 if self.names is not None and not re.fullmatch(self.names, name):
@@ -197,6 +205,10 @@ SIDECAR_SCHEMA: dict[str, Key] = {
     "training_data.queries_fingerprint": Key("str", required=False),
     "training_data.n_queries": Key("int", required=False, low=0),
     "training_data.tool_template": Key("str", required=False),
+    # Digests of the training task texts (riskrank.contamination): evaluate refuses to score
+    # the trained methods on queries the checkpoint trained on. Absent in older checkpoints.
+    "training_data.query_sha256": Key("list", required=False, item=is_digest,
+                                      item_words=f"{DIGEST_CHARS}-hex-digit task digests"),
     "counts": Key("dict", required=False, open=True),
     "validation": Key("dict", required=False, open=True),
     "history": Key("list", required=False),

@@ -46,6 +46,7 @@ import numpy as np
 import riskrank.training as training
 from riskrank.ann import ANNRetriever
 from riskrank.checkpoint import Checkpoint, in_memory, load_checkpoint, save_checkpoint
+from riskrank.contamination import query_digests
 from riskrank.encoder import Encoder
 from riskrank.errors import CheckpointError, RiskrankError
 from riskrank.first_stage import (
@@ -624,7 +625,8 @@ class RiskAwareRetriever:
         index = LexicalIndex.from_registry(registry)
         result, graph, choice = training.fit(tool_emb, query_emb, gold, registry, cfg, graph_config, alpha_grid=alpha_grid,
                                              normalisations=normalisations, progress=progress, lexical=index.evidence(list(texts)))
-        data = {"queries_fingerprint": training.gold_fingerprint(list(texts), gold), "n_queries": len(texts)}
+        data = {"queries_fingerprint": training.gold_fingerprint(list(texts), gold), "n_queries": len(texts),
+                "query_sha256": query_digests(texts)}
         out = cls.from_training(registry, enc, tool_emb, result, graph, choice, training_data=data, tool_template=tool_template)
         out._lexical = index
         return out
