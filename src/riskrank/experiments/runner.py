@@ -7,6 +7,11 @@ over the evaluation queries, so each query is scored by models that never saw it
 the training queries choose the hybrid fusion, and a validation slice of them (by query)
 chooses beta and lambda and alpha per pipeline; test queries never choose anything.
 
+Zero-shot (a checkpoint given, or a registry without training queries): nothing is trained
+or chosen in the run; the trained methods read the checkpoint's heads and validated settings,
+the ``hybrid`` baseline its fusion (else the prior one), and the run refuses queries the
+checkpoint trained on (:mod:`riskrank.contamination`) unless told to label them contaminated.
+
 Predicted risk is honest: every method with the rule filter on predicted levels reads levels
 cross-fitted over tools (no tool's level comes from a head that saw its label), except the one
 ``[levels=in_sample]`` variant kept to show the difference. Baselines rank as they are (named
@@ -30,12 +35,14 @@ import numpy as np
 from tqdm.auto import tqdm
 
 import riskrank.training as training
+from riskrank.checkpoint import Checkpoint, load_checkpoint
+from riskrank.contamination import seen_mask
 from riskrank.datasets import Benchmark, QuerySet, crossfit_folds
 from riskrank.encoder import Encoder
 from riskrank.errors import RiskrankError
 from riskrank.experiments.baselines import mmr_rerank
 from riskrank.experiments.methods import MethodSpec, parse_methods
-from riskrank.first_stage import LexicalEvidence, LexicalIndex, rank, top_m
+from riskrank.first_stage import PRIOR_FUSION, Fusion, LexicalEvidence, LexicalIndex, rank, top_m
 from riskrank.graph import EDGE_TYPES, GraphConfig, ToolGraph
 from riskrank.metrics import METRICS, evaluate, query_subsets, tool_query_counts
 from riskrank.modes import Stages
@@ -69,6 +76,8 @@ class EvalRun:
     choices: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     timing: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    contaminated: dict[str, Any] | None = None
+    """With a checkpoint: which evaluation queries it trained on and which methods read it."""
 
     def seed_means(self, split: str, method: str) -> dict[str, np.ndarray]:
         """Per-seed mean of every metric: {metric: [S]} (NaN-aware)."""
@@ -101,6 +110,7 @@ class EvalRun:
             "timing": self.timing,
             "choices": {str(s): c for s, c in self.choices.items()},
             "notes": self.notes,
+            **({"contaminated": self.contaminated} if self.contaminated is not None else {}),
         }
 
     # -- persistence (reproduce --reuse) ----------------------------------------------------
@@ -128,6 +138,7 @@ class EvalRun:
             "dataset": self.dataset, "protocol": self.protocol, "encoder": self.encoder, "seeds": self.seeds,
             "methods": self.methods, "splits": self.splits, "filters": {str(s): f for s, f in self.filters.items()},
             "choices": {str(s): c for s, c in self.choices.items()}, "timing": self.timing, "notes": self.notes,
+            "contaminated": self.contaminated,
         }
         write_json(d / "run.json", meta, indent=None)
 
@@ -140,7 +151,7 @@ class EvalRun:
         except (OSError, ValueError) as exc:
             raise RiskrankError(f"{d}: no reusable evaluation run ({exc})") from None
         run = cls(meta["dataset"], meta["protocol"], meta["encoder"], meta["seeds"], meta["methods"], meta["splits"],
-                  timing=meta["timing"], notes=meta["notes"])
+                  timing=meta["timing"], notes=meta["notes"], contaminated=meta.get("contaminated"))
         run.filters = {int(s): f for s, f in meta["filters"].items()}
         run.choices = {int(s): c for s, c in meta["choices"].items()}
         for s in run.seeds:
@@ -190,13 +201,25 @@ class Runner:
         self, benchmark: Benchmark, methods: Sequence[str] | str, *, seeds: Sequence[int] = DEFAULT_SEEDS,
         encoder: Encoder | str | None = None, train_overrides: dict[str, Any] | None = None,
         graph_config: GraphConfig | None = None, n_folds: int = N_FOLDS, progress: bool = True,
+        checkpoint: Checkpoint | str | Path | None = None, zero_shot: bool = False, allow_contaminated: bool = False,
     ) -> None:
+        """``checkpoint`` (or ``zero_shot`` without one): evaluate zero-shot (module
+        docstring); ``allow_contaminated``: run a checkpoint's methods on queries it trained
+        on, and label them contaminated, instead of refusing."""
         self.bench = benchmark
         self.specs = parse_methods(methods)
         self.seeds = [int(s) for s in seeds]
         if not self.seeds:
             raise RiskrankError("no seeds given")
         self.encoder = encoder if encoder is not None and not isinstance(encoder, str) else Encoder(encoder, progress=progress)
+        self.checkpoint = checkpoint if checkpoint is None or isinstance(checkpoint, Checkpoint) \
+            else load_checkpoint(checkpoint, encoder_identity=self.encoder.identity)
+        self.zero_shot = bool(zero_shot or self.checkpoint is not None)
+        self.contaminated: dict[str, Any] | None = None
+        if self.zero_shot:
+            self.seeds = self.seeds[:1]  # nothing is trained: one run is every run
+            self._check_zero_shot()
+            self.contaminated = self._contamination(allow_contaminated)
         self.train_overrides = dict(train_overrides or {})
         self.graph_config = graph_config or GraphConfig()
         self.n_folds = n_folds
@@ -224,11 +247,119 @@ class Runner:
         self.top_m = tuple(sorted({s.candidates for s in self.specs if s.trained and s.candidates}))
         self.ce_info: list[dict[str, Any]] = []
 
+    # -- zero-shot ------------------------------------------------------------------------------
+    def _head_key(self) -> str | None:
+        """The head key (:attr:`MethodSpec.head_key`) of the checkpoint's heads."""
+        if self.checkpoint is None:
+            return None
+        head = self.checkpoint.meta["head"]
+        if head["design"] != "residual":
+            return str(head["design"])
+        return "residual" if head.get("lexical") else "residual:dense"
+
+    def _check_zero_shot(self) -> None:
+        """Every method asked can run without training, before any data is encoded."""
+        from riskrank.experiments.cross_encoder import FT_METHOD
+
+        trained = [s.name for s in self.specs if s.trained]
+        if trained and self.checkpoint is None:
+            raise RiskrankError(f"{', '.join(trained)}: trained methods need a checkpoint or training queries")
+        key = self._head_key()
+        other = [s.name for s in self.specs if s.trained and s.head_key != key]
+        if other:
+            raise RiskrankError(f"{', '.join(other)}: the checkpoint holds {key} heads, these methods need others")
+        if any(s.model == FT_METHOD for s in self.specs):
+            raise RiskrankError(f"{FT_METHOD} is fine-tuned on training queries; there are none in a zero-shot run")
+        if any(self._label_lam_needed(s) for s in self.specs) and self._checkpoint_label_lam() is None:
+            raise RiskrankError("risk_label_penalty chooses its lambda on training queries; give training queries, a checkpoint "
+                                "that holds inference.label_lam, or a fixed one (risk_label_penalty@lam=0.5)")
+
+    @staticmethod
+    def _label_lam_needed(spec: MethodSpec) -> bool:
+        return spec.relevance == "dense" and spec.lam == "selected"
+
+    def _checkpoint_label_lam(self) -> float | None:
+        value = self.checkpoint.inference.get("label_lam") if self.checkpoint is not None else None
+        return None if value is None else float(value)
+
+    def _reads_checkpoint(self, spec: MethodSpec) -> bool:
+        """True for a method whose scores depend on what the checkpoint learned or chose on
+        its training queries: the heads, the fusion of ``hybrid``, the label-penalty lambda."""
+        if self.checkpoint is None:
+            return False
+        inference = self.checkpoint.inference
+        return spec.trained or (spec.relevance == "hybrid" and bool(inference.get("fusion"))) or self._label_lam_needed(spec)
+
+    def _contamination(self, allow: bool) -> dict[str, Any] | None:
+        """Which evaluation queries the checkpoint trained on; a refusal when its methods
+        would be scored on them and ``allow`` is false."""
+        if self.checkpoint is None:
+            return None
+        where = str(self.checkpoint.path) if self.checkpoint.path is not None else "the checkpoint"
+        readers = [s.name for s in self.specs if self._reads_checkpoint(s)]
+        digests = self.checkpoint.meta["training_data"].get("query_sha256")
+        if digests is None:
+            return {"checkpoint": where, "checked": False, "splits": {}, "methods": []}
+        seen = {sp: int(sum(seen_mask(qs.texts, digests))) for sp, qs in self.bench.splits.items()}
+        total, n = sum(seen.values()), sum(len(qs) for qs in self.bench.splits.values())
+        if total and readers and not allow:
+            parts = ", ".join(f"{k} {v}" for k, v in seen.items() if v)
+            raise RiskrankError(f"{where} trained on {total} of the {n} evaluation queries ({parts}); refusing to score its "
+                                f"methods ({', '.join(readers)}) on them (--allow-contaminated runs them, labelled contaminated)")
+        return {"checkpoint": where, "checked": True, "splits": seen, "methods": readers if total else []}
+
+    def _zero_shot_fold(self) -> _Fold:
+        """What the methods read when nothing is trained: the checkpoint's heads (its graph
+        when it was built for this registry, else one of semantic and permission edges), its
+        fusion and label-penalty lambda; without a checkpoint, the prior fusion."""
+        n = len(self.registry)
+        retrievers: dict[str, RiskAwareRetriever] = {}
+        choice: dict[str, Any] = {"zero_shot": True}
+        fusion: Fusion = PRIOR_FUSION
+        if self.checkpoint is not None:
+            r = RiskAwareRetriever(self.registry, encoder=self.encoder, checkpoint=self.checkpoint, tool_emb=self.tool_emb,
+                                   progress=False)
+            r._lexical = self.lexical_index
+            key = self._head_key()
+            assert key is not None
+            retrievers[key] = r
+            fusion = r.head_fusion or PRIOR_FUSION
+            choice.update({"checkpoint": str(self.checkpoint.path) if self.checkpoint.path else None,
+                           key: {"lam": r.lam, "alpha": r.alpha, "normalisation": r.normalisation, "pipelines": r.pipelines,
+                                 "risk_head": r.risk_quality}})
+        choice["fusion"] = fusion.to_dict()
+        hybrid = RiskAwareRetriever(self.registry, encoder=self.encoder, tool_emb=self.tool_emb, mode="hybrid", fusion=fusion,
+                                    progress=False, pin_named=False)
+        hybrid._lexical = self.lexical_index
+        # A checkpoint never saw this registry's labels unless it was trained on this very
+        # registry; its predicted levels are then what the _pred methods read either way.
+        return _Fold(retrievers, [], np.zeros(n, dtype=np.int64), self._checkpoint_label_lam() or 0.0, choice, hybrid,
+                     predicted=dict(retrievers))
+
+    def _zero_shot_protocol(self) -> str:
+        if self.checkpoint is None:
+            return "zero-shot: no training queries and no checkpoint; untrained methods only (hybrid: the prior fusion)"
+        data = self.checkpoint.meta["training_data"]
+        same = data.get("registry_fingerprint") == self.registry.fingerprint()
+        n = data.get("n_queries")
+        return (f"zero-shot: heads and every validated setting from the checkpoint {self.checkpoint.path or '(in memory)'}"
+                + (f", trained on {n} queries" if n is not None else "")
+                + (" of this registry" if same else " of another registry"))
+
     # -- protocol ---------------------------------------------------------------------------
     def run(self) -> EvalRun:
         b = self.bench
-        run = EvalRun(b.name, b.protocol, self.encoder.identity, self.seeds, [s.name for s in self.specs],
-                      {sp: len(qs) for sp, qs in b.splits.items()}, notes=list(b.notes))
+        protocol = self._zero_shot_protocol() if self.zero_shot else b.protocol
+        run = EvalRun(b.name, protocol, self.encoder.identity, self.seeds, [s.name for s in self.specs],
+                      {sp: len(qs) for sp, qs in b.splits.items()}, notes=list(b.notes), contaminated=self.contaminated)
+        c = self.contaminated
+        if c is not None and not c["checked"]:
+            run.notes.append(f"{c['checkpoint']} records no training-query digests (an older checkpoint): "
+                             "whether it trained on these queries was not checked")
+        elif c is not None and c["methods"]:
+            run.notes.append(f"CONTAMINATED: {c['checkpoint']} trained on " + ", ".join(f"{v} of the {len(b.splits[k])} {k} queries"
+                             for k, v in c["splits"].items() if v) + "; these methods are scored on their own training data: "
+                             + ", ".join(c["methods"]))
         t_train = t_eval = 0.0
         for seed in self.seeds:
             run.per_query[seed] = {sp: {s.name: {} for s in self.specs} for sp in b.splits}
@@ -240,7 +371,7 @@ class Runner:
             specs = [s for s in self.specs if first or not s.seed_independent]
             for fold_id, train_q, train_emb, train_lex, targets in self._folds(seed):
                 t0 = time.perf_counter()
-                fold = self._train(seed, train_q, train_emb, train_lex)
+                fold = self._zero_shot_fold() if self.zero_shot else self._train(seed, train_q, train_emb, train_lex)
                 fold.train_q, fold.train_emb = train_q, train_emb
                 t_train += time.perf_counter() - t0
                 run.choices[seed].append({"fold": fold_id, "label_penalty_lam": fold.label_lam, **fold.choice})
@@ -271,6 +402,9 @@ class Runner:
     def _folds(self, seed: int):
         """(fold id, training QuerySet, its embeddings, its lexical evidence, [(split, query positions)])."""
         b = self.bench
+        if self.zero_shot:
+            yield "zero-shot", None, None, None, [(sp, np.arange(len(qs))) for sp, qs in b.splits.items()]
+            return
         if b.train is not None:
             yield "all", b.train, self.train_emb, self.train_lex, [(sp, np.arange(len(qs))) for sp, qs in b.splits.items()]
             return
