@@ -27,12 +27,28 @@ CONTRACT_COLUMNS = ("ndcg@5", "mrr", "sndcg@5", "rvr@5", "srr@5")
 
 
 @click.command()
-@click.option("--dataset", type=click.Choice(DATASETS), required=True)
+@click.option("--dataset", type=click.Choice(DATASETS), default=None, help="A named benchmark (or --registry with --queries).")
+@click.option("--registry", type=click.Path(dir_okay=False), default=None,
+              help="Evaluate on this registry file (any format riskrank loads) instead of a benchmark.")
+@click.option("--queries", type=click.Path(dir_okay=False), default=None, metavar="Q.jsonl",
+              help='With --registry: the evaluation queries, one {"task": ..., "gold": [tool names]} per line.')
+@click.option("--train-queries", type=click.Path(dir_okay=False), default=None, metavar="T.jsonl",
+              help="With --registry: training queries (same format) the trained methods train on; without them they "
+                   "are evaluated zero-shot from --checkpoint.")
+@click.option("--labels", type=click.Path(dir_okay=False), default=None, metavar="L.json",
+              help="With --registry: audited risk levels ({name: {\"risk_level\": 1-5}}); tools without one take "
+                   "predicted levels, reported as predicted.")
+@click.option("--checkpoint", type=click.Path(file_okay=False), default=None,
+              help="Evaluate this checkpoint's trained methods zero-shot (no training in the run).")
+@click.option("--allow-contaminated", is_flag=True,
+              help="Run a checkpoint's methods even on queries it trained on, labelled contaminated (refused by default).")
+@click.option("--name", default=None, help="The dataset name in the results [default: the registry file's stem].")
 @click.option("--data", "data_dir", type=click.Path(file_okay=False), default=None, help="Data directory (a mirror directory works too).")
-@click.option("--methods", default="bm25,dense", show_default=True,
+@click.option("--methods", default=None,
               help="Comma-separated: bm25, dense, hybrid, dense+rule, risk_label_penalty, mmr, rel_only, core, core+graph, "
                    "core+graph+rule, core+graph+rule_pred, paper_rel_only, paper_core, top100/core, ... "
-                   "(variants: core@lam=2, core+graph[edges=co+sem], core[relevance=dense], ce:MODEL).")
+                   "(variants: core@lam=2, core+graph[edges=co+sem], core[relevance=dense], ce:MODEL) "
+                   "[default: bm25,dense; with --registry: bm25,dense,hybrid,dense+rule,core,core+graph,core+graph+rule].")
 @click.option("--query-mode", type=click.Choice(["question", "plan"]), default="question", show_default=True,
               help="UltraTool query text: the question, or the plan steps that call a tool.")
 @click.option("--seeds", default="42,123,777", show_default=True, help="Seeds for trained methods.")
@@ -42,42 +58,75 @@ CONTRACT_COLUMNS = ("ndcg@5", "mrr", "sndcg@5", "rvr@5", "srr@5")
 @json_option("the results-contract document")
 @click.option("--all-metrics", is_flag=True, help="Print every metric, not only the paper's five.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
-def evaluate(dataset: str, data_dir: str | None, methods: str, query_mode: str, seeds: str, encoder: str | None,
-             selection: str | None, rule_selection: str | None, json_out: str | None, all_metrics: bool, quiet: bool) -> None:
-    """Evaluate retrieval methods on a benchmark and print NDCG@5, MRR, sNDCG@5, RVR@5, SRR@5."""
-    from riskrank.datasets import load_benchmark
+def evaluate(dataset: str | None, registry: str | None, queries: str | None, train_queries: str | None, labels: str | None,
+             checkpoint: str | None, allow_contaminated: bool, name: str | None, data_dir: str | None, methods: str | None,
+             query_mode: str, seeds: str, encoder: str | None, selection: str | None, rule_selection: str | None,
+             json_out: str | None, all_metrics: bool, quiet: bool) -> None:
+    """Evaluate retrieval methods on a benchmark (--dataset) or on any registry (--registry
+    with --queries) and print NDCG@5, MRR, sNDCG@5, RVR@5, SRR@5."""
     from riskrank.experiments.methods import parse_methods
-    from riskrank.experiments.runner import run_evaluation
-    from riskrank.metrics import METRICS
 
-    parse_methods(methods)  # fail on a bad method name before any data is read
-    kwargs = {"query_mode": query_mode} if dataset == "ultratool" else {}
-    if dataset != "ultratool" and query_mode != "question":
-        raise RiskrankError("--query-mode applies to UltraTool only")
-    bench = load_benchmark(dataset, data_dir, **kwargs)
+    if methods is not None:
+        parse_methods(methods)  # fail on a bad method name before any data is read
+    if bool(dataset) == bool(registry):
+        raise RiskrankError("give --dataset NAME, or --registry FILE with --queries FILE")
     overrides = {k: v for k, v in (("selection", selection), ("rule_selection", rule_selection)) if v}
-    run = run_evaluation(bench, methods, seeds=parse_seeds(seeds), encoder=encoder, train_overrides=overrides, progress=not quiet)
-    res = run.results_json()
-    res["query_mode"] = query_mode
+    if registry:
+        if query_mode != "question":
+            raise RiskrankError("--query-mode applies to UltraTool only")
+        if not queries:
+            raise RiskrankError("--registry needs --queries (JSONL of {\"task\": ..., \"gold\": [tool names]})")
+        from riskrank.experiments.registry_eval import evaluate_registry
+
+        ev = evaluate_registry(registry, queries, train_queries=train_queries, labels=labels, checkpoint=checkpoint,
+                               methods=methods, seeds=parse_seeds(seeds), encoder=encoder, name=name,
+                               allow_contaminated=allow_contaminated, train_overrides=overrides, progress=not quiet)
+        run, res, notes = ev.run, ev.results_json(), list(ev.run.notes)
+    else:
+        given = [f"--{o}" for o, v in (("queries", queries), ("train-queries", train_queries), ("labels", labels), ("name", name)) if v]
+        if given:
+            raise RiskrankError(f"{', '.join(given)} go with --registry, not --dataset")
+        from riskrank.datasets import load_benchmark
+        from riskrank.experiments.runner import run_evaluation
+
+        kwargs = {"query_mode": query_mode} if dataset == "ultratool" else {}
+        if dataset != "ultratool" and query_mode != "question":
+            raise RiskrankError("--query-mode applies to UltraTool only")
+        bench = load_benchmark(dataset, data_dir, **kwargs)  # type: ignore[arg-type]
+        run = run_evaluation(bench, methods or "bm25,dense", seeds=parse_seeds(seeds), encoder=encoder, train_overrides=overrides,
+                             progress=not quiet, checkpoint=checkpoint, allow_contaminated=allow_contaminated)
+        res, notes = run.results_json(), list(run.notes)
+        res["query_mode"] = query_mode
     if json_out == STDOUT:  # stdout is the document; notes go to stderr
-        for note in bench.notes:
+        for note in notes:
             click.echo(f"note: {note}", err=True)
         emit_json(res, json_out)
         return
-    click.echo(f"{bench.name}: {bench.protocol}; encoder {run.encoder}; seeds {','.join(map(str, run.seeds))}")
-    for note in bench.notes:
+    show_evaluation(run, res, notes, all_metrics)
+    if json_out:
+        click.echo("")
+        emit_json(res, json_out)
+
+
+def show_evaluation(run: Any, res: dict[str, Any], notes: list[str], all_metrics: bool = False) -> None:
+    """The evaluation as text: protocol, notes, one table per split (a method scored on
+    queries its checkpoint trained on is marked contaminated)."""
+    from riskrank.experiments.methods import parse_method
+    from riskrank.metrics import METRICS
+
+    click.echo(f"{res['dataset']}: {res['protocol']}; encoder {run.encoder}; seeds {','.join(map(str, run.seeds))}")
+    for note in notes:
         click.echo(f"note: {note}")
+    contaminated = set((res.get("contaminated") or {}).get("methods") or [])
     cols = METRICS if all_metrics else CONTRACT_COLUMNS
-    trained = any(m in methods for m in ("core", "rel_only"))
     for split, block in res["splits"].items():
         click.echo(f"\n[{split}] {block['n_queries']} queries")
         rows = []
         for m, vals in block["methods"].items():
-            rows.append([m, *[fmt(vals[c]["mean"]) + (f"±{fmt(vals[c]['std'])}" if trained and len(run.seeds) > 1 else "") for c in cols]])
+            spread = len(run.seeds) > 1 and not parse_method(m).seed_independent
+            label = m + (" (contaminated)" if m in contaminated else "")
+            rows.append([label, *[fmt(vals[c]["mean"]) + (f"±{fmt(vals[c]['std'])}" if spread else "") for c in cols]])
         print_table(rows, ["method", *cols])
-    if json_out:
-        click.echo("")
-        emit_json(res, json_out)
 
 
 # -- retrieve -----------------------------------------------------------------------------------
