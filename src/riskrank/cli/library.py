@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
@@ -19,7 +18,6 @@ from riskrank.cli.common import (
 )
 from riskrank.datasets import DATASETS
 from riskrank.errors import RiskrankError
-from riskrank.fileio import read_jsonl
 from riskrank.modes import FIRST_STAGES, RISK_SOURCES
 
 # -- evaluate -----------------------------------------------------------------------------------
@@ -268,8 +266,6 @@ def train(dataset: str | None, registry: str | None, queries: str | None, data_d
 
 
 def _training_data(dataset: str | None, registry: str | None, queries: str | None, data_dir: str | None):
-    import numpy as np
-
     from riskrank.registry import ToolRegistry
 
     if dataset and (registry or queries):
@@ -282,27 +278,12 @@ def _training_data(dataset: str | None, registry: str | None, queries: str | Non
         return b.registry, qs.texts, qs.gold
     if not (registry and queries):
         raise RiskrankError("give --dataset, or --registry and --queries")
+    from riskrank.datasets.user import read_queries
+
     reg = ToolRegistry.load(registry)
-    texts, gold = [], []
-    if not Path(queries).is_file():
-        raise RiskrankError(f"{queries}: no such file")
-    for lineno, rec in read_jsonl(queries):
-        try:
-            task, names = rec["task"], rec["gold"]
-        except (KeyError, TypeError):
-            raise RiskrankError(f"{queries}: line {lineno}: expected {{\"task\": str, \"gold\": [tool names]}}") from None
-        if not isinstance(task, str) or not task.strip() or not isinstance(names, list):
-            raise RiskrankError(f"{queries}: line {lineno}: 'task' must be a non-empty string and 'gold' a list")
-        idx = sorted({reg.index_of(n) for n in names if n in reg})
-        unknown = [n for n in names if n not in reg]
-        if unknown:
-            raise RiskrankError(f"{queries}: line {lineno}: unknown tool(s) {', '.join(map(repr, unknown))} (not in {registry})")
-        if not idx:
-            continue
-        texts.append(task)
-        gold.append(np.asarray(idx))
-    if not texts:
-        raise RiskrankError(f"{queries}: no training queries")
+    qf = read_queries(queries, reg, what="training queries", name="train")
+    qf.refuse_unknown()
+    texts, gold = qf.texts, qf.queries.gold
     return reg, texts, gold
 
 

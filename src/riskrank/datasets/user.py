@@ -40,6 +40,16 @@ class QueryFile:
     """Gold names not in the registry -> how many queries name them (first-seen order)."""
     n_excluded: int = 0
     """Queries left with no gold tool in the registry (not evaluated)."""
+    unknown_lines: dict[str, int] = field(default_factory=dict)
+    """Gold names not in the registry -> the first line naming them."""
+
+    def refuse_unknown(self) -> None:
+        """A :class:`DataError` on the first line that names a tool the registry lacks (for
+        training data, where a wrong name is a mistake to fix, not a count to report)."""
+        if self.unknown:
+            line = min(self.unknown_lines.values())
+            names = [n for n, ln in self.unknown_lines.items() if ln == line]
+            raise DataError(f"{self.path}: line {line}: unknown tool(s) {', '.join(map(show, names))} (not in the registry)")
 
     @property
     def texts(self) -> list[str]:
@@ -88,6 +98,7 @@ def read_queries(path: str | Path, registry: ToolRegistry, *, what: str = "queri
     source = str(path)
     ids, texts, gold, lines = [], [], [], []
     unknown: dict[str, int] = {}
+    unknown_lines: dict[str, int] = {}
     first_line: dict[str, int] = {}
     n_records = n_excluded = 0
     for lineno, rec in jsonl_records(text.splitlines(), source, DataError):
@@ -107,6 +118,7 @@ def read_queries(path: str | Path, registry: ToolRegistry, *, what: str = "queri
         for n in dict.fromkeys(names):
             if n not in registry:
                 unknown[n] = unknown.get(n, 0) + 1
+                unknown_lines.setdefault(n, lineno)
         idx = sorted({registry.index_of(n) for n in names if n in registry})
         if not idx:
             n_excluded += 1
@@ -118,7 +130,7 @@ def read_queries(path: str | Path, registry: ToolRegistry, *, what: str = "queri
     if not n_records:
         raise DataError(f"{what} {source}: no queries (the file is empty; one JSON object per line: {_RECORD})")
     qf = QueryFile(source, QuerySet(name, ids, texts, gold, meta=[{"line": ln} for ln in lines], n_skipped=n_excluded),
-                   n_records, unknown, n_excluded)
+                   n_records, unknown, n_excluded, unknown_lines)
     if not texts:
         raise DataError(f"{what} {source}: none of the {n_records} queries has a gold tool in the registry ({qf.note()})")
     return qf
