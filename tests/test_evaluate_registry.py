@@ -273,3 +273,22 @@ def test_bad_option_combinations(user_files, tmp_path, monkeypatch, capsys, args
     argv = [a.replace("{reg}", str(user_files["registry"])).replace("{tmp}", str(tmp_path)) for a in args]
     code, _, err = run_entry(["evaluate", *argv, "--quiet"], monkeypatch, capsys)
     assert_clean_error(code, err, pattern)
+
+
+def test_zero_shot_checkpoint_on_another_registry(demo_checkpoint, user_files, tmp_path):
+    """A checkpoint on tools it was not trained on: its risk head predicts the unaudited
+    levels, its graph is rebuilt from semantic and permission edges, every mode runs; --json
+    alone puts the document on stdout and the notes on stderr."""
+    reg = json.loads(user_files["registry"].read_text())
+    keep = [t for t in reg if t["name"] not in ("get_file_metadata", "search_files")]
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps(keep))
+    res = CliRunner().invoke(main, ["evaluate", "--registry", str(path), "--queries", str(user_files["unseen"]), "--checkpoint",
+                                    str(demo_checkpoint), "--methods", "dense,core,core+graph,core+graph+rule_pred", "--quiet",
+                                    "--json"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["dataset"] == "other" and doc["protocol"].endswith("of another registry")
+    assert doc["levels"] == {"audited": 0, "predicted": len(keep), "source": "predicted", "predicted_by": "head"}
+    assert set(doc["splits"]["test"]["methods"]) == {"dense", "core", "core+graph", "core+graph+rule_pred"}
+    assert "note: PREDICTED risk levels" in res.stderr
