@@ -214,8 +214,10 @@ def test_registry_evaluation_checks_contamination(demo_checkpoint, user_files, t
     assert_clean_error(code, err, "trained on 1 of the 3 evaluation queries")
     out = tmp_path / "res.json"
     res = invoke("evaluate", "--registry", user_files["registry"], "--queries", user_files["unseen"], "--labels",
-                 user_files["labels"], "--checkpoint", demo_checkpoint, "--quiet", "--json", out)
+                 user_files["labels"], "--checkpoint", demo_checkpoint, "--methods",
+                 "bm25,dense,hybrid,core,core+graph,core+graph+rule,core+graph+rule_pred", "--quiet", "--json", out)
     assert res.exit_code == 0, res.output
+    assert "risk head trained on this registry's labels" in res.output  # the same tools as the checkpoint's
     doc = json.loads(out.read_text())
     assert doc["contaminated"]["methods"] == [] and doc["contaminated"]["splits"] == {"test": 0}
     assert {"core", "core+graph", "core+graph+rule", "bm25"} <= set(doc["splits"]["test"]["methods"])

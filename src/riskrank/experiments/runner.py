@@ -360,6 +360,11 @@ class Runner:
             run.notes.append(f"CONTAMINATED: {c['checkpoint']} trained on " + ", ".join(f"{v} of the {len(b.splits[k])} {k} queries"
                              for k, v in c["splits"].items() if v) + "; these methods are scored on their own training data: "
                              + ", ".join(c["methods"]))
+        ck = self.checkpoint
+        if ck is not None and ck.meta["training_data"].get("registry_fingerprint") == self.registry.fingerprint() \
+                and any(s.rule == "predicted" for s in self.specs):
+            run.notes.append("the checkpoint's risk head trained on this registry's labels: the methods with predicted "
+                             "levels read in-sample levels here, not cross-fitted ones")
         t_train = t_eval = 0.0
         for seed in self.seeds:
             run.per_query[seed] = {sp: {s.name: {} for s in self.specs} for sp in b.splits}
