@@ -241,3 +241,12 @@ def test_full_rebuild_matches_the_shipped_model(tmp_path, monkeypatch, data_dir)
     out = save_base(built, tmp_path / "model", transfer=card.get("transfer"))
     assert _digests(out)["heads.safetensors"] == card["files"]["heads.safetensors"]
     assert _digests(out)["checkpoint.json"] == card["files"]["checkpoint.json"]
+
+
+def test_graph_of_a_registry_without_training_queries_is_cached(encoder):
+    from riskrank.pipeline import RiskAwareRetriever
+
+    reg = ToolRegistry.from_data(BAD_REGISTRIES["five tools"])
+    a = RiskAwareRetriever(reg, encoder=encoder, progress=False).graph
+    b = RiskAwareRetriever(reg, encoder=encoder, progress=False).graph
+    assert a is b and a.stats()["edges"].get("co", 0) == 0

@@ -248,6 +248,8 @@ def load_catalogue(spec: ArtefactSpec, encoder: Any, generation: int = 1, *, reg
         candidates=spec.candidates, first_stage=spec.first_stage, rule_config=RuleConfig(fill=spec.fill),
         min_score=spec.min_score, trust_annotations=spec.trust_annotations,
     )
+    if retriever.scorer is not None:
+        _ = retriever.graph  # built (or taken from the cache) at load, not on a user's first graph query
     resolved = retriever.level_provenance
     if resolved is not None:
         provenance, evidence = list(resolved[1]), [list(e) for e in resolved[2]]

@@ -36,6 +36,9 @@ surface can name a mode or read a result without importing this module.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,6 +90,12 @@ from riskrank.training import DEFAULT_ALPHA_GRID, TrainConfig, TrainResult
 #: The approximate first stage joins BM25's best M // LEXICAL_SHARE tools to the index's
 #: cosine top-M (a task whose words match a tool's is rarely served by the cosine alone).
 LEXICAL_SHARE = 4
+#: ToolGraphs of registries without training queries (semantic and permission edges only),
+#: by registry fingerprint, tool embeddings, graph configuration and first stage: a reload, or a
+#: guard's next catalogue of the same tools, reuses the graph instead of rebuilding it.
+_GRAPH_CACHE: OrderedDict[tuple[str, str, str, str], ToolGraph] = OrderedDict()
+GRAPH_CACHE_SIZE = 8
+_GRAPH_LOCK = threading.Lock()
 
 
 @dataclass
@@ -247,13 +256,27 @@ class RiskAwareRetriever:
     @property
     def graph(self) -> ToolGraph:
         """The ToolGraph; built on first use from the registry alone (semantic and permission
-        edges; no training queries, so no co-occurrence edges) when none was given."""
+        edges; no training queries, so no co-occurrence edges) when none was given, and
+        cached by registry fingerprint (with the encoder, graph configuration and first stage)."""
         if self._graph is None:
-            # With the approximate first stage, semantic edges come from the same index (no
-            # all-pairs similarity over a large registry).
-            index = self._ann_index() if self.first_stage == "ann" else None
-            self._graph = ToolGraph.build(self.tool_emb, [], self.registry.risk_levels, self.registry.permissions,
-                                          self.graph_config, semantic_index=index)
+            # the embeddings' digest, not the encoder's name: a caller may pass its own tool_emb
+            digest = hashlib.blake2b(np.ascontiguousarray(self.tool_emb).tobytes(), digest_size=16).hexdigest()
+            key = (self.registry.fingerprint(), digest, repr(self.graph_config), self.first_stage)
+            with _GRAPH_LOCK:
+                cached = _GRAPH_CACHE.get(key)
+                if cached is not None:
+                    _GRAPH_CACHE.move_to_end(key)
+            if cached is None:
+                # With the approximate first stage, semantic edges come from the same index (no
+                # all-pairs similarity over a large registry).
+                index = self._ann_index() if self.first_stage == "ann" else None
+                cached = ToolGraph.build(self.tool_emb, [], self.registry.risk_levels, self.registry.permissions,
+                                         self.graph_config, semantic_index=index)
+                with _GRAPH_LOCK:
+                    _GRAPH_CACHE[key] = cached
+                    while len(_GRAPH_CACHE) > GRAPH_CACHE_SIZE:
+                        _GRAPH_CACHE.popitem(last=False)
+            self._graph = cached
         return self._graph
 
     @property
