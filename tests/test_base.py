@@ -107,7 +107,7 @@ def test_reduced_build_is_deterministic_and_loads(tmp_path, monkeypatch, encoder
     assert _digests(out[0]) == _digests(out[1])
     ck = load_checkpoint(out[0], encoder_identity=encoder.identity)
     head = ck.model.relevance_head
-    assert float(head.v.weight.abs().sum()) == 0.0 and float(head.l2.weight.abs().sum()) == 0.0
+    assert float(head.v.weight.detach().abs().sum()) == 0.0 and float(head.l2.weight.detach().abs().sum()) == 0.0
     card = json.loads((out[0] / base.CARD_JSON).read_text())
     assert card["name"] == "riskrank-base" and card["training_data"][0]["benchmark"] == "demo"
     assert "zero_shot_settings" in card["rules"] and set(card["inference"]["pipelines"]) >= {"core", "core+graph+rule"}
@@ -250,3 +250,14 @@ def test_graph_of_a_registry_without_training_queries_is_cached(encoder):
     a = RiskAwareRetriever(reg, encoder=encoder, progress=False).graph
     b = RiskAwareRetriever(reg, encoder=encoder, progress=False).graph
     assert a is b and a.stats()["edges"].get("co", 0) == 0
+
+
+@shipped
+def test_audit_head_annotator_is_the_base_risk_head(encoder):
+    from riskrank.annotators import make_annotator
+
+    ann = make_annotator("head", encoder=encoder)
+    reg = ToolRegistry.from_data(BAD_REGISTRIES["five tools"])
+    votes = dict(ann.annotate(list(reg)))
+    assert ann.name == "head" and len(votes) == 5 and all(1 <= v.level <= 5 for v in votes.values())
+    assert votes[4].level >= 3  # "run a shell command"

@@ -86,7 +86,8 @@ def test_trust_annotations_lets_read_only_hints_lower(tmp_path):
     from test_server_support import write_mcp_registry
 
     reg = str(write_mcp_registry(tmp_path / "mcp.json"))
-    base = ["retrieve", "read my notes", "--registry", reg, "--mode", "dense+rule", "-k", "5", "--json"]
+    # without a risk head (--checkpoint none) unaudited tools take the fail-closed path
+    base = ["retrieve", "read my notes", "--registry", reg, "--mode", "dense+rule", "-k", "5", "--json", "--checkpoint", "none"]
     default = json.loads(invoke(*base).stdout)
     trusted = json.loads(invoke(*base, "--trust-annotations").stdout)
     # hints only raise by default: every unlabelled tool is fail-closed ...

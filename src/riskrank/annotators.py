@@ -417,7 +417,7 @@ def make_annotator(spec: str, *, benchmark: Any = None, encoder: Any = None, ope
         if url:
             opts["base_url"] = url
         return OpenAIAnnotator(model=model, spec=spec, **opts)
-    if kind == "head" and arg in ("", "base"):
+    if spec == "head" or spec == "head:base":
         from riskrank.base import default_checkpoint
 
         base = default_checkpoint()

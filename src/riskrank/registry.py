@@ -442,8 +442,9 @@ def _each(data: list[Any], source: str) -> Iterator[tuple[str, Mapping[str, Any]
 def _plain(data: Any, source: str) -> list[Tool]:
     tools = []
     records = _records(data, source)
-    # A list of bare names is a registry of names only.
-    records = [{"name": r} if isinstance(r, str) else r for r in records] if isinstance(records, list) else records
+    # A list of names (every record a string) is a registry of names only.
+    if isinstance(records, list) and records and all(isinstance(r, str) for r in records):
+        records = [{"name": r} for r in records]
     for where, rec in _each(records, source):
         known = {"name", "description", "risk_level", "parameters", "reason", "annotations", "permissions"}
         tools.append(
