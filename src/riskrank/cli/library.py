@@ -253,7 +253,13 @@ def _train_base(out: str, data_dir: str | None, benchmarks: str, seed: int, epoc
     bad = [b for b in names if b not in DATASETS or b == "demo"]
     if bad or not names:
         raise RiskrankError(f"--benchmarks: unknown benchmark(s) {', '.join(bad) or '(none)'}; choose from ultratool, sealtools")
-    transfer = loads_strict(decode_json_bytes(read_regular_file(transfer_file), transfer_file), transfer_file) if transfer_file else None
+    transfer = None
+    if transfer_file:
+        doc = loads_strict(decode_json_bytes(read_regular_file(transfer_file), transfer_file), transfer_file)
+        if not isinstance(doc, dict) or "summary" not in doc or "table_md" not in doc:
+            raise RiskrankError(f"--transfer {transfer_file}: not a summarised transfer_lobo.py result (no summary / table_md)")
+        # the same block benchmarks/transfer_lobo.py --card writes
+        transfer = {"summary": doc["summary"], "table_md": doc["table_md"], "command": "make transfer", "results": transfer_file}
     built = build_base(load_sources(names, data_dir), BaseConfig(seed=seed, epochs=epochs, max_queries=max_queries), encoder=encoder)
     path = save_base(built, out, transfer=transfer)
     card = built.card
