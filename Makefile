@@ -18,7 +18,7 @@ ifneq ($(DATA_SOURCE),upstream)
 export RISKRANK_MIRROR ?= $(DATA_SOURCE)
 endif
 
-.PHONY: venv data demo test test-slow lint imports lock clean console-shots
+.PHONY: venv data demo test test-slow lint imports lock clean console-shots base-model transfer
 
 # Everything installs from the lock (constraints.txt): the exact versions riskrank is tested with.
 $(STAMP): pyproject.toml constraints.txt
@@ -36,6 +36,21 @@ data: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/riskrank demo
+
+# riskrank-base, the heads shipped in the wheel (docs/base-model.md). SOURCE_DATE_EPOCH pins the
+# sidecar's time stamp: the same versions rebuild the same sha256 for every file.
+BASE_MODEL    := src/riskrank/base/model
+BASE_TRANSFER := benchmarks/results/transfer_lobo.json
+BASE_EPOCH    ?= 1764547200
+base-model: $(STAMP) data
+	SOURCE_DATE_EPOCH=$(BASE_EPOCH) $(BIN)/riskrank train --base --out $(BASE_MODEL) --force \
+		$(if $(wildcard $(BASE_TRANSFER)),--transfer $(BASE_TRANSFER))
+
+# Leave one benchmark out, 3 seeds (tens of CPU minutes): the transfer table of docs/base-model.md.
+transfer: $(STAMP) data
+	$(BIN)/python benchmarks/transfer_lobo.py --seeds 42,123,777 --direction 'sealtools->ultratool' --out benchmarks/results/lobo_seal.json
+	$(BIN)/python benchmarks/transfer_lobo.py --seeds 42,123,777 --direction 'ultratool->sealtools' --out benchmarks/results/lobo_ultra.json
+	$(BIN)/python benchmarks/transfer_lobo.py --summarise benchmarks/results/lobo_seal.json benchmarks/results/lobo_ultra.json --out $(BASE_TRANSFER)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks tools

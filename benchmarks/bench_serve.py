@@ -10,7 +10,10 @@ the embedding cache has never seen (an UltraTool test question, respaced at rand
 client, from sending the request to reading the whole response; "server p50" is the handler's
 own time (the Server-Timing header) and "server CPU ms/req" the server process's CPU time per
 request (all threads, from /proc), which a busy machine inflates far less than wall time.
-Target: p50 <= 30 ms at 1 client.
+Target: p50 <= 30 ms at 1 client. Without ``--checkpoint`` the server runs the shipped base
+model (riskrank-base); its target, in ``core+graph+rule``, is p50 <= 35 ms at 1 client:
+
+    python benchmarks/bench_serve.py --data data --mode core+graph+rule --clients 1
 """
 
 from __future__ import annotations
@@ -146,7 +149,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--data", default=os.environ.get("RISKRANK_DATA"), help="Data directory / mirror (<owner>/<repo>/<path> layout).")
     p.add_argument("--registry", default=None, help="Registry file [default: UltraTool's, from --data].")
     p.add_argument("--checkpoint", default=None)
-    p.add_argument("--mode", default=None, help="Server default mode [default: core with a checkpoint, else dense].")
+    p.add_argument("--mode", default=None, help="Server default mode [default: the server's: core+graph+rule with heads, else dense+rule].")
     p.add_argument("--request-mode", default=None, help="Mode each request asks for [default: the server's].")
     p.add_argument("--encoder", default=None)
     p.add_argument("--threads", type=int, default=None, help="torch threads in the server.")
@@ -217,8 +220,10 @@ def main(argv: list[str] | None = None) -> dict:
         "server_startup_s": round(startup, 2), "torch_threads": args.threads, "encoder_backend": args.encoder_backend or "auto",
     }
     out = {"registry": registry, "n_tools": info["n_tools"], "mode": args.request_mode or info["mode"], "queries": args.queries,
+           "checkpoint": info.get("checkpoint"), "base_model": info.get("base_model"),
            "encoder": info["encoder"], "k": args.k, "environment": env_info, "results": results}
-    print(f"POST /v1/retrieve over loopback: {info['n_tools']} tools, mode {out['mode']}, k {args.k}, encoder {info['encoder']}")
+    print(f"POST /v1/retrieve over loopback: {info['n_tools']} tools, mode {out['mode']}, k {args.k}, encoder {info['encoder']}"
+          + (", the base model" if info.get("base_model") else f", checkpoint {info.get('checkpoint')}" if info.get("checkpoint") else ""))
     print(f"{env_info['cpus']} CPUs, load average {env_info['load_avg_before'][0]} -> {env_info['load_avg_after'][0]}; "
           f"server ready in {env_info['server_startup_s']} s; queries: {args.queries} texts, each new to the cache")
     header = ["clients", "requests", "errors", "p50 ms", "p95 ms", "p99 ms", "mean ms", "req/s", "server p50 ms", "server CPU ms/req"]

@@ -97,10 +97,14 @@ def test_evaluate_demo_json(tmp_path):
 
 # -- retrieve ----------------------------------------------------------------------------------
 def test_retrieve_demo_registry():
+    # no --checkpoint: the shipped base model, in the strongest safe mode
     res = invoke("retrieve", WEATHER, "-k", "3")
     assert res.exit_code == 0, res.output
-    assert "get_weather_forecast" in res.output and "mode dense" in res.output
-    res = invoke("retrieve", WEATHER, "-k", "3", "--json", "--registry", str(demo_registry_path()))
+    assert "get_weather_forecast" in res.output and "mode core+graph+rule" in res.output and "audited" in res.output
+    res = invoke("retrieve", WEATHER, "-k", "3", "--json", "--registry", str(demo_registry_path()), "--checkpoint", "none")
+    data = json.loads(res.output)
+    assert data["mode"] == "dense+rule" and len(data["tools"]) == 3
+    res = invoke("retrieve", WEATHER, "-k", "3", "--json", "--checkpoint", "none", "--mode", "dense")
     data = json.loads(res.output)
     assert data["mode"] == "dense" and len(data["tools"]) == 3
     assert data["tools"][0]["name"] == "get_weather_forecast"
@@ -147,7 +151,7 @@ def bad_registry(tmp_path: Path) -> Path:
         (["retrieve", "task", "--registry", "{tmp}/missing.json"], "no such file"),
         (["retrieve", "task", "--registry", "{bad}"], "invalid JSON at line 3"),
         (["retrieve", WEATHER, "-k", "0"], "k must be an integer between 1 and 100"),
-        (["retrieve", WEATHER, "--mode", "core"], "needs a checkpoint"),
+        (["retrieve", WEATHER, "--mode", "core", "--checkpoint", "none"], "needs a checkpoint"),
         (["retrieve", WEATHER, "--mode", "warp"], "Invalid value for '--mode': 'warp' is not one of"),
         (["retrieve", WEATHER, "--lam", "-1"], "lambda must be a finite number >= 0"),
         (["retrieve", "   "], "empty"),

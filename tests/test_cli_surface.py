@@ -86,7 +86,8 @@ def test_trust_annotations_lets_read_only_hints_lower(tmp_path):
     from test_server_support import write_mcp_registry
 
     reg = str(write_mcp_registry(tmp_path / "mcp.json"))
-    base = ["retrieve", "read my notes", "--registry", reg, "--mode", "dense+rule", "-k", "5", "--json"]
+    # without a risk head (--checkpoint none) unaudited tools take the fail-closed path
+    base = ["retrieve", "read my notes", "--registry", reg, "--mode", "dense+rule", "-k", "5", "--json", "--checkpoint", "none"]
     default = json.loads(invoke(*base).stdout)
     trusted = json.loads(invoke(*base, "--trust-annotations").stdout)
     # hints only raise by default: every unlabelled tool is fail-closed ...
@@ -116,25 +117,33 @@ def test_error_lines_escape_control_characters(tmp_path, monkeypatch, capsys):
 
 
 # -- riskrank demo, riskrank graph stats -----------------------------------------------------------------------
-def test_demo_command(monkeypatch, demo_fitted):
-    """The README's first command: three columns per task, the rule filter keeps at most one
-    risky tool, and risk awareness changes at least one list. Training is the session's
-    demo_fitted (the same data and configuration run_demo trains with)."""
+def test_demo_command(monkeypatch, capsys, demo_fitted):
+    """The README's first command, on the shipped base model (no training): three columns per
+    task, each tool with its level's provenance, the rule filter keeps at most one risky tool,
+    and risk awareness changes at least one list (demo-02 has risky near-duplicates of the
+    balance lookup). Without a base model it trains on the demo (the session's demo_fitted)."""
+    import riskrank.base as base
     import riskrank.experiments.demo as demo_mod
 
     monkeypatch.setattr(demo_mod.RiskAwareRetriever, "fit", classmethod(lambda cls, *a, **kw: demo_fitted))
     res = invoke("demo", "--tasks", "demo-02,demo-09")
     assert res.exit_code == 0, res.output
     out = res.stdout
-    assert "relevance only (lambda 0)" in out and "risk-aware (lambda 2)" in out and "+ rule filter" in out
-    assert out.count("RVR@5") == 6 and "demo-02:" in out and "demo-09:" in out
+    assert "relevance only (lambda 0)" in out and "risk-aware (lambda " in out and "+ rule filter (lambda " in out
+    assert out.count("RVR@5") == 6 and "demo-02:" in out and "demo-09:" in out and " audited" in out
     shown = demo_mod.run_demo(["demo-02", "demo-09"], echo=lambda s: None)
     levels = {t.name: t.risk_level for t in demo_fitted.registry}
+    col = lambda lists, prefix: next(v for k, v in lists.items() if k.startswith(prefix))  # noqa: E731
     for lists in shown.values():
-        rule = lists["+ rule filter"]
+        rule = col(lists, "+ rule filter")
         assert sum(levels[t.name] >= 3 for t in rule.tools) <= 1 and not rule.fallback
-    assert any([t.name for t in lst["relevance only (lambda 0)"].tools] != [t.name for t in lst["+ rule filter"].tools]
+        assert all(t.risk_provenance == "audited" for lst in lists.values() for t in lst.tools)
+    assert any([t.name for t in col(lst, "relevance only").tools] != [t.name for t in col(lst, "risk-aware").tools]
                for lst in shown.values())
+    if base.default_checkpoint() is not None:
+        hidden = demo_mod.run_demo(["demo-02"], echo=lambda s: None, unaudited=True)["demo-02"]
+        assert {t.risk_provenance for lst in hidden.values() for t in lst.tools} <= {"predicted", "keyword", "annotation"}
+
 
 def test_demo_command_refuses_an_unknown_task(monkeypatch, capsys, demo_fitted):
     import riskrank.experiments.demo as demo_mod

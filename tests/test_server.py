@@ -382,7 +382,7 @@ def test_reload_during_load(checkpoint, tmp_path):
         wait_for(lambda: len(seen) >= n + 20)
         # Bad artefacts: the error comes back, generation 2 keeps serving.
         bad = tmp_path / "bad.json"
-        bad.write_text('{"tools": [{"name": "x"}]}')
+        bad.write_text('{"tools": [{"name": "x", "description": 3}]}')
         err = error(c.post("/v1/admin/reload", headers=ADMIN, json={"registry": str(bad)}), 422, "invalid_registry")
         assert "generation 2 still serving" in err["message"]
         error(c.post("/v1/admin/reload", headers=ADMIN, json={"checkpoint": str(tmp_path)}), 422, "invalid_checkpoint")

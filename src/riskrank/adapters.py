@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from riskrank.errors import RiskrankError
-from riskrank.modes import MAX_K, safe_default_mode
+from riskrank.modes import MAX_K
 
 __all__ = ["ToolGuard", "task_of", "tool_name", "tool_record"]
 log = logging.getLogger("riskrank.adapters")
@@ -160,7 +160,8 @@ class ToolGuard:
     tools. Without ``tools``, the guard ranks the whole registry; with ``tools``, it ranks the
     agent's tools, taking descriptions and audited levels from the registry where it knows
     the name. ``mode`` defaults to the strongest safe one available
-    (:func:`riskrank.modes.safe_default_mode`): ``core+graph+rule`` with a ``checkpoint``,
+    (:func:`riskrank.modes.safe_default_mode`): ``core+graph+rule`` with heads (a ``checkpoint``,
+    or the shipped base model when none is named; ``checkpoint="none"``: no heads),
     else ``dense+rule`` (cosine relevance plus the rule filter). ``fill`` is the rule
     filter's fill policy: ``safe`` (default) never tops the list up with a risky tool, so
     fewer than ``k`` tools may come back; ``min_score`` a relevance floor (None: the score
@@ -192,7 +193,8 @@ class ToolGuard:
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
             raise GuardError(f"k must be an integer between 1 and {MAX_K}, got {k!r}")
         self.registry, self.checkpoint, self.k, self.lam, self.encoder_spec = registry, checkpoint, k, lam, encoder
-        self.mode = mode or safe_default_mode(checkpoint is not None)
+        # None: the catalogue's strongest safe mode (the base model's heads when no checkpoint is named).
+        self.mode = mode
         self.fill_levels, self.fill, self.min_score = fill_levels, fill, min_score
         self.url, self.token, self.timeout = (url.rstrip("/") if url else None), token, timeout
         self._encoder: Any = None

@@ -11,7 +11,8 @@ named on the command line:
   request would fail the same way.
 * ``keyword``: :func:`riskrank.risk.keyword_level`, the transparent rubric-word annotator,
   with its evidence.
-* ``head:<checkpoint>``: the learned risk head of a ``riskrank train`` checkpoint applied to
+* ``head``: the shipped base model's risk head (riskrank-base, trained on every audited tool
+  of UltraTool and Seal-Tools); ``head:<checkpoint>``: the learned risk head of a ``riskrank train`` checkpoint applied to
   a new registry, f_risk mapped to the nearest level. ``head:crossfit`` (benchmarks only) is
   the same head trained in k folds over tools, each tool scored by a model that never saw its
   label.
@@ -400,7 +401,7 @@ class _Transient(Exception):
     """Retries exhausted for one tool: a Failure, not a reason to stop the run."""
 
 
-ANNOTATOR_KINDS = ("openai:<model>[@<base-url>]", "keyword", "head:<checkpoint>", "head:crossfit")
+ANNOTATOR_KINDS = ("openai:<model>[@<base-url>]", "keyword", "head (the base model's risk head)", "head:<checkpoint>", "head:crossfit")
 
 
 def make_annotator(spec: str, *, benchmark: Any = None, encoder: Any = None, openai_options: dict[str, Any] | None = None,
@@ -416,6 +417,14 @@ def make_annotator(spec: str, *, benchmark: Any = None, encoder: Any = None, ope
         if url:
             opts["base_url"] = url
         return OpenAIAnnotator(model=model, spec=spec, **opts)
+    if spec == "head" or spec == "head:base":
+        from riskrank.base import default_checkpoint
+
+        base = default_checkpoint()
+        if base is None:
+            raise AnnotatorError("annotator 'head': no base model in this installation (build it with `make base-model`), "
+                                 "or name a checkpoint: head:<checkpoint>")
+        return HeadAnnotator(base, encoder=encoder, name="head")
     if kind == "head" and arg == "crossfit":
         return CrossfitHeadAnnotator(benchmark, encoder=encoder, **(crossfit or {}))
     if kind == "head" and arg:

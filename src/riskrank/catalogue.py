@@ -31,6 +31,7 @@ FILL_LEVELS = ("none", "keyword")
 #: Where a tool's risk level comes from (``risk_provenance`` in every response).
 PROVENANCE = {
     "audited": "risk_level given in the registry (an audit)",
+    "predicted": "unaudited; the risk head's level, combined with keyword evidence and MCP annotations (hints only raise unless trusted)",
     "keyword": "filled by riskrank's keyword annotator (name, description, MCP annotations)",
     "annotation": "unlabelled; MCP annotations set the rule filter's level (destructiveHint -> L5; a readOnlyHint lowers only with trust_annotations)",
     "unlabelled": "unlabelled; the rule filter treats it as L5 (fail closed)",
@@ -70,8 +71,12 @@ class ArtefactSpec:
     @property
     def served_mode(self) -> str:
         """The mode a catalogue of this spec runs by default: ``mode``, else the strongest safe
-        one available (:func:`riskrank.modes.safe_default_mode`)."""
-        return self.mode or safe_default_mode(self.checkpoint is not None)
+        one available (:func:`riskrank.modes.safe_default_mode`; without a checkpoint named,
+        the base model's heads)."""
+        from riskrank.base import NO_CHECKPOINT, default_checkpoint
+
+        heads = self.checkpoint != NO_CHECKPOINT and (self.checkpoint is not None or default_checkpoint() is not None)
+        return self.mode or safe_default_mode(heads)
 
     def to_dict(self) -> dict[str, Any]:
         return {"registry": self.registry, "checkpoint": self.checkpoint, "mode": self.mode,
@@ -130,8 +135,16 @@ class Catalogue:
     loaded_at: float = field(default_factory=time.time)
     load_seconds: float = 0.0
 
+    checkpoint: str | None = None
+    """The checkpoint loaded: the spec's, or the base model's when the spec names none."""
+    notes: list[str] = field(default_factory=list)
+
     def __post_init__(self) -> None:
-        self.effective_levels = effective_levels(self.registry, trust_annotations=self.spec.trust_annotations)
+        resolved = getattr(self.retriever, "level_provenance", None)
+        if resolved is not None:
+            self.effective_levels = [int(v) for v in resolved[0]]
+        else:
+            self.effective_levels = effective_levels(self.registry, trust_annotations=self.spec.trust_annotations)
 
     @property
     def registry(self) -> ToolRegistry:
@@ -178,6 +191,7 @@ class Catalogue:
         for tool in out["tools"]:
             tool["effective_level"] = self.effective_levels[tool["index"]]
             tool["risk_provenance"] = self.provenance[tool["index"]]
+            tool["risk_evidence"] = self.evidence[tool["index"]]
         out["generation"] = self.generation
         return out
 
@@ -190,7 +204,9 @@ class Catalogue:
             "n_tools": len(self.registry),
             "risk_levels": self.registry.summary()["risk_levels"],
             "risk_provenance": {p: self.provenance.count(p) for p in PROVENANCE if p in self.provenance},
-            "checkpoint": self.spec.checkpoint,
+            "checkpoint": self.checkpoint,
+            "base_model": self.checkpoint is not None and self.spec.checkpoint is None,
+            "notes": list(self.notes),
             "mode": r.mode,
             "modes": self.modes(),
             "fill": r.rule_config.fill,
@@ -217,16 +233,29 @@ def load_catalogue(spec: ArtefactSpec, encoder: Any, generation: int = 1, *, reg
 
     if spec.fill_levels not in FILL_LEVELS:
         raise RiskrankError(f"fill_levels must be one of {', '.join(FILL_LEVELS)}, got {spec.fill_levels!r}")
+    from riskrank.base import resolve_checkpoint
+
     t0 = time.perf_counter()
     reg = registry if registry is not None else ToolRegistry.load(spec.registry)
-    reg, provenance, evidence = label_provenance(reg, fill=spec.fill_levels == "keyword", trust_annotations=spec.trust_annotations)
+    # No checkpoint named: the base model (unless the encoder is not its own; the note says so).
+    checkpoint, note = resolve_checkpoint(spec.checkpoint, getattr(encoder, "identity", None))
+    # With a risk head, unaudited tools get its level combined with the keywords: no keyword fill.
+    fill = spec.fill_levels == "keyword" and checkpoint is None
+    reg, provenance, evidence = label_provenance(reg, fill=fill, trust_annotations=spec.trust_annotations)
     retriever = RiskAwareRetriever(
-        reg, encoder=encoder, checkpoint=spec.checkpoint, mode=spec.served_mode, risk_source=spec.risk_source, progress=False,
+        reg, encoder=encoder, checkpoint=checkpoint, mode=spec.mode or safe_default_mode(checkpoint is not None),
+        risk_source=spec.risk_source, progress=False,
         candidates=spec.candidates, first_stage=spec.first_stage, rule_config=RuleConfig(fill=spec.fill),
         min_score=spec.min_score, trust_annotations=spec.trust_annotations,
     )
+    if retriever.scorer is not None:
+        _ = retriever.graph  # built (or taken from the cache) at load, not on a user's first graph query
+    resolved = retriever.level_provenance
+    if resolved is not None:
+        provenance, evidence = list(resolved[1]), [list(e) for e in resolved[2]]
     retriever.retrieve(PROBE_TASK, k=1)
-    return Catalogue(retriever, spec, generation, provenance, evidence, load_seconds=time.perf_counter() - t0)
+    return Catalogue(retriever, spec, generation, provenance, evidence, load_seconds=time.perf_counter() - t0,
+                     checkpoint=checkpoint, notes=[note] if note else [])
 
 
 class ReloadRefused(RiskrankError):
@@ -282,7 +311,9 @@ class ReloadPolicy:
         return ToolRegistry.from_bytes(data, path, redact=True)
 
     def check_checkpoint(self, path: str | None) -> None:
-        if path is None:
+        from riskrank.base import NO_CHECKPOINT
+
+        if path is None or path == NO_CHECKPOINT:  # the base model (package data), or none
             return
         real = self._allowed(path)
         if real is None or not real.is_dir():

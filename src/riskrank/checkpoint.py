@@ -333,7 +333,7 @@ def sidecar(result: TrainResult, *, encoder: dict[str, Any], registry_fingerprin
     return {
         "format": FORMAT,
         "riskrank_version": __version__,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "created": _created(),
         "encoder": encoder,
         "head": {"design": result.model.design, "dim": result.model.dim, "hidden": result.model.hidden,
                  "rank": result.model.rank, "parameters": result.model.n_parameters(),
@@ -347,6 +347,13 @@ def sidecar(result: TrainResult, *, encoder: dict[str, Any], registry_fingerprin
         "history": result.history,
         "train_seconds": result.seconds,
     }
+
+
+def _created() -> str:
+    """The sidecar's time stamp: now, or ``SOURCE_DATE_EPOCH`` when set (the reproducible-builds
+    convention), so a rebuild of the same model on the same versions is byte-identical."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "")
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(epoch)) if epoch.isdigit() else time.gmtime())
 
 
 def in_memory(result: TrainResult, **meta: Any) -> Checkpoint:

@@ -116,6 +116,13 @@ class RankedTool:
     description: str
     named: bool = False
     """The task names this tool (its identifier occurs in the task): it ranks first."""
+    effective_level: int | None = None
+    """The level the rule filter reads under ``risk_source="labels"``."""
+    risk_provenance: str | None = None
+    """Where that level comes from: ``audited``, ``predicted`` (the risk head), ``keyword``,
+    ``annotation`` (an MCP hint moved it) or ``unlabelled`` (fail closed)."""
+    risk_evidence: list[str] = field(default_factory=list)
+    """Why: the head's level and score, the keyword hits, the annotation."""
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

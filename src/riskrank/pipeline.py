@@ -36,6 +36,9 @@ surface can name a mode or read a result without importing this module.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,13 +78,25 @@ from riskrank.modes import (
     parse_mode,
 )
 from riskrank.registry import DEFAULT_TOOL_TEMPLATE, ToolRegistry
-from riskrank.risk import fail_closed_levels, keyword_levels, label_risk, level_from_score
+from riskrank.risk import (
+    fail_closed_levels,
+    keyword_levels,
+    label_risk,
+    level_from_score,
+    resolve_levels,
+)
 from riskrank.rules import FilterResult, RuleConfig, RuleFilter
 from riskrank.training import DEFAULT_ALPHA_GRID, TrainConfig, TrainResult
 
 #: The approximate first stage joins BM25's best M // LEXICAL_SHARE tools to the index's
 #: cosine top-M (a task whose words match a tool's is rarely served by the cosine alone).
 LEXICAL_SHARE = 4
+#: ToolGraphs of registries without training queries (semantic and permission edges only),
+#: by registry fingerprint, tool embeddings, graph configuration and first stage: a reload, or a
+#: guard's next catalogue of the same tools, reuses the graph instead of rebuilding it.
+_GRAPH_CACHE: OrderedDict[tuple[str, str, str, str], ToolGraph] = OrderedDict()
+GRAPH_CACHE_SIZE = 8
+_GRAPH_LOCK = threading.Lock()
 
 
 @dataclass
@@ -186,6 +201,7 @@ class RiskAwareRetriever:
                 raise RiskrankError(f"predicted_levels must be [{len(registry)}] levels 1..5")
         self._predicted_override = predicted_levels
         self._predicted_cache: np.ndarray | None = None
+        self._resolved: tuple[np.ndarray, list[str], list[list[str]]] | None = None
         self.risk_source = self._check_risk_source(risk_source)
         self.rule_config = rule_config or RuleConfig()
         self.graph_config = graph_config or GraphConfig(normalisation=self.normalisation)
@@ -241,13 +257,27 @@ class RiskAwareRetriever:
     @property
     def graph(self) -> ToolGraph:
         """The ToolGraph; built on first use from the registry alone (semantic and permission
-        edges; no training queries, so no co-occurrence edges) when none was given."""
+        edges; no training queries, so no co-occurrence edges) when none was given, and
+        cached by registry fingerprint (with the encoder, graph configuration and first stage)."""
         if self._graph is None:
-            # With the approximate first stage, semantic edges come from the same index (no
-            # all-pairs similarity over a large registry).
-            index = self._ann_index() if self.first_stage == "ann" else None
-            self._graph = ToolGraph.build(self.tool_emb, [], self.registry.risk_levels, self.registry.permissions,
-                                          self.graph_config, semantic_index=index)
+            # the embeddings' digest, not the encoder's name: a caller may pass its own tool_emb
+            digest = hashlib.blake2b(np.ascontiguousarray(self.tool_emb).tobytes(), digest_size=16).hexdigest()
+            key = (self.registry.fingerprint(), digest, repr(self.graph_config), self.first_stage)
+            with _GRAPH_LOCK:
+                cached = _GRAPH_CACHE.get(key)
+                if cached is not None:
+                    _GRAPH_CACHE.move_to_end(key)
+            if cached is None:
+                # With the approximate first stage, semantic edges come from the same index (no
+                # all-pairs similarity over a large registry).
+                index = self._ann_index() if self.first_stage == "ann" else None
+                cached = ToolGraph.build(self.tool_emb, [], self.registry.risk_levels, self.registry.permissions,
+                                         self.graph_config, semantic_index=index)
+                with _GRAPH_LOCK:
+                    _GRAPH_CACHE[key] = cached
+                    while len(_GRAPH_CACHE) > GRAPH_CACHE_SIZE:
+                        _GRAPH_CACHE.popitem(last=False)
+            self._graph = cached
         return self._graph
 
     @property
@@ -283,6 +313,20 @@ class RiskAwareRetriever:
                 self._predicted_cache = level_from_score(self.scorer.level_score)
         return self._predicted_cache
 
+    @property
+    def level_provenance(self) -> tuple[np.ndarray, list[str], list[list[str]]] | None:
+        """(levels [N], provenance [N], evidence [N]) with a learned risk head: audited levels
+        first, else the head's prediction combined with keywords and MCP annotations
+        (:func:`riskrank.risk.resolve_levels`); what the rule filter reads under
+        ``risk_source="labels"``. None without a checkpoint or with a head that has not
+        learned (unlabelled tools then fail closed)."""
+        if self.scorer is None or not self.risk_head_learned:
+            return None
+        if self._resolved is None:
+            self._resolved = resolve_levels(self.registry, level_from_score(self.scorer.level_score), self.scorer.level_score,
+                                            trust_annotations=self.trust_annotations)
+        return self._resolved
+
     def level_note(self) -> str | None:
         """Why predicted levels are not the risk head's, when they are not."""
         if self._predicted_override is None and self.scorer is not None and not self.risk_head_learned:
@@ -298,7 +342,11 @@ class RiskAwareRetriever:
         fill = self.rule_config.fill if fill is None else fill
         key = (risk_source, k, fill)
         if key not in self._filters:
-            if risk_source == "labels":
+            resolved = self.level_provenance
+            if risk_source == "labels" and resolved is not None:
+                # Unaudited tools: the risk head's level with keywords and MCP hints (hints only raise unless trusted).
+                levels = resolved[0]
+            elif risk_source == "labels":
                 # Unlabelled tools fail closed; MCP hints raise them (and lower them only if trusted).
                 levels = fail_closed_levels(self.registry, trust_annotations=self.trust_annotations)
             else:
@@ -557,6 +605,7 @@ class RiskAwareRetriever:
                                 candidates=m, risk_source=source, k=max(k, self.rule_config.k), top=k, fill=fill,
                                 texts=list(tasks))
         predicted = self.predicted_levels
+        resolved = self.level_provenance
         note = self.level_note() if stages.rule and source == "predicted" else None
         out = []
         for qi, task in enumerate(tasks):
@@ -576,6 +625,7 @@ class RiskAwareRetriever:
                     f_risk=float(batch.f_risk[qi, r]), risk_level=t.risk_level,
                     predicted_level=int(predicted[idx]) if predicted is not None else None,
                     permissions=sorted(t.permissions), description=t.description, named=named,
+                    **self._provenance_of(int(idx), resolved),
                 ))
             res = RetrievalResult(task, mode_name, setting["lam"], setting["alpha"], source, tools,
                                   fill=fill if stages.rule else None, min_score=floor, below_min_score=below)
@@ -596,6 +646,19 @@ class RiskAwareRetriever:
                 res.unlabelled = [names[i] for i in fr.unlabelled]
             out.append(res)
         return out
+
+    def _provenance_of(self, idx: int, resolved: tuple[np.ndarray, list[str], list[list[str]]] | None) -> dict[str, Any]:
+        """A ranked tool's effective level, its provenance and evidence."""
+        if resolved is not None:
+            return {"effective_level": int(resolved[0][idx]), "risk_provenance": resolved[1][idx], "risk_evidence": resolved[2][idx]}
+        t = self.registry[idx]
+        if t.risk_level:
+            return {"effective_level": int(t.risk_level), "risk_provenance": "audited", "risk_evidence": [f"audited: L{t.risk_level}"]}
+        closed = int(fail_closed_levels([t], trust_annotations=self.trust_annotations)[0])
+        if closed:
+            return {"effective_level": closed, "risk_provenance": "annotation", "risk_evidence": [f"mcp annotations -> L{closed}"]}
+        return {"effective_level": 5, "risk_provenance": "unlabelled",
+                "risk_evidence": ["no audited level and no risk head: treated as L5 (fail closed)"]}
 
     # -- training and checkpoints: thin delegates ------------------------------------------------
     @classmethod

@@ -181,13 +181,15 @@ def make_tool(
         raise RegistryError(f"{where}: 'name' holds {what}, U+{ord(ch):04X} at position {i}"
                             f"{'' if values_redacted() else ' of ' + show(name)}; a tool name must be printable")
     where = _named(where, name)
-    if description is None:
-        raise RegistryError(f"{where}: missing 'description'")
-    if not isinstance(description, str):
+    if description is not None and not isinstance(description, str):
         raise RegistryError(f"{where}: 'description' must be a string, got {_type(description)}")
-    description = _clean_description(description)
-    if not description:
-        raise RegistryError(f"{where}: 'description' is empty")
+    if description is None or not description.strip():
+        # A registry of names only: the name's words are all there is to rank by.
+        description = split_name(name)
+    cleaned = _clean_description(description)
+    if not cleaned:
+        raise RegistryError(f"{where}: 'description' is empty (only invisible characters)")
+    description = cleaned
     if parameters is not None and not isinstance(parameters, Mapping):
         raise RegistryError(f"{where}: 'parameters' must be a JSON object (a JSON schema), got {_type(parameters)}")
     if annotations is not None:
@@ -290,9 +292,16 @@ class ToolRegistry:
             h.update(b"\x01")
         return h.hexdigest()
 
-    def with_risk_levels(self, levels: Mapping[str, int | None], *, strict: bool = False) -> ToolRegistry:
+    def with_risk_levels(self, levels: Mapping[str, int | None], *, strict: bool = False, unknown: str = "ignore") -> ToolRegistry:
         """A copy with risk levels taken from ``levels`` (name -> level); tools missing from
-        the mapping keep their level (or raise with ``strict``)."""
+        the mapping keep their level (or raise with ``strict``). Names in ``levels`` that are
+        not tools of the registry are ignored, or (``unknown="error"``: a labels file meant for
+        this registry) one error naming them."""
+        if unknown == "error":
+            missing = [n for n in levels if n not in self._index]
+            if missing:
+                shown = "" if values_redacted() else ": " + ", ".join(show(n) for n in missing[:5]) + (" ..." if len(missing) > 5 else "")
+                raise RegistryError(f"{self.source}: the labels name {len(missing)} tool(s) not in the registry{shown}")
         tools = []
         for t in self.tools:
             if t.name in levels:
@@ -398,6 +407,8 @@ def detect_format(data: Any, source: str) -> str:
         if not data:
             raise RegistryError(f"{source}: the registry holds no tools")
         first = data[0]
+        if isinstance(first, str):
+            return "plain"  # a list of names only
         if not isinstance(first, Mapping):
             raise RegistryError(f"{source}: record 0 must be a JSON object, got {type(first).__name__}")
         if "function" in first or first.get("type") == "function":
@@ -430,7 +441,11 @@ def _each(data: list[Any], source: str) -> Iterator[tuple[str, Mapping[str, Any]
 
 def _plain(data: Any, source: str) -> list[Tool]:
     tools = []
-    for where, rec in _each(_records(data, source), source):
+    records = _records(data, source)
+    # A list of names (every record a string) is a registry of names only.
+    if isinstance(records, list) and records and all(isinstance(r, str) for r in records):
+        records = [{"name": r} for r in records]
+    for where, rec in _each(records, source):
         known = {"name", "description", "risk_level", "parameters", "reason", "annotations", "permissions"}
         tools.append(
             make_tool(

@@ -274,3 +274,60 @@ def keyword_levels(tools: Iterable[Any], *, trust_annotations: bool = False) -> 
     on when a checkpoint's risk head has not learned."""
     return np.asarray([keyword_level(t.name, t.description, t.annotations, trust_annotations=trust_annotations)[0] for t in tools],
                       dtype=np.int8)
+
+
+#: Where an unaudited tool's level comes from when a learned risk head is present.
+LEVEL_PROVENANCE = ("audited", "predicted", "keyword", "annotation")
+
+
+def resolve_levels(
+    tools: Iterable[Any], head_levels: np.ndarray, head_scores: np.ndarray, *, trust_annotations: bool = False,
+) -> tuple[np.ndarray, list[str], list[list[str]]]:
+    """Each tool's level, in order of trust, with its provenance and evidence: an audited
+    level (``audited``); else the risk head's predicted level combined with the keyword
+    evidence of the name and description (the higher of the two: ``predicted``, or
+    ``keyword`` when the keywords rate it higher) and its MCP annotations (``annotation``
+    when a hint moved the level). Hints only raise by default (``destructiveHint: true`` to
+    at least L4, ``openWorldHint: true`` to at least L2): a ``readOnlyHint`` cannot lower a
+    tool the head or the keywords rate risky, because servers mislabel tools. With
+    ``trust_annotations`` an uncontradicted ``readOnlyHint`` caps the level at L2.
+
+    ``head_levels`` [N] are the head's levels (1..5), ``head_scores`` [N] its (r - 1) / 4
+    regression, shown in the evidence. Returns (levels [N] int8, provenance [N], evidence [N])."""
+    levels, provenance, evidence = [], [], []
+    for i, tool in enumerate(tools):
+        if tool.risk_level:
+            levels.append(int(tool.risk_level))
+            provenance.append("audited")
+            evidence.append([f"audited: L{tool.risk_level}"] + ([tool.reason] if getattr(tool, "reason", None) else []))
+            continue
+        head = int(head_levels[i])
+        kw, hits = keyword_level(tool.name, tool.description, None)
+        why = [f"risk head: L{head} (score {float(head_scores[i]):.2f})"]
+        why += [f"keyword {h}" for h in hits] or ["keyword: no risk keyword"]
+        level, source = (head, "predicted") if head >= kw else (kw, "keyword")
+        ann = tool.annotations or {}
+        if ann.get("destructiveHint") is True:
+            if level < 4:
+                level, source = 4, "annotation"
+                why.append("mcp: destructiveHint raises the level to L4")
+            else:
+                why.append("mcp: destructiveHint (agrees)")
+        elif ann.get("readOnlyHint") is True:
+            text = normalise_text(split_name(tool.name) + " " + tool.description)
+            if not trust_annotations:
+                why.append("mcp: readOnlyHint (not trusted: hints only raise a level)")
+            elif read_only_contradicted(text, permission_categories(tool.name, tool.description)):
+                why.append("mcp: readOnlyHint contradicted by the description, ignored")
+            elif level > _READ_ONLY_CAP:
+                level, source = _READ_ONLY_CAP, "annotation"
+                why.append(f"mcp: readOnlyHint (trusted) caps the level at L{_READ_ONLY_CAP}")
+            else:
+                why.append("mcp: readOnlyHint (trusted; agrees)")
+        if ann.get("openWorldHint") is True and level < 2:
+            level, source = 2, "annotation"
+            why.append("mcp: openWorldHint raises the level to L2")
+        levels.append(level)
+        provenance.append(source)
+        evidence.append(why)
+    return np.asarray(levels, dtype=np.int8), provenance, evidence

@@ -172,6 +172,11 @@ class TrainConfig:
     """A risk head whose held-out AUC (r >= 3 vs < 3) is below ``min_risk_auc``, or whose
     predictions over the registry span less than ``min_level_span`` levels, has not learned:
     the checkpoint says so and predicted levels come from the keyword annotator instead."""
+    fusion: dict[str, Any] | None = None
+    """A fixed hybrid first stage (``Fusion.to_dict()``) instead of the one :func:`fit` chooses
+    on the training queries: a model meant for registries it never saw (riskrank-base) takes a
+    fusion chosen across several registries, since the best weight of pooled queries is the
+    best weight of whichever benchmark dominates them."""
 
     def resolved(self, has_lexical: bool = False) -> TrainConfig:
         cfg = copy.copy(self)
@@ -217,6 +222,8 @@ class TrainConfig:
         parse_selection(cfg.rule_selection)
         if any(lam < 0 for lam in cfg.lam_grid):
             raise RiskrankError("lambda values must be >= 0")
+        if cfg.fusion is not None:
+            Fusion.from_dict(cfg.fusion)  # a bad fixed fusion fails here, with Fusion's message
         if any(isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in cfg.candidate_pipelines):
             raise RiskrankError(f"candidate_pipelines must be positive integers, got {cfg.candidate_pipelines!r}")
         return cfg
@@ -931,7 +938,10 @@ def fit(
     tr, va = validation_split(len(gold), cfg)
     fusion = None
     record: dict[str, Any] = {}
-    if cfg.relevance == "hybrid":
+    if cfg.relevance == "hybrid" and cfg.fusion is not None:
+        fusion = Fusion.from_dict(cfg.fusion)
+        record["fusion"] = {**fusion.to_dict(), "fixed": True}
+    elif cfg.relevance == "hybrid":
         assert lexical is not None
         keep = [i for i, g in enumerate(gold) if len(g)]
         fusion = choose_inference(query_emb[keep], [gold[i] for i in keep], tool_emb, registry.risk_levels, cfg,

@@ -38,7 +38,8 @@ from riskrank.risk import RISK_LEVELS
               help="Annotate a benchmark's registry instead (needed by head:crossfit).")
 @click.option("--data", "data_dir", type=click.Path(file_okay=False), default=None, help="Data directory for --dataset.")
 @click.option("--annotator", "-a", "annotators", multiple=True,
-              help="openai:<model>[@<base-url>], keyword, head:<checkpoint>, head:crossfit; repeat for several (the paper: three).")
+              help="openai:<model>[@<base-url>], keyword, head (the base model's risk head), head:<checkpoint>, head:crossfit; "
+                   "repeat for several (the paper: three).")
 @click.option("--out", type=click.Path(dir_okay=False), required=True, help="Label file to write (or to update, with --apply-review).")
 @click.option("--review", type=click.Path(dir_okay=False), default=None, help="Review queue JSONL [default: OUT's name + .review.jsonl].")
 @click.option("--votes", "votes_path", type=click.Path(dir_okay=False), default=None, help="Vote log JSONL [default: OUT's name + .votes.jsonl].")

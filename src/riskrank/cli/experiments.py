@@ -35,9 +35,12 @@ def reproduce(dataset: str, data_dir: str | None, out: str, encoder: str | None,
 # -- demo ----------------------------------------------------------------------------------------
 @click.command()
 @click.option("--tasks", default=None, help="Comma-separated demo task ids to show [default: a fixed selection].")
-def demo(tasks: str | None) -> None:
-    """Train on the bundled demo registry in seconds, then show relevance-only vs risk-aware
-    vs rule-filtered top-5 lists with their risk levels, RVR and SRR (the paper's Figure 1)."""
+@click.option("--checkpoint", type=click.Path(file_okay=False), default=None, help="A checkpoint instead of the base model.")
+@click.option("--unaudited", is_flag=True, help="Hide the registry's audited levels: levels come from the risk head, keywords and annotations.")
+def demo(tasks: str | None, checkpoint: str | None, unaudited: bool) -> None:
+    """Show the base model's relevance-only vs risk-aware vs rule-filtered top-5 lists on the
+    bundled demo registry, with each tool's level and its provenance, RVR and SRR (the paper's
+    Figure 1)."""
     from riskrank.experiments.demo import run_demo
 
-    run_demo(tasks.split(",") if tasks else None, echo=click.echo, show=show_result)
+    run_demo(tasks.split(",") if tasks else None, echo=click.echo, show=show_result, checkpoint=checkpoint, unaudited=unaudited)

@@ -131,10 +131,11 @@ def show_evaluation(run: Any, res: dict[str, Any], notes: list[str], all_metrics
 @click.command()
 @click.argument("task", required=False)
 @click.option("--registry", type=click.Path(dir_okay=False), default=None, help="Tool registry file [default: the bundled demo registry].")
-@click.option("--checkpoint", type=click.Path(file_okay=False), default=None, help="Checkpoint directory from `riskrank train`.")
+@click.option("--checkpoint", type=click.Path(file_okay=False), default=None,
+              help="Checkpoint directory from `riskrank train` [default: the shipped base model, riskrank-base; `none`: no heads].")
 @click.option("-k", "k", type=int, default=5, show_default=True)
 @mode_option("Pipeline stages (the first names the relevance: dense, bm25, hybrid or core); graph = core+graph, "
-             "rule = core+graph+rule [default: core with a checkpoint, else dense].")
+             "rule = core+graph+rule [default: the strongest safe mode: core+graph+rule with heads, else dense+rule].")
 @click.option("--lam", "lam", type=float, default=None, help="Risk weight lambda [default: the checkpoint's validated value; 0 for dense].")
 @click.option("--alpha", type=float, default=None, help="Graph smoothing alpha [default: the checkpoint's].")
 @click.option("--risk-source", type=click.Choice(RISK_SOURCES), default="labels", show_default=True,
@@ -156,15 +157,22 @@ def retrieve(task: str | None, registry: str | None, checkpoint: str | None, k: 
     `--json` right before TASK (`retrieve --json "delete the logs"`) reads TASK as the task,
     not as a file name: with no other TASK, the word after `--json` is the task and the JSON
     goes to stdout."""
+    from riskrank.base import resolve_checkpoint
     from riskrank.datasets.demo import demo_registry_path
+    from riskrank.encoder import Encoder
+    from riskrank.modes import safe_default_mode
     from riskrank.pipeline import RiskAwareRetriever
 
     if task is None and json_out not in (None, STDOUT):
         task, json_out = json_out, STDOUT
     if task is None:
         raise click.UsageError("Missing argument 'TASK'.")
-    retriever = RiskAwareRetriever.from_paths(registry or demo_registry_path(), checkpoint, encoder=encoder,
-                                              mode=mode, risk_source=risk_source, progress=False,
+    enc = Encoder(encoder, progress=False)
+    checkpoint, note = resolve_checkpoint(checkpoint, enc.identity)
+    if note:
+        click.echo(f"note: {note}", err=True)
+    retriever = RiskAwareRetriever.from_paths(registry or demo_registry_path(), checkpoint, encoder=enc,
+                                              mode=mode or safe_default_mode(checkpoint is not None), risk_source=risk_source, progress=False,
                                               candidates=candidates, first_stage=first_stage,
                                               trust_annotations=trust_annotations)
     res = retriever.retrieve(task, k=k, lam=lam, alpha=alpha)
@@ -183,9 +191,16 @@ def show_result(res: Any, title: str | None = None) -> None:
     for t in res.tools:
         level = f"L{t.risk_level}" if t.risk_level else "?"
         pred = f"L{t.predicted_level}" if t.predicted_level else "-"
+        eff = getattr(t, "effective_level", None)
         name = t.name + (" (named)" if getattr(t, "named", False) else "")
-        rows.append([str(t.rank), name, fmt(t.score), fmt(t.f_rel), fmt(t.f_risk), level, pred, ",".join(t.permissions) or "-"])
-    print_table(rows, ["#", "tool", "score", "f_rel", "f_risk", "risk", "pred", "permissions"])
+        rows.append([str(t.rank), name, fmt(t.score), fmt(t.f_rel), fmt(t.f_risk), level, pred, f"L{eff}" if eff else "-",
+                     getattr(t, "risk_provenance", None) or "-", ",".join(t.permissions) or "-"])
+    print_table(rows, ["#", "tool", "score", "f_rel", "f_risk", "risk", "pred", "level", "provenance", "permissions"])
+    if any(getattr(t, "risk_evidence", None) and t.risk_provenance != "audited" for t in res.tools):
+        click.echo("evidence:")
+        for t in res.tools:
+            if t.risk_evidence and t.risk_provenance != "audited":
+                click.echo(f"  {t.name}: {'; '.join(t.risk_evidence)}")
     levels = [t.risk_level or 0 for t in res.tools]
     if levels and all(levels):
         import numpy as np
@@ -228,17 +243,27 @@ def show_result(res: Any, title: str | None = None) -> None:
 @click.option("--rule-selection", default="budget:0.4", show_default=True, help="Lambda rule of the pipelines with the rule filter.")
 @click.option("--encoder", default=None)
 @click.option("--force", is_flag=True, help="Overwrite an existing checkpoint directory.")
+@click.option("--base", is_flag=True, help="Build riskrank-base: heads on every benchmark of --benchmarks, in the zero-shot form "
+                                           "(docs/base-model.md), with its model card.")
+@click.option("--benchmarks", default="ultratool,sealtools", show_default=True, help="With --base: the benchmarks it trains on.")
+@click.option("--max-queries", type=click.IntRange(1), default=None, help="With --base: at most N training queries per benchmark (a reduced build).")
+@click.option("--transfer", "transfer_file", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="With --base: the leave-one-benchmark-out results (benchmarks/transfer_lobo.py) to put into the card.")
 def train(dataset: str | None, registry: str | None, queries: str | None, data_dir: str | None, out: str, design: str,
           relevance: str | None, penalty: str | None, sampling: str | None, epochs: int, seed: int, selection: str,
-          rule_selection: str, encoder: str | None, force: bool) -> None:
+          rule_selection: str, encoder: str | None, force: bool, base: bool, benchmarks: str, max_queries: int | None,
+          transfer_file: str | None) -> None:
     """Train the dual-head reranker and write a checkpoint (heads, ToolGraph, the fusion and
-    lambda/alpha per pipeline, all chosen on validation queries)."""
+    lambda/alpha per pipeline, all chosen on validation queries); with --base, the base model."""
     from riskrank.checkpoint import is_checkpoint_dir
     from riskrank.pipeline import RiskAwareRetriever
     from riskrank.training import TrainConfig
 
     if is_checkpoint_dir(out) and not force:
         raise RiskrankError(f"{out} already holds a checkpoint; pass --force to overwrite it")
+    if base:
+        _train_base(out, data_dir, benchmarks, seed, epochs, max_queries, encoder, transfer_file)
+        return
     reg, texts, gold = _training_data(dataset, registry, queries, data_dir)
     cfg = TrainConfig(design=design, relevance=relevance, penalty=penalty, sampling=sampling, epochs=epochs, seed=seed,
                       selection=selection, rule_selection=rule_selection)
@@ -263,6 +288,37 @@ def train(dataset: str | None, registry: str | None, queries: str | None, data_d
     for note in tr.warnings:
         click.echo(f"note: {note}")
     click.echo(f"wrote {out}")
+
+
+def _train_base(out: str, data_dir: str | None, benchmarks: str, seed: int, epochs: int, max_queries: int | None,
+                encoder: str | None, transfer_file: str | None) -> None:
+    from riskrank.base.build import BaseConfig, build_base, load_sources, save_base
+    from riskrank.datasets import DATASETS
+    from riskrank.fileio import decode_json_bytes, loads_strict, read_regular_file
+
+    names = [b.strip() for b in benchmarks.split(",") if b.strip()]
+    bad = [b for b in names if b not in DATASETS or b == "demo"]
+    if bad or not names:
+        raise RiskrankError(f"--benchmarks: unknown benchmark(s) {', '.join(bad) or '(none)'}; choose from ultratool, sealtools")
+    transfer = None
+    if transfer_file:
+        doc = loads_strict(decode_json_bytes(read_regular_file(transfer_file), transfer_file), transfer_file)
+        if not isinstance(doc, dict) or "summary" not in doc or "table_md" not in doc:
+            raise RiskrankError(f"--transfer {transfer_file}: not a summarised transfer_lobo.py result (no summary / table_md)")
+        # the same block benchmarks/transfer_lobo.py --card writes
+        transfer = {"summary": doc["summary"], "table_md": doc["table_md"], "command": "make transfer", "results": transfer_file}
+    built = build_base(load_sources(names, data_dir), BaseConfig(seed=seed, epochs=epochs, max_queries=max_queries), encoder=encoder)
+    path = save_base(built, out, transfer=transfer)
+    card = built.card
+    parts = [f"{d['benchmark']} ({d['n_queries']} {d['split']} queries)" for d in card["training_data"]]
+    click.echo(f"riskrank-base on {', '.join(parts)}")
+    click.echo(f"fusion {card['inference']['fusion']} (worst ratio to max(bm25, dense) {card['fusion_choice'].get('fusion_worst_ratio')})")
+    click.echo("zero-shot pipelines: " + "; ".join(f"{k} lambda {v['lam']:g} alpha {v['alpha']:g}" for k, v in card["inference"]["pipelines"].items()))
+    click.echo(f"risk head held-out AUC {card['risk_head']['heldout_auc']}")
+    for d in card["training_data"]:
+        for n in d["notes"]:
+            click.echo(f"note: {n}")
+    click.echo(f"wrote {path}")
 
 
 def _training_data(dataset: str | None, registry: str | None, queries: str | None, data_dir: str | None):

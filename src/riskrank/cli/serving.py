@@ -47,8 +47,9 @@ def catalogue_options(f: Callable) -> Callable:
     opts = [
         click.option("--registry", type=click.Path(dir_okay=False), default=None,
                      help="Tool registry file (JSON/JSONL, OpenAI functions, MCP tools/list) [default: the bundled demo registry]."),
-        click.option("--checkpoint", type=click.Path(file_okay=False), default=None, help="Checkpoint directory from `riskrank train`."),
-        mode_option("Default pipeline [default: the strongest safe one: core+graph+rule with a checkpoint, else dense+rule]."),
+        click.option("--checkpoint", type=click.Path(file_okay=False), default=None,
+                     help="Checkpoint directory from `riskrank train` [default: the shipped base model; `none`: no heads]."),
+        mode_option("Default pipeline [default: the strongest safe one: core+graph+rule with heads (a checkpoint or the base model), else dense+rule]."),
         click.option("--risk-source", type=click.Choice(RISK_SOURCES), default="labels", show_default=True,
                      help="Levels the rule filter reads."),
         click.option("--fill-levels", type=click.Choice(FILL_LEVELS), default="none", show_default=True,
@@ -183,6 +184,10 @@ def serve_command(registry: str | None, checkpoint: str | None, mode: str | None
                                    device=device, threads=threads, backend=encoder_backend)
     live.encoder.warm()
     s = live.active.summary()
+    if s.get("base_model"):
+        log(f"no --checkpoint: the base model ({s['checkpoint']})")
+    for note in s.get("notes", []):
+        log(f"note: {note}")
     bound = sock.getsockname()
     url_host = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
     auth = "none (--insecure, loopback)" if token is None else f"bearer token from {token_file or '$' + token_env}"

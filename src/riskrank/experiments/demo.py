@@ -1,8 +1,11 @@
 """``riskrank demo``: the paper's Figure 1 on the bundled registry.
 
-Trains the dual head on the demo tasks (seconds on CPU), then prints, for a few tasks, the
-relevance-only top-5 next to the risk-aware and the rule-filtered top-5, with each tool's
-audited risk level and each list's RVR@5 / SRR@5.
+Runs the shipped base model (riskrank-base, never trained on the demo registry) and prints,
+for a few tasks, the relevance-only top-5 next to the risk-aware and the rule-filtered top-5,
+with each tool's level and where it comes from (``audited``; with ``--unaudited`` the
+registry's levels are hidden and come from the base risk head, keywords and annotations),
+and each list's RVR@5 / SRR@5 against the audited levels. Without a base model in the
+installation it trains the dual head on the demo tasks instead (seconds on CPU).
 """
 
 from __future__ import annotations
@@ -25,23 +28,39 @@ DEMO_LAMBDA = 2.0
 DEFAULT_TASKS = ("demo-01", "demo-02", "demo-05", "demo-09", "demo-30", "demo-33")
 
 
-def _column(res, width: int) -> list[str]:
-    lines = [f"{t.name[: width - 5]:<{width - 5}} L{t.risk_level or '?'}" for t in res.tools]
-    levels = np.array([t.risk_level or 0 for t in res.tools])
+def _column(res, width: int, audited: dict[str, int]) -> list[str]:
+    lines = [f"{t.name[: width - 14]:<{width - 14}} L{t.effective_level or '?'} {t.risk_provenance or '':<10}" for t in res.tools]
+    levels = np.array([audited.get(t.name, 0) for t in res.tools])
     order = np.arange(len(levels))[None, :]
     lines.append(f"RVR@5 {float(rvr_at_k(order, levels)[0]):.2f}  SRR@5 {float(srr_at_k(order, levels)[0]):.2f}")
     return lines
 
 
-def run_demo(task_ids: list[str] | None = None, *, echo: Callable[[str], None] = print, show=None, seed: int = 42) -> dict:
-    """Train on the demo and print side-by-side lists; returns the lists (for tests)."""
+def run_demo(task_ids: list[str] | None = None, *, echo: Callable[[str], None] = print, show=None, seed: int = 42,
+             checkpoint: str | None = None, unaudited: bool = False) -> dict:
+    """Print side-by-side lists of the base model (or ``checkpoint``) on the demo registry;
+    returns the lists (for tests)."""
+    from riskrank.base import default_checkpoint
+
     bench = load_demo()
+    audited = {t.name: int(t.risk_level or 0) for t in bench.registry}
+    registry = bench.registry.with_risk_levels({n: None for n in audited}) if unaudited else bench.registry
     t0 = time.perf_counter()
-    retriever = RiskAwareRetriever.fit(bench.registry, bench.train.texts, bench.train.gold,
-                                       train_config=TrainConfig(seed=seed), progress=False)
-    echo(f"trained the dual head on {len(bench.train)} demo tasks over {len(bench.registry)} tools in "
-         f"{time.perf_counter() - t0:.1f}s (lambda {retriever.lam:g}, alpha {retriever.alpha:g}); "
-         "the demo trains and shows on the same tasks: a demonstration, not an evaluation")
+    checkpoint = checkpoint or (str(default_checkpoint()) if default_checkpoint() is not None else None)
+    if checkpoint is not None:
+        retriever = RiskAwareRetriever(registry, checkpoint=checkpoint, progress=False)
+        lam = None
+        echo(f"the base model ({checkpoint}) on the demo registry ({len(registry)} tools), which it never saw; "
+             f"lambda per pipeline as validated for zero-shot use"
+             + ("; audited levels hidden: levels from the risk head, keywords and MCP annotations" if unaudited else ""))
+    else:
+        retriever = RiskAwareRetriever.fit(registry, bench.train.texts, bench.train.gold,
+                                           train_config=TrainConfig(seed=seed), progress=False)
+        # 11 validation tasks cannot choose lambda reliably; show a fixed, moderate operating point.
+        lam = DEMO_LAMBDA
+        echo(f"no base model in this installation: trained the dual head on {len(bench.train)} demo tasks over "
+             f"{len(bench.registry)} tools in {time.perf_counter() - t0:.1f}s (lambda {lam:g}); "
+             "the demo trains and shows on the same tasks: a demonstration, not an evaluation")
     queries = bench.splits["test"]
     by_id = dict(zip(queries.ids, range(len(queries)), strict=True))
     ids = list(task_ids or DEFAULT_TASKS)
@@ -50,30 +69,29 @@ def run_demo(task_ids: list[str] | None = None, *, echo: Callable[[str], None] =
         from riskrank.errors import RiskrankError
 
         raise RiskrankError(f"unknown demo task id(s): {', '.join(unknown)}; ids run demo-01 .. demo-{len(queries):02d}")
-    # 11 validation tasks cannot choose lambda reliably; show a fixed, moderate operating point.
-    lam = DEMO_LAMBDA
     shown = {}
-    width = 34
+    width = 40
     for tid in ids:
         qi = by_id[tid]
         task = queries.texts[qi]
         gold = {bench.registry[int(g)].name for g in queries.gold[qi]}
         # The paper's figure: its fill (deferred tools top the list up to 5) and no relevance floor.
         paper = {"fill": PAPER_FILL, "min_score": NO_MIN_SCORE}
+        aware = retriever.retrieve(task, 5, mode="core+graph", lam=lam, **paper)
+        rule = retriever.retrieve(task, 5, mode="core+graph+rule", lam=lam, **paper)
         lists = {
             "relevance only (lambda 0)": retriever.retrieve(task, 5, mode="core", lam=0.0, **paper),
-            f"risk-aware (lambda {lam:g})": retriever.retrieve(task, 5, mode="core+graph", lam=lam, **paper),
-            "+ rule filter": retriever.retrieve(task, 5, mode="core+graph+rule", lam=lam, **paper),
+            f"risk-aware (lambda {aware.lam:g})": aware,
+            f"+ rule filter (lambda {rule.lam:g})": rule,
         }
         shown[tid] = lists
         echo("")
         echo(f"{tid}: {task}")
         echo(f"  needs: {', '.join(sorted(gold))}")
-        cols = [_column(r, width) for r in lists.values()]
+        cols = [_column(r, width, audited) for r in lists.values()]
         echo("  " + " | ".join(f"{h:<{width}}" for h in lists))
         for row in zip(*cols, strict=True):
             echo("  " + " | ".join(f"{c:<{width}}" for c in row))
-        rule = lists["+ rule filter"]
         if rule.deferred:
             echo("  deferred: " + "; ".join(f"{d.name} ({', '.join(d.reasons)})" for d in rule.deferred[:4]))
     return shown

@@ -128,6 +128,8 @@ class RankedTool(BaseModel):
     risk_level: int | None = Field(description="Audited (or keyword-filled) level 1-5; null if unlabelled.")
     effective_level: int = Field(description="The level the rule filter reads with risk_source=labels.")
     risk_provenance: Literal[tuple(PROVENANCE)]
+    risk_evidence: list[str] = Field(default_factory=list, description="Why: audited, or the risk head's level and score, "
+                                                                         "keyword hits, MCP annotations.")
     predicted_level: int | None
     permissions: list[str]
     description: str

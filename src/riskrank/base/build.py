@@ -1,0 +1,413 @@
+"""Building riskrank-base: heads trained on several benchmarks, in the form that transfers.
+
+One command builds it (``riskrank train --base --out DIR``, ``make base-model``), through
+the normal :meth:`riskrank.pipeline.RiskAwareRetriever.fit` / ``save`` path, so the base
+model's sidecar has every key any checkpoint has. The steps, each chosen by a stated rule on
+training or validation queries only (never on a test split):
+
+1. **Data.** The benchmarks' registries become one registry (tools in order, UltraTool's
+   first) and their training queries one query set. UltraTool has no training split here
+   (dev.json is not mirrored), so its 1,000 test.json queries train the base model: the
+   card says so, and the base model evaluated on them is contaminated.
+2. **Fusion** (no trained parameter, so on all the training queries): over
+   :func:`riskrank.first_stage.fusion_grid`, on each benchmark's own registry, the fusion
+   whose worst ratio NDCG@5 / max(bm25, dense) across the benchmarks is highest (minimax).
+   The best fusion of the pooled queries is the best of whichever benchmark dominates them,
+   and the lexical weight is what transfers least between registries.
+3. **Heads.** :func:`riskrank.training.fit` on the union: the risk heads on every audited
+   tool, the relevance head on the training part (early-stopped on the validation part).
+4. **Zero-shot form.** The embedding residual of the relevance head (its bilinear and MLP
+   terms) is set to zero: trained on a registry, it scores the tools it saw, and on a
+   registry it never saw it lowers NDCG (the transfer study in docs/base-model.md). The
+   learned scale, bias and lexical weights stay.
+5. **Zero-shot settings.** :func:`riskrank.training.choose_inference` again, on the same
+   validation queries, with the head in its zero-shot form and a ToolGraph of semantic and
+   permission edges only (what any registry without training queries gets): the residual
+   weight, lambda and alpha per pipeline, the relevance floor. These are the shipped
+   inference settings; the in-domain ones stay in the card.
+
+A build is deterministic: every random source is seeded, and the sidecar's time stamp comes
+from ``SOURCE_DATE_EPOCH`` when it is set (the reproducible-builds convention; the make target
+sets it), so the same versions give the same sha256 for every file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from riskrank.base import CARD_JSON, CARD_MD, NAME
+from riskrank.errors import RiskrankError
+from riskrank.fileio import atomic_write_bytes, dumps
+from riskrank.first_stage import Fusion, LexicalIndex, fusion_grid, top_m
+from riskrank.graph import GraphConfig, ToolGraph
+from riskrank.metrics import evaluate, ndcg_at_k
+from riskrank.registry import Tool, ToolRegistry
+from riskrank.risk import RISKY_LEVEL, level_from_score
+from riskrank.rules import PAPER_FILL
+
+#: The benchmarks the shipped base model trains on.
+BENCHMARKS = ("ultratool", "sealtools")
+#: The modes the card and the transfer study report (``rel_only``: core at lambda = 0).
+REPORT_MODES = ("bm25", "dense", "hybrid", "rel_only", "core", "core+graph", "core+graph+rule", "core+graph+rule_pred")
+
+
+@dataclass
+class Source:
+    """One benchmark's contribution: its registry, the queries the base model trains on, and
+    where the files came from (repository, commit, path, sha256)."""
+
+    name: str
+    registry: ToolRegistry
+    texts: list[str]
+    gold: list[np.ndarray]
+    split: str
+    files: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class BaseConfig:
+    """What a base-model build varies: the seed, the epochs, and (tests) a cap on the
+    training queries per benchmark."""
+
+    seed: int = 42
+    epochs: int = 10
+    max_queries: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seed": self.seed, "epochs": self.epochs, "max_queries": self.max_queries}
+
+
+# -- 1. data ------------------------------------------------------------------------------
+def _manifest_files(repos: Sequence[str]) -> list[dict[str, Any]]:
+    from importlib.resources import files
+
+    manifest = json.loads(files("riskrank.datasets").joinpath("manifest.json").read_text(encoding="utf-8"))
+    return [{k: f[k] for k in ("repo", "commit", "path", "sha256")} for f in manifest["files"]
+            if f["repo"] in repos and f.get("mirrored") and f.get("sha256")]
+
+
+#: The repositories each benchmark's files come from (registry, queries, risk labels).
+_REPOS = {"ultratool": ("JoeYing1019/UltraTool", "qli447/risk-aware-tool-retrieval-release"),
+          "sealtools": ("fairyshine/Seal-Tools", "qli447/risk-aware-tool-retrieval-release")}
+_LABELS = {"ultratool": "data/ultratool/", "sealtools": "data/sealtools/"}
+
+
+def load_sources(benchmarks: Sequence[str] = BENCHMARKS, data_dir: str | Path | None = None) -> list[Source]:
+    """The training data of each benchmark: its training split, or (UltraTool without
+    dev.json) its evaluation queries, said in the notes."""
+    from riskrank.datasets import load_benchmark
+
+    out = []
+    for name in benchmarks:
+        b = load_benchmark(name, data_dir)
+        notes = []
+        if b.train is not None:
+            qs = b.train
+        else:
+            split = next(iter(b.splits))
+            qs = b.splits[split]
+            notes.append(f"{name} has no training split in this data directory: the base model trains on its {split} "
+                         f"queries ({len(qs)}); an evaluation of the base model on them is contaminated")
+        files = [f for f in _manifest_files(_REPOS.get(name, ())) if not f["repo"].startswith("qli447") or f["path"].startswith(_LABELS[name])]
+        out.append(Source(name, b.registry, list(qs.texts), [np.asarray(g, np.int64) for g in qs.gold], qs.name, files, notes))
+    return out
+
+
+def union_registry(sources: Sequence[Source]) -> tuple[ToolRegistry, np.ndarray]:
+    """One registry of every source's tools, in order, and each tool's source index. A name
+    two sources share keeps its text (the embedding and the lexical evidence are of the
+    text) and gets the source's name appended, so the union has unique names."""
+    tools: list[Tool] = []
+    owner: list[int] = []
+    seen: set[str] = set()
+    for s, src in enumerate(sources):
+        for t in src.registry:
+            name = t.name if t.name not in seen else f"{t.name}@{src.name}"
+            seen.add(name)
+            tools.append(t if name == t.name else Tool(name, t.description, t.parameters, t.risk_level, t.permissions,
+                                                       t.annotations, t.reason, dict(t.extra)))
+            owner.append(s)
+    return ToolRegistry(tools, source="+".join(s.name for s in sources)), np.asarray(owner)
+
+
+# -- 2. fusion -------------------------------------------------------------------------------
+def choose_fusion_minimax(parts: Sequence[tuple[np.ndarray, Any, Sequence[np.ndarray]]],
+                          record: dict[str, Any] | None = None) -> Fusion:
+    """The fusion of :func:`fusion_grid` whose worst NDCG@5 ratio to max(bm25, dense) over
+    ``parts`` (cosine [Q, N], lexical evidence and gold of each registry) is highest; ties go
+    to the smaller lexical weight, then the grid's order (as :func:`training.choose_fusion`)."""
+    from riskrank.training import choose_fusion
+
+    grids, bases = [], []
+    for cos, lexical, gold in parts:
+        rec: dict[str, Any] = {}
+        choose_fusion(cos, lexical, gold, rec)
+        grids.append([r["ndcg@5"] for r in rec["fusion_grid"]])
+        bases.append(max(float(ndcg_at_k(top_m(cos, 5), gold).mean()), float(ndcg_at_k(top_m(lexical.bm25, 5), gold).mean())))
+    grid = fusion_grid()
+    worst = [min(g[i] / max(b, 1e-12) for g, b in zip(grids, bases, strict=True)) for i in range(len(grid))]
+    best = max(range(len(grid)), key=lambda i: (round(worst[i], 10), -grid[i].weight, -i))
+    if record is not None:
+        record["fusion_rule"] = "minimax over the benchmarks of NDCG@5 / max(bm25, dense), on all training queries"
+        record["fusion_baselines"] = [round(b, 4) for b in bases]
+        record["fusion_worst_ratio"] = round(worst[best], 4)
+        record["fusion"] = grid[best].to_dict()
+    return grid[best]
+
+
+# -- 4. the zero-shot form ----------------------------------------------------------------------
+def drop_embedding_residual(model: Any) -> None:
+    """Zero the relevance head's bilinear and MLP residual terms in place; the scale, bias and
+    lexical weights (what transfers between registries) stay."""
+    head = model.relevance_head
+    with torch.no_grad():
+        head.v.weight.zero_()
+        head.l2.weight.zero_()
+        head.l2.bias.zero_()
+
+
+# -- evaluation on one registry (the card and the transfer study) -------------------------------
+def evaluate_modes(checkpoint: Any, registry: ToolRegistry, tool_emb: np.ndarray, query_emb: np.ndarray,
+                   texts: Sequence[str], gold: Sequence[np.ndarray], encoder: Any,
+                   modes: Sequence[str] = REPORT_MODES) -> dict[str, dict[str, np.ndarray]]:
+    """Per-query metrics of each mode of ``checkpoint`` on a registry it may never have seen
+    (its ToolGraph: semantic and permission edges only; the rule filter reads the registry's
+    audited levels, ``_pred`` the risk head's predictions), with the paper's fill policy as the
+    experiments use it."""
+    from riskrank.pipeline import RiskAwareRetriever
+
+    r = RiskAwareRetriever(registry, encoder=encoder, checkpoint=checkpoint, tool_emb=tool_emb, progress=False)
+    out = {}
+    lexical = r.lexical_index.evidence(list(texts))
+    for mode in modes:
+        kw: dict[str, Any] = {"fill": PAPER_FILL, "lexical": lexical}
+        name = mode
+        if mode == "rel_only":
+            name, kw["lam"] = "core", 0.0
+        if mode.endswith("_pred"):
+            name, kw["risk_source"] = mode.removesuffix("_pred"), "predicted"
+        b = r.rank_batch(query_emb, mode=name, **kw)
+        out[mode] = evaluate(b.order, list(gold), registry.risk_levels)
+    return out
+
+
+def risk_agreement(checkpoint: Any, registry: ToolRegistry, tool_emb: np.ndarray) -> dict[str, Any]:
+    """The risk heads on a registry's audited tools: AUC (r >= 3 vs < 3) of the penalty
+    (p_risky) and of the level regression, and quadratic kappa of the predicted levels."""
+    from riskrank.agreement import confusion, quadratic_kappa
+    from riskrank.heads import HeadScorer
+    from riskrank.training import risk_auc
+
+    sc = HeadScorer(checkpoint.model, tool_emb)
+    lab = registry.risk_levels > 0
+    pred = level_from_score(sc.level_score)
+    kappa = float(quadratic_kappa(confusion(registry.risk_levels[lab], pred[lab])))
+    return {"auc_p_risky": risk_auc(registry.risk_levels, sc.f_risk), "auc_level": risk_auc(registry.risk_levels, sc.level_score),
+            "kappa_quadratic": kappa, "n_tools": int(lab.sum()), "n_risky": int((registry.risk_levels >= RISKY_LEVEL).sum())}
+
+
+def summarise(per_query: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, float | None]]:
+    """Means over the queries each metric is defined on (NaN rows: Safe-RVR and NeedRisk-Hit
+    outside their subsets); None when it is defined on none."""
+    def mean(v: np.ndarray) -> float | None:
+        v = np.asarray(v, dtype=np.float64)
+        return round(float(np.nanmean(v)), 4) if np.isfinite(v).any() else None
+
+    return {m: {k: mean(v) for k, v in ms.items()} for m, ms in per_query.items()}
+
+
+# -- the build ----------------------------------------------------------------------------------
+@dataclass
+class Built:
+    """A base model in memory: the retriever (``save`` writes it), the card, and what the
+    transfer study reuses (per-source embeddings)."""
+
+    retriever: Any
+    card: dict[str, Any]
+    encoder: Any
+    tool_emb: dict[str, np.ndarray]
+
+
+def build_base(sources: Sequence[Source], cfg: BaseConfig | None = None, *, encoder: Any = None, progress: bool = False) -> Built:
+    """Steps 1-5 of the module docstring over ``sources``; returns the base model in memory."""
+    from riskrank.encoder import Encoder
+    from riskrank.pipeline import RiskAwareRetriever
+    from riskrank.training import (
+        TrainConfig,
+        choose_inference,
+        predicted_levels_of,
+        validation_split,
+    )
+
+    cfg = cfg or BaseConfig()
+    if not sources:
+        raise RiskrankError("the base model needs at least one benchmark")
+    enc = encoder if encoder is not None and not isinstance(encoder, str) else Encoder(encoder, progress=progress)
+    sources = [_capped(s, cfg.max_queries) for s in sources]
+    # 2. the fusion, on each benchmark's own registry
+    record: dict[str, Any] = {}
+    parts, tool_emb = [], {}
+    for s in sources:
+        tool_emb[s.name] = enc.encode(s.registry.texts(), desc=f"encoding {s.name} tools")
+        q = enc.encode(s.texts, desc=f"encoding {s.name} queries")
+        parts.append((q @ tool_emb[s.name].T, LexicalIndex.from_registry(s.registry).evidence(s.texts), s.gold))
+    fusion = choose_fusion_minimax(parts, record)
+    # 1 + 3. the union and the normal fit
+    union, _owner = union_registry(sources)
+    offsets = np.cumsum([0] + [len(s.registry) for s in sources])
+    texts = [t for s in sources for t in s.texts]
+    gold = [g + offsets[i] for i, s in enumerate(sources) for g in s.gold]
+    tcfg = TrainConfig(seed=cfg.seed, epochs=cfg.epochs, fusion=fusion.to_dict())
+    r = RiskAwareRetriever.fit(union, texts, gold, encoder=enc, train_config=tcfg, progress=progress)
+    result = r.training
+    in_domain = {k: v for k, v in r.checkpoint.meta["inference"].items()}
+    # 4 + 5. the zero-shot form and its settings, on the same validation queries
+    drop_embedding_residual(result.model)
+    rcfg = result.config
+    _, va = validation_split(len(gold), rcfg)
+    u_emb = np.vstack([tool_emb[s.name] for s in sources])
+    q_emb = enc.encode(texts, desc="encoding queries")
+    graph0 = ToolGraph.build(u_emb, [], union.risk_levels, union.permissions, GraphConfig())
+    zs_record: dict[str, Any] = {}
+    chosen = choose_inference(q_emb[va], [gold[i] for i in va], u_emb, union.risk_levels, rcfg, model=result.model, graph=graph0,
+                              record=zs_record, lexical=r.lexical_index.evidence([texts[i] for i in va]), fusion=fusion,
+                              perm_counts=union.perm_counts, predicted_levels=predicted_levels_of(result, union))
+    inference = {"fusion": fusion.to_dict(), "lam": chosen["lam"], "alpha": chosen["alpha"],
+                 "normalisation": chosen["normalisation"], "pipelines": chosen["pipelines"], "min_score": chosen["min_score"],
+                 "residual_weight": chosen["residual_weight"]}
+    r.checkpoint.meta["inference"] = inference
+    result.lam = chosen["lam"]
+    result.validation["zero_shot"] = {k: zs_record[k] for k in ("residual_grid", "selected", "first_stage_rvr@5") if k in zs_record}
+    result.validation.update(record)
+    # Timings are not reproducible; a build's sha256 must be.
+    result.seconds = 0.0
+    r.checkpoint.meta["train_seconds"] = 0.0
+    # validation metrics on each benchmark's own registry (its validation queries only)
+    from riskrank.checkpoint import in_memory
+
+    ck = in_memory(result, encoder=r.checkpoint.meta["encoder"], registry_fingerprint=union.fingerprint(), inference=inference)
+    val_metrics = validation_metrics(ck, sources, va, q_emb, tool_emb, enc)
+    card = _card(sources, cfg, result, inference, in_domain, record, val_metrics, r.checkpoint.meta["encoder"])
+    return Built(r, card, enc, tool_emb)
+
+
+def validation_metrics(ck: Any, sources: Sequence[Source], va: np.ndarray, q_emb: np.ndarray, tool_emb: dict[str, np.ndarray],
+                       encoder: Any) -> dict[str, Any]:
+    """Each mode on each benchmark's validation queries (positions ``va`` of the union's
+    queries), ranked over that benchmark's own registry."""
+    owner = np.concatenate([np.full(len(s.texts), i) for i, s in enumerate(sources)])
+    out = {}
+    for i, s in enumerate(sources):
+        start = sum(len(x.texts) for x in sources[:i])
+        rows = [int(j) for j in va if owner[j] == i]
+        if not rows:
+            continue
+        local = [j - start for j in rows]
+        pq = evaluate_modes(ck, s.registry, tool_emb[s.name], q_emb[rows], [s.texts[j] for j in local], [s.gold[j] for j in local], encoder)
+        out[s.name] = {"n_queries": len(local), "methods": summarise(pq)}
+    return out
+
+
+def _capped(s: Source, n: int | None) -> Source:
+    if n is None or len(s.texts) <= n:
+        return s
+    return Source(s.name, s.registry, s.texts[:n], s.gold[:n], s.split, s.files, [*s.notes, f"capped at the first {n} queries"])
+
+
+def _card(sources: Sequence[Source], cfg: BaseConfig, result: Any, inference: dict[str, Any], in_domain: dict[str, Any],
+          record: dict[str, Any], val_metrics: dict[str, Any], encoder: dict[str, Any]) -> dict[str, Any]:
+    q = result.risk_quality
+    return {
+        "name": NAME,
+        "encoder": encoder,
+        "training_data": [{"benchmark": s.name, "split": s.split, "n_queries": len(s.texts), "n_tools": len(s.registry),
+                           "n_audited_tools": int((s.registry.risk_levels > 0).sum()), "files": s.files, "notes": s.notes}
+                          for s in sources],
+        "configuration": {**cfg.to_dict(), "design": result.config.design, "relevance": result.config.relevance,
+                          "penalty": result.config.penalty, "selection": result.config.selection,
+                          "rule_selection": result.config.rule_selection, "val_fraction": result.config.val_fraction},
+        "rules": {
+            "fusion": record.get("fusion_rule"),
+            "zero_shot_head": "the embedding residual (bilinear and MLP terms) is dropped: it does not transfer to a registry "
+                              "without training queries; scale, bias and lexical weights stay",
+            "zero_shot_settings": "residual weight, lambda and alpha per pipeline and the relevance floor chosen by "
+                                  "choose_inference on the validation slice of the training queries, with the head in its "
+                                  "zero-shot form and a ToolGraph of semantic and permission edges only; never on test queries",
+        },
+        "inference": inference,
+        "in_domain_inference": {k: in_domain[k] for k in ("lam", "alpha", "normalisation", "residual_weight") if k in in_domain},
+        "fusion_choice": {k: record[k] for k in ("fusion_baselines", "fusion_worst_ratio") if k in record},
+        "risk_head": {"heldout_auc": q.get("heldout_auc"), "heldout_auc_p_risky": q.get("heldout_auc_p_risky"),
+                      "learned": q.get("learned"), "folds": q.get("folds"),
+                      "note": "cross-fitted over the union's tools (each tool scored by heads that never saw its label)"},
+        "validation": val_metrics,
+        "transfer": None,
+    }
+
+
+# -- writing ------------------------------------------------------------------------------------
+def save_base(built: Built, out: str | Path, *, transfer: dict[str, Any] | None = None) -> Path:
+    """Write the checkpoint (the normal save path), then the card (JSON and markdown) beside
+    its files, with the sha256 of each."""
+    out = Path(built.retriever.save(out))
+    card = dict(built.card)
+    if transfer is not None:
+        card["transfer"] = transfer
+    card["files"] = {f: hashlib.sha256((out / f).read_bytes()).hexdigest() for f in sorted(os.listdir(out))
+                     if f not in (CARD_JSON, CARD_MD) and not f.startswith(".")}
+    atomic_write_bytes(out / CARD_JSON, (dumps(card, indent=1) + "\n").encode())
+    atomic_write_bytes(out / CARD_MD, card_markdown(card).encode())
+    return out
+
+
+def attach_transfer(folder: str | Path, transfer: dict[str, Any]) -> dict[str, Any]:
+    """Put the leave-one-benchmark-out results into an existing card (JSON and markdown);
+    the checkpoint's files, and so their sha256s, do not change."""
+    folder = Path(folder)
+    card = json.loads((folder / CARD_JSON).read_text(encoding="utf-8"))
+    card["transfer"] = transfer
+    atomic_write_bytes(folder / CARD_JSON, (dumps(card, indent=1) + "\n").encode())
+    atomic_write_bytes(folder / CARD_MD, card_markdown(card).encode())
+    return card
+
+
+def card_markdown(card: dict[str, Any]) -> str:
+    """The short human-readable model card."""
+    lines = [f"# {card['name']}", "",
+             f"Encoder: `{card['encoder']['identity']}` ({card['encoder'].get('dim')}-d, frozen; not stored).", "",
+             "## Training data", ""]
+    for d in card["training_data"]:
+        lines.append(f"- {d['benchmark']}: {d['n_queries']} `{d['split']}` queries, {d['n_tools']} tools "
+                     f"({d['n_audited_tools']} audited)")
+        lines += [f"  - `{f['repo']}@{f['commit'][:12]}` `{f['path']}` sha256 `{f['sha256'][:16]}…`" for f in d["files"]]
+        lines += [f"  - note: {n}" for n in d["notes"]]
+    c = card["configuration"]
+    lines += ["", "## Configuration", "",
+              f"seed {c['seed']}, {c['epochs']} epochs, {c['design']} head ({c['relevance']} relevance, {c['penalty']} penalty), "
+              f"lambda rules {c['selection']} / {c['rule_selection']} (with the rule filter).", ""]
+    lines += [f"- {k}: {v}" for k, v in card["rules"].items()]
+    f = card["inference"]["fusion"]
+    lines += ["", f"Fusion: convex {f['norm']}-score, w = {f['weight']:g}" if f["rule"] == "convex" else f"Fusion: {f}",
+              "Per pipeline (zero-shot): " + "; ".join(f"{k} lambda {v['lam']:g}, alpha {v['alpha']:g}"
+                                                      for k, v in card["inference"]["pipelines"].items()), "",
+              "## Validation (each benchmark's validation queries, on its own registry)", "",
+              "| benchmark | method | NDCG@5 | RVR@5 |", "|---|---|---|---|"]
+    for b, block in card["validation"].items():
+        for m, v in block["methods"].items():
+            lines.append(f"| {b} ({block['n_queries']}) | {m} | {v['ndcg@5']:.3f} | {v['rvr@5']:.3f} |")
+    rh = card["risk_head"]
+    lines += ["", f"Risk head: held-out AUC (r >= 3) {rh['heldout_auc']}, p_risky {rh['heldout_auc_p_risky']} ({rh['note']}).", ""]
+    if card.get("transfer"):
+        lines += ["## Transfer (leave one benchmark out, zero-shot)", "", card["transfer"].get("table_md", ""), ""]
+    lines += ["Files (sha256):", ""] + [f"- `{k}` `{v}`" for k, v in card.get("files", {}).items()] + [""]
+    return "\n".join(lines)

@@ -1,0 +1,263 @@
+"""riskrank-base: the build (deterministic, through the normal fit/save path), the default
+checkpoint of every surface, levels for unaudited tools with their provenance, and the bad
+registries a new user brings (names only, five tools, Chinese descriptions, null hints)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import riskrank.base as base
+from riskrank.cli import main as cli
+from riskrank.errors import RegistryError
+from riskrank.registry import ToolRegistry
+from riskrank.risk import resolve_levels
+
+ROOT = Path(__file__).resolve().parents[1]
+MCP_LIST = ROOT / "examples" / "registries" / "mcp_filesystem_tools_list.json"
+shipped = pytest.mark.skipif(base.default_checkpoint() is None, reason="no base model built (make base-model)")
+
+
+# -- which checkpoint a surface loads -----------------------------------------------------------
+def test_resolve_checkpoint(tmp_path, monkeypatch):
+    assert base.resolve_checkpoint("runs/x") == ("runs/x", None)
+    assert base.resolve_checkpoint("none") == (None, None)
+    monkeypatch.setattr(base, "MODEL_DIR", tmp_path / "missing")
+    ck, note = base.resolve_checkpoint(None)
+    assert ck is None and "make base-model" in note
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "checkpoint.json").write_text(json.dumps({"encoder": {"identity": "enc-a"}}))
+    monkeypatch.setattr(base, "MODEL_DIR", tmp_path / "model")
+    assert base.resolve_checkpoint(None, "enc-a") == (str(tmp_path / "model"), None)
+    ck, note = base.resolve_checkpoint(None, "enc-b")
+    assert ck is None and "'enc-a'" in note and "dense, bm25 and hybrid" in note
+
+
+# -- levels of unaudited tools ----------------------------------------------------------------
+def _reg(records):
+    return ToolRegistry.from_data(records, fmt="plain")
+
+
+def test_resolve_levels_order_of_trust():
+    reg = _reg([
+        {"name": "wipe_disk", "description": "erase everything", "risk_level": 2},  # audited wins
+        {"name": "get_weather", "description": "the forecast"},
+        {"name": "remove_records", "description": "delete rows from a table"},
+        {"name": "fetch_page", "description": "read a page", "annotations": {"destructiveHint": True}},
+        {"name": "list_items", "description": "list things", "annotations": {"readOnlyHint": True}},
+    ])
+    head = np.array([5, 1, 2, 1, 4])
+    levels, prov, ev = resolve_levels(reg, head, (head - 1) / 4)
+    assert levels.tolist()[0] == 2 and prov[0] == "audited"
+    assert levels[1] == 1 and prov[1] == "predicted" and ev[1][0].startswith("risk head: L1")
+    assert levels[2] >= 4 and prov[2] == "keyword" and any("remove" in e for e in ev[2])
+    assert levels[3] == 4 and prov[3] == "annotation" and "mcp: destructiveHint raises the level to L4" in ev[3]
+    # an untrusted readOnlyHint never lowers what the head says
+    assert levels[4] == 4 and prov[4] == "predicted" and any("not trusted" in e for e in ev[4])
+    trusted, tprov, _ = resolve_levels(reg, head, (head - 1) / 4, trust_annotations=True)
+    assert trusted[4] == 2 and tprov[4] == "annotation"
+
+
+def test_read_only_hint_contradicted_is_ignored_even_when_trusted():
+    reg = _reg([{"name": "purge_directory", "description": "remove every file older than N days",
+                 "annotations": {"readOnlyHint": True}}])
+    levels, _, ev = resolve_levels(reg, np.array([4]), np.array([0.8]), trust_annotations=True)
+    assert levels[0] == 4 and any("contradicted" in e for e in ev[0])
+
+
+def test_annotations_null_missing_and_non_boolean():
+    ok = _reg([{"name": "a", "description": "x", "annotations": {"destructiveHint": None, "readOnlyHint": None}},
+               {"name": "b", "description": "y"}])
+    assert ok["a"].annotations is None and ok["b"].annotations is None
+    with pytest.raises(RegistryError, match=r"record 0 \('a'\): annotation 'destructiveHint' must be true, false or null"):
+        _reg([{"name": "a", "description": "x", "annotations": {"destructiveHint": "yes"}}])
+
+
+def test_names_only_registry_and_labels_naming_unknown_tools():
+    reg = ToolRegistry.from_data(["delete_old_logs", "listFiles", "get_weather"])
+    assert [t.description for t in reg] == ["delete old logs", "list Files", "get weather"]
+    with pytest.raises(RegistryError, match=r"the labels name 1 tool\(s\) not in the registry: 'no_such_tool'"):
+        reg.with_risk_levels({"get_weather": 1, "no_such_tool": 4}, unknown="error")
+    assert reg.with_risk_levels({"no_such_tool": 4})["get_weather"].risk_level is None  # default: ignored
+
+
+# -- the build ---------------------------------------------------------------------------------
+def _digests(folder: Path) -> dict[str, str]:
+    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(folder.iterdir())}
+
+
+def test_reduced_build_is_deterministic_and_loads(tmp_path, monkeypatch, encoder, demo, torch_single_thread):
+    """A reduced base model (the demo registry, 2 epochs) built twice: byte-identical files,
+    a checkpoint every surface loads, the zero-shot form (no embedding residual) and a card."""
+    from riskrank.base.build import BaseConfig, Source, build_base, save_base
+    from riskrank.checkpoint import load_checkpoint
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764547200")
+    src = Source("demo", demo.registry, list(demo.train.texts), list(demo.train.gold), "train")
+    out = []
+    for name in ("a", "b"):
+        built = build_base([src], BaseConfig(seed=3, epochs=2), encoder=encoder)
+        out.append(save_base(built, tmp_path / name))
+    assert _digests(out[0]) == _digests(out[1])
+    ck = load_checkpoint(out[0], encoder_identity=encoder.identity)
+    head = ck.model.relevance_head
+    assert float(head.v.weight.detach().abs().sum()) == 0.0 and float(head.l2.weight.detach().abs().sum()) == 0.0
+    card = json.loads((out[0] / base.CARD_JSON).read_text())
+    assert card["name"] == "riskrank-base" and card["training_data"][0]["benchmark"] == "demo"
+    assert "zero_shot_settings" in card["rules"] and set(card["inference"]["pipelines"]) >= {"core", "core+graph+rule"}
+    assert card["files"]["heads.safetensors"] == ck.meta["weights_sha256"]
+    assert (out[0] / base.CARD_MD).read_text().startswith("# riskrank-base")
+
+
+def test_fixed_fusion_in_train_config(make_synthetic):
+    from riskrank.errors import RiskrankError
+    from riskrank.training import TrainConfig
+
+    assert TrainConfig(fusion={"rule": "convex", "norm": "z", "weight": 0.3, "k": None}).resolved().fusion["weight"] == 0.3
+    with pytest.raises(RiskrankError, match="fusion weight"):
+        TrainConfig(fusion={"rule": "convex", "norm": "z", "weight": 3.0, "k": None}).resolved()
+
+
+# -- the shipped model ----------------------------------------------------------------------------
+@shipped
+def test_shipped_card_and_size():
+    folder = base.default_checkpoint()
+    card = base.model_card()
+    assert card["name"] == "riskrank-base"
+    assert {d["benchmark"] for d in card["training_data"]} == {"ultratool", "sealtools"}
+    assert all(f["sha256"] and f["commit"] for d in card["training_data"] for f in d["files"])
+    assert any("contaminated" in n for d in card["training_data"] for n in d["notes"])
+    assert sum(f.stat().st_size for f in folder.iterdir()) < 5 * 2**20
+    assert card["files"] == {k: v for k, v in _digests(folder).items() if k in card["files"]}
+
+
+@shipped
+def test_retrieve_without_checkpoint_uses_the_base_model_with_provenance():
+    res = CliRunner().invoke(cli, ["retrieve", "--registry", str(MCP_LIST), "delete the old log files", "--mode", "rule"])
+    assert res.exit_code == 0, res.output
+    assert "mode core+graph+rule" in res.output and "provenance" in res.output and "evidence:" in res.output
+    assert "predicted" in res.output or "annotation" in res.output or "keyword" in res.output
+    res = CliRunner().invoke(cli, ["retrieve", "--registry", str(MCP_LIST), "delete the old log files", "--json"])
+    doc = json.loads(res.output)
+    assert doc["mode"] == "core+graph+rule"
+    assert all(t["risk_provenance"] in ("predicted", "keyword", "annotation") and t["risk_evidence"] for t in doc["tools"])
+    delete = next((t for t in doc["tools"] if t["name"] == "delete_file"), None)
+    assert delete is None or delete["effective_level"] >= 4  # destructiveHint only raises
+
+
+@shipped
+def test_other_encoder_keeps_encoder_only_modes(tmp_path):
+    from riskrank.catalogue import ArtefactSpec, load_catalogue
+    from test_server_support import HashEncoder
+
+    cat = load_catalogue(ArtefactSpec(str(MCP_LIST)), HashEncoder())
+    assert not cat.has_heads and cat.retriever.mode == "dense+rule" and "dense, bm25 and hybrid" in cat.notes[0]
+    assert cat.retriever.retrieve("delete the old log files", k=3).tools
+
+
+BAD_REGISTRIES = {
+    "names only": ["delete_old_logs", "list_files", "read_file", "send_email", "get_weather"],
+    "five tools": [{"name": f"tool_{i}", "description": d} for i, d in
+                   enumerate(["list files", "delete a file", "send an email", "read a file", "run a shell command"])],
+    "chinese and mixed scripts": [
+        {"name": "shanchu_wenjian", "description": "永久删除指定的文件"},
+        {"name": "liechu_mulu", "description": "列出目录中的所有文件"},
+        {"name": "search_docs", "description": "搜索文档 search documents by keyword"},
+        {"name": "тест_запуск", "description": "Запустить команду bash на сервере"},
+        {"name": "get_weather", "description": "天気予報 weather forecast"},
+    ],
+    "null and missing hints": [
+        {"name": "read_text_file", "description": "read a file", "annotations": {"readOnlyHint": True, "destructiveHint": None}},
+        {"name": "delete_file", "description": "delete a file", "annotations": {"destructiveHint": True, "openWorldHint": None}},
+        {"name": "list_directory", "description": "list a folder"},
+    ],
+}
+
+
+@shipped
+@pytest.mark.parametrize("kind", list(BAD_REGISTRIES))
+def test_every_mode_on_registries_nobody_trained_on(kind, encoder):
+    from riskrank.catalogue import ArtefactSpec, load_catalogue
+
+    reg = ToolRegistry.from_data(BAD_REGISTRIES[kind])
+    cat = load_catalogue(ArtefactSpec(f"<{kind}>"), encoder, registry=reg)
+    assert cat.has_heads and cat.retriever.mode == "core+graph+rule"
+    for mode in ("dense", "bm25", "hybrid", "core", "core+graph", "core+graph+rule", "core+graph+rule_pred".removesuffix("_pred")):
+        res = cat.retriever.retrieve("delete the old files", k=3, mode=mode)
+        assert len(res.tools) <= 3 and all(t.risk_provenance for t in res.tools)
+    assert set(cat.provenance) <= {"predicted", "keyword", "annotation"}
+    levels = dict(zip(reg.names, cat.effective_levels, strict=True))
+    if "delete_file" in levels:
+        assert levels["delete_file"] >= 4
+
+
+def test_source_date_epoch_sets_the_sidecar_time(monkeypatch):
+    from riskrank.checkpoint import _created
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "0")
+    assert _created() == "1970-01-01T00:00:00Z"
+    monkeypatch.delenv("SOURCE_DATE_EPOCH")
+    assert _created() != "1970-01-01T00:00:00Z" or os.environ.get("SOURCE_DATE_EPOCH")
+
+
+@shipped
+@pytest.mark.slow
+def test_100k_tool_registry_through_the_ann_path():
+    """10^5 unaudited tools (random embeddings in the base model's space) with the base
+    model's heads, the IVF first stage and the rule filter: a top-5 with provenance."""
+    from riskrank.encoder import ArrayEncoder
+    from riskrank.pipeline import RiskAwareRetriever
+
+    rng = np.random.default_rng(0)
+    n, dim = 100_000, 384
+    verbs = ["list", "read", "delete", "upload", "run", "send", "search", "update"]
+    records = [{"name": f"{verbs[i % 8]}_item_{i}", "description": f"{verbs[i % 8]} item number {i}"} for i in range(n)]
+    reg = ToolRegistry.from_data(records)
+    emb = rng.standard_normal((n, dim)).astype(np.float32)
+    task = "delete the old log files"
+    enc = ArrayEncoder({task: rng.standard_normal(dim).astype(np.float32)}, identity=base.base_encoder_identity())
+    r = RiskAwareRetriever(reg, encoder=enc, checkpoint=base.default_checkpoint(), tool_emb=emb, first_stage="ann",
+                           mode="core+graph+rule", progress=False)
+    res = r.retrieve(task, k=5)
+    assert 1 <= len(res.tools) <= 5 and all(t.risk_provenance in ("predicted", "keyword") for t in res.tools)
+    assert sum(t.effective_level >= 3 for t in res.tools) <= 1  # the rule filter's risk cap
+
+
+@shipped
+@pytest.mark.slow
+def test_full_rebuild_matches_the_shipped_model(tmp_path, monkeypatch, data_dir):
+    """`make base-model` again, on the same versions: the same sha256 for the heads and the sidecar."""
+    from riskrank.base.build import BaseConfig, build_base, load_sources, save_base
+
+    card = base.model_card()
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764547200")
+    built = build_base(load_sources(data_dir=data_dir), BaseConfig(seed=card["configuration"]["seed"]))
+    out = save_base(built, tmp_path / "model", transfer=card.get("transfer"))
+    assert _digests(out)["heads.safetensors"] == card["files"]["heads.safetensors"]
+    assert _digests(out)["checkpoint.json"] == card["files"]["checkpoint.json"]
+
+
+def test_graph_of_a_registry_without_training_queries_is_cached(encoder):
+    from riskrank.pipeline import RiskAwareRetriever
+
+    reg = ToolRegistry.from_data(BAD_REGISTRIES["five tools"])
+    a = RiskAwareRetriever(reg, encoder=encoder, progress=False).graph
+    b = RiskAwareRetriever(reg, encoder=encoder, progress=False).graph
+    assert a is b and a.stats()["edges"].get("co", 0) == 0
+
+
+@shipped
+def test_audit_head_annotator_is_the_base_risk_head(encoder):
+    from riskrank.annotators import make_annotator
+
+    ann = make_annotator("head", encoder=encoder)
+    reg = ToolRegistry.from_data(BAD_REGISTRIES["five tools"])
+    votes = dict(ann.annotate(list(reg)))
+    assert ann.name == "head" and len(votes) == 5 and all(1 <= v.level <= 5 for v in votes.values())
+    assert votes[4].level >= 3  # "run a shell command"
