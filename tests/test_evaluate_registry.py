@@ -77,11 +77,26 @@ def assert_clean_error(code: int, err: str, pattern: str) -> None:
 
 
 # -- the registry path, end to end ------------------------------------------------------------------
-def test_unaudited_registry_zero_shot(user_files, tmp_path):
-    """No labels, no checkpoint, no training queries: the untrained methods run, the exposure
-    metrics read predicted levels and say so, the trained methods are named as not run."""
+def test_unaudited_registry_zero_shot_on_the_base_model(user_files, tmp_path):
+    """No labels, no checkpoint, no training queries: the shipped base model's methods run zero-shot
+    beside the untrained ones, and the predicted levels are its risk head's (with the keywords)."""
     out = tmp_path / "res.json"
     res = invoke("evaluate", "--registry", user_files["registry"], "--queries", user_files["queries"], "--quiet", "--json", out)
+    assert res.exit_code == 0, res.output
+    assert "riskrank/base/model" in res.output and "PREDICTED risk levels: 98 of 98 tools" in res.output
+    doc = json.loads(out.read_text())
+    assert set(doc["splits"]["test"]["methods"]) == {"bm25", "dense", "hybrid", "dense+rule", "core", "core+graph", "core+graph+rule"}
+    assert doc["levels"]["predicted_by"] == "head" and "skipped_methods" not in doc
+    base = doc["splits"]["test"]["methods"]
+    assert base["core+graph+rule"]["rvr@5"]["mean"] < base["dense"]["rvr@5"]["mean"]
+
+
+def test_unaudited_registry_without_heads(user_files, tmp_path):
+    """No labels, --checkpoint none, no training queries: the untrained methods run, the exposure
+    metrics read predicted levels and say so, the trained methods are named as not run."""
+    out = tmp_path / "res.json"
+    res = invoke("evaluate", "--registry", user_files["registry"], "--queries", user_files["queries"], "--checkpoint", "none",
+                 "--quiet", "--json", out)
     assert res.exit_code == 0, res.output
     assert "PREDICTED risk levels: 98 of 98 tools" in res.output
     assert "not run: core, core+graph, core+graph+rule (trained methods need --checkpoint or --train-queries)" in res.output
@@ -239,7 +254,7 @@ def test_registry_evaluation_checks_contamination(demo_checkpoint, user_files, t
         ('{"task": "read my notes", "gold": ["nope_a", "nope_b"]}\n', [], "none of the 1 queries has a gold tool in the registry"),
         ('{"task": "read my notes", "gold": ["read_file"]}\n{"task": "x",\n', [], "line 2"),
         ('{"task": "read my notes", "gold": ["read_file"]}\n', ["--methods", "dense,warp"], "unknown method 'warp'"),
-        ('{"task": "read my notes", "gold": ["read_file"]}\n', ["--methods", "core"], "core: trained methods need a checkpoint"),
+        ('{"task": "read my notes", "gold": ["read_file"]}\n', ["--methods", "core", "--checkpoint", "none"], "core: trained methods need a checkpoint"),
         ('{"task": "read my notes", "gold": ["read_file"]}\n', ["--labels", "{bad_labels}"], "'read_file': risk_level must be an integer 1-5"),
         ('{"task": "read my notes", "gold": ["read_file"]}\n', ["--train-queries", "{overlap}"],
          "1 of the 1 queries in"),

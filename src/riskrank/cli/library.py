@@ -32,12 +32,13 @@ CONTRACT_COLUMNS = ("ndcg@5", "mrr", "sndcg@5", "rvr@5", "srr@5")
               help='With --registry: the evaluation queries, one {"task": ..., "gold": [tool names]} per line.')
 @click.option("--train-queries", type=click.Path(dir_okay=False), default=None, metavar="T.jsonl",
               help="With --registry: training queries (same format) the trained methods train on; without them they "
-                   "are evaluated zero-shot from --checkpoint.")
+                   "are evaluated zero-shot from --checkpoint (default: the shipped base model).")
 @click.option("--labels", type=click.Path(dir_okay=False), default=None, metavar="L.json",
               help="With --registry: audited risk levels ({name: {\"risk_level\": 1-5}}); tools without one take "
                    "predicted levels, reported as predicted.")
 @click.option("--checkpoint", type=click.Path(file_okay=False), default=None,
-              help="Evaluate this checkpoint's trained methods zero-shot (no training in the run).")
+              help="Evaluate this checkpoint's trained methods zero-shot (no training in the run) [default with --registry "
+                   "and no --train-queries: the shipped base model; none: no heads, untrained methods only].")
 @click.option("--allow-contaminated", is_flag=True,
               help="Run a checkpoint's methods even on queries it trained on, labelled contaminated (refused by default).")
 @click.option("--name", default=None, help="The dataset name in the results [default: the registry file's stem].")

@@ -39,14 +39,16 @@ from riskrank.registry import ToolRegistry
 #: checkpoint or training queries) the trained pipelines.
 DEFAULT_METHODS = ("bm25", "dense", "hybrid", "dense+rule", "core", "core+graph", "core+graph+rule")
 #: Where a predicted level comes from (``levels.source`` in the results).
-LEVEL_SOURCES = {"head": "the checkpoint's risk head", "keyword": "riskrank's keyword annotator"}
+LEVEL_SOURCES = {"head": "the checkpoint's risk head (with keyword evidence and MCP hints that only raise)", "keyword": "riskrank's keyword annotator"}
 
 
-def zero_shot_checkpoint(given: str | Path | None) -> str | Path | None:
-    """The checkpoint a registry evaluation without training queries reads: the one given.
-    Every surface that evaluates zero-shot asks here, so a default model has one place to
-    come in."""
-    return given
+def zero_shot_checkpoint(given: str | Path | None, encoder_identity: str | None = None) -> tuple[str | None, str | None]:
+    """The checkpoint a registry evaluation without training queries reads, and a note: the
+    one given; ``none``: no heads; none given: the shipped base model (unless the encoder is
+    not the base model's). Every surface that evaluates zero-shot asks here."""
+    from riskrank.base import resolve_checkpoint
+
+    return resolve_checkpoint(given, encoder_identity)
 
 
 @dataclass
@@ -87,10 +89,9 @@ def _predicted(registry: ToolRegistry, encoder: Encoder, checkpoint: Any) -> tup
         from riskrank.pipeline import RiskAwareRetriever
 
         r = RiskAwareRetriever(registry, encoder=encoder, checkpoint=checkpoint, progress=False)
-        if r.risk_head_learned:
-            levels = r.predicted_levels
-            assert levels is not None
-            return levels, "head"
+        resolved = r.level_provenance
+        if resolved is not None:  # the head's levels with the keyword evidence and MCP hints
+            return resolved[0], "head"
     return keyword_levels(registry), "keyword"
 
 
@@ -120,7 +121,12 @@ def evaluate_registry(
             raise DataError(f"{both} of the {len(test.texts)} queries in {queries} are also in the training queries "
                             f"{train_queries} (ignoring whitespace and case); evaluate on queries the heads never saw")
     notes.extend(n for n in (f.note() for f in files) if n)
-    ck = None if train is not None else zero_shot_checkpoint(checkpoint)
+    enc = encoder if encoder is not None and not isinstance(encoder, str) else Encoder(encoder, progress=progress)
+    ck = None
+    if train is None:
+        ck, ck_note = zero_shot_checkpoint(checkpoint, enc.identity)
+        if ck_note:
+            notes.append(ck_note)
     skipped: list[str] = []
     if train is None and ck is None:
         skipped = [s.name for s in specs if s.trained]
@@ -130,7 +136,6 @@ def evaluate_registry(
                                 "(--train-queries)")
         if skipped:
             notes.append(f"not run: {', '.join(skipped)} (trained methods need --checkpoint or --train-queries)")
-    enc = encoder if encoder is not None and not isinstance(encoder, str) else Encoder(encoder, progress=progress)
     loaded = None
     if ck is not None:
         from riskrank.checkpoint import load_checkpoint
