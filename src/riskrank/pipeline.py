@@ -692,9 +692,12 @@ class RiskAwareRetriever:
         info["best_safe"] = names[batch.context_tool(q, dec.best_safe[q])] if dec.best_safe[q] >= 0 else None
         info["best_risky"] = names[batch.context_tool(q, dec.best_risky[q])] if dec.best_risky[q] >= 0 else None
         res.context = info
+        cols = {batch.context_tool(q, c): c for c in np.flatnonzero(dec.held[q])}
         for t in res.tools:
             if t.index == admitted:
                 t.context = dec.why(q, True)
+            elif t.index in cols:  # held back, and shown all the same: too few other tools
+                t.context = dec.why(q, False) + "; shown only because too few tools that are not risky remain"
         shown = {t.index for t in res.tools}
         seen = {d.index for d in res.deferred}
         for i in batch.withheld[q]:
