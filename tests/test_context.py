@@ -21,32 +21,34 @@ from riskrank.rules import RuleConfig, RuleFilter
 def test_apply_context_equals_the_plain_policy(seed):
     rng = np.random.default_rng(seed)
     q, n, k = 7, 40, 5
-    scores = rng.normal(size=(q, n)).astype(np.float32)
-    rel = (scores + rng.normal(scale=0.5, size=(q, n))).astype(np.float32)
-    risky = rng.random(n) < 0.3
+    rel = rng.normal(size=(q, n)).astype(np.float32)
+    p = rng.random(n).astype(np.float32)
+    risky = p > 0.7
     need = rng.random(q).astype(np.float32)
-    for tau, margin in ((0.5, 1.0), (0.3, None), (0.9, 0.0)):
-        final, dec = apply_context(scores, rel, risky, need, tau, margin, k)
+    for tau, margin in ((0.5, 1.0), (0.3, None), (0.9, 0.0), (0.4, -1.0)):
+        need_scores, hold_scores = rel - 0.5 * p, rel - 4.0 * p
+        final, dec = apply_context(need_scores, hold_scores, rel, risky, need, tau, margin, k, 0.5, 4.0)
         for i in range(q):
-            want, admitted = context_policy(scores[i], rel[i], risky, need[i], tau, margin, k)
+            want, admitted = context_policy(need_scores[i], hold_scores[i], rel[i], risky, need[i], tau, margin, k)
             assert int(dec.admitted[i]) == admitted
             assert rank(final[i : i + 1])[0].tolist() == want
-            assert dec.risk_cap[i] == (admitted >= 0)
+            assert dec.risk_cap[i] == (need[i] >= tau)
+            assert dec.lam[i] == (0.5 if need[i] >= tau else 4.0)
 
 
-def test_a_task_without_need_sees_no_risky_tool_and_the_cap_follows():
-    scores = np.array([[3.0, 2.0, 1.0, 0.0, -1.0, -2.0, -3.0]], np.float32)
-    risky = np.array([True, True, False, False, False, False, False])
-    final, dec = apply_context(scores, scores, risky, np.array([0.1]), 0.5, 1.0, 3)
+def test_the_penalty_and_the_cap_follow_the_need():
+    rel = np.array([[3.0, 2.0, 1.0, 0.5, 0.0, -1.0, -2.0]], np.float32)
+    p = np.array([1.0, 1.0, 0, 0, 0, 0, 0], np.float32)
+    risky = p > 0.5
+    final, dec = apply_context(rel, rel - 8 * p, rel, risky, np.array([0.1]), 0.5, 1.0, 3, 0.0, 8.0)
     assert rank(final)[0, :3].tolist() == [2, 3, 4]
-    assert dec.risk_cap.tolist() == [0] and dec.held[0, :2].all()
-    assert "does not need" in dec.why(0, False)
-    final, dec = apply_context(scores, scores, risky, np.array([0.9]), 0.5, 1.0, 3)
-    assert rank(final)[0, :3].tolist() == [0, 2, 3] and dec.admitted.tolist() == [0]
+    assert dec.risk_cap.tolist() == [0] and "does not need" in dec.why(0, False)
+    final, dec = apply_context(rel - 8 * p, rel - 8 * p, rel, risky, np.array([0.9]), 0.5, 1.0, 3, 8.0, 8.0)
+    assert rank(final)[0, :3].tolist() == [2, 3, 0] and dec.admitted.tolist() == [0]  # a slot for the admitted tool
     assert "admitted" in dec.why(0, True)
     # The rule filter reads the per-task cap: 0 defers every risky tool.
     rf = RuleFilter(RuleConfig(k=3, redundancy_threshold=None, fill="safe"), np.array([4, 4, 1, 1, 1, 1, 1]), np.zeros(7, int))
-    order, res = rf.filter_scores(scores, length=3, max_risky=np.array([0]))
+    order, res = rf.filter_scores(rel, length=3, max_risky=np.array([0]))
     assert order[0].tolist() == [2, 3, 4] and set(res[0].deferred) == {0, 1}
 
 
@@ -85,6 +87,7 @@ def test_fit_trains_a_need_head_and_chooses_its_settings(demo_fitted):
     ctx = r.checkpoint.inference["context"]
     for m in CONTEXT_MODES:
         assert 0 <= ctx[m]["tau"] <= 1 and m in r.checkpoint.inference["pipelines"]
+        assert ctx[m]["lam_need"] <= r.checkpoint.inference["pipelines"][m]["lam"]
 
 
 @pytest.mark.parametrize("mode", CONTEXT_MODES)
@@ -96,7 +99,7 @@ def test_bad_input_mixed_negated_and_foreign_tasks(demo_fitted, mode):
     for res in (mixed, negated, foreign):
         assert 0.0 <= res.need <= 1.0 and res.context["threshold"] == r.context_settings(parse_mode(mode))["tau"]
         assert res.context["risk_cap"] in (0, 1)
-        # Every risky tool shown was admitted by the context stage, with its reason.
+        # Every predicted-risky tool shown says why (admitted, or shown by its score).
         assert not _risky_exposed_without_reason(res)
         for d in res.deferred:
             if "context" in d.reasons:
@@ -105,7 +108,8 @@ def test_bad_input_mixed_negated_and_foreign_tasks(demo_fitted, mode):
     # A task that mixes a safe and a risky need is one that needs risk; the negated one is not.
     assert mixed.context["needs_risk"] and mixed.need > negated.need
     assert not negated.context["needs_risk"]
-    assert not any((t.risk_level or 0) >= RISKY_LEVEL for t in negated.tools)
+    if mode.endswith("+rule"):  # risk cap 0
+        assert not any((t.risk_level or 0) >= RISKY_LEVEL for t in negated.tools)
 
 
 def test_checkpoint_round_trip_and_an_older_checkpoint(demo_fitted, demo, encoder, tmp_path):

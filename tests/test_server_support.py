@@ -76,7 +76,7 @@ def make_checkpoint(path: Path, registry_path: Path | str | None = None, encoder
         from riskrank.context import CONTEXT_PIPELINES, NeedHead
 
         result.need_head = NeedHead(("cand",), np.ones(5), -2.5, np.zeros(5), np.ones(5), {"val_auc": None})
-        inference["context"] = {p: {"tau": 0.5, "margin": 1.0} for p in CONTEXT_PIPELINES}
+        inference["context"] = {p: {"tau": 0.5, "margin": 1.0, "lam_need": 0.0} for p in CONTEXT_PIPELINES}
     return save_checkpoint(
         result, path, encoder={"identity": encoder.identity, "name": encoder.display_name, "dim": encoder.dim},
         registry_fingerprint=reg.fingerprint(), inference=inference,

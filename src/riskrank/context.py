@@ -12,15 +12,16 @@ parts:
   risky tools are found by the risk head), the embedding learns the phrasing of risky asks.
   It is trained and validated by :func:`riskrank.training.train_need_head`; here it only
   predicts (numpy, no torch, no sklearn at inference).
-- the **policy** (:func:`apply_context`), per task, over the scores of the rest of the
-  pipeline: a task whose need is below the threshold ``tau`` has every predicted-risky tool
-  held back (pushed below every other tool, as hard as the rule filter's cap of 0); a task at
-  or above it gets its most relevant risky tool admitted, and given a slot of the top-k, when
-  its relevance is at most ``margin`` logits below the best safe alternative's (``margin``
-  None: always), and every other risky tool held back. In the rule mode the rule filter's
-  risk cap follows: 1 for a task with an admitted tool, else 0.
+- the **policy** (:func:`apply_context`), per task: the risk penalty and the rule filter's
+  risk cap depend on the need. A task whose need is below the threshold ``tau`` is ranked
+  with the hold-back penalty ``lam_hold`` (the pipeline's lambda) and, with the rule filter,
+  a risk cap of 0 (stricter than the rule filter's 1); a task at or above it is ranked with
+  the lighter ``lam_need``, a risk cap of 1, and its most relevant predicted-risky tool is
+  admitted, with a slot of the top-k, when its relevance is at most ``margin`` logits below
+  the best safe alternative's (a negative margin: when it beats it by that much; None:
+  always).
 
-tau, margin and the pipeline's lambda are chosen on validation queries by
+tau, margin and both lambdas are chosen on validation queries by
 :func:`riskrank.training.choose_context`; each decision is returned with its evidence
 (:class:`ContextDecisions`), so a response can say why a risky tool was admitted or withheld.
 """
@@ -125,7 +126,7 @@ class ContextDecisions:
     ``need`` [Q]; ``needs_risk`` [Q] (need >= tau); ``admitted`` [Q] (the admitted risky
     tool's column, -1: none); ``best_risky`` / ``best_safe`` [Q] (the most relevant
     predicted-risky and safe tools' columns, -1: none); ``gap`` [Q] (their relevance
-    difference, logits; NaN without both); ``held`` [Q, L] (risky tools held back)."""
+    difference, logits; NaN without both); ``lam`` [Q] the penalty each task ran with."""
 
     need: np.ndarray
     needs_risk: np.ndarray
@@ -133,46 +134,52 @@ class ContextDecisions:
     best_risky: np.ndarray
     best_safe: np.ndarray
     gap: np.ndarray
-    held: np.ndarray
+    lam: np.ndarray
     tau: float
     margin: float | None
 
     @property
     def risk_cap(self) -> np.ndarray:
-        """The rule filter's risk cap per task: 1 with an admitted tool, else 0."""
-        return (self.admitted >= 0).astype(np.int64)
+        """The rule filter's risk cap per task: 1 for a task that needs a risky tool, else 0."""
+        return self.needs_risk.astype(np.int64)
 
     def why(self, q: int, admitted: bool) -> str:
-        """One line: why task ``q``'s risky tool was admitted, or why its risky tools were withheld."""
+        """One line: why task ``q``'s risky tool was admitted, or why a risky tool was withheld."""
         need, tau = float(self.need[q]), self.tau
         margin = "none" if self.margin is None else f"{self.margin:g}"
+        lam = float(self.lam[q])
         if not self.needs_risk[q]:
-            return f"need {need:.2f} < threshold {tau:.2f}: the task does not need a risky tool (risk cap 0)"
+            return (f"need {need:.2f} < threshold {tau:.2f}: the task does not need a risky tool "
+                    f"(penalty lambda {lam:g}, risk cap 0)")
         gap = float(self.gap[q])
         gap_text = "no safe alternative" if not np.isfinite(gap) else f"relevance {gap:+.2f} logits vs the best safe tool"
         if admitted:
             return f"need {need:.2f} >= threshold {tau:.2f}; {gap_text} (margin {margin}): admitted (risk cap 1)"
         if self.admitted[q] >= 0:
-            return f"need {need:.2f} >= threshold {tau:.2f}; another risky tool was admitted (risk cap 1)"
-        return f"need {need:.2f} >= threshold {tau:.2f}; {gap_text} is below the margin -{margin}: withheld (risk cap 0)"
+            return f"need {need:.2f} >= threshold {tau:.2f}; another risky tool was admitted (penalty lambda {lam:g}, risk cap 1)"
+        return (f"need {need:.2f} >= threshold {tau:.2f}; {gap_text} trails by more than the margin {margin}: "
+                f"not admitted (penalty lambda {lam:g}, risk cap 1)")
 
     def take(self, q: int) -> dict[str, Any]:
         return {"need": float(self.need[q]), "needs_risk": bool(self.needs_risk[q]), "threshold": self.tau, "margin": self.margin,
-                "risk_cap": int(self.risk_cap[q]),
+                "lambda": float(self.lam[q]), "risk_cap": int(self.risk_cap[q]),
                 "relevance_gap": None if not np.isfinite(self.gap[q]) else round(float(self.gap[q]), 4)}
 
 
 def apply_context(
-    scores: np.ndarray, rel: np.ndarray, risky: np.ndarray, need: np.ndarray, tau: float, margin: float | None, k: int,
+    need_scores: np.ndarray, hold_scores: np.ndarray, rel: np.ndarray, risky: np.ndarray, need: np.ndarray, tau: float,
+    margin: float | None, k: int, lam_need: float = 0.0, lam_hold: float = 0.0,
 ) -> tuple[np.ndarray, ContextDecisions]:
-    """The policy over one batch (module docstring). ``scores`` [Q, L]: the pipeline's scores
-    (after the penalty and the graph); ``rel`` [Q, L]: the relevance (logits, no penalty)
-    the admission compares; ``risky`` [L] or [Q, L]: predicted-risky flags; ``need`` [Q].
-    Returns the new scores (held tools below every other tool, in their own order; an
-    admitted tool raised, when it must, just above the k-th remaining tool) and the decisions."""
-    scores = np.atleast_2d(np.asarray(scores, dtype=np.float32))
+    """The policy over one batch (module docstring). ``need_scores`` / ``hold_scores`` [Q, L]:
+    the pipeline's scores (after the graph) with the penalty of a task that needs a risky
+    tool (``lam_need``) and of one that does not (``lam_hold``); ``rel`` [Q, L]: the
+    relevance (logits, no penalty) the admission compares; ``risky`` [L] or [Q, L]:
+    predicted-risky flags; ``need`` [Q]. Returns each task's scores (an admitted tool
+    raised, when it must, just above the k-th other tool) and the decisions."""
+    need_scores = np.atleast_2d(np.asarray(need_scores, dtype=np.float32))
+    hold_scores = np.atleast_2d(np.asarray(hold_scores, dtype=np.float32))
     rel = np.atleast_2d(np.asarray(rel, dtype=np.float32))
-    q, n = scores.shape
+    q, n = need_scores.shape
     risky = np.broadcast_to(np.asarray(risky, dtype=bool), (q, n))
     need = np.asarray(need, dtype=np.float32).reshape(q)
     needs = need >= np.float32(tau)
@@ -185,13 +192,8 @@ def apply_context(
         gap = np.where((best_risky >= 0) & (best_safe >= 0), r_rel[rows, best_risky] - s_rel[rows, best_safe], np.nan)
     ok_gap = np.ones(q, bool) if margin is None else ~(gap < -np.float32(margin))  # NaN (no safe tool) admits
     admitted = np.where(needs & (best_risky >= 0) & ok_gap, best_risky, -1)
-    held = risky.copy()
+    out = np.where(needs[:, None], need_scores, hold_scores)
     has = admitted >= 0
-    held[rows[has], admitted[has]] = False
-    out = scores.copy()
-    if held.any():
-        span = (scores.max(axis=1) - scores.min(axis=1) + 1.0).astype(np.float32)
-        out = np.where(held, out - span[:, None], out)
     if has.any() and n > k:
         # The admitted tool takes a slot: just above the k-th best of the other tools.
         others = np.where(np.arange(n)[None, :] == admitted[:, None], -np.inf, out)
@@ -200,4 +202,5 @@ def apply_context(
         cur = out[rows, np.maximum(admitted, 0)]
         raise_to = np.where(has & (cur <= kth), lift, cur)
         out[rows[has], admitted[has]] = raise_to[has]
-    return out, ContextDecisions(need, needs, admitted, best_risky, best_safe, gap, held, float(tau), margin)
+    lam = np.where(needs, np.float32(lam_need), np.float32(lam_hold)).astype(np.float32)
+    return out, ContextDecisions(need, needs, admitted, best_risky, best_safe, gap, lam, float(tau), margin)

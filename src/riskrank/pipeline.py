@@ -478,7 +478,13 @@ class RiskAwareRetriever:
             scores = g.smooth(scores, alpha, candidates, normalisation=normalisation or self.normalisation)
         caps = None
         if adjust is not None:
-            scores, caps = adjust(scores)
+            def smooth(x: np.ndarray) -> np.ndarray:
+                if not (stages.graph and alpha > 0):
+                    return x
+                g = graph if graph is not None else self.graph
+                return g.smooth(x, alpha, candidates, normalisation=normalisation or self.normalisation)
+
+            scores, caps = adjust(scores, smooth)
         ranked = pin_named(scores, named)
         results = None
         if stages.rule:
@@ -528,7 +534,7 @@ class RiskAwareRetriever:
         named = lex.named if lex is not None and pin else None
         adjust, ctx = None, {}
         if stages.context:
-            adjust = self._context_adjust(stages, query_emb, cand, cos, inputs, rel, f_risk, m, k, ctx)
+            adjust = self._context_adjust(stages, query_emb, cand, cos, inputs, rel, f_risk, m, k, ctx, float(setting["lam"]))
         order, results, final = self._rank_scores(scores, stages, candidates=cand, alpha=setting["alpha"], risk_source=source,
                                                   normalisation=setting["normalisation"], graph=graph, k=k, top=top, fill=fill,
                                                   named=named, adjust=adjust)
@@ -569,10 +575,12 @@ class RiskAwareRetriever:
         if chosen is None:
             raise CheckpointError(f"mode {stages.name!r}: the checkpoint{where} has a need head but no inference.context "
                                   f"settings for {key!r}: retrain it with `riskrank train`")
-        return {"tau": float(chosen["tau"]), "margin": None if chosen.get("margin") is None else float(chosen["margin"])}
+        return {"tau": float(chosen["tau"]), "margin": None if chosen.get("margin") is None else float(chosen["margin"]),
+                "lam_need": float(chosen["lam_need"])}
 
     def _context_adjust(self, stages: Stages, query_emb: np.ndarray, cand: np.ndarray | None, cos: np.ndarray | None,
-                        inputs: Any, rel: np.ndarray, f_risk: np.ndarray, m: int, k: int | None, ctx: dict[str, Any]) -> Any:
+                        inputs: Any, rel: np.ndarray, f_risk: np.ndarray, m: int, k: int | None, ctx: dict[str, Any],
+                        lam_hold: float) -> Any:
         """The context stage as a hook of :meth:`_rank_scores`: the need head on the first
         stage and the risk head, then :func:`riskrank.context.apply_context`."""
         setting = self.context_settings(stages, m)
@@ -589,13 +597,21 @@ class RiskAwareRetriever:
         risky_all = (levels if levels is not None else np.full(len(self.registry), 5)) >= RISKY_LEVEL
         risky = risky_all if cand is None else risky_all[cand]
         slot = self.rule_config.k if k is None else int(k)
+        lam_need = min(setting["lam_need"], lam_hold)
 
-        def adjust(smoothed: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-            final, dec = apply_context(smoothed, rel, risky, need, setting["tau"], setting["margin"], slot)
-            pre = top_m(smoothed, min(slot, smoothed.shape[1]))
+        def adjust(smoothed: np.ndarray, smooth: Any) -> tuple[np.ndarray, np.ndarray | None]:
+            need_scores = smooth(rel - np.float32(lam_need) * f_risk) if lam_need != lam_hold else smoothed
+            final, dec = apply_context(need_scores, smoothed, rel, risky, need, setting["tau"], setting["margin"], slot,
+                                       lam_need, lam_hold)
+            # What the stage withheld: the risky tools a task that needs one would see in its top-k.
+            width = min(slot, final.shape[1])
+            pre, now = top_m(need_scores, width), top_m(final, width)
             ctx["decisions"] = dec
-            ctx["withheld"] = [[int(c) for c in pre[q] if dec.held[q, c]] for q in range(pre.shape[0])]
+            ctx["withheld"] = [[int(c) for c in pre[q] if risky_q(q, c) and c not in set(now[q].tolist())] for q in range(pre.shape[0])]
             return final, (dec.risk_cap if stages.rule else None)
+
+        def risky_q(q: int, c: int) -> bool:
+            return bool(risky[c] if risky.ndim == 1 else risky[q, c])
 
         return adjust
 
@@ -692,12 +708,12 @@ class RiskAwareRetriever:
         info["best_safe"] = names[batch.context_tool(q, dec.best_safe[q])] if dec.best_safe[q] >= 0 else None
         info["best_risky"] = names[batch.context_tool(q, dec.best_risky[q])] if dec.best_risky[q] >= 0 else None
         res.context = info
-        cols = {batch.context_tool(q, c): c for c in np.flatnonzero(dec.held[q])}
         for t in res.tools:
             if t.index == admitted:
                 t.context = dec.why(q, True)
-            elif t.index in cols:  # held back, and shown all the same: too few other tools
-                t.context = dec.why(q, False) + "; shown only because too few tools that are not risky remain"
+            elif t.predicted_level is not None and t.predicted_level >= RISKY_LEVEL:  # shown by its score, not admitted
+                t.context = dec.why(q, False).replace("not admitted", "not admitted; shown by its score") if dec.needs_risk[q] else (
+                    dec.why(q, False) + "; shown by its score all the same")
         shown = {t.index for t in res.tools}
         seen = {d.index for d in res.deferred}
         for i in batch.withheld[q]:

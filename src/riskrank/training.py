@@ -1049,14 +1049,17 @@ NEED_FEATURE_SETS = (("emb", "cand"), ("emb",), ("cand",))
 MIN_NEED_VALIDATION = 20
 PRIOR_NEED = (("cand",), 1.0)
 #: The context stage's grids (module :mod:`riskrank.context`): need threshold, relevance
-#: margin in logits (None: no margin, an admitted need always gets its risky tool) and lambda.
+#: margin in logits (negative: the risky tool must beat the best safe one by that much; None:
+#: no margin), the penalty of a task that needs a risky tool and of one that does not.
 CONTEXT_TAU_GRID = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
-CONTEXT_MARGIN_GRID = (0.0, 0.5, 1.0, 2.0, 3.0, 4.0, None)
-CONTEXT_LAM_GRID = (0.0, 1.0, 2.0, 4.0)
+CONTEXT_MARGIN_GRID = (-1.0, 0.0, 1.0, 2.0, 4.0, None)
+CONTEXT_LAM_NEED_GRID = (0.0, 1.0)
+CONTEXT_LAM_HOLD_GRID = (2.0, 4.0, 8.0)
 CONTEXT_RULE = ("maximise validation NeedRisk-Hit@5 subject to validation Safe-RVR@5 <= that of core+graph+rule and "
                 "validation NDCG@5 >= that of core+graph minus one paired standard error (same validation queries); "
-                "ties to the higher NDCG@5, then the higher threshold, the smaller margin, the larger lambda; "
-                "when nothing meets both constraints, the lowest Safe-RVR@5")
+                "ties (validation sets with few high-risk queries leave many) to the higher NDCG@5, then to the setting "
+                "that exposes a needed risky tool most readily: the lower threshold, the larger margin, the larger "
+                "hold-back lambda, the smaller need lambda; when nothing meets both constraints, the lowest Safe-RVR@5")
 
 
 def need_labels(gold: Sequence[np.ndarray], risk_levels: np.ndarray) -> np.ndarray:
@@ -1164,7 +1167,7 @@ def fit_context(
                             risk_levels, choice["pipelines"], graph,
                             RuleFilter(RuleConfig(fill=cfg.rule_fill), risk_levels, registry.perm_counts, tool_emb), record)
     choice["pipelines"].update({p: c["pipeline"] for p, c in chosen.items()})
-    choice["context"] = {p: {"tau": c["tau"], "margin": c["margin"]} for p, c in chosen.items()}
+    choice["context"] = {p: {"tau": c["tau"], "margin": c["margin"], "lam_need": c["lam_need"]} for p, c in chosen.items()}
     result.validation["context"] = record
 
 
@@ -1173,9 +1176,9 @@ def choose_context(
     gold: list[np.ndarray], risk_levels: np.ndarray, pipelines: dict[str, dict[str, Any]], graph: ToolGraph | None,
     rule_filter: RuleFilter, record: dict[str, Any] | None = None, *, k: int = 5,
     tau_grid: Sequence[float] = CONTEXT_TAU_GRID, margin_grid: Sequence[float | None] = CONTEXT_MARGIN_GRID,
-    lam_grid: Sequence[float] = CONTEXT_LAM_GRID,
+    lam_need_grid: Sequence[float] = CONTEXT_LAM_NEED_GRID, lam_hold_grid: Sequence[float] = CONTEXT_LAM_HOLD_GRID,
 ) -> dict[str, dict[str, Any]]:
-    """tau, margin and lambda of each context pipeline on validation queries, by
+    """tau, margin and the two lambdas of each context pipeline on validation queries, by
     :data:`CONTEXT_RULE`; the graph setting is ``core+graph``'s. ``rel`` [Q, N] relevance
     (the penalty's space), ``need`` [Q] the need head's, ``risky`` [N] the context stage's
     flags (:func:`context_risky`); the references are ``pipelines``' own core+graph and
@@ -1187,48 +1190,52 @@ def choose_context(
     cg = pipelines["core+graph"]
     alpha, norm = float(cg["alpha"]), cg["normalisation"]
 
-    def smoothed(lam: float, a: float, nm: str) -> np.ndarray:
-        s = rel - np.float32(lam) * penalty
-        return graph.smooth(s, a, None, normalisation=nm) if graph is not None and a > 0 else s
-
-    def measure(order: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return ndcg_at_k(order, gold), safe_rvr_at_k(order, gold, risk_levels), needrisk_hit_at_k(order, gold, risk_levels)
+    def smooth(x: np.ndarray, a: float = alpha, nm: str = norm) -> np.ndarray:
+        return graph.smooth(x, a, None, normalisation=nm) if graph is not None and a > 0 else x
 
     def mean(v: np.ndarray) -> float:
         return float(np.nanmean(v)) if np.isfinite(v).any() else 0.0
 
-    ref_nd = ndcg_at_k(top_m(pin_named(smoothed(cg["lam"], alpha, norm), named), k), gold)
+    # Smoothing is linear: smooth(rel - lam * p) = smooth(rel) - lam * smooth(p), so once each.
+    s_rel = smooth(rel)
+    s_pen = smooth(np.ascontiguousarray(np.broadcast_to(penalty, rel.shape), dtype=np.float32))
+    ref_nd = ndcg_at_k(top_m(pin_named(s_rel - np.float32(cg["lam"]) * s_pen, named), k), gold)
     cgr = pipelines.get("core+graph+rule", cg)
-    order, _ = rule_filter.filter_scores(pin_named(smoothed(cgr["lam"], float(cgr["alpha"]), cgr["normalisation"]), named),
-                                         None, length=k)
+    ref_scores = smooth(rel - np.float32(cgr["lam"]) * penalty, float(cgr["alpha"]), cgr["normalisation"])
+    order, _ = rule_filter.filter_scores(pin_named(ref_scores, named), None, length=k)
     ref_safe = mean(safe_rvr_at_k(order, gold, risk_levels))
     record.update({"rule": CONTEXT_RULE, "reference": {"core+graph ndcg@5": float(ref_nd.mean()), "core+graph+rule safe_rvr@5": ref_safe}})
     rows: dict[str, list[dict[str, Any]]] = {p: [] for p in CONTEXT_PIPELINES}
-    for lam in lam_grid:
-        base = smoothed(lam, alpha, norm)
-        for tau in tau_grid:
-            for margin in margin_grid:
-                final, dec = apply_context(base, rel, risky, need, tau, margin, k)
-                ranked = pin_named(final, named)
-                for p in CONTEXT_PIPELINES:
-                    if p.endswith("+rule"):
-                        order, _ = rule_filter.filter_scores(ranked, None, length=k, max_risky=dec.risk_cap)
-                    else:
-                        order = top_m(ranked, k)
-                    nd, sr, nh = measure(order)
-                    gain = nd - ref_nd
-                    rows[p].append({"lam": float(lam), "tau": float(tau), "margin": margin, "ndcg@5": float(nd.mean()),
-                                    "safe_rvr@5": mean(sr), "needrisk_hit@5": mean(nh), "ndcg_se": _se(gain)})
+    for lam_n in lam_need_grid:
+        need_scores = s_rel - np.float32(lam_n) * s_pen
+        for lam_h in lam_hold_grid:
+            if lam_h < lam_n:
+                continue
+            hold_scores = s_rel - np.float32(lam_h) * s_pen
+            for tau in tau_grid:
+                for margin in margin_grid:
+                    final, dec = apply_context(need_scores, hold_scores, rel, risky, need, tau, margin, k, lam_n, lam_h)
+                    ranked = pin_named(final, named)
+                    for p in CONTEXT_PIPELINES:
+                        if p.endswith("+rule"):
+                            order, _ = rule_filter.filter_scores(ranked, None, length=k, max_risky=dec.risk_cap)
+                        else:
+                            order = top_m(ranked, k)
+                        nd = ndcg_at_k(order, gold)
+                        rows[p].append({"lam_need": float(lam_n), "lam": float(lam_h), "tau": float(tau), "margin": margin,
+                                        "ndcg@5": float(nd.mean()), "safe_rvr@5": mean(safe_rvr_at_k(order, gold, risk_levels)),
+                                        "needrisk_hit@5": mean(needrisk_hit_at_k(order, gold, risk_levels)),
+                                        "ndcg_se": _se(nd - ref_nd)})
     out: dict[str, dict[str, Any]] = {}
     record["grids"] = {}
     for p, grid in rows.items():
         ok = [r for r in grid if r["safe_rvr@5"] <= ref_safe + 1e-12 and r["ndcg@5"] >= float(ref_nd.mean()) - r["ndcg_se"] - 1e-12]
         if ok:
-            best = max(ok, key=lambda r: (round(r["needrisk_hit@5"], 10), round(r["ndcg@5"], 10), r["tau"],
-                                          -(np.inf if r["margin"] is None else r["margin"]), r["lam"]))
+            best = max(ok, key=lambda r: (round(r["needrisk_hit@5"], 10), round(r["ndcg@5"], 10), -r["tau"],
+                                          np.inf if r["margin"] is None else r["margin"], r["lam"], -r["lam_need"]))
         else:
             best = min(grid, key=lambda r: (round(r["safe_rvr@5"], 10), -r["ndcg@5"]))
-        out[p] = {"tau": best["tau"], "margin": best["margin"], "feasible": bool(ok),
+        out[p] = {"tau": best["tau"], "margin": best["margin"], "lam_need": best["lam_need"], "feasible": bool(ok),
                   "pipeline": {"lam": best["lam"], "alpha": alpha, "normalisation": norm}}
         record["grids"][p] = grid
         record[p] = {**best, "feasible": bool(ok)}

@@ -42,7 +42,7 @@ METHODS = tuple(m for _, m in ROWS)
 CONTEXT_METHODS = ("core+graph+context", "core+graph+context+rule")
 #: The pipelines whose lambda sweep the figure draws, and the sweep (logit units).
 SWEPT = ("core", "core+graph", "core+graph+rule", "core+graph+context", "core+graph+context+rule")
-LAMBDAS = (0.0, 1.0, 2.0, 4.0, 8.0)
+LAMBDAS = (0.0, 2.0, 4.0, 8.0)
 COLUMNS = ("ndcg@5", "safe_rvr@5", "needrisk_hit@5", "rvr@5")
 WIDE_RULE = ("queries with max gold risk < 3 whose dense top-10 holds at least one tool with r >= 3 "
              "(dense ranking of the frozen encoder; no seed involved)")
