@@ -289,7 +289,7 @@ def test_context_modes_explain_the_need(tmp_path, mode):
         assert resp.status_code == 200, resp.text
         body = resp.json()
         assert body["mode"] == mode and 0 <= body["need"] <= 1
-        assert set(body["context"]) >= {"need", "threshold", "margin", "risk_cap", "admitted", "best_safe"}
+        assert set(body["context"]) >= {"need", "threshold", "margin", "lambda", "risk_cap", "admitted", "best_safe"}
         risky = [t for t in body["tools"] if t["predicted_level"] >= 3]
         assert len(risky) <= body["context"]["risk_cap"] or all(t["context"] for t in risky)
         assert all(d["context"] for d in body["deferred"] if "context" in d["reasons"])

@@ -149,7 +149,8 @@ class ContextDecision(BaseModel):
     needs_risk: bool = Field(description="need >= threshold.")
     threshold: float
     margin: float | None = Field(description="How far (logits) the risky tool's relevance may trail the best safe tool's; null: no limit.")
-    risk_cap: int = Field(description="Risky tools this task may see: 1 with an admitted tool, else 0.")
+    lam: float = Field(alias="lambda", description="The risk penalty this task was ranked with (need lambda or hold-back lambda).")
+    risk_cap: int = Field(description="The rule filter's risk cap for this task (+rule): 1 when it needs a risky tool, else 0.")
     relevance_gap: float | None = Field(description="Relevance of the most relevant risky tool minus the best safe tool's (logits).")
     admitted: str | None
     best_safe: str | None
