@@ -153,3 +153,18 @@ def test_the_runner_reports_need_and_the_context_methods(demo, encoder):
 
     spec = parse_method("core+graph+context+rule@lam=2")
     assert spec.context and spec.rule == "labels" and spec.lam == 2.0
+
+
+def test_the_grid_metrics_equal_the_metrics_module():
+    from riskrank.metrics import ndcg_at_k, needrisk_hit_at_k, safe_rvr_at_k
+    from riskrank.training import top5_metrics
+
+    rng = np.random.default_rng(0)
+    n, q = 30, 25
+    risk = rng.integers(1, 6, n)
+    gold = [rng.choice(n, size=rng.integers(1, 4), replace=False) for _ in range(q)]
+    order = np.stack([rng.permutation(n)[:5] for _ in range(q)])
+    nd, sr, nh = top5_metrics(gold, risk, n)(order)
+    assert np.allclose(nd, ndcg_at_k(order, gold))
+    assert sr == pytest.approx(np.nanmean(safe_rvr_at_k(order, gold, risk)))
+    assert nh == pytest.approx(np.nanmean(needrisk_hit_at_k(order, gold, risk)))

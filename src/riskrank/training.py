@@ -1051,10 +1051,12 @@ PRIOR_NEED = (("cand",), 1.0)
 #: The context stage's grids (module :mod:`riskrank.context`): need threshold, relevance
 #: margin in logits (negative: the risky tool must beat the best safe one by that much; None:
 #: no margin), the penalty of a task that needs a risky tool and of one that does not.
-CONTEXT_TAU_GRID = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
-CONTEXT_MARGIN_GRID = (-1.0, 0.0, 1.0, 2.0, 4.0, None)
-CONTEXT_LAM_NEED_GRID = (0.0, 1.0)
-CONTEXT_LAM_HOLD_GRID = (2.0, 4.0, 8.0)
+#: (Widened after the first 3-seed runs, whose validation choices sat on the edges of
+#: tau 0.2-0.8, margin -1, need lambda 0-1 and hold-back lambda 2-8.)
+CONTEXT_TAU_GRID = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+CONTEXT_MARGIN_GRID = (-2.0, -1.0, 0.0, 1.0, 2.0, 4.0, None)
+CONTEXT_LAM_NEED_GRID = (0.0, 1.0, 2.0)
+CONTEXT_LAM_HOLD_GRID = (0.5, 1.0, 2.0, 4.0, 8.0)
 CONTEXT_RULE = ("maximise validation NeedRisk-Hit@5 subject to validation Safe-RVR@5 <= that of core+graph+rule and "
                 "validation NDCG@5 >= that of core+graph minus one paired standard error (same validation queries); "
                 "ties (validation sets with few high-risk queries leave many) to the higher NDCG@5, then to the setting "
@@ -1171,6 +1173,33 @@ def fit_context(
     result.validation["context"] = record
 
 
+def top5_metrics(gold: Sequence[np.ndarray], risk_levels: np.ndarray, n_tools: int, k: int = 5) -> Any:
+    """A function of a top-k order [Q, k] -> (NDCG@k [Q], Safe-RVR@k, NeedRisk-Hit@k), with the
+    gold masks built once: what a grid of thousands of settings evaluates
+    (``tests/test_context.py`` checks it equals :mod:`riskrank.metrics`)."""
+    risk_levels = np.asarray(risk_levels)
+    q = len(gold)
+    is_gold = np.zeros((q, n_tools), bool)
+    for i, g in enumerate(gold):
+        is_gold[i, np.asarray(g, dtype=np.int64)] = True
+    risky_tool = risk_levels >= RISKY_LEVEL
+    risky_gold = is_gold & risky_tool[None, :]
+    high = risky_gold.any(axis=1)
+    low = ~high & is_gold.any(axis=1)
+    disc = 1.0 / np.log2(np.arange(2, k + 2))
+    idcg = np.array([disc[: min(k, int(n))].sum() for n in is_gold.sum(axis=1)])
+
+    def measure(order: np.ndarray) -> tuple[np.ndarray, float, float]:
+        order = order[:, :k]
+        gains = np.take_along_axis(is_gold, order, axis=1)
+        nd = np.where(idcg > 0, (gains * disc[None, : order.shape[1]]).sum(axis=1) / np.where(idcg > 0, idcg, 1.0), 0.0)
+        rv = risky_tool[order].mean(axis=1)
+        hit = np.take_along_axis(risky_gold, order, axis=1).any(axis=1)
+        return nd, float(rv[low].mean()) if low.any() else 0.0, float(hit[high].mean()) if high.any() else 0.0
+
+    return measure
+
+
 def choose_context(
     rel: np.ndarray, penalty: np.ndarray, need: np.ndarray, risky: np.ndarray, named: np.ndarray | None,
     gold: list[np.ndarray], risk_levels: np.ndarray, pipelines: dict[str, dict[str, Any]], graph: ToolGraph | None,
@@ -1184,7 +1213,7 @@ def choose_context(
     flags (:func:`context_risky`); the references are ``pipelines``' own core+graph and
     core+graph+rule settings, scored here on the same queries."""
     from riskrank.context import CONTEXT_PIPELINES, apply_context
-    from riskrank.metrics import needrisk_hit_at_k, safe_rvr_at_k
+    from riskrank.metrics import safe_rvr_at_k
 
     record = record if record is not None else {}
     cg = pipelines["core+graph"]
@@ -1195,6 +1224,8 @@ def choose_context(
 
     def mean(v: np.ndarray) -> float:
         return float(np.nanmean(v)) if np.isfinite(v).any() else 0.0
+
+    measure = top5_metrics(gold, risk_levels, rel.shape[1], k)
 
     # Smoothing is linear: smooth(rel - lam * p) = smooth(rel) - lam * smooth(p), so once each.
     s_rel = smooth(rel)
@@ -1221,10 +1252,9 @@ def choose_context(
                             order, _ = rule_filter.filter_scores(ranked, None, length=k, max_risky=dec.risk_cap)
                         else:
                             order = top_m(ranked, k)
-                        nd = ndcg_at_k(order, gold)
+                        nd, sr, nh = measure(order)
                         rows[p].append({"lam_need": float(lam_n), "lam": float(lam_h), "tau": float(tau), "margin": margin,
-                                        "ndcg@5": float(nd.mean()), "safe_rvr@5": mean(safe_rvr_at_k(order, gold, risk_levels)),
-                                        "needrisk_hit@5": mean(needrisk_hit_at_k(order, gold, risk_levels)),
+                                        "ndcg@5": float(nd.mean()), "safe_rvr@5": sr, "needrisk_hit@5": nh,
                                         "ndcg_se": _se(nd - ref_nd)})
     out: dict[str, dict[str, Any]] = {}
     record["grids"] = {}

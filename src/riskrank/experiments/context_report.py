@@ -220,8 +220,9 @@ def _choices(run: EvalRun) -> str:
                 c = ctx.get(p)
                 if c:
                     margin = "none" if c.get("margin") is None else f"{c['margin']:g}"
-                    rows.append([str(s), str(f.get("fold")), f"`{p}`", f"{c['tau']:g}", margin, f"{pipes.get(p, {}).get('lam', float('nan')):g}"])
-    return markdown_table(["seed", "fold", "pipeline", "need threshold", "margin (logits)", "lambda"], rows)
+                    rows.append([str(s), str(f.get("fold")), f"`{p}`", f"{c['tau']:g}", margin, f"{c.get('lam_need', float('nan')):g}",
+                                 f"{pipes.get(p, {}).get('lam', float('nan')):g}"])
+    return markdown_table(["seed", "fold", "pipeline", "need threshold", "margin (logits)", "need lambda", "hold-back lambda"], rows)
 
 
 def context_report(
