@@ -190,14 +190,15 @@ def plot(run: EvalRun, split: str, out_dir: Path) -> Path:
                        label=f"{p}: lambda {', '.join(f'{x:g}' for x in LAMBDAS)}")[0]
         for i in range(len(pts) - 1):
             ax.annotate("", xy=pts[i + 1], xytext=pts[i], arrowprops={"arrowstyle": "->", "color": line.get_color(), "lw": 1})
-    for _, m in ROWS:
+    for i, (_, m) in enumerate(ROWS):
         if m not in run.methods:
             continue
         x, y = xy(m)
         ax.scatter([x], [y], marker="*" if m in CONTEXT_METHODS else "o", s=140 if m in CONTEXT_METHODS else 60,
                    edgecolors="k", zorder=5)
-        ax.annotate(m + (" (validated)" if m not in ("dense", "rel_only") else ""), (x, y), fontsize=8, xytext=(4, 4),
-                    textcoords="offset points")
+        # Alternate the label side: core and core+graph often sit on one point.
+        ax.annotate(m + (" (validated)" if m not in ("dense", "rel_only") else ""), (x, y), fontsize=8,
+                    xytext=(6, 6) if i % 2 else (6, -12), textcoords="offset points")
     ax.set_xlabel("Safe-RVR@5 (risky tools shown to low-risk tasks; lower is safer)")
     ax.set_ylabel("NeedRisk-Hit@5 (a needed risky tool in the top 5; higher is better)")
     ax.set_title(f"{run.dataset} {split}: 3-seed means; curves: each pipeline's lambda sweep, arrows: rising lambda", fontsize=9)
