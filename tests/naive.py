@@ -181,3 +181,25 @@ def rule_filter(ranking, cfg: RuleConfig, risk, perm, emb, *, scan_all: bool = F
     top = S + fill
     placed = set(top)
     return top + [int(t) for t in ranking if t not in placed], S, D
+
+
+def context_policy(need_scores, hold_scores, rel, risky, need, tau, margin, k):
+    """The context stage as written, one task at a time: below the threshold the task is
+    ranked by its hold-back scores; at or above it by its need scores, and its most relevant
+    risky tool is admitted when its relevance trails the best safe tool's by at most
+    ``margin`` (None: always), and then ranks at least k-th. Returns (ranking [L], admitted or -1)."""
+    needs = need >= tau
+    scores = np.asarray(need_scores if needs else hold_scores, dtype=np.float64)
+    order = sorted(range(len(scores)), key=lambda t: (-scores[t], t))
+    risky_tools = [t for t in range(len(scores)) if risky[t]]
+    safe_tools = [t for t in range(len(scores)) if not risky[t]]
+    admitted = -1
+    if needs and risky_tools:
+        best_r = max(risky_tools, key=lambda t: (rel[t], -t))
+        best_s = max(safe_tools, key=lambda t: (rel[t], -t)) if safe_tools else None
+        if margin is None or best_s is None or rel[best_r] - rel[best_s] >= -margin:
+            admitted = best_r
+    if admitted >= 0 and order.index(admitted) >= k:
+        order.remove(admitted)
+        order.insert(k - 1, admitted)
+    return order, admitted

@@ -125,6 +125,9 @@ def test_train_then_retrieve_with_checkpoint(tmp_path, monkeypatch, capsys, torc
     assert all(t["predicted_level"] in (1, 2, 3, 4, 5) for t in data["tools"])
     res = invoke("retrieve", RISKY, "--checkpoint", str(ck), "--mode", "rule", "--lam", "0")
     assert "deferred by the rule filter" in res.output and "risk_cap" in res.output
+    assert "need head:" in invoke("train", "--dataset", "demo", "--out", str(tmp_path / "ck2"), "--epochs", "1").output
+    res = invoke("retrieve", RISKY, "--checkpoint", str(ck), "--mode", "core+graph+context+rule")
+    assert res.exit_code == 0 and "need " in res.output and "threshold" in res.output, res.output
     # an existing checkpoint is not overwritten without --force
     before = (ck / "heads.safetensors").read_bytes()
     code, _, err = run_entry(["train", "--dataset", "demo", "--out", str(ck), "--epochs", "1"], monkeypatch, capsys)

@@ -340,3 +340,13 @@ def test_upstream_errors_and_the_audit_log(gateway):
         ("boom", "allowed", "allowed"), ("boom", "failed", "upstream_error"),
         ("ghost", "refused", "upstream_down"), ("boom", "refused", "upstream_down")]
     assert lines[0]["task"] == "count the words" and lines[0]["session"] == "s1" and lines[0]["upstream"] == "notes"
+
+
+def test_find_tools_in_a_context_mode_says_why(tmp_path, encoder):
+    ck = make_checkpoint(tmp_path / "ck", need=True)
+    view = view_of(ArtefactSpec(DEMO, str(ck), mode="core+graph+context+rule"), encoder)
+    out = payload(call(build_server(Gateway(view)), "find_tools", {"task": "delete the old log files", "k": 5}))
+    assert out["mode"] == "core+graph+context+rule"
+    assert 0 <= out["need"] <= 1 and {"threshold", "margin", "risk_cap", "admitted"} <= set(out["context"])
+    assert all(w.get("context") for w in out["withheld"] if "context" in w["reasons"])
+    assert "need estimate" in pipeline_sentence("core+graph+context+rule", "safe", None)

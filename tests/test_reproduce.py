@@ -105,3 +105,23 @@ def test_report_tables_equal_results_json(demo_out):
                     assert rest.split(" (")[0] == f3(vals[metric]["std"]), (section, method, metric, cell)
                 checked += 1
     assert checked >= 100, checked
+
+
+def test_context_report_on_the_demo(tmp_path, encoder, monkeypatch):
+    from riskrank.experiments import context_report as ctx
+
+    res = ctx.context_report("demo", tmp_path, seeds=[42], progress=False, echo=lambda *_: None, encoder=encoder)
+    text = (tmp_path / "context.md").read_text()
+    for heading in ("Table 5, extended", "Targets", "The need head", "Stress sets", "wider rule", "Table 7's rule",
+                    "Validated settings", "maximise validation NeedRisk-Hit@5"):
+        assert heading in text, heading
+    split = res["context"]["splits"]["test"]
+    assert set(split["table5"]) == set(ctx.METHODS)
+    assert split["table5"]["core+graph+context"]["safe_rvr@5"]["ci95"][0] <= split["table5"]["core+graph+context"]["safe_rvr@5"]["mean"]
+    assert {"core+graph+context", "core+graph+context+rule"} <= set(split["targets"])
+    assert 0.0 <= split["need_auc"]["test"]["42"] <= 1.0
+    assert (tmp_path / res["figures"][0]).stat().st_size > 10_000
+    assert "need" in res["splits"]["test"]["methods"]["core+graph+context"]
+    monkeypatch.setattr(Runner, "run", lambda self: pytest.fail("--reuse must not retrain"))
+    again = ctx.context_report("demo", tmp_path, seeds=[42], reuse=True, progress=False, echo=lambda *_: None, encoder=encoder)
+    assert again["context"]["splits"]["test"]["table5"] == split["table5"]

@@ -280,6 +280,29 @@ def test_routing_errors_are_json(client):
     error(client.get("/v1/nothing/here", headers=AUTH), 404, "not_found")
 
 
+@pytest.mark.parametrize("mode", ["core+graph+context", "core+graph+context+rule"])
+def test_context_modes_explain_the_need(tmp_path, mode):
+    ck = make_checkpoint(tmp_path / "ck", need=True)
+    svc = LiveCatalogue.from_spec(ArtefactSpec(DEMO, str(ck), mode="rule"), HashEncoder())
+    with ServerThread(create_app(svc, token=TOKEN)) as s, httpx.Client(base_url=s.url) as c:
+        resp = c.post("/v1/retrieve", headers=AUTH, json={"task": "delete the old log files", "k": 5, "mode": mode})
+        assert resp.status_code == 200, resp.text
+        body = resp.json()
+        assert body["mode"] == mode and 0 <= body["need"] <= 1
+        assert set(body["context"]) >= {"need", "threshold", "margin", "lambda", "risk_cap", "admitted", "best_safe"}
+        risky = [t for t in body["tools"] if t["predicted_level"] >= 3]
+        assert len(risky) <= body["context"]["risk_cap"] or all(t["context"] for t in risky)
+        assert all(d["context"] for d in body["deferred"] if "context" in d["reasons"])
+
+
+def test_context_modes_unavailable_without_a_need_head(checkpoint):
+    svc = LiveCatalogue.from_spec(ArtefactSpec(DEMO, checkpoint, mode="rule"), HashEncoder())
+    assert "core+graph+context" not in svc.active.modes()
+    with ServerThread(create_app(svc, token=TOKEN)) as s, httpx.Client(base_url=s.url) as c:
+        error(c.post("/v1/retrieve", headers=AUTH, json={"task": "x", "mode": "core+graph+context"}), 422, "mode_unavailable")
+        assert c.post("/v1/retrieve", headers=AUTH, json={"task": "x", "mode": "core+graph+rule"}).status_code == 200
+
+
 def test_mode_unavailable_without_checkpoint():
     svc = LiveCatalogue.from_spec(ArtefactSpec(DEMO), HashEncoder())
     with ServerThread(create_app(svc, token=TOKEN)) as s, httpx.Client(base_url=s.url) as c:

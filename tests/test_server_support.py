@@ -53,9 +53,10 @@ class HashEncoder:
 
 
 def make_checkpoint(path: Path, registry_path: Path | str | None = None, encoder: HashEncoder | None = None,
-                    lam: float = 0.2) -> Path:
+                    lam: float = 0.2, need: bool = False) -> Path:
     """An untrained (randomly initialised, seeded) checkpoint for HashEncoder: the serving
-    code needs valid heads, not good ones, and training would cost seconds."""
+    code needs valid heads, not good ones, and training would cost seconds. ``need``: with a
+    need head (candidate-risk features, fixed weights) and context settings."""
     import torch
 
     from riskrank.checkpoint import save_checkpoint
@@ -68,9 +69,17 @@ def make_checkpoint(path: Path, registry_path: Path | str | None = None, encoder
     torch.manual_seed(0)
     model = DualHead(encoder.dim)
     result = TrainResult(model, TrainConfig(), lam, [], {}, {"train_queries": 0, "val_queries": 0}, 0.0)
+    inference: dict = {"alpha": 0.1, "normalisation": "row"}
+    if need:
+        import numpy as np
+
+        from riskrank.context import CONTEXT_PIPELINES, NeedHead
+
+        result.need_head = NeedHead(("cand",), np.ones(5), -2.5, np.zeros(5), np.ones(5), {"val_auc": None})
+        inference["context"] = {p: {"tau": 0.5, "margin": 1.0, "lam_need": 0.0} for p in CONTEXT_PIPELINES}
     return save_checkpoint(
         result, path, encoder={"identity": encoder.identity, "name": encoder.display_name, "dim": encoder.dim},
-        registry_fingerprint=reg.fingerprint(), inference={"alpha": 0.1, "normalisation": "row"},
+        registry_fingerprint=reg.fingerprint(), inference=inference,
     )
 
 

@@ -155,12 +155,16 @@ class Catalogue:
         return self.retriever.scorer is not None
 
     def modes(self) -> list[str]:
-        return [m for m in MODES if self.has_heads or not parse_mode(m).heads]
+        has_need = self.has_heads and self.retriever.need_head is not None
+        return [m for m in MODES if (self.has_heads or not parse_mode(m).heads) and (has_need or not parse_mode(m).context)]
 
     def check_request(self, mode: str | None, risk_source: str | None) -> None:
         """Modes and risk sources this catalogue can serve (clear codes before any work)."""
         if mode is not None and parse_mode(mode).heads and not self.has_heads:
             raise ModeUnavailableError(f"mode {mode!r} needs a checkpoint; this server has none (modes: {', '.join(self.modes())})")
+        if mode is not None and parse_mode(mode).context and self.retriever.need_head is None:
+            raise ModeUnavailableError(f"mode {mode!r} needs a checkpoint with a need head; this server's has none "
+                                       f"(modes: {', '.join(self.modes())})")
         if risk_source == "predicted" and not self.has_heads:
             raise ModeUnavailableError("risk_source 'predicted' needs a checkpoint (the learned risk head)")
 

@@ -4,6 +4,7 @@
 
     heads.safetensors   the dual head's weights (safetensors: never unpickled)
     graph.npz           the ToolGraph built from the training queries (registry-specific)
+    need.safetensors    the need head's weights (the context modes), when it was trained
     checkpoint.json     the sidecar: format, encoder, head shape, the inference settings chosen
                         on validation (lambda, alpha, normalisation), hyperparameters,
                         training data fingerprints, validation records, and ``files``: the
@@ -54,8 +55,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from riskrank._version import __version__
 from riskrank.contamination import DIGEST_CHARS, is_digest
+from riskrank.context import NEED_FEATURES, NeedHead
 from riskrank.errors import CheckpointError, RiskrankError
 from riskrank.fileio import DIR_MODE, atomic_writer, dumps, loads_strict, read_regular_file, show
 from riskrank.first_stage import FUSION_RULES, LEXICAL_FEATURES, NORMS
@@ -67,13 +71,14 @@ from riskrank.training import TrainResult
 WEIGHTS = "heads.safetensors"
 SIDECAR = "checkpoint.json"
 GRAPH_FILE = "graph.npz"
+NEED_FILE = "need.safetensors"
 #: The artefacts a checkpoint directory may hold besides the sidecar.
-ARTEFACTS = (WEIGHTS, GRAPH_FILE)
+ARTEFACTS = (WEIGHTS, GRAPH_FILE, NEED_FILE)
 FORMAT = "riskrank-heads/2"
 #: Formats this version reads: /1 (no manifest; the graph is range-checked only) and /2.
 READABLE_FORMATS = ("riskrank-heads/1", FORMAT)
 #: The pipeline names ``inference.pipelines`` may hold.
-PIPELINE_NAMES = r"(top[0-9]{1,7}/)?core(\+rule|\+graph|\+graph\+rule|\+graph\+rule_pred)?"
+PIPELINE_NAMES = r"(top[0-9]{1,7}/)?core(\+rule|\+graph|\+graph\+rule|\+graph\+rule_pred|\+graph\+context|\+graph\+context\+rule)?"
 #: The largest sidecar read (a sidecar is a few kB; validation records make it tens).
 MAX_SIDECAR_BYTES = 16 * 1024 * 1024
 
@@ -191,6 +196,22 @@ SIDECAR_SCHEMA: dict[str, Key] = {
     "inference.pipelines": Key("dict", required=False, names=PIPELINE_NAMES, each={
         "lam": Key("number", low=0.0, high=MAX_LAMBDA), "alpha": Key("number", low=0.0, high=1.0),
         "normalisation": Key("str", choices=NORMALISATIONS)}),
+    # The context stage per context pipeline: need threshold, relevance margin (null: none) and the
+    # penalty of a task that needs a risky tool (the pipeline's own lambda is the hold-back one).
+    "inference.context": Key("dict", required=False, names=r"(top[0-9]{1,7}/)?core\+graph\+context(\+rule)?", each={
+        "tau": Key("number", low=0.0, high=1.0), "margin": Key("number", nullable=True, low=-MAX_LAMBDA, high=MAX_LAMBDA),
+        "lam_need": Key("number", low=0.0, high=MAX_LAMBDA)}),
+    # The need head (weights in need.safetensors): its feature groups and how it was chosen.
+    "need_head": Key("dict", required=False),
+    "need_head.features": Key("list", items=NEED_FEATURES),
+    "need_head.C": Key("number", required=False, low=0.0),
+    "need_head.val_auc": Key("number", required=False, nullable=True, low=0.0, high=1.0),
+    "need_head.chosen_by": Key("str", required=False),
+    "need_head.n_train": Key("int", required=False, low=0),
+    "need_head.train_positives": Key("int", required=False, low=0),
+    "need_head.n_val": Key("int", required=False, low=0),
+    "need_head.val_positives": Key("int", required=False, low=0),
+    "need_head.grid": Key("list", required=False),
     # The risk head's held-out check: a head that has not learned is not used for levels.
     "risk_head": Key("dict", required=False),
     "risk_head.heldout_auc": Key("number", nullable=True, low=0.0, high=1.0),
@@ -296,6 +317,8 @@ class Checkpoint:
     path: Path | None = None
     graph_bytes: bytes | None = field(default=None, repr=False)
     """``graph.npz`` as read and verified at load (the graph is parsed when first asked for)."""
+    need_head: NeedHead | None = None
+    """The need head of the context modes; None for a checkpoint trained without one."""
 
     @property
     def lam(self) -> float:
@@ -340,6 +363,7 @@ def sidecar(result: TrainResult, *, encoder: dict[str, Any], registry_fingerprin
                  "lexical": list(result.model.lexical), "penalty": result.model.penalty},
         "inference": {"lam": result.lam, **(inference or {})},
         **({"risk_head": dict(result.risk_quality)} if result.risk_quality else {}),
+        **({"need_head": _need_info(result.need_head)} if result.need_head is not None else {}),
         "hyperparameters": asdict(result.config),
         "training_data": {"registry_fingerprint": registry_fingerprint, **(training_data or {})},
         "counts": result.counts,
@@ -356,9 +380,14 @@ def _created() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(epoch)) if epoch.isdigit() else time.gmtime())
 
 
+def _need_info(head: NeedHead) -> dict[str, Any]:
+    keys = ("C", "val_auc", "chosen_by", "n_train", "train_positives", "n_val", "val_positives", "grid")
+    return {"features": list(head.features), **{k: head.info[k] for k in keys if k in head.info}}
+
+
 def in_memory(result: TrainResult, **meta: Any) -> Checkpoint:
     """A checkpoint around a training result, no files involved (``meta``: as :func:`sidecar`)."""
-    return Checkpoint(result.model, sidecar(result, **meta))
+    return Checkpoint(result.model, sidecar(result, **meta), need_head=result.need_head)
 
 
 # -- saving: one atomic commit --------------------------------------------------------------------------
@@ -393,6 +422,13 @@ def save_checkpoint(
             if graph is not None:
                 graph.to_npz(staging / GRAPH_FILE)
                 files[GRAPH_FILE] = _sha256_file(staging / GRAPH_FILE)
+            if result.need_head is not None:
+                from safetensors.numpy import save as save_np
+
+                need_blob = save_np({k: np.ascontiguousarray(v) for k, v in result.need_head.arrays().items()})
+                with atomic_writer(staging / NEED_FILE) as fh:
+                    fh.write(need_blob)
+                files[NEED_FILE] = hashlib.sha256(need_blob).hexdigest()
             meta["files"] = files
             validate_sidecar(meta, f"{path / SIDECAR} (about to be written)")
             with atomic_writer(staging / SIDECAR) as fh:
@@ -556,7 +592,35 @@ def load_checkpoint(path: str | Path, *, encoder_identity: str | None = None, di
         shape = {k: head[k] for k in ("design", "dim", "hidden", "rank", "lexical", "penalty") if k in head}
         raise CheckpointError(f"{side}: head {shape} does not fit the weights in {WEIGHTS} "
                               f"({str(exc).splitlines()[-1].strip()[:120]})") from None
-    return Checkpoint(model.eval(), meta, path, graph_bytes)
+    return Checkpoint(model.eval(), meta, path, graph_bytes, _verified_need_head(path, meta, ck_dim))
+
+
+def _verified_need_head(path: Path, meta: Mapping[str, Any], dim: int) -> NeedHead | None:
+    """The need head, checked against the manifest and the sidecar; None when there is none."""
+    files = meta.get("files") or {}
+    info = meta.get("need_head")
+    if NEED_FILE not in files:
+        if info is not None:
+            raise CheckpointError(f"{path / SIDECAR}: need_head is set but the manifest lists no {NEED_FILE}")
+        return None
+    if info is None:
+        raise CheckpointError(f"{path / NEED_FILE}: the sidecar has no need_head block for it")
+    from safetensors import SafetensorError
+    from safetensors.numpy import load as load_np
+
+    data = _read(path / NEED_FILE, "need head file")
+    if hashlib.sha256(data).hexdigest() != files[NEED_FILE]:
+        raise CheckpointError(f"{path / NEED_FILE}: does not match the sidecar's sha256 (corrupt, partially written, or of another run)")
+    try:
+        arrays = load_np(data)
+        head = NeedHead.from_arrays(tuple(info["features"]), arrays, dict(info))
+    except (SafetensorError, ValueError, KeyError) as exc:
+        raise CheckpointError(f"{path / NEED_FILE}: cannot load the need head ({str(exc).splitlines()[0][:160]})") from None
+    except CheckpointError as exc:
+        raise CheckpointError(f"{path / NEED_FILE}: {exc}") from None
+    if head.w.shape[0] != head.input_dim(dim):
+        raise CheckpointError(f"{path / NEED_FILE}: {head.w.shape[0]} weights for features {list(head.features)} at dimension {dim}")
+    return head
 
 
 def _verified_graph(path: Path, meta: Mapping[str, Any]) -> bytes | None:

@@ -9,7 +9,9 @@ with lambda > 0 and audited labels it is the paper's risk-label-penalty baseline
 :data:`riskrank.first_stage.PRIOR_FUSION`) or ``core`` (the dual head, which reads its own
 first stage: the checkpoint's). ``core+graph`` adds ToolGraph smoothing, and any of them may
 end in ``+rule`` (the rule filter). ``graph`` and ``rule`` are short for ``core+graph`` and
-``core+graph+rule``. How the scored set is found (every tool, or a top-M from an exact or an
+``core+graph+rule``. ``core+graph+context`` and ``core+graph+context+rule`` add the context
+stage (:mod:`riskrank.context`): the checkpoint's need head decides per task whether a risky
+tool is exposed at all (and, with ``+rule``, the rule filter's risk cap). How the scored set is found (every tool, or a top-M from an exact or an
 approximate search) is a separate setting, the first-stage search (:data:`FIRST_STAGES`).
 """
 
@@ -23,7 +25,9 @@ from riskrank.errors import RiskrankError
 MODE_ALIASES = {"graph": "core+graph", "rule": "core+graph+rule"}
 #: Every mode string :func:`parse_mode` accepts, spelled out (CLI choices, API schemas).
 MODES = ("dense", "dense+rule", "bm25", "bm25+rule", "hybrid", "hybrid+rule", "core", "core+rule", "core+graph",
-         "core+graph+rule", "graph", "rule")
+         "core+graph+rule", "core+graph+context", "core+graph+context+rule", "graph", "rule")
+#: The modes with the context stage (they need a checkpoint with a need head).
+CONTEXT_MODES = ("core+graph+context", "core+graph+context+rule")
 #: The relevance scores of a mode without heads.
 RELEVANCE_SOURCES = ("dense", "bm25", "hybrid")
 #: Which risk levels the rule filter reads: the audited labels, or the risk head's predictions.
@@ -78,10 +82,12 @@ class Stages:
     graph: bool
     rule: bool
     relevance: str = "dense"
+    context: bool = False
 
     @property
     def name(self) -> str:
-        return "+".join(["core" if self.heads else self.relevance, *(["graph"] if self.graph else []), *(["rule"] if self.rule else [])])
+        return "+".join(["core" if self.heads else self.relevance, *(["graph"] if self.graph else []),
+                         *(["context"] if self.context else []), *(["rule"] if self.rule else [])])
 
     @property
     def lexical(self) -> bool:
@@ -92,6 +98,8 @@ class Stages:
 def parse_mode(mode: str) -> Stages:
     """``core+graph+rule`` -> Stages(heads, graph, rule); clear error on anything else."""
     full = MODE_ALIASES.get(mode, mode) if isinstance(mode, str) else ""
+    if full in CONTEXT_MODES:
+        return Stages(heads=True, graph=True, rule=full.endswith("+rule"), context=True)
     parts = full.split("+")
     head = parts[0]
     valid = head in ("core", *RELEVANCE_SOURCES) and all(p in ("graph", "rule") for p in parts[1:]) and len(set(parts)) == len(parts)
@@ -123,6 +131,8 @@ class RankedTool:
     ``annotation`` (an MCP hint moved it) or ``unlabelled`` (fail closed)."""
     risk_evidence: list[str] = field(default_factory=list)
     """Why: the head's level and score, the keyword hits, the annotation."""
+    context: str | None = None
+    """Context modes: why this risky tool was admitted (need, relevance margin, risk cap)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -131,13 +141,15 @@ class RankedTool:
 @dataclass
 class Deferral:
     """A tool the rule filter pushed out of the top-k, and why (``named``: the task named
-    it, and the caps deferred it all the same)."""
+    it, and the caps deferred it all the same). In context modes a risky tool the context
+    stage withheld has the reason ``context`` and, in ``context``, why (need, margin, cap)."""
 
     name: str
     index: int
     reasons: list[str]
     redundant_with: str | None = None
     named: bool = False
+    context: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -148,7 +160,8 @@ class RetrievalResult:
     """The risk-aware top-k for one task: the ranked tools and, in rule modes, what the rule
     filter deferred, admitted as fallback, or treated as high risk for want of a label; the
     fill policy that ran (rule modes), the relevance floor applied and the tools it cut;
-    ``notes`` say where the result departs from what was asked (predicted levels that are
+    in context modes ``need`` (the need head's P(the task needs a risky tool)) and
+    ``context`` (threshold, margin, the risk cap it set, the relevance gap); ``notes`` say where the result departs from what was asked (predicted levels that are
     the keyword annotator's because the risk head has not learned)."""
 
     task: str
@@ -164,6 +177,8 @@ class RetrievalResult:
     min_score: float | None = None
     below_min_score: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    need: float | None = None
+    context: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -171,5 +186,5 @@ class RetrievalResult:
             "risk_source": self.risk_source, "tools": [t.to_dict() for t in self.tools],
             "deferred": [d.to_dict() for d in self.deferred], "fallback": self.fallback,
             "unlabelled": self.unlabelled, "fill": self.fill, "min_score": self.min_score,
-            "below_min_score": self.below_min_score, "notes": self.notes,
+            "below_min_score": self.below_min_score, "notes": self.notes, "need": self.need, "context": self.context,
         }

@@ -2,7 +2,8 @@
 
 registry -> embeddings (+ the lexical index) -> first stage (dense cosine, BM25 or their
 fusion; optional top-M candidates) -> dual-head scores s = relevance - lambda * penalty ->
-ToolGraph smoothing -> named tools first -> rule filter -> ranking.
+ToolGraph smoothing -> the context stage (context modes) -> named tools first -> rule filter
+-> ranking.
 
 The CLI, the servers and the experiments all call this object, so no stage is implemented
 twice. Three verbs: :meth:`~RiskAwareRetriever.retrieve` (one task),
@@ -50,6 +51,7 @@ import riskrank.training as training
 from riskrank.ann import ANNRetriever
 from riskrank.checkpoint import Checkpoint, in_memory, load_checkpoint, save_checkpoint
 from riskrank.contamination import query_digests
+from riskrank.context import ContextDecisions, NeedHead, apply_context
 from riskrank.encoder import Encoder
 from riskrank.errors import CheckpointError, RiskrankError
 from riskrank.first_stage import (
@@ -79,6 +81,7 @@ from riskrank.modes import (
 )
 from riskrank.registry import DEFAULT_TOOL_TEMPLATE, ToolRegistry
 from riskrank.risk import (
+    RISKY_LEVEL,
     fail_closed_levels,
     keyword_levels,
     label_risk,
@@ -111,6 +114,16 @@ class BatchRanking:
     f_risk: np.ndarray
     filters: list[FilterResult] | None = None
     named: np.ndarray | None = None
+    context: ContextDecisions | None = None
+    """Context modes: the context stage's decisions, in the scored set's column order."""
+    scored: np.ndarray | None = None
+    """The scored set [Q, M] of tool indices (None: the full pool), to read ``context`` by tool."""
+    withheld: list[np.ndarray] | None = None
+    """Context modes: per query, the risky tools the context stage held back from the top-k."""
+
+    def context_tool(self, q: int, col: int) -> int:
+        """The tool index of column ``col`` of query ``q``'s scored set."""
+        return int(col) if self.scored is None else int(self.scored[q, col])
 
 
 class RiskAwareRetriever:
@@ -493,28 +506,40 @@ class RiskAwareRetriever:
         self, scores: np.ndarray, stages: Stages, *, candidates: np.ndarray | None = None, alpha: float | None = None,
         risk_source: str | None = None, normalisation: str | None = None, graph: ToolGraph | None = None,
         k: int | None = None, top: int | None = None, fill: str | None = None, named: np.ndarray | None = None,
+        adjust: Any = None,
     ) -> tuple[np.ndarray, list[FilterResult] | None, np.ndarray]:
         """Graph smoothing, named tools first, ranking and rule filter of precomputed scores
         [Q, N] (or [Q, M] over ``candidates``). Returns (order [Q, L] of tool indices, filter
         results or None, final scores [Q, L] in the scored set's column order, as smoothed,
         before named tools are lifted). ``graph`` overrides the retriever's graph (edge-type
         ablations). ``top`` keeps only the first ``top`` positions of the order, found
-        without sorting the whole pool (the same positions as the full ranking's prefix)."""
+        without sorting the whole pool (the same positions as the full ranking's prefix).
+        ``adjust`` (the context stage) maps the smoothed scores to (scores, per-query risk
+        caps of the rule filter or None)."""
         alpha = self.alpha if alpha is None else alpha
         if stages.graph and alpha > 0:
             g = graph if graph is not None else self.graph
             scores = g.smooth(scores, alpha, candidates, normalisation=normalisation or self.normalisation)
+        caps = None
+        if adjust is not None:
+            def smooth(x: np.ndarray) -> np.ndarray:
+                if not (stages.graph and alpha > 0):
+                    return x
+                g = graph if graph is not None else self.graph
+                return g.smooth(x, alpha, candidates, normalisation=normalisation or self.normalisation)
+
+            scores, caps = adjust(scores, smooth)
         ranked = pin_named(scores, named)
         results = None
         if stages.rule:
             rf = self._rule_filter(self._check_risk_source(risk_source or self.risk_source), k, fill)
             if top is not None:
-                order, results = rf.filter_scores(ranked, candidates, length=top)
+                order, results = rf.filter_scores(ranked, candidates, length=top, max_risky=caps)
                 return order, results, scores
         local = rank(ranked) if top is None else top_m(ranked, top)
         order = local if candidates is None else np.take_along_axis(candidates, local, axis=1)
         if stages.rule:
-            order, results = rf.filter_batch(order)
+            order, results = rf.filter_batch(order, caps)
         return order, results, scores
 
     def rank_batch(
@@ -551,9 +576,12 @@ class RiskAwareRetriever:
         rel, f_rel, f_risk = self._components(query_emb, stages, cand, cos, lex, inputs)
         scores = rel - np.float32(setting["lam"]) * f_risk if setting["lam"] else rel
         named = lex.named if lex is not None and pin else None
+        adjust, ctx = None, {}
+        if stages.context:
+            adjust = self._context_adjust(stages, query_emb, cand, cos, inputs, rel, f_risk, m, k, ctx, float(setting["lam"]))
         order, results, final = self._rank_scores(scores, stages, candidates=cand, alpha=setting["alpha"], risk_source=source,
                                                   normalisation=setting["normalisation"], graph=graph, k=k, top=top, fill=fill,
-                                                  named=named)
+                                                  named=named, adjust=adjust)
         # Align per-tool values with the returned order.
         if cand is None:
             pos = order
@@ -563,8 +591,73 @@ class RiskAwareRetriever:
             pos = np.take_along_axis(lookup, order, axis=1)
         f_risk_2d = np.broadcast_to(f_risk, f_rel.shape)
         take = lambda a: np.take_along_axis(a, pos, axis=1)  # noqa: E731
-        return BatchRanking(order, take(final), take(f_rel), take(np.ascontiguousarray(f_risk_2d)), results,
-                            take(named) if named is not None else None)
+        out = BatchRanking(order, take(final), take(f_rel), take(np.ascontiguousarray(f_risk_2d)), results,
+                           take(named) if named is not None else None)
+        if stages.context:
+            out.context, out.scored = ctx["decisions"], cand
+            out.withheld = [np.array([out.context_tool(q, c) for c in cols], dtype=np.int64) for q, cols in enumerate(ctx["withheld"])]
+        return out
+
+    # -- the context stage --------------------------------------------------------------------
+    @property
+    def need_head(self) -> NeedHead | None:
+        """The checkpoint's need head (the context modes); None without one."""
+        return self.checkpoint.need_head if self.checkpoint is not None else None
+
+    def context_settings(self, stages: Stages, candidates: int | None = None) -> dict[str, Any]:
+        """The need threshold ``tau`` and relevance ``margin`` of a context pipeline, chosen
+        on validation (the checkpoint's ``inference.context``)."""
+        if self.checkpoint is None:
+            raise RiskrankError(f"mode {stages.name!r} needs a checkpoint (train one with `riskrank train`)")
+        where = f" ({self.checkpoint.path})" if self.checkpoint.path is not None else ""
+        if self.need_head is None:
+            raise CheckpointError(f"mode {stages.name!r} needs a checkpoint with a need head; this checkpoint{where} has none "
+                                  "(trained before the context stage, or without validation queries): retrain it with `riskrank train`")
+        table = self.checkpoint.inference.get("context") or {}
+        key = self.pipeline_key(stages, "labels", candidates)
+        chosen = table.get(key) or table.get(key.split("/", 1)[-1])
+        if chosen is None:
+            raise CheckpointError(f"mode {stages.name!r}: the checkpoint{where} has a need head but no inference.context "
+                                  f"settings for {key!r}: retrain it with `riskrank train`")
+        return {"tau": float(chosen["tau"]), "margin": None if chosen.get("margin") is None else float(chosen["margin"]),
+                "lam_need": float(chosen["lam_need"])}
+
+    def _context_adjust(self, stages: Stages, query_emb: np.ndarray, cand: np.ndarray | None, cos: np.ndarray | None,
+                        inputs: Any, rel: np.ndarray, f_risk: np.ndarray, m: int, k: int | None, ctx: dict[str, Any],
+                        lam_hold: float) -> Any:
+        """The context stage as a hook of :meth:`_rank_scores`: the need head on the first
+        stage and the risk head, then :func:`riskrank.context.apply_context`."""
+        setting = self.context_settings(stages, m)
+        head = self.need_head
+        assert head is not None and self.scorer is not None
+        if inputs is not None:
+            first = inputs.f0
+        elif cos is not None:
+            first = cos
+        else:
+            first = query_emb @ self.tool_emb.T
+        need = head.predict(query_emb, first, f_risk)
+        levels = self.predicted_levels
+        risky_all = (levels if levels is not None else np.full(len(self.registry), 5)) >= RISKY_LEVEL
+        risky = risky_all if cand is None else risky_all[cand]
+        slot = self.rule_config.k if k is None else int(k)
+        lam_need = min(setting["lam_need"], lam_hold)
+
+        def adjust(smoothed: np.ndarray, smooth: Any) -> tuple[np.ndarray, np.ndarray | None]:
+            need_scores = smooth(rel - np.float32(lam_need) * f_risk) if lam_need != lam_hold else smoothed
+            final, dec = apply_context(need_scores, smoothed, rel, risky, need, setting["tau"], setting["margin"], slot,
+                                       lam_need, lam_hold)
+            # What the stage withheld: the risky tools a task that needs one would see in its top-k.
+            width = min(slot, final.shape[1])
+            pre, now = top_m(need_scores, width), top_m(final, width)
+            ctx["decisions"] = dec
+            ctx["withheld"] = [[int(c) for c in pre[q] if risky_q(q, c) and c not in set(now[q].tolist())] for q in range(pre.shape[0])]
+            return final, (dec.risk_cap if stages.rule else None)
+
+        def risky_q(q: int, c: int) -> bool:
+            return bool(risky[c] if risky.ndim == 1 else risky[q, c])
+
+        return adjust
 
     # -- one task (CLI, servers) -------------------------------------------------------------
     def retrieve(
@@ -644,6 +737,8 @@ class RiskAwareRetriever:
                 ]
                 res.fallback = [names[i] for i in fr.fallback if int(i) in top]
                 res.unlabelled = [names[i] for i in fr.unlabelled]
+            if batch.context is not None:
+                self._explain_context(res, batch, qi)
             out.append(res)
         return out
 
@@ -659,6 +754,38 @@ class RiskAwareRetriever:
             return {"effective_level": closed, "risk_provenance": "annotation", "risk_evidence": [f"mcp annotations -> L{closed}"]}
         return {"effective_level": 5, "risk_provenance": "unlabelled",
                 "risk_evidence": ["no audited level and no risk head: treated as L5 (fail closed)"]}
+
+    def _explain_context(self, res: RetrievalResult, batch: BatchRanking, q: int) -> None:
+        """The estimated need and, per admitted or withheld risky tool, why (need, margin, cap)."""
+        dec = batch.context
+        assert dec is not None and batch.withheld is not None
+        names = self.registry.names
+        res.need = round(float(dec.need[q]), 4)
+        admitted = batch.context_tool(q, dec.admitted[q]) if dec.admitted[q] >= 0 else None
+        info = dec.take(q)
+        info["admitted"] = names[admitted] if admitted is not None else None
+        info["best_safe"] = names[batch.context_tool(q, dec.best_safe[q])] if dec.best_safe[q] >= 0 else None
+        info["best_risky"] = names[batch.context_tool(q, dec.best_risky[q])] if dec.best_risky[q] >= 0 else None
+        res.context = info
+        for t in res.tools:
+            if t.index == admitted:
+                t.context = dec.why(q, True)
+            elif t.predicted_level is not None and t.predicted_level >= RISKY_LEVEL:  # shown by its score, not admitted
+                t.context = dec.why(q, False).replace("not admitted", "not admitted; shown by its score") if dec.needs_risk[q] else (
+                    dec.why(q, False) + "; shown by its score all the same")
+        shown = {t.index for t in res.tools}
+        seen = {d.index for d in res.deferred}
+        for i in batch.withheld[q]:
+            if int(i) in shown:
+                continue
+            why = dec.why(q, False)
+            if int(i) in seen:
+                for d in res.deferred:
+                    if d.index == int(i):
+                        d.reasons = sorted({*d.reasons, "context"})
+                        d.context = why
+            else:
+                res.deferred.append(Deferral(names[i], int(i), ["context"], context=why))
 
     # -- training and checkpoints: thin delegates ------------------------------------------------
     @classmethod

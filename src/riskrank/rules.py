@@ -163,9 +163,11 @@ class RuleFilter:
         _, results = self.filter_batch(ranking[None, :])
         return results[0]
 
-    def filter_batch(self, rankings: np.ndarray) -> tuple[np.ndarray, list[FilterResult]]:
+    def filter_batch(self, rankings: np.ndarray, max_risky: np.ndarray | None = None) -> tuple[np.ndarray, list[FilterResult]]:
         """Filter Q reranked lists [Q, L]; returns the filtered orders [Q, L] and one
-        :class:`FilterResult` per query (whose ``order`` is a view of that row)."""
+        :class:`FilterResult` per query (whose ``order`` is a view of that row).
+        ``max_risky`` [Q] replaces the configured risk cap per query (the context stage's
+        per-task cap)."""
         rankings = np.asarray(rankings)
         if rankings.ndim != 2:
             raise RiskrankError(f"rankings must be [Q, L], got shape {rankings.shape}")
@@ -174,7 +176,8 @@ class RuleFilter:
         if rankings.size and (rankings.min() < 0 or rankings.max() >= self.n_tools):
             raise RiskrankError(f"tool indices must be in [0, {self.n_tools})")
         q = rankings.shape[0]
-        results = [self._scan(row) for row in rankings]
+        caps = [None] * q if max_risky is None else [int(c) for c in np.asarray(max_risky).reshape(q)]
+        results = [self._scan(row, cap) for row, cap in zip(rankings, caps, strict=True)]
         # results[i].order temporarily holds the placed positions (accepted then fallback).
         # All of them lie in the scanned prefix, so every column past the longest scan is the
         # input unchanged: only a [Q, scanned] head is rearranged.
@@ -198,7 +201,8 @@ class RuleFilter:
         return orders, results
 
     def filter_scores(
-        self, scores: np.ndarray, candidates: np.ndarray | None = None, *, length: int | None = None
+        self, scores: np.ndarray, candidates: np.ndarray | None = None, *, length: int | None = None,
+        max_risky: np.ndarray | None = None,
     ) -> tuple[np.ndarray, list[FilterResult]]:
         """The rule filter straight from scores, without sorting the pool: the first
         ``length`` (default K) positions of ``filter_batch(ranking)``, where ``ranking`` is the
@@ -210,6 +214,7 @@ class RuleFilter:
         prefix four times longer, so the result equals the full sort's exactly. Returns the
         filtered orders [Q, length] and one :class:`FilterResult` per query (``order`` is the
         filtered prefix; accepted, deferred, fallback and reasons are those of the full list).
+        ``max_risky`` [Q]: a risk cap per query, as in :meth:`filter_batch`.
         """
         scores = np.atleast_2d(np.asarray(scores))
         if scores.ndim != 2:
@@ -230,24 +235,25 @@ class RuleFilter:
             local = top_m(scores[rows], m)
             return local if candidates is None else np.take_along_axis(candidates[rows], local, axis=1)
 
-        orders, results = self.filter_batch(ranking(slice(None), prefix))
+        caps = None if max_risky is None else np.asarray(max_risky).reshape(-1)
+        orders, results = self.filter_batch(ranking(slice(None), prefix), caps)
         orders = orders[:, :length].copy()
         for i, res in enumerate(results):
             m = prefix
             while len(res.accepted) < self.config.k and res.n_scanned >= m and m < width:
                 m = min(width, 4 * m)
-                row_orders, (res,) = self.filter_batch(ranking(slice(i, i + 1), m))
+                row_orders, (res,) = self.filter_batch(ranking(slice(i, i + 1), m), None if caps is None else caps[i : i + 1])
                 orders[i] = row_orders[0, :length]
             results[i] = res
             res.order = orders[i]
         return orders, results
 
-    def _scan(self, ranking: np.ndarray) -> FilterResult:
+    def _scan(self, ranking: np.ndarray, cap: int | None = None) -> FilterResult:
         """Appendix C.2's greedy pass over the prefix it needs; placed positions go in
-        ``order`` for :meth:`filter_batch` to assemble."""
+        ``order`` for :meth:`filter_batch` to assemble. ``cap`` replaces the risk cap."""
         cfg = self.config
         k = cfg.k
-        max_risky = cfg.max_risky
+        max_risky = cfg.max_risky if cap is None else cap
         max_broad = cfg.max_broad
         thr = cfg.redundancy_threshold
         emb = self.emb

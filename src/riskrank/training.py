@@ -245,6 +245,9 @@ class TrainResult:
     crossfit: dict[str, np.ndarray] = field(default_factory=dict)
     """Per tool, from risk heads that never saw its label: ``level_score``, ``p_risky`` (the
     penalty, p_risky penalty only), ``levels`` and ``fold``."""
+    need_head: Any = None
+    """The need head (:class:`riskrank.context.NeedHead`), trained by :func:`fit` when it has
+    validation queries; None otherwise."""
 
 
 def split_validation(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -968,6 +971,7 @@ def fit(
                        "min_score": chosen["min_score"]})
         if "residual_weight" in chosen:
             choice["residual_weight"] = chosen["residual_weight"]
+        fit_context(result, graph, choice, tool_emb, query_emb, gold, tr, va, registry, cfg, lexical=lexical, fusion=fusion)
     result.validation["graph_choice"] = {"alpha": choice["alpha"], "normalisation": choice["normalisation"]}
     result.seconds = time.perf_counter() - t0
     return result, graph, choice
@@ -1041,3 +1045,238 @@ def gold_fingerprint(texts: list[str], gold: list[np.ndarray]) -> str:
         h.update(t.encode())
         h.update(np.asarray(g, dtype=np.int64).tobytes())
     return h.hexdigest()
+
+
+# -- the context stage: the need head and its thresholds ------------------------------------------
+#: The need head's inverse regularisation strengths, chosen on validation AUC.
+NEED_C_GRID = (0.01, 0.1, 1.0, 10.0)
+#: The feature sets validation chooses among (:data:`riskrank.context.NEED_FEATURES`).
+NEED_FEATURE_SETS = (("emb", "cand"), ("emb",), ("cand",))
+#: With fewer validation queries than this on either side of the label, validation AUC cannot
+#: choose a feature set or C (Seal-Tools: 1-5 positive validation queries per slice): the
+#: need head is then the simplest one, the candidate-risk features at C = 1, and its AUC is
+#: reported, not used.
+MIN_NEED_VALIDATION = 20
+PRIOR_NEED = (("cand",), 1.0)
+#: The context stage's grids (module :mod:`riskrank.context`): need threshold, relevance
+#: margin in logits (negative: the risky tool must beat the best safe one by that much; None:
+#: no margin), the penalty of a task that needs a risky tool and of one that does not.
+#: (Widened after the first 3-seed runs, whose validation choices sat on the edges of
+#: tau 0.2-0.8, margin -1, need lambda 0-1 and hold-back lambda 2-8.)
+CONTEXT_TAU_GRID = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+CONTEXT_MARGIN_GRID = (-2.0, -1.0, 0.0, 1.0, 2.0, 4.0, None)
+CONTEXT_LAM_NEED_GRID = (0.0, 1.0, 2.0)
+CONTEXT_LAM_HOLD_GRID = (0.5, 1.0, 2.0, 4.0, 8.0)
+CONTEXT_RULE = ("maximise validation NeedRisk-Hit@5 subject to validation Safe-RVR@5 <= that of core+graph+rule and "
+                "validation NDCG@5 >= that of core+graph minus one paired standard error (same validation queries); "
+                "ties (validation sets with few high-risk queries leave many) to the higher NDCG@5, then to the setting "
+                "that exposes a needed risky tool most readily: the lower threshold, the larger margin, the larger "
+                "hold-back lambda, the smaller need lambda; when nothing meets both constraints, the lowest Safe-RVR@5")
+
+
+def need_labels(gold: Sequence[np.ndarray], risk_levels: np.ndarray) -> np.ndarray:
+    """The need head's label per query: a gold tool has r >= 3."""
+    risk_levels = np.asarray(risk_levels)
+    return np.array([bool(len(g)) and int(risk_levels[np.asarray(g, dtype=np.int64)].max()) >= RISKY_LEVEL for g in gold], bool)
+
+
+def _auc(y: np.ndarray, p: np.ndarray) -> float | None:
+    if y.all() or not y.any():
+        return None
+    from sklearn.metrics import roc_auc_score
+
+    return float(roc_auc_score(y, p))
+
+
+def train_need_head(
+    query_emb: np.ndarray, first: np.ndarray, risk_score: np.ndarray, y: np.ndarray,
+    val_query_emb: np.ndarray, val_first: np.ndarray, val_y: np.ndarray, seed: int = 42,
+) -> Any:
+    """The need head (:class:`riskrank.context.NeedHead`): a class-balanced logistic
+    regression on the training queries; the feature set and C of the best validation AUC,
+    or :data:`PRIOR_NEED` when the validation queries cannot choose
+    (:data:`MIN_NEED_VALIDATION`). ``first``: first-stage scores [Q, N]; ``risk_score``
+    [N]: the risk head's penalty per tool; ``y``: :func:`need_labels`."""
+    from sklearn.linear_model import LogisticRegression
+
+    from riskrank.context import NeedHead, need_features
+
+    y, val_y = np.asarray(y, bool), np.asarray(val_y, bool)
+    info: dict[str, Any] = {"n_train": int(y.size), "train_positives": int(y.sum()), "n_val": int(val_y.size),
+                            "val_positives": int(val_y.sum())}
+    can_choose = min(int(val_y.sum()), int((~val_y).sum())) >= MIN_NEED_VALIDATION
+    options = [(f, c) for f in NEED_FEATURE_SETS for c in NEED_C_GRID] if can_choose else [PRIOR_NEED]
+    info["chosen_by"] = "validation AUC" if can_choose else (
+        f"prior (fewer than {MIN_NEED_VALIDATION} validation queries on one side of the label)")
+    best = None
+    grid = []
+    for feats, c in options:
+        x, xv = need_features(feats, query_emb, first, risk_score), need_features(feats, val_query_emb, val_first, risk_score)
+        mean = x.mean(axis=0)
+        scale = x.std(axis=0)
+        scale = np.where(scale > 1e-6, scale, 1.0)
+        if y.all() or not y.any():  # one class only: a constant need
+            w, b = np.zeros(x.shape[1], np.float32), (8.0 if y.all() else -8.0)
+        else:
+            lr = LogisticRegression(C=c, max_iter=2000, class_weight="balanced", random_state=seed)
+            lr.fit((x - mean) / scale, y)
+            w, b = lr.coef_[0], float(lr.intercept_[0])
+        head = NeedHead(feats, w, b, mean, scale)
+        auc = _auc(val_y, head.predict_features(xv)) if val_y.size else None
+        grid.append({"features": list(feats), "C": c, "val_auc": auc})
+        key = -1.0 if auc is None else auc
+        if best is None or key > best[0] + 1e-12:
+            best = (key, head, feats, c, auc)
+    _, head, feats, c, auc = best
+    head.info = {**info, "features": list(feats), "C": c, "val_auc": auc, "grid": grid}
+    return head
+
+
+def context_risky(result: TrainResult, registry: ToolRegistry, tool_emb: np.ndarray) -> np.ndarray:
+    """The tools the context stage treats as risky [N]: predicted level >= 3, from the risk
+    head (the keyword annotator's when it has not learned), as the retriever reads them."""
+    from riskrank.risk import keyword_levels
+
+    if not result.risk_quality.get("learned", True):
+        return keyword_levels(registry) >= RISKY_LEVEL
+    return level_from_score(HeadScorer(result.model, tool_emb).level_score) >= RISKY_LEVEL
+
+
+def fit_context(
+    result: TrainResult, graph: ToolGraph, choice: dict[str, Any], tool_emb: np.ndarray, query_emb: np.ndarray,
+    gold: list[np.ndarray], tr: np.ndarray, va: np.ndarray, registry: ToolRegistry, cfg: TrainConfig, *,
+    lexical: LexicalEvidence | None, fusion: Fusion | None,
+) -> None:
+    """:func:`fit`'s context step: the need head on the training part (validated on the
+    validation part), then :func:`choose_context`; writes ``result.need_head``,
+    ``choice["context"]`` and the context pipelines into ``choice["pipelines"]``."""
+    tr = np.asarray([i for i in tr if len(gold[i])], dtype=np.int64)
+    va = np.asarray([i for i in va if len(gold[i])], dtype=np.int64)
+    if not len(tr) or not len(va) or "pipelines" not in choice:
+        return
+    scorer = HeadScorer(result.model, tool_emb)
+    hybrid = bool(result.model.lexical)
+
+    def first_and_inputs(rows: np.ndarray) -> tuple[np.ndarray, Any]:
+        cos = query_emb[rows] @ tool_emb.T
+        if hybrid:
+            assert lexical is not None
+            inputs = relevance_inputs(cos, lexical.rows(rows), fusion)
+            return inputs.f0, inputs
+        return cos, relevance_inputs(cos)
+
+    risk_levels = registry.risk_levels
+    first_tr, _ = first_and_inputs(tr)
+    first_va, inputs_va = first_and_inputs(va)
+    head = train_need_head(query_emb[tr], first_tr, scorer.f_risk, need_labels([gold[i] for i in tr], risk_levels),
+                           query_emb[va], first_va, need_labels([gold[i] for i in va], risk_levels), seed=cfg.seed)
+    result.need_head = head
+    need = head.predict(query_emb[va], first_va, scorer.f_risk)
+    rel = scorer.relevance_score(query_emb[va], inputs=inputs_va)
+    named = lexical.rows(va).named if lexical is not None else None
+    record: dict[str, Any] = {"need_head": {k: v for k, v in head.info.items()}}
+    chosen = choose_context(rel, scorer.f_risk, need, context_risky(result, registry, tool_emb), named, [gold[i] for i in va],
+                            risk_levels, choice["pipelines"], graph,
+                            RuleFilter(RuleConfig(fill=cfg.rule_fill), risk_levels, registry.perm_counts, tool_emb), record)
+    choice["pipelines"].update({p: c["pipeline"] for p, c in chosen.items()})
+    choice["context"] = {p: {"tau": c["tau"], "margin": c["margin"], "lam_need": c["lam_need"]} for p, c in chosen.items()}
+    result.validation["context"] = record
+
+
+def top5_metrics(gold: Sequence[np.ndarray], risk_levels: np.ndarray, n_tools: int, k: int = 5) -> Any:
+    """A function of a top-k order [Q, k] -> (NDCG@k [Q], Safe-RVR@k, NeedRisk-Hit@k), with the
+    gold masks built once: what a grid of thousands of settings evaluates
+    (``tests/test_context.py`` checks it equals :mod:`riskrank.metrics`)."""
+    risk_levels = np.asarray(risk_levels)
+    q = len(gold)
+    is_gold = np.zeros((q, n_tools), bool)
+    for i, g in enumerate(gold):
+        is_gold[i, np.asarray(g, dtype=np.int64)] = True
+    risky_tool = risk_levels >= RISKY_LEVEL
+    risky_gold = is_gold & risky_tool[None, :]
+    high = risky_gold.any(axis=1)
+    low = ~high & is_gold.any(axis=1)
+    disc = 1.0 / np.log2(np.arange(2, k + 2))
+    idcg = np.array([disc[: min(k, int(n))].sum() for n in is_gold.sum(axis=1)])
+
+    def measure(order: np.ndarray) -> tuple[np.ndarray, float, float]:
+        order = order[:, :k]
+        gains = np.take_along_axis(is_gold, order, axis=1)
+        nd = np.where(idcg > 0, (gains * disc[None, : order.shape[1]]).sum(axis=1) / np.where(idcg > 0, idcg, 1.0), 0.0)
+        rv = risky_tool[order].mean(axis=1)
+        hit = np.take_along_axis(risky_gold, order, axis=1).any(axis=1)
+        return nd, float(rv[low].mean()) if low.any() else 0.0, float(hit[high].mean()) if high.any() else 0.0
+
+    return measure
+
+
+def choose_context(
+    rel: np.ndarray, penalty: np.ndarray, need: np.ndarray, risky: np.ndarray, named: np.ndarray | None,
+    gold: list[np.ndarray], risk_levels: np.ndarray, pipelines: dict[str, dict[str, Any]], graph: ToolGraph | None,
+    rule_filter: RuleFilter, record: dict[str, Any] | None = None, *, k: int = 5,
+    tau_grid: Sequence[float] = CONTEXT_TAU_GRID, margin_grid: Sequence[float | None] = CONTEXT_MARGIN_GRID,
+    lam_need_grid: Sequence[float] = CONTEXT_LAM_NEED_GRID, lam_hold_grid: Sequence[float] = CONTEXT_LAM_HOLD_GRID,
+) -> dict[str, dict[str, Any]]:
+    """tau, margin and the two lambdas of each context pipeline on validation queries, by
+    :data:`CONTEXT_RULE`; the graph setting is ``core+graph``'s. ``rel`` [Q, N] relevance
+    (the penalty's space), ``need`` [Q] the need head's, ``risky`` [N] the context stage's
+    flags (:func:`context_risky`); the references are ``pipelines``' own core+graph and
+    core+graph+rule settings, scored here on the same queries."""
+    from riskrank.context import CONTEXT_PIPELINES, apply_context
+    from riskrank.metrics import safe_rvr_at_k
+
+    record = record if record is not None else {}
+    cg = pipelines["core+graph"]
+    alpha, norm = float(cg["alpha"]), cg["normalisation"]
+
+    def smooth(x: np.ndarray, a: float = alpha, nm: str = norm) -> np.ndarray:
+        return graph.smooth(x, a, None, normalisation=nm) if graph is not None and a > 0 else x
+
+    def mean(v: np.ndarray) -> float:
+        return float(np.nanmean(v)) if np.isfinite(v).any() else 0.0
+
+    measure = top5_metrics(gold, risk_levels, rel.shape[1], k)
+
+    # Smoothing is linear: smooth(rel - lam * p) = smooth(rel) - lam * smooth(p), so once each.
+    s_rel = smooth(rel)
+    s_pen = smooth(np.ascontiguousarray(np.broadcast_to(penalty, rel.shape), dtype=np.float32))
+    ref_nd = ndcg_at_k(top_m(pin_named(s_rel - np.float32(cg["lam"]) * s_pen, named), k), gold)
+    cgr = pipelines.get("core+graph+rule", cg)
+    ref_scores = smooth(rel - np.float32(cgr["lam"]) * penalty, float(cgr["alpha"]), cgr["normalisation"])
+    order, _ = rule_filter.filter_scores(pin_named(ref_scores, named), None, length=k)
+    ref_safe = mean(safe_rvr_at_k(order, gold, risk_levels))
+    record.update({"rule": CONTEXT_RULE, "reference": {"core+graph ndcg@5": float(ref_nd.mean()), "core+graph+rule safe_rvr@5": ref_safe}})
+    rows: dict[str, list[dict[str, Any]]] = {p: [] for p in CONTEXT_PIPELINES}
+    for lam_n in lam_need_grid:
+        need_scores = s_rel - np.float32(lam_n) * s_pen
+        for lam_h in lam_hold_grid:
+            if lam_h < lam_n:
+                continue
+            hold_scores = s_rel - np.float32(lam_h) * s_pen
+            for tau in tau_grid:
+                for margin in margin_grid:
+                    final, dec = apply_context(need_scores, hold_scores, rel, risky, need, tau, margin, k, lam_n, lam_h)
+                    ranked = pin_named(final, named)
+                    for p in CONTEXT_PIPELINES:
+                        if p.endswith("+rule"):
+                            order, _ = rule_filter.filter_scores(ranked, None, length=k, max_risky=dec.risk_cap)
+                        else:
+                            order = top_m(ranked, k)
+                        nd, sr, nh = measure(order)
+                        rows[p].append({"lam_need": float(lam_n), "lam": float(lam_h), "tau": float(tau), "margin": margin,
+                                        "ndcg@5": float(nd.mean()), "safe_rvr@5": sr, "needrisk_hit@5": nh,
+                                        "ndcg_se": _se(nd - ref_nd)})
+    out: dict[str, dict[str, Any]] = {}
+    record["grids"] = {}
+    for p, grid in rows.items():
+        ok = [r for r in grid if r["safe_rvr@5"] <= ref_safe + 1e-12 and r["ndcg@5"] >= float(ref_nd.mean()) - r["ndcg_se"] - 1e-12]
+        if ok:
+            best = max(ok, key=lambda r: (round(r["needrisk_hit@5"], 10), round(r["ndcg@5"], 10), -r["tau"],
+                                          np.inf if r["margin"] is None else r["margin"], r["lam"], -r["lam_need"]))
+        else:
+            best = min(grid, key=lambda r: (round(r["safe_rvr@5"], 10), -r["ndcg@5"]))
+        out[p] = {"tau": best["tau"], "margin": best["margin"], "lam_need": best["lam_need"], "feasible": bool(ok),
+                  "pipeline": {"lam": best["lam"], "alpha": alpha, "normalisation": norm}}
+        record["grids"][p] = grid
+        record[p] = {**best, "feasible": bool(ok)}
+    return out

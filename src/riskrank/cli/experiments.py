@@ -18,12 +18,22 @@ from riskrank.cli.library import show_result
 @click.option("--reuse", is_flag=True, help="Rebuild the report from OUT/cache without retraining when it matches.")
 @click.option("--no-cross-encoders", is_flag=True, help="Skip the fine-tuned cross-encoder baseline (ce-minilm-ft).")
 @click.option("--cross-encoder", "extra_ce", multiple=True, help="Also rerank the dense top-100 with this CrossEncoder (name or folder).")
+@click.option("--context", "context_only", is_flag=True,
+              help="Only the context-aware exposure report (Table 5 extended): OUT/context.md, OUT/context.json, PNGs.")
 @click.option("--quiet", is_flag=True)
 def reproduce(dataset: str, data_dir: str | None, out: str, encoder: str | None, seeds: str, reuse: bool,
-              no_cross_encoders: bool, extra_ce: tuple[str, ...], quiet: bool) -> None:
+              no_cross_encoders: bool, extra_ce: tuple[str, ...], context_only: bool, quiet: bool) -> None:
     """Reproduce the paper's tables and figures on one dataset: OUT/report.md, OUT/results.json, PNGs."""
     import time
 
+    if context_only:
+        from riskrank.experiments.context_report import context_report
+
+        t0 = time.perf_counter()
+        res = context_report(dataset, out, data=data_dir, encoder=encoder, seeds=parse_seeds(seeds), reuse=reuse,
+                             progress=not quiet, echo=click.echo)
+        click.echo(f"wrote {out}/context.md, {out}/context.json and {len(res['figures'])} figures in {time.perf_counter() - t0:.0f}s")
+        return
     from riskrank.experiments.reproduce import reproduce as run_reproduce
 
     t0 = time.perf_counter()

@@ -209,12 +209,22 @@ def show_result(res: Any, title: str | None = None) -> None:
         arr = np.array([list(range(len(levels)))])
         lv = np.array(levels)
         click.echo(f"RVR@{len(levels)} {fmt(float(rvr_at_k(arr, lv, len(levels))[0]), 2)}   SRR@{len(levels)} {fmt(float(srr_at_k(arr, lv, len(levels))[0]), 2)}")
+    context = getattr(res, "context", None)
+    if context is not None:
+        click.echo(f"need {context['need']:.2f} (threshold {context['threshold']:g}): "
+                   + ("the task needs a risky tool" if context["needs_risk"] else "the task does not need a risky tool")
+                   + f"; lambda {context['lambda']:g}, risk cap {context['risk_cap']}"
+                   + (f"; admitted {context['admitted']}" if context.get("admitted") else ""))
+        for t in res.tools:
+            if getattr(t, "context", None):
+                click.echo(f"  {t.name}: {t.context}")
     if res.deferred:
-        click.echo("deferred by the rule filter:")
+        click.echo("deferred by the rule filter:" if context is None else "deferred (rule filter or context stage):")
         for d in res.deferred:
             extra = f" (redundant with {d.redundant_with})" if d.redundant_with else ""
             named = " (named in the task; the caps still apply)" if getattr(d, "named", False) else ""
-            click.echo(f"  {d.name}: {', '.join(d.reasons)}{extra}{named}")
+            why = f" ({d.context})" if getattr(d, "context", None) else ""
+            click.echo(f"  {d.name}: {', '.join(d.reasons)}{extra}{named}{why}")
     if res.fallback:
         click.echo(f"fallback (too few tools met every rule): {', '.join(res.fallback)}")
     if res.unlabelled:
@@ -286,6 +296,14 @@ def train(dataset: str | None, registry: str | None, queries: str | None, data_d
         auc = "n/a" if q.get("heldout_auc") is None else f"{q['heldout_auc']:.3f}"
         click.echo(f"risk head: held-out AUC {auc}, predictions span {q['level_span']:.2f} levels"
                    + ("" if q["learned"] else f"; NOT LEARNED ({q['reason']}): predicted levels will be the keyword annotator's"))
+    if tr.need_head is not None:
+        n = tr.need_head.info
+        auc = "n/a" if n.get("val_auc") is None else f"{n['val_auc']:.3f}"
+        ctx = r.checkpoint.inference.get("context") or {}
+        click.echo(f"need head: {'+'.join(n['features'])}, C {n['C']:g}, validation AUC {auc} ({n['val_positives']} of {n['n_val']} "
+                   f"validation queries need a risky tool; chosen by {n['chosen_by']}); "
+                   + "; ".join(f"{k} threshold {v['tau']:g} margin {'none' if v['margin'] is None else format(v['margin'], 'g')}"
+                               for k, v in ctx.items()))
     for note in tr.warnings:
         click.echo(f"note: {note}")
     click.echo(f"wrote {out}")

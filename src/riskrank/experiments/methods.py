@@ -35,6 +35,7 @@ class MethodSpec:
     candidates: int | None = None  # None = full pool; M = rerank the dense top-M
     mmr_lambda: float = 0.7
     model: str | None = None  # cross-encoder name or folder, or "ce-minilm-ft"
+    context: bool = False  # the context stage (the need head decides per task)
 
     @property
     def trained(self) -> bool:
@@ -72,6 +73,9 @@ BASE_METHODS: dict[str, MethodSpec] = {
     "core+rule": _heads("core+rule", "residual", lam="selected", rule="labels"),
     "core+graph+rule": _heads("core+graph+rule", "residual", lam="selected", graph=True, rule="labels"),
     "core+graph+rule_pred": _heads("core+graph+rule_pred", "residual", lam="selected", graph=True, rule="predicted"),
+    "core+graph+context": _heads("core+graph+context", "residual", lam="selected", graph=True, context=True),
+    "core+graph+context+rule": _heads("core+graph+context+rule", "residual", lam="selected", graph=True, rule="labels",
+                                      context=True),
     "paper_rel_only": _heads("paper_rel_only", "paper", evidence="dense"),
     "paper_core": _heads("paper_core", "paper", lam="selected", evidence="dense"),
     "paper_core+graph": _heads("paper_core+graph", "paper", lam="selected", graph=True, evidence="dense"),

@@ -446,6 +446,8 @@ class Runner:
             choice[key] = {"lam": result.lam, "residual_weight": result.validation.get("residual_weight"),
                            "best_epoch": result.validation.get("best_epoch"), "train_seconds": result.seconds,
                            "lexical_weights": result.validation.get("lexical_weights"), "risk_head": result.risk_quality, **ch}
+            if result.need_head is not None:
+                choice[key]["need_head"] = {k: v for k, v in result.need_head.info.items() if k != "grid"}
         if fusion is None and any(s.relevance == "hybrid" for s in self.specs):
             fusion = training.choose_inference(train_emb, gold, self.tool_emb, self.registry.risk_levels, base_cfg,
                                                choose_fusion_on=train_lex)["fusion"]
@@ -486,7 +488,7 @@ class Runner:
             if spec.relevance == "mmr":
                 return mmr_rerank(q, self.tool_emb, cache[ck], spec.mmr_lambda), None
             return self._cross_encoder(spec, split, idx, cache[ck], fold), None
-        mode = Stages(heads=spec.trained, graph=spec.graph, rule=spec.rule is not None).name
+        mode = Stages(heads=spec.trained, graph=spec.graph, rule=spec.rule is not None, context=spec.context).name
         if spec.relevance == "dense":
             r, graph, alpha = self.base, None, None
             lam = fold.label_lam if spec.lam == "selected" else float(spec.lam)
@@ -501,6 +503,8 @@ class Runner:
         # The paper's fill (deferred tools top the list up to K): the reproduction measures it.
         batch = r.rank_batch(q, mode=mode, lam=lam, alpha=alpha, candidates=spec.candidates, risk_source=spec.rule or "labels",
                              graph=graph, fill=PAPER_FILL, lexical=lex)
+        if batch.context is not None:
+            cache[("need", spec.name)] = batch.context.need
         return batch.order, batch.filters
 
     def _cross_encoder(self, spec: MethodSpec, split: str, idx: np.ndarray, cand: np.ndarray, fold: _Fold) -> np.ndarray:
@@ -545,6 +549,8 @@ class Runner:
             store = run.per_query[seed][split][spec.name]
             for m in METRICS:
                 store.setdefault(m, np.full(n, np.nan))[idx] = metrics[m]
+            if ("need", spec.name) in cache:  # the need head's estimate, per query (context methods)
+                store.setdefault("need", np.full(n, np.nan))[idx] = cache[("need", spec.name)]
             top = run.top[seed][split].setdefault(spec.name, np.full((n, KEEP_TOP), -1, dtype=np.int32))
             top[idx, : min(KEEP_TOP, order.shape[1])] = order[:, :KEEP_TOP]
             if results is not None:

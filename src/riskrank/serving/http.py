@@ -134,6 +134,7 @@ class RankedTool(BaseModel):
     permissions: list[str]
     description: str
     named: bool = Field(False, description="The task names this tool (its identifier occurs in the task): it ranks first.")
+    context: str | None = Field(None, description="Context modes: why this risky tool was admitted (need, relevance margin, risk cap).")
 
 
 class Deferral(BaseModel):
@@ -142,6 +143,20 @@ class Deferral(BaseModel):
     reasons: list[str]
     redundant_with: str | None
     named: bool = Field(False, description="The task named this tool; the rule filter's caps deferred it all the same.")
+    context: str | None = Field(None, description="Context modes: why the context stage withheld this risky tool (need, margin, cap).")
+
+
+class ContextDecision(BaseModel):
+    need: float = Field(description="The need head's P(the task needs a tool of risk level >= 3).")
+    needs_risk: bool = Field(description="need >= threshold.")
+    threshold: float
+    margin: float | None = Field(description="How far (logits) the risky tool's relevance may trail the best safe tool's; null: no limit.")
+    lam: float = Field(alias="lambda", description="The risk penalty this task was ranked with (need lambda or hold-back lambda).")
+    risk_cap: int = Field(description="The rule filter's risk cap for this task (+rule): 1 when it needs a risky tool, else 0.")
+    relevance_gap: float | None = Field(description="Relevance of the most relevant risky tool minus the best safe tool's (logits).")
+    admitted: str | None
+    best_safe: str | None
+    best_risky: str | None
 
 
 class RetrieveResponse(BaseModel):
@@ -156,6 +171,8 @@ class RetrieveResponse(BaseModel):
     unlabelled: list[str]
     notes: list[str] = Field(default_factory=list, description="Where the result departs from what was asked (e.g. predicted "
                                                                "levels that are the keyword annotator's: the risk head has not learned).")
+    need: float | None = Field(None, description="Context modes: the need head's estimate for this task.")
+    context: ContextDecision | None = Field(None, description="Context modes: what the context stage decided, and why.")
     generation: int
 
 

@@ -91,6 +91,9 @@ def pipeline_sentence(mode: str, fill: str | None, floor: float | None) -> str:
             what += ", smoothed over the tool graph"
     else:
         what = "cosine relevance (no risk term)"
+    if stages.context:
+        what += ("; then a need estimate per task: a task that does not need a risky tool sees none, one that does sees its "
+                 "most relevant risky tool when that tool is nearly as relevant as the best safe one")
     if stages.rule:
         what += (f"; then a rule filter admits at most one tool of risk level {RISKY_LEVEL} or more and at most two "
                  "tools with broad permissions, and drops near-duplicates")
@@ -313,11 +316,13 @@ class Gateway:
                 "risk_level": spec["effective_level"], "risk_provenance": spec["risk_provenance"],
                 "risk_evidence": spec["risk_evidence"], "permissions": spec["permissions"], "annotations": spec["annotations"],
                 "needs_confirmation": self.policy.needs_confirmation(spec["effective_level"]),
-                "score": round(t.score, 6), "f_rel": round(t.f_rel, 6), "f_risk": round(t.f_risk, 6), "reasons": reasons,
+                "score": round(t.score, 6), "f_rel": round(t.f_rel, 6), "f_risk": round(t.f_risk, 6),
+                "reasons": reasons + ([t.context] if t.context else []),
                 **({"named": True} if t.named else {}),
             })
         returned = {t["name"] for t in tools}
-        withheld = [{"name": d.name, "reasons": d.reasons, "redundant_with": d.redundant_with, **({"named": True} if d.named else {})}
+        withheld = [{"name": d.name, "reasons": d.reasons, "redundant_with": d.redundant_with, **({"named": True} if d.named else {}),
+                     **({"context": d.context} if d.context else {})}
                     for d in res.deferred if d.name not in returned]
         out = {
             "task": task, "mode": res.mode, "lambda": res.lam, "fill": res.fill, "min_score": res.min_score,
@@ -326,6 +331,8 @@ class Gateway:
         }
         if res.notes:
             out["notes"] = res.notes
+        if res.context is not None:
+            out["need"], out["context"] = res.need, res.context
         if self.manager is not None:
             out["upstreams_down"] = self.manager.down()
         return out
