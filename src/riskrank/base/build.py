@@ -24,7 +24,8 @@ training or validation queries only (never on a test split):
    validation queries, with the head in its zero-shot form and a ToolGraph of semantic and
    permission edges only (what any registry without training queries gets): the residual
    weight, lambda and alpha per pipeline, the relevance floor. These are the shipped
-   inference settings; the in-domain ones stay in the card.
+   inference settings; the in-domain ones stay in the card. The context stage (the need head,
+   then tau, margin and both lambdas of each context pipeline) is chosen the same way.
 
 A build is deterministic: every random source is seeded, and the sidecar's time stamp comes
 from ``SOURCE_DATE_EPOCH`` when it is set (the reproducible-builds convention; the make target
@@ -245,6 +246,7 @@ def build_base(sources: Sequence[Source], cfg: BaseConfig | None = None, *, enco
     from riskrank.training import (
         TrainConfig,
         choose_inference,
+        fit_context,
         predicted_levels_of,
         validation_split,
     )
@@ -282,9 +284,17 @@ def build_base(sources: Sequence[Source], cfg: BaseConfig | None = None, *, enco
     chosen = choose_inference(q_emb[va], [gold[i] for i in va], u_emb, union.risk_levels, rcfg, model=result.model, graph=graph0,
                               record=zs_record, lexical=r.lexical_index.evidence([texts[i] for i in va]), fusion=fusion,
                               perm_counts=union.perm_counts, predicted_levels=predicted_levels_of(result, union))
+    # the context stage in the same zero-shot form: need head, then tau/margin/lambdas per context pipeline
+    zs_choice: dict[str, Any] = {"alpha": chosen["alpha"], "normalisation": chosen["normalisation"],
+                                 "pipelines": dict(chosen["pipelines"])}
+    tr, _ = validation_split(len(gold), rcfg)
+    fit_context(result, graph0, zs_choice, u_emb, q_emb, gold, tr, va, union, rcfg, lexical=r.lexical_index.evidence(texts),
+                fusion=fusion)
     inference = {"fusion": fusion.to_dict(), "lam": chosen["lam"], "alpha": chosen["alpha"],
-                 "normalisation": chosen["normalisation"], "pipelines": chosen["pipelines"], "min_score": chosen["min_score"],
+                 "normalisation": chosen["normalisation"], "pipelines": zs_choice["pipelines"], "min_score": chosen["min_score"],
                  "residual_weight": chosen["residual_weight"]}
+    if "context" in zs_choice:
+        inference["context"] = zs_choice["context"]
     r.checkpoint.meta["inference"] = inference
     result.lam = chosen["lam"]
     result.validation["zero_shot"] = {k: zs_record[k] for k in ("residual_grid", "selected", "first_stage_rvr@5") if k in zs_record}
