@@ -5,15 +5,15 @@ training queries (named benchmarks and registries), and bad input -> one line, e
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from riskrank.cli import main, run
+from riskrank.cli import main
 from riskrank.contamination import normalise_task, query_digests, seen_mask, task_digest
 from riskrank.datasets.demo import demo_registry_path, demo_tasks_path
+from test_cli import assert_clean_error, run_entry  # the CLI tests' error-policy helpers
 
 TASKS = json.loads(demo_tasks_path().read_text(encoding="utf-8"))
 UNSEEN = [  # tasks written for this test: none is a demo task
@@ -59,21 +59,6 @@ def write_queries(path: Path, records: list[dict]) -> Path:
 
 def invoke(*args: str):
     return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
-
-
-def run_entry(args, monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["riskrank", *map(str, args)])
-    code = run()
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
-
-
-def assert_clean_error(code: int, err: str, pattern: str) -> None:
-    assert code == 2, err
-    assert "Traceback" not in err
-    error_lines = [x for x in err.splitlines() if x.startswith(("error:", "Error:"))]
-    assert len(error_lines) == 1, err
-    assert pattern in error_lines[0], err
 
 
 # -- the registry path, end to end ------------------------------------------------------------------
