@@ -10,6 +10,12 @@ risk heads are scored on the held-out registry's tools: AUC (r >= 3 vs < 3) of P
 of the level head, and the quadratic kappa of the predicted levels. The bundled demo
 registry (98 tools, 56 tasks) is a third registry neither model saw.
 
+The context modes (``core+graph+context``, ``core+graph+context+rule``) run beside the report
+modes, with the settings the build chose for them (on the source's validation slice, in the
+zero-shot form; :func:`context_record` keeps them with each run); the summary scores them against their targets: Safe-RVR@5 <= ``core+graph+rule``'s,
+NeedRisk-Hit@5 >= 0.9 x ``rel_only``'s, NDCG@5 >= ``core+graph``'s (means over seeds, with the
+distance and the seeds that meet each), and the need head's AUC on the held-out queries.
+
     python benchmarks/transfer_lobo.py --seeds 42,123,777 --out benchmarks/results/transfer_lobo.json
     python benchmarks/transfer_lobo.py --summarise FILE... --out benchmarks/results/transfer_lobo.json
 
@@ -24,18 +30,61 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 DIRECTIONS = {"sealtools->ultratool": ("sealtools", "ultratool", "test"),
               "ultratool->sealtools": ("ultratool", "sealtools", "test_in")}
 TARGET_RATIO, RVR_RATIO, TARGET_AUC = 1.03, 0.8, 0.80
+#: The context modes, evaluated beside the report modes.
+CONTEXT_MODES = ("core+graph+context", "core+graph+context+rule")
+#: The context targets: Safe-RVR@5 <= core+graph+rule's, NeedRisk-Hit@5 >= 0.9 x rel_only's,
+#: NDCG@5 >= core+graph's.
+NEED_RATIO = 0.9
+#: The metrics aggregated over seeds; Safe-RVR@5 and NeedRisk-Hit@5 are means over the
+#: low-risk and high-risk queries only (None on a registry without such queries).
+METRICS = ("ndcg@5", "rvr@5", "safe_rvr@5", "needrisk_hit@5")
+
+
+def context_record(built: Any) -> dict:
+    """What the build chose for the context stage in its zero-shot form (the need head, then
+    tau, margin and both lambdas per context pipeline, on the source's validation slice)."""
+    settings = built.retriever.checkpoint.meta["inference"].get("context")
+    rec = built.retriever.training.validation.get("context", {})
+    return {"settings": settings, "rule": rec.get("rule"), "reference": rec.get("reference"),
+            "selected": {p: dict(rec[p]) for p in CONTEXT_MODES if p in rec},
+            "need_head": {k: v for k, v in rec.get("need_head", {}).items() if k != "grid"}}
+
+
+def need_auc(ck: Any, registry: Any, emb: np.ndarray, q_emb: np.ndarray, texts: list[str], gold: list, encoder: Any) -> dict:
+    """The need head on held-out queries: AUC of its need against "a gold tool has r >= 3"."""
+    from riskrank.pipeline import RiskAwareRetriever
+    from riskrank.rules import PAPER_FILL
+    from riskrank.training import need_labels
+
+    r = RiskAwareRetriever(registry, encoder=encoder, checkpoint=ck, tool_emb=emb, progress=False)
+    b = r.rank_batch(q_emb, mode=CONTEXT_MODES[0], fill=PAPER_FILL, lexical=r.lexical_index.evidence(texts), top=5)
+    keep = [i for i, g in enumerate(gold) if len(g)]
+    y = need_labels([gold[i] for i in keep], registry.risk_levels)
+    need = np.asarray(b.context.need)[keep]
+    tau = float(b.context.tau)
+    out: dict = {"n": len(keep), "n_need": int(y.sum()), "tau": tau, "flagged": float((need >= tau).mean()),
+                 "recall_at_tau": float((need[y] >= tau).mean()) if y.any() else None}
+    if y.any() and not y.all():
+        from sklearn.metrics import roc_auc_score
+
+        out["auc"] = float(roc_auc_score(y, need))
+    else:
+        out["auc"] = None
+    return out
 
 
 def run(seeds: list[int], directions: list[str], out: Path, epochs: int, max_queries: int | None = None) -> None:
     import torch
 
     from riskrank.base.build import (
+        REPORT_MODES,
         BaseConfig,
         build_base,
         evaluate_modes,
@@ -46,6 +95,7 @@ def run(seeds: list[int], directions: list[str], out: Path, epochs: int, max_que
     from riskrank.datasets import load_benchmark
 
     torch.set_num_threads(1)
+    modes = (*REPORT_MODES, *CONTEXT_MODES)
     done = json.loads(out.read_text()) if out.exists() else {"runs": {}}
     for key in directions:
         src, tgt, split = DIRECTIONS[key]
@@ -53,18 +103,23 @@ def run(seeds: list[int], directions: list[str], out: Path, epochs: int, max_que
         demo = load_benchmark("demo")
         for seed in seeds:
             tag = f"{key}|{seed}"
-            if tag in done["runs"]:
+            if tag in done["runs"] and all(m in done["runs"][tag][tgt]["methods"] for m in modes):
                 continue
             t0 = time.perf_counter()
             built = build_base(load_sources([src]), BaseConfig(seed=seed, epochs=epochs, max_queries=max_queries))
+            context = context_record(built)
             enc, ck = built.encoder, built.retriever.checkpoint
             row = {"source": src, "target": tgt, "split": split, "seed": seed, "fusion": ck.meta["inference"]["fusion"],
-                   "pipelines": ck.meta["inference"]["pipelines"]}
+                   "pipelines": ck.meta["inference"]["pipelines"], "context": context}
             for name, bench, sp in ((tgt, target, split), ("demo", demo, "test")):
                 qs = bench.splits[sp]
                 emb = enc.encode(bench.registry.texts(), desc="tools")
-                pq = evaluate_modes(ck, bench.registry, emb, enc.encode(qs.texts, desc="queries"), qs.texts, qs.gold, enc)
-                row[name] = {"n_queries": len(qs), "methods": summarise(pq), "risk": risk_agreement(ck, bench.registry, emb)}
+                q_emb = enc.encode(qs.texts, desc="queries")
+                pq = evaluate_modes(ck, bench.registry, emb, q_emb, qs.texts, qs.gold, enc, modes=modes)
+                subsets = {k: int(np.isfinite(np.asarray(pq["core"][k], dtype=np.float64)).sum()) for k in ("safe_rvr@5", "needrisk_hit@5")}
+                row[name] = {"n_queries": len(qs), "n_subsets": subsets, "methods": summarise(pq),
+                             "risk": risk_agreement(ck, bench.registry, emb),
+                             "need": need_auc(ck, bench.registry, emb, q_emb, list(qs.texts), list(qs.gold), enc)}
             row["seconds"] = round(time.perf_counter() - t0, 1)
             done["runs"][tag] = row
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -76,6 +131,46 @@ def run(seeds: list[int], directions: list[str], out: Path, epochs: int, max_que
                   + f"; AUC {row[tgt]['risk']['auc_p_risky']:.3f} ({row['seconds']}s)", flush=True)
 
 
+def _mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
+    """Mean and std (ddof 1) over the seeds where a metric is defined (None: a registry
+    without the metric's query subset, Safe-RVR@5's low-risk or NeedRisk-Hit@5's high-risk
+    queries); (None, None) when it is defined on none."""
+    v = [float(x) for x in values if x is not None and np.isfinite(x)]
+    if not v:
+        return None, None
+    return float(np.mean(v)), float(np.std(v, ddof=1)) if len(v) > 1 else 0.0
+
+
+def context_verdict(agg: dict, per_seed: list[dict]) -> dict:
+    """Each context mode against the three targets (means over seeds): Safe-RVR@5 <=
+    core+graph+rule's, NeedRisk-Hit@5 >= 0.9 x rel_only's, NDCG@5 >= core+graph's, with the
+    distance (mode minus bound: <= 0 meets the Safe-RVR target, >= 0 the other two) and how
+    many seeds meet each on their own."""
+    refs = {"safe_rvr@5": ("core+graph+rule", 1.0, "le"), "needrisk_hit@5": ("rel_only", NEED_RATIO, "ge"),
+            "ndcg@5": ("core+graph", 1.0, "ge")}
+    out: dict = {}
+    for mode in CONTEXT_MODES:
+        if mode not in agg:
+            continue
+        v: dict = {}
+        for metric, (ref, factor, op) in refs.items():
+            x, r = agg[mode][metric][0], agg[ref][metric][0]
+            if x is None or r is None:
+                v[metric] = {"value": x, "bound": None, "reference": ref, "distance": None, "met": None, "seeds_met": None}
+                continue
+            bound = factor * r
+            met = x <= bound + 1e-12 if op == "le" else x >= bound - 1e-12
+            seeds = [(s[mode][metric], factor * s[ref][metric]) for s in per_seed
+                     if s[mode][metric] is not None and s[ref][metric] is not None]
+            seeds_met = sum(1 for a, b in seeds if (a <= b + 1e-12 if op == "le" else a >= b - 1e-12))
+            v[metric] = {"value": x, "bound": bound, "reference": ref, "factor": factor, "op": op, "distance": x - bound,
+                         "ratio": x / r if r else None, "met": bool(met), "seeds_met": f"{seeds_met}/{len(seeds)}"}
+        v["met_all"] = all(t["met"] for t in v.values() if isinstance(t, dict)) if all(
+            t["met"] is not None for t in v.values() if isinstance(t, dict)) else None
+        out[mode] = v
+    return out
+
+
 def summarise_runs(doc: dict) -> dict:
     """Mean and std over seeds, and each direction's verdict against the targets."""
     out: dict = {}
@@ -85,13 +180,13 @@ def summarise_runs(doc: dict) -> dict:
             continue
         block: dict = {"seeds": sorted(r["seed"] for r in runs), "split": split}
         for reg in (tgt, "demo"):
-            methods = runs[0][reg]["methods"].keys()
-            agg = {m: {k: (float(np.mean([r[reg]["methods"][m][k] for r in runs])), float(np.std([r[reg]["methods"][m][k] for r in runs],
-                                                                                                   ddof=1)) if len(runs) > 1 else 0.0)
-                       for k in ("ndcg@5", "rvr@5")} for m in methods}
+            methods = [m for m in runs[0][reg]["methods"] if all(m in r[reg]["methods"] for r in runs)]
+            agg = {m: {k: _mean_std([r[reg]["methods"][m].get(k) for r in runs]) for k in METRICS} for m in methods}
             base = max(agg["bm25"]["ndcg@5"][0], agg["dense"]["ndcg@5"][0])
             limit = RVR_RATIO * agg["dense"]["rvr@5"][0]
-            ok = [m for m in agg if m not in ("bm25", "dense", "hybrid") and agg[m]["rvr@5"][0] <= limit + 1e-12]
+            # The relevance verdict is over the report modes, as before the context modes existed.
+            ok = [m for m in agg if m not in ("bm25", "dense", "hybrid", *CONTEXT_MODES) and agg[m]["rvr@5"][0] <= limit + 1e-12]
+            ok_ctx = [m for m in agg if m in CONTEXT_MODES and agg[m]["rvr@5"][0] <= limit + 1e-12]
             best = max(ok, key=lambda m: agg[m]["ndcg@5"][0]) if ok else None
             risk = {k: (float(np.mean([r[reg]["risk"][k] for r in runs])), float(np.min([r[reg]["risk"][k] for r in runs])))
                     for k in ("auc_p_risky", "auc_level", "kappa_quadratic")}
@@ -100,6 +195,16 @@ def summarise_runs(doc: dict) -> dict:
                           "met_relevance": bool(best and agg[best]["ndcg@5"][0] >= TARGET_RATIO * base),
                           "rel_only_ratio": agg["rel_only"]["ndcg@5"][0] / base,
                           "risk": risk, "met_auc": risk["auc_p_risky"][0] >= TARGET_AUC}
+            if any(m in agg for m in CONTEXT_MODES):
+                block[reg]["n_subsets"] = runs[0][reg].get("n_subsets")
+                block[reg]["context"] = context_verdict(agg, [r[reg]["methods"] for r in runs])
+                block[reg]["context_within_rvr"] = {m: {"ndcg_ratio": agg[m]["ndcg@5"][0] / base,
+                                                        "met_relevance": agg[m]["ndcg@5"][0] >= TARGET_RATIO * base} for m in ok_ctx}
+                needs = [r[reg].get("need") for r in runs if r[reg].get("need")]
+                if needs:
+                    block[reg]["need_head"] = {k: _mean_std([n.get(k) for n in needs]) for k in ("auc", "flagged", "recall_at_tau")}
+                    block[reg]["need_head"]["tau"] = [n["tau"] for n in needs]
+                block[reg]["context_settings"] = [r.get("context", {}).get("settings") for r in runs]
         out[key] = block
     return out
 
@@ -119,6 +224,41 @@ def table_md(summary: dict) -> str:
                   f"{'met' if b['met_auc'] else 'missed'}"
             lines.append(f"| {key} (seeds {','.join(map(str, block['seeds']))}) | {reg} | " + " | ".join(cells) + f" | {best} | {auc} |")
     return "\n".join(lines)
+
+
+def _ms(v: tuple[float | None, float | None]) -> str:
+    return "n/a" if v[0] is None else f"{v[0]:.3f} ± {v[1]:.3f}"
+
+
+def context_table_md(summary: dict) -> str:
+    """Safe-RVR@5, NeedRisk-Hit@5 and NDCG@5 (mean ± std over seeds) of the context modes and
+    their references, then each context mode's verdict per target with the distance."""
+    cols = ("rel_only", "core", "core+graph", "core+graph+rule", *CONTEXT_MODES)
+    lines = ["| direction | registry (n low-risk / high-risk) | metric | " + " | ".join(cols) + " |",
+             "|---|---|---|" + "---|" * len(cols)]
+    verdicts = ["| direction | registry | mode | Safe-RVR@5 <= core+graph+rule | NeedRisk-Hit@5 >= 0.9 x rel_only "
+                "| NDCG@5 >= core+graph | all three |", "|---|---|---|---|---|---|---|"]
+    for key, block in summary.items():
+        for reg in (block_target(key), "demo"):
+            b = block[reg]
+            if "context" not in b:
+                continue
+            n = b.get("n_subsets") or {}
+            where = f"{reg} ({n.get('safe_rvr@5', '?')} / {n.get('needrisk_hit@5', '?')})"
+            for metric in ("safe_rvr@5", "needrisk_hit@5", "ndcg@5"):
+                lines.append(f"| {key} | {where} | {metric} | " + " | ".join(_ms(b["methods"][c][metric]) for c in cols) + " |")
+            for mode, v in b["context"].items():
+                cells = []
+                for metric in ("safe_rvr@5", "needrisk_hit@5", "ndcg@5"):
+                    t = v[metric]
+                    if t["met"] is None:
+                        cells.append("undefined (no such queries)")
+                        continue
+                    cells.append(f"{t['value']:.3f} vs {t['bound']:.3f} ({t['distance']:+.3f}; seeds {t['seeds_met']}): "
+                                 f"{'met' if t['met'] else 'missed'}")
+                all3 = "n/a" if v["met_all"] is None else ("met" if v["met_all"] else "missed")
+                verdicts.append(f"| {key} | {reg} | {mode} | " + " | ".join(cells) + f" | {all3} |")
+    return "\n".join(lines) + "\n\n" + "\n".join(verdicts)
 
 
 def block_target(key: str) -> str:
@@ -142,14 +282,18 @@ def main() -> None:
             doc["runs"].update(json.loads(f.read_text())["runs"])
         s = summarise_runs(doc)
         md = table_md(s)
-        print(md)
+        cmd = context_table_md(s)
+        print(md + "\n\n" + cmd)
         doc["summary"] = s
         doc["table_md"] = md
-        a.out.write_text(json.dumps(doc, indent=1))
+        doc["context_table_md"] = cmd
+        tmp = a.out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc, indent=1))
+        tmp.replace(a.out)
         if a.card:
             from riskrank.base.build import attach_transfer
 
-            attach_transfer(a.card, {"summary": s, "table_md": md, "command": "make transfer", "results": str(a.out)})
+            attach_transfer(a.card, {"summary": s, "table_md": md + "\n\n" + cmd, "command": "make transfer", "results": str(a.out)})
             print(f"wrote the transfer block of {a.card}/card.json")
         return
     run([int(s) for s in a.seeds.split(",")], a.direction or list(DIRECTIONS), a.out, a.epochs, a.max_queries)

@@ -261,3 +261,55 @@ def test_audit_head_annotator_is_the_base_risk_head(encoder):
     votes = dict(ann.annotate(list(reg)))
     assert ann.name == "head" and len(votes) == 5 and all(1 <= v.level <= 5 for v in votes.values())
     assert votes[4].level >= 3  # "run a shell command"
+
+
+def _transfer_lobo():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "transfer_lobo.py"
+    spec = importlib.util.spec_from_file_location("transfer_lobo", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_transfer_study_context_modes_and_verdicts(encoder, demo, torch_single_thread):
+    """The leave-one-benchmark-out script on a reduced base model: the zero-shot build carries
+    context settings (so the context modes rank) and the run keeps them; the summary carries
+    Safe-RVR@5 and NeedRisk-Hit@5 with a verdict per target, "undefined" where a registry has
+    no such queries."""
+    from riskrank.base.build import (
+        REPORT_MODES,
+        BaseConfig,
+        Source,
+        build_base,
+        evaluate_modes,
+        risk_agreement,
+        summarise,
+    )
+
+    lobo = _transfer_lobo()
+    src = Source("demo", demo.registry, list(demo.train.texts), list(demo.train.gold), "train")
+    built = build_base([src], BaseConfig(seed=3, epochs=2), encoder=encoder)
+    ck = built.retriever.checkpoint
+    ctx = lobo.context_record(built)
+    assert set(ck.meta["inference"]["context"]) == set(lobo.CONTEXT_MODES) and ctx["settings"] == ck.meta["inference"]["context"]
+    assert set(ctx["selected"]) == set(lobo.CONTEXT_MODES) and "val_auc" in ctx["need_head"]
+    qs = demo.splits["test"]
+    emb = encoder.encode(demo.registry.texts())
+    pq = evaluate_modes(ck, demo.registry, emb, encoder.encode(qs.texts), qs.texts, qs.gold, encoder,
+                        modes=(*REPORT_MODES, *lobo.CONTEXT_MODES))
+    methods = summarise(pq)
+    reg = {"methods": methods, "risk": risk_agreement(ck, demo.registry, emb), "n_subsets": {}}
+    # a held-out registry without high-risk queries: NeedRisk-Hit@5 is undefined there
+    blank = {"methods": {m: {**v, "needrisk_hit@5": None} for m, v in methods.items()}, "risk": reg["risk"], "n_subsets": {}}
+    runs = {f"ultratool->sealtools|{s}": {"seed": s, "sealtools": blank, "demo": reg} for s in (1, 2)}
+    summary = lobo.summarise_runs({"runs": runs})["ultratool->sealtools"]
+    verdict = summary["demo"]["context"]["core+graph+context+rule"]
+    assert set(verdict) == {"safe_rvr@5", "needrisk_hit@5", "ndcg@5", "met_all"}
+    assert verdict["ndcg@5"]["bound"] == pytest.approx(methods["core+graph"]["ndcg@5"])
+    assert summary["demo"]["methods"]["core+graph+context"]["ndcg@5"][1] == 0.0  # the same run twice: std 0
+    assert summary["sealtools"]["context"]["core+graph+context"]["needrisk_hit@5"]["met"] is None
+    assert summary["sealtools"]["best_within_rvr"] not in lobo.CONTEXT_MODES
+    md = lobo.context_table_md({"ultratool->sealtools": summary})
+    assert "undefined (no such queries)" in md and "core+graph+context+rule" in md
