@@ -29,7 +29,8 @@ import numpy as np
 from riskrank.datasets import load_benchmark
 from riskrank.experiments import table7_stress
 from riskrank.experiments.common import HEADERS, f3, per_query_mean
-from riskrank.experiments.runner import DEFAULT_SEEDS, EvalRun, Runner
+from riskrank.experiments.reproduce import run_or_reuse
+from riskrank.experiments.runner import DEFAULT_SEEDS, EvalRun
 from riskrank.extras import requires
 from riskrank.fileio import atomic_write_bytes, write_json
 from riskrank.metrics import bootstrap_ci, max_gold_risk, paired_test
@@ -251,19 +252,7 @@ def context_report(
     out.mkdir(parents=True, exist_ok=True)
     bench = load_benchmark(dataset, data)
     methods = context_methods()
-    cache = out / CACHE
-    run = None
-    if reuse:
-        try:
-            cached = EvalRun.load(cache)
-        except Exception:
-            cached = None
-        if cached is not None and cached.seeds == [int(s) for s in seeds] and set(methods) <= set(cached.methods) and cached.dataset == dataset:
-            run = cached
-            echo(f"--reuse: rebuilding the context report from {cache}")
-    if run is None:
-        run = Runner(bench, methods, seeds=seeds, encoder=encoder, progress=progress).run()
-        run.save(cache)
+    run, _ = run_or_reuse(bench, methods, out / CACHE, seeds=seeds, encoder=encoder, reuse=reuse, progress=progress, echo=echo)
     risk = bench.registry.risk_levels
     with warnings.catch_warnings():
         # Safe-RVR and NeedRisk-Hit are NaN outside their query subsets: nanmean of those is NaN, by design.

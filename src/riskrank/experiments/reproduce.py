@@ -161,6 +161,30 @@ def _choices_table(run: EvalRun) -> str:
     return markdown_table(["pipeline", *[f"seed {s}" for s in run.seeds]], rows)
 
 
+def run_or_reuse(
+    bench: Any, methods: Sequence[str], cache: Path, *, seeds: Sequence[int], encoder: Any, reuse: bool, progress: bool,
+    echo: Callable[[str], None],
+) -> tuple[EvalRun, bool]:
+    """The evaluation of ``methods`` on ``bench``: the run cached in ``cache`` when ``reuse``
+    and it holds these seeds, methods and dataset, else a new run (saved there). Returns
+    (run, whether it was reused)."""
+    if reuse:
+        try:
+            cached = EvalRun.load(cache)
+        except Exception:
+            cached = None
+        if cached is None:
+            echo(f"--reuse: no cached run in {cache}; running the evaluation")
+        elif cached.seeds != [int(s) for s in seeds] or not set(methods) <= set(cached.methods) or cached.dataset != bench.name:
+            echo("--reuse: the cached run has other seeds, methods or dataset; running the evaluation")
+        else:
+            echo(f"--reuse: rebuilding the report from {cache}")
+            return cached, True
+    run = Runner(bench, list(methods), seeds=seeds, encoder=encoder, progress=progress).run()
+    run.save(cache)
+    return run, False
+
+
 def reproduce(
     dataset: str, out: str | Path, *, data: str | Path | None = None, encoder: Any = None,
     seeds: Sequence[int] = DEFAULT_SEEDS, reuse: bool = False, cross_encoders: bool = True,
@@ -174,24 +198,8 @@ def reproduce(
     out.mkdir(parents=True, exist_ok=True)
     bench = load_benchmark(dataset, data)
     methods = reproduction_methods(dataset, cross_encoders, extra_cross_encoders)
-    cache = out / RUN_CACHE
-    run, reused = None, False
-    if reuse:
-        try:
-            cached = EvalRun.load(cache)
-        except Exception:
-            cached = None
-        if cached is None:
-            echo(f"--reuse: no cached run in {cache}; running the evaluation")
-        elif cached.seeds != [int(s) for s in seeds] or not set(methods) <= set(cached.methods) or cached.dataset != dataset:
-            echo("--reuse: the cached run has other seeds, methods or dataset; running the evaluation")
-        else:
-            run = cached
-            reused = True
-            echo(f"--reuse: rebuilding the report from {cache}")
-    if run is None:
-        run = Runner(bench, methods, seeds=seeds, encoder=encoder, progress=progress).run()
-        run.save(cache)
+    run, reused = run_or_reuse(bench, methods, out / RUN_CACHE, seeds=seeds, encoder=encoder, reuse=reuse,
+                               progress=progress, echo=echo)
     t_report = time.perf_counter()
     figures: list[Path] = []
     sections = [f"# riskrank reproduction: {dataset}\n", "## Protocol\n", _protocol_text(run, bench), ""]
