@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from riskrank.audit import AuditError
+from riskrank.errors import AuditError
 from riskrank.extras import requires
 from riskrank.fileio import atomic_write_bytes
 from riskrank.registry import ToolRegistry

@@ -43,7 +43,7 @@ from typing import Any
 
 from riskrank._version import __version__
 from riskrank.annotators import Annotator, Failure, Vote, tool_key
-from riskrank.errors import RiskrankError
+from riskrank.errors import AuditError
 from riskrank.fileio import atomic_write_text, read_jsonl, write_json
 from riskrank.registry import ToolRegistry
 from riskrank.risk import ANNOTATION_PROMPT
@@ -55,12 +55,6 @@ REVIEW_SUFFIX = ".review.jsonl"
 AGREED, MEDIAN, SINGLE = "agreed", "median", "single"
 PENDING, REVIEWED, INCOMPLETE = "pending_review", "reviewed", "incomplete"
 RULE = "span 0: keep; span 1: median; span >= 2: human review (paper Section 4.2)"
-
-
-class AuditError(RiskrankError):
-    """A vote log, label file or review file is unusable."""
-
-    code = "audit_error"
 
 
 def default_side_paths(out: str | Path) -> tuple[Path, Path]:

@@ -39,6 +39,12 @@ class UnknownToolError(RiskrankError):
     code = "unknown_tool"
 
 
+class AuditError(RiskrankError):
+    """A vote log, label file or review file is unusable (the audit and the agreement report)."""
+
+    code = "audit_error"
+
+
 def error_body(exc: BaseException) -> dict[str, dict[str, str]]:
     """The one response body every surface (HTTP, MCP, a reload's status) gives for an error:
     ``{"error": {"code", "message"}}``. A :class:`RiskrankError` keeps its stable code and
