@@ -50,7 +50,7 @@ def test_servers_file_formats(tmp_path):
 
 
 @pytest.mark.parametrize(("data", "message"), [
-    ("{not json", "not JSON: Expecting property name"),
+    ("{not json", "invalid JSON at line 1: Expecting property name"),
     ('{"mcpServers": {"a": {"command": "sh"}, "a": {"command": "sh"}}}', "duplicate key 'a'"),
     ({"servers": {"a": {"command": "sh"}}, "mcpServers": {"b": {"command": "sh"}}}, "expected"),
     ({"mcpServers": {}}, "mcpServers: must be a non-empty object"),
@@ -114,7 +114,7 @@ def test_policy_file(tmp_path):
     ({"client_choices": {"mode": ["yolo"]}}, "client_choices.mode: 'yolo' is not one of"),
     ({"client_choices": {"lambda": [11]}}, "client_choices.lambda: lambdas are numbers from 0 to 10"),
     ({"levels": {"get-env": 0}}, "levels.get-env: must be a risk level"),
-    ('{"max_level": NaN}', "NaN is not a number JSON allows"),
+    ('{"max_level": NaN}', "NaN is not a JSON number"),
 ])
 def test_policy_errors_name_the_file_and_field(tmp_path, data, message):
     path = write(tmp_path, "policy.json", data)

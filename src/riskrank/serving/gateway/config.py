@@ -18,7 +18,6 @@ duplicate keys, bad globs and a command that is not on the child's PATH are mist
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from riskrank.errors import RiskrankError
+from riskrank.fileio import loads_strict
 from riskrank.modes import MODES, RISK_SOURCES
 from riskrank.serving.gateway.policy import CHOOSABLE, Policy
 from riskrank.serving.mcp_compat import ServerTarget
@@ -59,32 +59,16 @@ _GLOB_CHARS = re.compile(r"^[\x21-\x7e]+$")
 
 
 def _read_object(path: str | Path, what: str) -> dict[str, Any]:
-    """A JSON object from ``path``; duplicate keys, non-finite numbers and anything but an
-    object at the top are errors (the last of two equal keys would otherwise win silently)."""
-
-    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for k, v in pairs:
-            if k in out:
-                raise ConfigError(f"{path}: duplicate key {k!r}")
-            out[k] = v
-        return out
-
-    def no_constant(name: str) -> Any:
-        raise ConfigError(f"{path}: {name} is not a number JSON allows")
-
+    """A JSON object from ``path``, read by the project's strict reader (duplicate keys,
+    non-finite or runaway numbers are errors: the last of two equal keys would otherwise win
+    silently); anything but an object at the top is an error too."""
     try:
         text = Path(path).read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such {what} file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read the {what} file: {exc}") from None
-    try:
-        data = json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constant)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: nested too deeply") from None
+    data = loads_strict(text, str(path), ConfigError)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the {what} file must hold a JSON object")
     return data
