@@ -5,9 +5,10 @@ contract as the benchmarks.
 - With training queries, the trained methods train on them exactly as on a benchmark's
   training split (:class:`~riskrank.experiments.runner.Runner`: a validation slice of them
   chooses every setting, the heads train once per seed); they may not overlap the queries.
-- Without them, the trained methods are evaluated zero-shot from a checkpoint
-  (:func:`zero_shot_checkpoint`); with no checkpoint, only the untrained methods run (BM25,
-  dense, hybrid, their rule variants) and the result says which were left out.
+- Without them, the trained methods are evaluated zero-shot from a checkpoint, by default
+  the shipped base model (:func:`riskrank.base.resolve_checkpoint`, as every surface
+  resolves it); with ``none``, only the untrained methods run (BM25, dense, hybrid, their
+  rule variants) and the result says which were left out.
 - Exposure metrics need risk levels. Audited levels come from the registry or a labels file
   (the file wins where both give one); every other tool takes a predicted level, from the
   checkpoint's risk head when it has learned, else from the keyword annotator, and the
@@ -26,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from riskrank.base import resolve_checkpoint
 from riskrank.contamination import overlap
 from riskrank.datasets.base import Benchmark
 from riskrank.datasets.user import QueryFile, read_labels, read_queries
@@ -40,15 +42,6 @@ from riskrank.registry import ToolRegistry
 DEFAULT_METHODS = ("bm25", "dense", "hybrid", "dense+rule", "core", "core+graph", "core+graph+rule")
 #: Where a predicted level comes from (``levels.source`` in the results).
 LEVEL_SOURCES = {"head": "the checkpoint's risk head (with keyword evidence and MCP hints that only raise)", "keyword": "riskrank's keyword annotator"}
-
-
-def zero_shot_checkpoint(given: str | Path | None, encoder_identity: str | None = None) -> tuple[str | None, str | None]:
-    """The checkpoint a registry evaluation without training queries reads, and a note: the
-    one given; ``none``: no heads; none given: the shipped base model (unless the encoder is
-    not the base model's). Every surface that evaluates zero-shot asks here."""
-    from riskrank.base import resolve_checkpoint
-
-    return resolve_checkpoint(given, encoder_identity)
 
 
 @dataclass
@@ -124,7 +117,7 @@ def evaluate_registry(
     enc = encoder if encoder is not None and not isinstance(encoder, str) else Encoder(encoder, progress=progress)
     ck = None
     if train is None:
-        ck, ck_note = zero_shot_checkpoint(checkpoint, enc.identity)
+        ck, ck_note = resolve_checkpoint(checkpoint, enc.identity)
         if ck_note:
             notes.append(ck_note)
     skipped: list[str] = []
