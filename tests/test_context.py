@@ -32,7 +32,7 @@ def test_apply_context_equals_the_plain_policy(seed):
             want, admitted = context_policy(need_scores[i], hold_scores[i], rel[i], risky, need[i], tau, margin, k)
             assert int(dec.admitted[i]) == admitted
             assert rank(final[i : i + 1])[0].tolist() == want
-            assert dec.risk_cap[i] == (need[i] >= tau)
+            assert dec.risk_cap[i] == (k if need[i] >= tau else 0)  # no cap without the rule filter's
             assert dec.lam[i] == (0.5 if need[i] >= tau else 4.0)
 
 
@@ -46,6 +46,10 @@ def test_the_penalty_and_the_cap_follow_the_need():
     final, dec = apply_context(rel - 8 * p, rel - 8 * p, rel, risky, np.array([0.9]), 0.5, 1.0, 3, 8.0, 8.0)
     assert rank(final)[0, :3].tolist() == [2, 3, 0] and dec.admitted.tolist() == [0]  # a slot for the admitted tool
     assert "admitted" in dec.why(0, True)
+    # With the rule filter, the cap of a task that needs a risky tool is the validated one.
+    two = np.vstack([rel, rel])
+    _, dec = apply_context(two, two, two, risky, np.array([0.9, 0.1]), 0.5, None, 3, 0.0, 0.0, cap_need=2)
+    assert dec.risk_cap.tolist() == [2, 0] and "risk cap 2" in dec.why(0, True) and dec.take(1)["risk_cap"] == 0
     # The rule filter reads the per-task cap: 0 defers every risky tool.
     rf = RuleFilter(RuleConfig(k=3, redundancy_threshold=None, fill="safe"), np.array([4, 4, 1, 1, 1, 1, 1]), np.zeros(7, int))
     order, res = rf.filter_scores(rel, length=3, max_risky=np.array([0]))
@@ -98,7 +102,11 @@ def test_bad_input_mixed_negated_and_foreign_tasks(demo_fitted, mode):
     foreign = r.retrieve("lösche alle temporären Dateien im Ordner", mode=mode)
     for res in (mixed, negated, foreign):
         assert 0.0 <= res.need <= 1.0 and res.context["threshold"] == r.context_settings(parse_mode(mode))["tau"]
-        assert res.context["risk_cap"] in (0, 1)
+        cap = res.context["risk_cap"]
+        if not mode.endswith("+rule"):  # no rule filter, no cap: the penalty alone
+            assert cap is None
+        else:  # 0, or the validated cap of a task that needs a risky tool
+            assert cap == 0 if not res.context["needs_risk"] else cap in (1, 2, 3)
         # Every predicted-risky tool shown says why (admitted, or shown by its score).
         assert not _risky_exposed_without_reason(res)
         for d in res.deferred:

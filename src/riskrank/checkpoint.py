@@ -197,10 +197,11 @@ SIDECAR_SCHEMA: dict[str, Key] = {
         "lam": Key("number", low=0.0, high=MAX_LAMBDA), "alpha": Key("number", low=0.0, high=1.0),
         "normalisation": Key("str", choices=NORMALISATIONS)}),
     # The context stage per context pipeline: need threshold, relevance margin (null: none) and the
-    # penalty of a task that needs a risky tool (the pipeline's own lambda is the hold-back one).
+    # penalty of a task that needs a risky tool (the pipeline's own lambda is the hold-back one),
+    # and the rule pipeline's risk cap for such a task (absent: 1).
     "inference.context": Key("dict", required=False, names=r"(top[0-9]{1,7}/)?core\+graph\+context(\+rule)?", each={
         "tau": Key("number", low=0.0, high=1.0), "margin": Key("number", nullable=True, low=-MAX_LAMBDA, high=MAX_LAMBDA),
-        "lam_need": Key("number", low=0.0, high=MAX_LAMBDA)}),
+        "lam_need": Key("number", low=0.0, high=MAX_LAMBDA), "cap_need": Key("int", required=False, low=1, high=100)}),
     # The need head (weights in need.safetensors): its feature groups and how it was chosen.
     "need_head": Key("dict", required=False),
     "need_head.features": Key("list", items=NEED_FEATURES),

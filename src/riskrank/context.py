@@ -14,14 +14,18 @@ parts:
   predicts (numpy, no torch, no sklearn at inference).
 - the **policy** (:func:`apply_context`), per task: the risk penalty and the rule filter's
   risk cap depend on the need. A task whose need is below the threshold ``tau`` is ranked
-  with the hold-back penalty ``lam_hold`` (the pipeline's lambda) and, with the rule filter,
-  a risk cap of 0 (stricter than the rule filter's 1); a task at or above it is ranked with
-  the lighter ``lam_need``, a risk cap of 1, and its most relevant predicted-risky tool is
+  with the hold-back penalty ``lam_hold`` (the pipeline's lambda) and, with the rule filter, a
+  risk cap of 0 (stricter than the rule filter's usual 1). A hard hold without the filter
+  (every predicted-risky tool below every safe one) was measured and dropped: it also holds
+  back the gold tools the risk head over-rates, and cost UltraTool 0.05 NDCG@5. A task at or
+  above it is ranked with the lighter ``lam_need``,
+  the risk cap ``cap_need`` (with the rule filter: 1, 2 or 3 risky tools in the top-k, a task
+  may need more than one; without it, none), and its most relevant predicted-risky tool is
   admitted, with a slot of the top-k, when its relevance is at most ``margin`` logits below
   the best safe alternative's (a negative margin: when it beats it by that much; None:
   always).
 
-tau, margin and both lambdas are chosen on validation queries by
+tau, margin, the cap and both lambdas are chosen on validation queries by
 :func:`riskrank.training.choose_context`; each decision is returned with its evidence
 (:class:`ContextDecisions`), so a response can say why a risky tool was admitted or withheld.
 """
@@ -137,11 +141,18 @@ class ContextDecisions:
     lam: np.ndarray
     tau: float
     margin: float | None
+    cap_need: int | None = None
+    k: int = 5
 
     @property
     def risk_cap(self) -> np.ndarray:
-        """The rule filter's risk cap per task: 1 for a task that needs a risky tool, else 0."""
-        return self.needs_risk.astype(np.int64)
+        """The rule filter's risk cap per task: ``cap_need`` for a task that needs a risky tool,
+        else 0 (``cap_need`` None, the pipeline without the filter: k, no cap, for a task that needs one)."""
+        cap = self.k if self.cap_need is None else self.cap_need
+        return np.where(self.needs_risk, cap, 0).astype(np.int64)
+
+    def cap_text(self, q: int) -> str:
+        return "no risk cap" if self.cap_need is None else f"risk cap {int(self.risk_cap[q])}"
 
     def why(self, q: int, admitted: bool) -> str:
         """One line: why task ``q``'s risky tool was admitted, or why a risky tool was withheld."""
@@ -149,33 +160,37 @@ class ContextDecisions:
         margin = "none" if self.margin is None else f"{self.margin:g}"
         lam = float(self.lam[q])
         if not self.needs_risk[q]:
-            return (f"need {need:.2f} < threshold {tau:.2f}: the task does not need a risky tool "
-                    f"(penalty lambda {lam:g}, risk cap 0)")
+            cap = ", risk cap 0" if self.cap_need is not None else ""
+            return f"need {need:.2f} < threshold {tau:.2f}: the task does not need a risky tool (penalty lambda {lam:g}{cap})"
         gap = float(self.gap[q])
         gap_text = "no safe alternative" if not np.isfinite(gap) else f"relevance {gap:+.2f} logits vs the best safe tool"
         if admitted:
-            return f"need {need:.2f} >= threshold {tau:.2f}; {gap_text} (margin {margin}): admitted (risk cap 1)"
+            return f"need {need:.2f} >= threshold {tau:.2f}; {gap_text} (margin {margin}): admitted ({self.cap_text(q)})"
         if self.admitted[q] >= 0:
-            return f"need {need:.2f} >= threshold {tau:.2f}; another risky tool was admitted (penalty lambda {lam:g}, risk cap 1)"
+            return (f"need {need:.2f} >= threshold {tau:.2f}; another risky tool was admitted "
+                    f"(penalty lambda {lam:g}, {self.cap_text(q)})")
         return (f"need {need:.2f} >= threshold {tau:.2f}; {gap_text} trails by more than the margin {margin}: "
-                f"not admitted (penalty lambda {lam:g}, risk cap 1)")
+                f"not admitted (penalty lambda {lam:g}, {self.cap_text(q)})")
 
     def take(self, q: int) -> dict[str, Any]:
         return {"need": float(self.need[q]), "needs_risk": bool(self.needs_risk[q]), "threshold": self.tau, "margin": self.margin,
-                "lambda": float(self.lam[q]), "risk_cap": int(self.risk_cap[q]),
+                "lambda": float(self.lam[q]),
+                "risk_cap": None if self.cap_need is None else int(self.risk_cap[q]),
                 "relevance_gap": None if not np.isfinite(self.gap[q]) else round(float(self.gap[q]), 4)}
 
 
 def apply_context(
     need_scores: np.ndarray, hold_scores: np.ndarray, rel: np.ndarray, risky: np.ndarray, need: np.ndarray, tau: float,
-    margin: float | None, k: int, lam_need: float = 0.0, lam_hold: float = 0.0,
+    margin: float | None, k: int, lam_need: float = 0.0, lam_hold: float = 0.0, cap_need: int | None = None,
 ) -> tuple[np.ndarray, ContextDecisions]:
     """The policy over one batch (module docstring). ``need_scores`` / ``hold_scores`` [Q, L]:
     the pipeline's scores (after the graph) with the penalty of a task that needs a risky
     tool (``lam_need``) and of one that does not (``lam_hold``); ``rel`` [Q, L]: the
     relevance (logits, no penalty) the admission compares; ``risky`` [L] or [Q, L]:
-    predicted-risky flags; ``need`` [Q]. Returns each task's scores (an admitted tool
-    raised, when it must, just above the k-th other tool) and the decisions."""
+    predicted-risky flags; ``need`` [Q]; ``cap_need`` the risk cap of a task that needs a
+    risky tool (None: none; the rule filter enforces it, :attr:`ContextDecisions.risk_cap`).
+    Returns each task's scores (an admitted tool raised, when it must, just above the k-th
+    other tool) and the decisions."""
     need_scores = np.atleast_2d(np.asarray(need_scores, dtype=np.float32))
     hold_scores = np.atleast_2d(np.asarray(hold_scores, dtype=np.float32))
     rel = np.atleast_2d(np.asarray(rel, dtype=np.float32))
@@ -203,4 +218,5 @@ def apply_context(
         raise_to = np.where(has & (cur <= kth), lift, cur)
         out[rows[has], admitted[has]] = raise_to[has]
     lam = np.where(needs, np.float32(lam_need), np.float32(lam_hold)).astype(np.float32)
-    return out, ContextDecisions(need, needs, admitted, best_risky, best_safe, gap, lam, float(tau), margin)
+    return out, ContextDecisions(need, needs, admitted, best_risky, best_safe, gap, lam, float(tau), margin,
+                                 None if cap_need is None else int(cap_need), int(k))

@@ -619,8 +619,11 @@ class RiskAwareRetriever:
         if chosen is None:
             raise CheckpointError(f"mode {stages.name!r}: the checkpoint{where} has a need head but no inference.context "
                                   f"settings for {key!r}: retrain it with `riskrank train`")
+        # The rule pipeline's cap for a task that needs a risky tool (1 in checkpoints from
+        # before it was chosen); none without the rule filter.
+        cap = int(chosen.get("cap_need", 1)) if stages.rule else None
         return {"tau": float(chosen["tau"]), "margin": None if chosen.get("margin") is None else float(chosen["margin"]),
-                "lam_need": float(chosen["lam_need"])}
+                "lam_need": float(chosen["lam_need"]), "cap_need": cap}
 
     def _context_adjust(self, stages: Stages, query_emb: np.ndarray, cand: np.ndarray | None, cos: np.ndarray | None,
                         inputs: Any, rel: np.ndarray, f_risk: np.ndarray, m: int, k: int | None, ctx: dict[str, Any],
@@ -646,7 +649,7 @@ class RiskAwareRetriever:
         def adjust(smoothed: np.ndarray, smooth: Any) -> tuple[np.ndarray, np.ndarray | None]:
             need_scores = smooth(rel - np.float32(lam_need) * f_risk) if lam_need != lam_hold else smoothed
             final, dec = apply_context(need_scores, smoothed, rel, risky, need, setting["tau"], setting["margin"], slot,
-                                       lam_need, lam_hold)
+                                       lam_need, lam_hold, setting["cap_need"])
             # What the stage withheld: the risky tools a task that needs one would see in its top-k.
             width = min(slot, final.shape[1])
             pre, now = top_m(need_scores, width), top_m(final, width)
@@ -771,8 +774,12 @@ class RiskAwareRetriever:
             if t.index == admitted:
                 t.context = dec.why(q, True)
             elif t.predicted_level is not None and t.predicted_level >= RISKY_LEVEL:  # shown by its score, not admitted
-                t.context = dec.why(q, False).replace("not admitted", "not admitted; shown by its score") if dec.needs_risk[q] else (
-                    dec.why(q, False) + "; shown by its score all the same")
+                why = dec.why(q, False)
+                if not dec.needs_risk[q]:
+                    t.context = why + "; shown by its score all the same"
+                else:
+                    t.context = why.replace("not admitted", "not admitted; shown by its score") if "not admitted" in why else (
+                        why + "; shown by its score")
         shown = {t.index for t in res.tools}
         seen = {d.index for d in res.deferred}
         for i in batch.withheld[q]:

@@ -1067,11 +1067,15 @@ CONTEXT_TAU_GRID = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 CONTEXT_MARGIN_GRID = (-2.0, -1.0, 0.0, 1.0, 2.0, 4.0, None)
 CONTEXT_LAM_NEED_GRID = (0.0, 1.0, 2.0)
 CONTEXT_LAM_HOLD_GRID = (0.5, 1.0, 2.0, 4.0, 8.0)
+#: The rule pipeline's risk cap for a task that needs a risky tool (the rule filter's own is 1;
+#: a task's gold tools may hold more than one risky tool).
+CONTEXT_CAP_NEED_GRID = (1, 2, 3)
 CONTEXT_RULE = ("maximise validation NeedRisk-Hit@5 subject to validation Safe-RVR@5 <= that of core+graph+rule and "
                 "validation NDCG@5 >= that of core+graph minus one paired standard error (same validation queries); "
                 "ties (validation sets with few high-risk queries leave many) to the higher NDCG@5, then to the setting "
                 "that exposes a needed risky tool most readily: the lower threshold, the larger margin, the larger "
-                "hold-back lambda, the smaller need lambda; when nothing meets both constraints, the lowest Safe-RVR@5")
+                "hold-back lambda, the smaller need lambda, the smaller risk cap; when nothing meets both constraints, "
+                "the lowest Safe-RVR@5")
 
 
 def need_labels(gold: Sequence[np.ndarray], risk_levels: np.ndarray) -> np.ndarray:
@@ -1179,7 +1183,8 @@ def fit_context(
                             risk_levels, choice["pipelines"], graph,
                             RuleFilter(RuleConfig(fill=cfg.rule_fill), risk_levels, registry.perm_counts, tool_emb), record)
     choice["pipelines"].update({p: c["pipeline"] for p, c in chosen.items()})
-    choice["context"] = {p: {"tau": c["tau"], "margin": c["margin"], "lam_need": c["lam_need"]} for p, c in chosen.items()}
+    choice["context"] = {p: {"tau": c["tau"], "margin": c["margin"], "lam_need": c["lam_need"],
+                             **({"cap_need": c["cap_need"]} if c.get("cap_need") is not None else {})} for p, c in chosen.items()}
     result.validation["context"] = record
 
 
@@ -1216,8 +1221,9 @@ def choose_context(
     rule_filter: RuleFilter, record: dict[str, Any] | None = None, *, k: int = 5,
     tau_grid: Sequence[float] = CONTEXT_TAU_GRID, margin_grid: Sequence[float | None] = CONTEXT_MARGIN_GRID,
     lam_need_grid: Sequence[float] = CONTEXT_LAM_NEED_GRID, lam_hold_grid: Sequence[float] = CONTEXT_LAM_HOLD_GRID,
+    cap_need_grid: Sequence[int] = CONTEXT_CAP_NEED_GRID,
 ) -> dict[str, dict[str, Any]]:
-    """tau, margin and the two lambdas of each context pipeline on validation queries, by
+    """tau, margin, the two lambdas (and the rule pipeline's cap) of each context pipeline on validation queries, by
     :data:`CONTEXT_RULE`; the graph setting is ``core+graph``'s. ``rel`` [Q, N] relevance
     (the penalty's space), ``need`` [Q] the need head's, ``risky`` [N] the context stage's
     flags (:func:`context_risky`); the references are ``pipelines``' own core+graph and
@@ -1258,25 +1264,31 @@ def choose_context(
                     final, dec = apply_context(need_scores, hold_scores, rel, risky, need, tau, margin, k, lam_n, lam_h)
                     ranked = pin_named(final, named)
                     for p in CONTEXT_PIPELINES:
-                        if p.endswith("+rule"):
-                            order, _ = rule_filter.filter_scores(ranked, None, length=k, max_risky=dec.risk_cap)
-                        else:
-                            order = top_m(ranked, k)
-                        nd, sr, nh = measure(order)
-                        rows[p].append({"lam_need": float(lam_n), "lam": float(lam_h), "tau": float(tau), "margin": margin,
-                                        "ndcg@5": float(nd.mean()), "safe_rvr@5": sr, "needrisk_hit@5": nh,
-                                        "ndcg_se": _se(nd - ref_nd)})
+                        for cap in (cap_need_grid if p.endswith("+rule") else (None,)):
+                            if cap is None:
+                                order = top_m(ranked, k)
+                            else:
+                                order, _ = rule_filter.filter_scores(ranked, None, length=k,
+                                                                     max_risky=np.where(dec.needs_risk, cap, 0))
+                            nd, sr, nh = measure(order)
+                            rows[p].append({"lam_need": float(lam_n), "lam": float(lam_h), "tau": float(tau), "margin": margin,
+                                            "cap_need": cap, "ndcg@5": float(nd.mean()), "safe_rvr@5": sr,
+                                            "needrisk_hit@5": nh, "ndcg_se": _se(nd - ref_nd)})
     out: dict[str, dict[str, Any]] = {}
+    # How many settings each grid held and met both constraints (the rows themselves, thousands
+    # per pipeline, are not kept: they doubled the base model's size and nothing reads them).
     record["grids"] = {}
     for p, grid in rows.items():
         ok = [r for r in grid if r["safe_rvr@5"] <= ref_safe + 1e-12 and r["ndcg@5"] >= float(ref_nd.mean()) - r["ndcg_se"] - 1e-12]
         if ok:
             best = max(ok, key=lambda r: (round(r["needrisk_hit@5"], 10), round(r["ndcg@5"], 10), -r["tau"],
-                                          np.inf if r["margin"] is None else r["margin"], r["lam"], -r["lam_need"]))
+                                          np.inf if r["margin"] is None else r["margin"], r["lam"], -r["lam_need"],
+                                          -(r["cap_need"] or 0)))
         else:
             best = min(grid, key=lambda r: (round(r["safe_rvr@5"], 10), -r["ndcg@5"]))
-        out[p] = {"tau": best["tau"], "margin": best["margin"], "lam_need": best["lam_need"], "feasible": bool(ok),
+        out[p] = {"tau": best["tau"], "margin": best["margin"], "lam_need": best["lam_need"], "cap_need": best["cap_need"],
+                  "feasible": bool(ok),
                   "pipeline": {"lam": best["lam"], "alpha": alpha, "normalisation": norm}}
-        record["grids"][p] = grid
+        record["grids"][p] = {"settings": len(grid), "feasible": len(ok)}
         record[p] = {**best, "feasible": bool(ok)}
     return out

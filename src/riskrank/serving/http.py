@@ -152,7 +152,8 @@ class ContextDecision(BaseModel):
     threshold: float
     margin: float | None = Field(description="How far (logits) the risky tool's relevance may trail the best safe tool's; null: no limit.")
     lam: float = Field(alias="lambda", description="The risk penalty this task was ranked with (need lambda or hold-back lambda).")
-    risk_cap: int = Field(description="The rule filter's risk cap for this task (+rule): 1 when it needs a risky tool, else 0.")
+    risk_cap: int | None = Field(description="The rule filter's risk cap for this task (+rule): the validated cap (1-3) when it "
+                                            "needs a risky tool, else 0; null without the rule filter (no cap).")
     relevance_gap: float | None = Field(description="Relevance of the most relevant risky tool minus the best safe tool's (logits).")
     admitted: str | None
     best_safe: str | None
