@@ -19,6 +19,12 @@ distance and the seeds that meet each), and the need head's AUC on the held-out 
     python benchmarks/transfer_lobo.py --seeds 42,123,777 --out benchmarks/results/transfer_lobo.json
     python benchmarks/transfer_lobo.py --summarise FILE... --out benchmarks/results/transfer_lobo.json
 
+The **frontier** (a diagnostic, never a choice): each run also ranks the held-out test with
+every risk-aware mode at every lambda of :data:`FRONTIER_LAMS`; the summary reports the best
+NDCG@5 any (mode, lambda) reaches within RVR@5 <= 0.8 x dense, averaged over seeds. That
+lambda is picked on the test queries themselves, so it is an upper bound on what a better
+zero-shot lambda could do for the target, not a result of the model.
+
 Per-seed results are written as they finish (``--out``), so an interrupted run keeps them;
 ``--direction`` runs one direction (two processes can share the file's directory).
 """
@@ -45,6 +51,25 @@ NEED_RATIO = 0.9
 #: The metrics aggregated over seeds; Safe-RVR@5 and NeedRisk-Hit@5 are means over the
 #: low-risk and high-risk queries only (None on a registry without such queries).
 METRICS = ("ndcg@5", "rvr@5", "safe_rvr@5", "needrisk_hit@5")
+#: The frontier's modes and lambdas (module docstring).
+FRONTIER_MODES = ("core", "core+graph", "core+graph+rule", *CONTEXT_MODES)
+FRONTIER_LAMS = (0.0, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+
+
+def frontier(ck: Any, registry: Any, emb: np.ndarray, q_emb: np.ndarray, texts: list[str], gold: list, encoder: Any) -> dict:
+    """Mean metrics of every (mode, lambda) of the frontier on one registry's queries."""
+    from riskrank.metrics import evaluate
+    from riskrank.pipeline import RiskAwareRetriever
+    from riskrank.rules import PAPER_FILL
+
+    r = RiskAwareRetriever(registry, encoder=encoder, checkpoint=ck, tool_emb=emb, progress=False)
+    lexical = r.lexical_index.evidence(texts)
+    out: dict = {}
+    for mode in FRONTIER_MODES:
+        for lam in FRONTIER_LAMS:
+            m = evaluate(r.rank_batch(q_emb, mode=mode, lam=lam, fill=PAPER_FILL, lexical=lexical).order, list(gold), registry.risk_levels)
+            out[f"{mode}|{lam:g}"] = {k: float(np.nanmean(m[k])) if np.isfinite(m[k]).any() else None for k in METRICS}
+    return out
 
 
 def context_record(built: Any) -> dict:
@@ -103,7 +128,7 @@ def run(seeds: list[int], directions: list[str], out: Path, epochs: int, max_que
         demo = load_benchmark("demo")
         for seed in seeds:
             tag = f"{key}|{seed}"
-            if tag in done["runs"] and all(m in done["runs"][tag][tgt]["methods"] for m in modes):
+            if tag in done["runs"] and all(m in done["runs"][tag][tgt]["methods"] for m in modes) and "frontier" in done["runs"][tag][tgt]:
                 continue
             t0 = time.perf_counter()
             built = build_base(load_sources([src]), BaseConfig(seed=seed, epochs=epochs, max_queries=max_queries))
@@ -120,6 +145,8 @@ def run(seeds: list[int], directions: list[str], out: Path, epochs: int, max_que
                 row[name] = {"n_queries": len(qs), "n_subsets": subsets, "methods": summarise(pq),
                              "risk": risk_agreement(ck, bench.registry, emb),
                              "need": need_auc(ck, bench.registry, emb, q_emb, list(qs.texts), list(qs.gold), enc)}
+                if name == tgt:
+                    row[name]["frontier"] = frontier(ck, bench.registry, emb, q_emb, list(qs.texts), list(qs.gold), enc)
             row["seconds"] = round(time.perf_counter() - t0, 1)
             done["runs"][tag] = row
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -205,8 +232,38 @@ def summarise_runs(doc: dict) -> dict:
                     block[reg]["need_head"] = {k: _mean_std([n.get(k) for n in needs]) for k in ("auc", "flagged", "recall_at_tau")}
                     block[reg]["need_head"]["tau"] = [n["tau"] for n in needs]
                 block[reg]["context_settings"] = [r.get("context", {}).get("settings") for r in runs]
+            if all("frontier" in r[reg] for r in runs):
+                block[reg]["frontier"] = frontier_summary([r[reg]["frontier"] for r in runs], base, limit)
         out[key] = block
     return out
+
+
+def frontier_summary(per_seed: list[dict], base: float, limit: float) -> dict:
+    """The frontier over seeds: each (mode, lambda)'s mean NDCG@5 and RVR@5, and the best NDCG@5
+    within the RVR@5 limit (the lambda chosen on the test itself: an upper bound)."""
+    points = {key: {k: float(np.mean([s[key][k] for s in per_seed])) for k in ("ndcg@5", "rvr@5")} for key in per_seed[0]}
+    ok = {key: v for key, v in points.items() if v["rvr@5"] <= limit + 1e-12}
+    best = max(ok, key=lambda key: ok[key]["ndcg@5"]) if ok else None
+    return {"points": points, "best": best, "best_ndcg": ok[best]["ndcg@5"] if best else None,
+            "best_rvr": ok[best]["rvr@5"] if best else None, "best_ratio": ok[best]["ndcg@5"] / base if best else None,
+            "reachable": bool(best and ok[best]["ndcg@5"] >= TARGET_RATIO * base)}
+
+
+def frontier_md(summary: dict) -> str:
+    """One line per direction: the frontier's best point within the RVR@5 limit."""
+    lines = ["| direction | max(bm25, dense) | RVR@5 limit (0.8 x dense) | best (mode, lambda) on the test itself | NDCG@5 / RVR@5 "
+             "| ratio | 1.03x reachable by a lambda |", "|---|---|---|---|---|---|---|"]
+    for key, block in summary.items():
+        b = block[block_target(key)]
+        f = b.get("frontier")
+        if not f:
+            continue
+        cell = f"{f['best_ndcg']:.3f} / {f['best_rvr']:.3f}" if f["best"] else "none"
+        ratio = f"{f['best_ratio']:.3f}x" if f["best"] else "n/a"
+        where = "none" if not f["best"] else "{}, lambda {}".format(*f["best"].split("|"))
+        lines.append(f"| {key} | {b['baseline']:.3f} | {b['rvr_limit']:.3f} | {where} | {cell} | {ratio} | "
+                     f"{'yes' if f['reachable'] else 'no'} |")
+    return "\n".join(lines)
 
 
 def table_md(summary: dict) -> str:
@@ -283,17 +340,20 @@ def main() -> None:
         s = summarise_runs(doc)
         md = table_md(s)
         cmd = context_table_md(s)
-        print(md + "\n\n" + cmd)
+        fmd = frontier_md(s)
+        print(md + "\n\n" + cmd + "\n\n" + fmd)
         doc["summary"] = s
         doc["table_md"] = md
         doc["context_table_md"] = cmd
+        doc["frontier_md"] = fmd
         tmp = a.out.with_suffix(".tmp")
         tmp.write_text(json.dumps(doc, indent=1))
         tmp.replace(a.out)
         if a.card:
             from riskrank.base.build import attach_transfer
 
-            attach_transfer(a.card, {"summary": s, "table_md": md + "\n\n" + cmd, "command": "make transfer", "results": str(a.out)})
+            attach_transfer(a.card, {"summary": s, "table_md": md + "\n\n" + cmd + "\n\n" + fmd, "command": "make transfer",
+                                     "results": str(a.out)})
             print(f"wrote the transfer block of {a.card}/card.json")
         return
     run([int(s) for s in a.seeds.split(",")], a.direction or list(DIRECTIONS), a.out, a.epochs, a.max_queries)

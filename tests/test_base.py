@@ -313,3 +313,14 @@ def test_transfer_study_context_modes_and_verdicts(encoder, demo, torch_single_t
     assert summary["sealtools"]["best_within_rvr"] not in lobo.CONTEXT_MODES
     md = lobo.context_table_md({"ultratool->sealtools": summary})
     assert "undefined (no such queries)" in md and "core+graph+context+rule" in md
+    # The frontier: every (mode, lambda); core at lambda 0 is rel_only; the best point is the
+    # highest NDCG@5 within the RVR@5 limit, and 1.03x is reachable only when it gets there.
+    fr = lobo.frontier(ck, demo.registry, emb, encoder.encode(qs.texts), list(qs.texts), list(qs.gold), encoder)
+    assert len(fr) == len(lobo.FRONTIER_MODES) * len(lobo.FRONTIER_LAMS)
+    assert fr["core|0"]["ndcg@5"] == pytest.approx(methods["rel_only"]["ndcg@5"], abs=1e-4)  # summarise rounds to 4 places
+    limit = fr["core+graph+rule|0"]["rvr@5"]
+    f = lobo.frontier_summary([fr, fr], base=0.5, limit=limit)
+    within = [v["ndcg@5"] for v in fr.values() if v["rvr@5"] <= limit + 1e-12]
+    assert f["best_ndcg"] == pytest.approx(max(within)) and f["best_rvr"] <= limit + 1e-12
+    assert f["reachable"] == (max(within) >= 1.03 * 0.5)
+    assert lobo.frontier_summary([fr], base=0.5, limit=-1.0)["best"] is None

@@ -325,7 +325,8 @@ def _train_base(out: str, data_dir: str | None, benchmarks: str, seed: int, epoc
         if not isinstance(doc, dict) or "summary" not in doc or "table_md" not in doc:
             raise RiskrankError(f"--transfer {transfer_file}: not a summarised transfer_lobo.py result (no summary / table_md)")
         # the same block benchmarks/transfer_lobo.py --card writes
-        transfer = {"summary": doc["summary"], "table_md": doc["table_md"], "command": "make transfer", "results": transfer_file}
+        tables = "\n\n".join(str(doc[k]) for k in ("table_md", "context_table_md", "frontier_md") if doc.get(k))
+        transfer = {"summary": doc["summary"], "table_md": tables, "command": "make transfer", "results": transfer_file}
     built = build_base(load_sources(names, data_dir), BaseConfig(seed=seed, epochs=epochs, max_queries=max_queries), encoder=encoder)
     path = save_base(built, out, transfer=transfer)
     card = built.card
