@@ -18,9 +18,9 @@ parts:
   risk cap of 0 (stricter than the rule filter's usual 1). A hard hold without the filter
   (every predicted-risky tool below every safe one) was measured and dropped: it also holds
   back the gold tools the risk head over-rates, and cost UltraTool 0.05 NDCG@5. A task at or
-  above it is ranked with the lighter ``lam_need``,
-  the risk cap ``cap_need`` (with the rule filter: 1, 2 or 3 risky tools in the top-k, a task
-  may need more than one; without it, none), and its most relevant predicted-risky tool is
+  above it is ranked with the lighter ``lam_need``, the risk cap ``cap_need`` (with the rule
+  filter: 1, 2 or 3 risky tools in the top-k, a task may need more than one; without it,
+  none), and its most relevant predicted-risky tool is
   admitted, with a slot of the top-k, when its relevance is at most ``margin`` logits below
   the best safe alternative's (a negative margin: when it beats it by that much; None:
   always).

@@ -61,7 +61,7 @@ import math
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -1268,8 +1268,8 @@ def choose_context(
                             if cap is None:
                                 order = top_m(ranked, k)
                             else:
-                                order, _ = rule_filter.filter_scores(ranked, None, length=k,
-                                                                     max_risky=np.where(dec.needs_risk, cap, 0))
+                                caps = replace(dec, cap_need=cap).risk_cap
+                                order, _ = rule_filter.filter_scores(ranked, None, length=k, max_risky=caps)
                             nd, sr, nh = measure(order)
                             rows[p].append({"lam_need": float(lam_n), "lam": float(lam_h), "tau": float(tau), "margin": margin,
                                             "cap_need": cap, "ndcg@5": float(nd.mean()), "safe_rvr@5": sr,
