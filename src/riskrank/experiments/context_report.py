@@ -26,10 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from riskrank.datasets import load_benchmark
 from riskrank.experiments import table7_stress
 from riskrank.experiments.common import HEADERS, f3, per_query_mean
-from riskrank.experiments.reproduce import run_or_reuse
+from riskrank.experiments.reproduce import open_report, run_or_reuse
 from riskrank.experiments.runner import DEFAULT_SEEDS, EvalRun
 from riskrank.extras import requires
 from riskrank.fileio import atomic_write_bytes, write_json
@@ -248,12 +247,8 @@ def context_report(
     reuse: bool = False, progress: bool = True, echo: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Run (or reuse) the context evaluation and write context.md, context.json and the figures."""
-    with requires("repro", "riskrank reproduce --context (its figures)"):
-        import matplotlib  # noqa: F401
     t0 = time.perf_counter()
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    bench = load_benchmark(dataset, data)
+    out, bench = open_report(dataset, out, data, "riskrank reproduce --context")
     methods = context_methods()
     run, _ = run_or_reuse(bench, methods, out / CACHE, seeds=seeds, encoder=encoder, reuse=reuse, progress=progress, echo=echo)
     risk = bench.registry.risk_levels

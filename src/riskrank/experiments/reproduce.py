@@ -161,6 +161,16 @@ def _choices_table(run: EvalRun) -> str:
     return markdown_table(["pipeline", *[f"seed {s}" for s in run.seeds]], rows)
 
 
+def open_report(dataset: str, out: str | Path, data: str | Path | None, what: str) -> tuple[Path, Any]:
+    """What every report does first: check the figure extra (before the evaluation, not after
+    it), create the output folder and load the benchmark. Returns (out, benchmark)."""
+    with requires("repro", f"{what} (its figures)"):
+        import matplotlib  # noqa: F401
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out, load_benchmark(dataset, data)
+
+
 def run_or_reuse(
     bench: Any, methods: Sequence[str], cache: Path, *, seeds: Sequence[int], encoder: Any, reuse: bool, progress: bool,
     echo: Callable[[str], None],
@@ -191,12 +201,8 @@ def reproduce(
     extra_cross_encoders: Sequence[str] = (), progress: bool = True, echo: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Run (or reuse) the evaluation and write results.json, report.md and the figures."""
-    with requires("repro", "riskrank reproduce (its figures)"):
-        import matplotlib  # noqa: F401  (checked before the evaluation, not after it)
     t_start = time.perf_counter()
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    bench = load_benchmark(dataset, data)
+    out, bench = open_report(dataset, out, data, "riskrank reproduce")
     methods = reproduction_methods(dataset, cross_encoders, extra_cross_encoders)
     run, reused = run_or_reuse(bench, methods, out / RUN_CACHE, seeds=seeds, encoder=encoder, reuse=reuse,
                                progress=progress, echo=echo)
