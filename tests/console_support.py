@@ -93,12 +93,26 @@ class Browser:
     def submit(self, button: Any) -> None:
         """Click a form's button and wait until the next page has replaced this one (a click
         returns before the browser has navigated)."""
-        from selenium.webdriver.support import expected_conditions
+        from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
         from selenium.webdriver.support.ui import WebDriverWait
 
         page = self.css("html")
         button.click()
-        WebDriverWait(self.driver, GUARD_S).until(expected_conditions.staleness_of(page))
+
+        def replaced(_driver: Any) -> bool:
+            # selenium's staleness_of, plus the way chromium sometimes says the same thing: an
+            # inspector error "Node with given id does not belong to the document" (seen once in CI).
+            try:
+                page.is_enabled()
+            except StaleElementReferenceException:
+                return True
+            except WebDriverException as exc:
+                if "does not belong to the document" in str(exc):
+                    return True
+                raise
+            return False
+
+        WebDriverWait(self.driver, GUARD_S).until(replaced)
 
     def login(self, console_url: str, name: str, token: str | None = None) -> None:
         """Log in through the console's form (the token, if any, typed into it)."""
