@@ -113,7 +113,7 @@ def test_context_report_on_the_demo(tmp_path, encoder, monkeypatch):
     res = ctx.context_report("demo", tmp_path, seeds=[42], progress=False, echo=lambda *_: None, encoder=encoder)
     text = (tmp_path / "context.md").read_text()
     for heading in ("Table 5, extended", "Targets", "The need head", "Stress sets", "wider rule", "Table 7's rule",
-                    "Validated settings", "maximise validation NeedRisk-Hit@5"):
+                    "Chosen settings", "5-fold cross-validated", "maximise NeedRisk-Hit@5"):
         assert heading in text, heading
     split = res["context"]["splits"]["test"]
     assert set(split["table5"]) == set(ctx.METHODS)

@@ -300,8 +300,8 @@ def train(dataset: str | None, registry: str | None, queries: str | None, data_d
         n = tr.need_head.info
         auc = "n/a" if n.get("val_auc") is None else f"{n['val_auc']:.3f}"
         ctx = r.checkpoint.inference.get("context") or {}
-        click.echo(f"need head: {'+'.join(n['features'])}, C {n['C']:g}, validation AUC {auc} ({n['val_positives']} of {n['n_val']} "
-                   f"validation queries need a risky tool; chosen by {n['chosen_by']}); "
+        click.echo(f"need head: {'+'.join(n['features'])}, C {n['C']:g}, cross-validated AUC {auc} ({n['val_positives']} of "
+                   f"{n['n_val']} queries need a risky tool; chosen by {n['chosen_by']}); "
                    + "; ".join(f"{k} threshold {v['tau']:g} margin {'none' if v['margin'] is None else format(v['margin'], 'g')}"
                                for k, v in ctx.items()))
     for note in tr.warnings:

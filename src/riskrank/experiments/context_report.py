@@ -37,6 +37,7 @@ from riskrank.risk import RISKY_LEVEL
 from riskrank.tables import markdown_table
 from riskrank.training import (
     CONTEXT_CAP_NEED_GRID,
+    CONTEXT_FOLDS,
     CONTEXT_LAM_HOLD_GRID,
     CONTEXT_LAM_NEED_GRID,
     CONTEXT_MARGIN_GRID,
@@ -148,10 +149,12 @@ def need_auc(run: EvalRun, split: str, gold: list[np.ndarray], risk: np.ndarray)
         pos = [v.get("val_positives") for v in vals]
         rows.append([str(s), f"{min(va):.3f}–{max(va):.3f}" if va else "–", ", ".join(map(str, pos)), ", ".join(feats), f3(auc)])
     text = (f"Label: a gold tool has r >= 3. Test: n = {int(y.size)} queries, {int(y.sum())} positive. The feature set "
-            f"(query embedding `emb`, first-stage candidate risk `cand`) and C are chosen by validation AUC; with fewer than "
-            f"{MIN_NEED_VALIDATION} validation queries on either side of the label the prior ({'+'.join(PRIOR_NEED[0])}, "
-            f"C = {PRIOR_NEED[1]:g}) is used and the validation AUC is only reported.\n\n")
-    return text + markdown_table(["seed", "validation AUC (folds)", "validation positives (folds)", "features", "test AUC"], rows), data
+            f"(query embedding `emb`, first-stage candidate risk `cand`) and C are chosen by the out-of-fold AUC of "
+            f"{CONTEXT_FOLDS}-fold cross-validation over each fit's training and validation queries; with fewer than "
+            f"{MIN_NEED_VALIDATION} of them on either side of the label the prior ({'+'.join(PRIOR_NEED[0])}, "
+            f"C = {PRIOR_NEED[1]:g}) is used and the cross-validated AUC is only reported.\n\n")
+    return text + markdown_table(["seed", "cross-validated AUC (folds)", "positives of the fit (folds)", "features", "test AUC"],
+                                 rows), data
 
 
 def stress(run: EvalRun, split: str, gold: list[np.ndarray], risk: np.ndarray) -> tuple[str, dict[str, Any]]:
@@ -264,13 +267,13 @@ def _write(run: EvalRun, bench: Any, out: Path, risk: np.ndarray, t0: float) -> 
                 f"Protocol: {run.protocol}; encoder `{run.encoder}`; seeds {', '.join(map(str, run.seeds))}. "
                 "Methods: only those this report reads, through the reproduction's runner (`riskrank reproduce --context`).\n",
                 "## How the context stage is chosen\n",
-                "The need head f_need(q) is a class-balanced logistic regression trained on the training part of each fit "
-                "(label: a gold tool has r >= 3). A task below the need threshold is ranked with the hold-back lambda and, with "
+                "The need head f_need(q) is a class-balanced logistic regression trained on the training and validation "
+                "queries of each fit (label: a gold tool has r >= 3). A task below the need threshold is ranked with the hold-back lambda and, with "
                 "the rule filter, a risk cap of 0; a task at or above it with the need lambda, its most relevant risky tool "
                 "admitted within the margin, and, with the rule filter, a risk cap of 1 to 3 risky tools (a task's gold tools can "
                 "hold more than one). Per context pipeline, the need threshold, the relevance "
-                "margin, the need lambda, the hold-back lambda and (with the rule filter) that cap are chosen on the validation "
-                f"part of the same fit by this rule: {CONTEXT_RULE}. The graph setting is `core+graph`'s. Test queries choose "
+                "margin, the need lambda, the hold-back lambda and (with the rule filter) that cap are chosen on the same fit's "
+                f"queries by this rule: {CONTEXT_RULE}. The graph setting is `core+graph`'s. Test queries choose "
                 f"nothing. Grids: threshold {_grid(CONTEXT_TAU_GRID)}; margin (logits) {_grid(CONTEXT_MARGIN_GRID)}; need lambda "
                 f"{_grid(CONTEXT_LAM_NEED_GRID)}; hold-back lambda {_grid(CONTEXT_LAM_HOLD_GRID)}; risk cap "
                 f"{_grid(CONTEXT_CAP_NEED_GRID)}. History, all of it after test figures had been seen: the grids were widened "
@@ -280,8 +283,11 @@ def _write(run: EvalRun, bench: Any, out: Path, risk: np.ndarray, t0: float) -> 
                 "filter and NeedRisk-Hit@5 with it) the rule pipeline's cap for a task that needs a risky tool became a validated "
                 "setting (it had been 1). A hard hold-back tried at the same time (every predicted-risky tool below every safe one "
                 "for a task that needs none, without the rule filter too) lowered test NDCG@5 by 0.05 on UltraTool and was "
-                "dropped. No number was chosen on test queries.\n",
-                "## Validated settings per seed and fold\n", _choices(run), ""]
+                "dropped. Then, after the 3-seed run of the validated cap (which missed Safe-RVR@5 on Seal-Tools, whose "
+                "validation slices hold 1-5 high-risk queries, and missed both targets narrowly on UltraTool, with choices "
+                "that varied from fold to fold), the choice moved from the fit's 20 % validation slice to 5-fold "
+                "cross-validation over all of the fit's queries. No number was chosen on test queries.\n",
+                "## Chosen settings per seed and fold\n", _choices(run), ""]
     extra: dict[str, Any] = {"rule": CONTEXT_RULE, "wide_stress_rule": WIDE_RULE, "splits": {}}
     figures = []
     for split in run.splits:
