@@ -113,6 +113,11 @@ def test_reduced_build_is_deterministic_and_loads(tmp_path, monkeypatch, encoder
     assert "zero_shot_settings" in card["rules"] and set(card["inference"]["pipelines"]) >= {"core", "core+graph+rule"}
     assert card["files"]["heads.safetensors"] == ck.meta["weights_sha256"]
     assert (out[0] / base.CARD_MD).read_text().startswith("# riskrank-base")
+    # The context stage's need head: the zero-shot one (candidate-risk features), in the saved
+    # files and in the in-memory retriever the transfer study evaluates alike.
+    assert built.retriever.checkpoint.need_head is built.retriever.training.need_head
+    assert ck.need_head.features == ("cand",) and built.retriever.checkpoint.meta["need_head"]["features"] == ["cand"]
+    assert np.allclose(ck.need_head.w, built.retriever.checkpoint.need_head.w)
 
 
 def test_fixed_fusion_in_train_config(make_synthetic):

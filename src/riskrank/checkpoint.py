@@ -364,7 +364,7 @@ def sidecar(result: TrainResult, *, encoder: dict[str, Any], registry_fingerprin
                  "lexical": list(result.model.lexical), "penalty": result.model.penalty},
         "inference": {"lam": result.lam, **(inference or {})},
         **({"risk_head": dict(result.risk_quality)} if result.risk_quality else {}),
-        **({"need_head": _need_info(result.need_head)} if result.need_head is not None else {}),
+        **({"need_head": need_info(result.need_head)} if result.need_head is not None else {}),
         "hyperparameters": asdict(result.config),
         "training_data": {"registry_fingerprint": registry_fingerprint, **(training_data or {})},
         "counts": result.counts,
@@ -381,7 +381,8 @@ def _created() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(epoch)) if epoch.isdigit() else time.gmtime())
 
 
-def _need_info(head: NeedHead) -> dict[str, Any]:
+def need_info(head: NeedHead) -> dict[str, Any]:
+    """The sidecar's ``need_head`` block: the head's features and how it was chosen."""
     keys = ("C", "val_auc", "chosen_by", "n_train", "train_positives", "n_val", "val_positives", "grid")
     return {"features": list(head.features), **{k: head.info[k] for k in keys if k in head.info}}
 

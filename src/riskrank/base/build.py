@@ -25,7 +25,8 @@ training or validation queries only (never on a test split):
    permission edges only (what any registry without training queries gets): the residual
    weight, lambda and alpha per pipeline, the relevance floor. These are the shipped
    inference settings; the in-domain ones stay in the card. The context stage (the need head,
-   then tau, margin and both lambdas of each context pipeline) is chosen the same way.
+   then tau, margin and both lambdas of each context pipeline) is chosen the same way, with a
+   need head that reads only the candidate-risk features (:data:`BASE_NEED_FEATURES`).
 
 A build is deterministic: every random source is seeded, and the sidecar's time stamp comes
 from ``SOURCE_DATE_EPOCH`` when it is set (the reproducible-builds convention; the make target
@@ -73,6 +74,13 @@ class Source:
     split: str
     files: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+
+#: The base model's need head reads the risk of the first stage's candidates only: the query
+#: embedding learns the phrasing of one benchmark's risky asks, and in the leave-one-benchmark-
+#: out study an embedding need head scored AUC 0.48-0.50 on the held-out benchmark, against
+#: 0.82 for the candidate-risk one (docs/base-model.md).
+BASE_NEED_FEATURES = (("cand",),)
 
 
 @dataclass
@@ -289,7 +297,14 @@ def build_base(sources: Sequence[Source], cfg: BaseConfig | None = None, *, enco
                                  "pipelines": dict(chosen["pipelines"])}
     tr, _ = validation_split(len(gold), rcfg)
     fit_context(result, graph0, zs_choice, u_emb, q_emb, gold, tr, va, union, rcfg, lexical=r.lexical_index.evidence(texts),
-                fusion=fusion)
+                fusion=fusion, prepare=drop_embedding_residual, graph_gold=False, need_feature_sets=BASE_NEED_FEATURES)
+    # The retriever's checkpoint was made by the normal fit, with the in-domain need head: the
+    # zero-shot one replaces it, as it does in the saved files (``result`` is what is saved).
+    from riskrank.checkpoint import need_info
+
+    r.checkpoint.need_head = result.need_head
+    if result.need_head is not None:
+        r.checkpoint.meta["need_head"] = need_info(result.need_head)
     inference = {"fusion": fusion.to_dict(), "lam": chosen["lam"], "alpha": chosen["alpha"],
                  "normalisation": chosen["normalisation"], "pipelines": zs_choice["pipelines"], "min_score": chosen["min_score"],
                  "residual_weight": chosen["residual_weight"]}
