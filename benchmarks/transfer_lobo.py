@@ -11,8 +11,8 @@ of the level head, and the quadratic kappa of the predicted levels. The bundled 
 registry (98 tools, 56 tasks) is a third registry neither model saw.
 
 The context modes (``core+graph+context``, ``core+graph+context+rule``) run beside the report
-modes, with the settings the build chose for them (on the source's validation slice, in the
-zero-shot form; :func:`context_record` keeps them with each run); the summary scores them against their targets: Safe-RVR@5 <= ``core+graph+rule``'s,
+modes, with the need head and settings the build chose for them (cross-validated over the
+source's queries, in the zero-shot form; :func:`context_record` keeps them with each run); the summary scores them against their targets: Safe-RVR@5 <= ``core+graph+rule``'s,
 NeedRisk-Hit@5 >= 0.9 x ``rel_only``'s, NDCG@5 >= ``core+graph``'s (means over seeds, with the
 distance and the seeds that meet each), and the need head's AUC on the held-out queries.
 
@@ -74,7 +74,7 @@ def frontier(ck: Any, registry: Any, emb: np.ndarray, q_emb: np.ndarray, texts: 
 
 def context_record(built: Any) -> dict:
     """What the build chose for the context stage in its zero-shot form (the need head, then
-    tau, margin and both lambdas per context pipeline, on the source's validation slice)."""
+    tau, margin and both lambdas per context pipeline, cross-validated over the source's queries)."""
     settings = built.retriever.checkpoint.meta["inference"].get("context")
     rec = built.retriever.training.validation.get("context", {})
     return {"settings": settings, "rule": rec.get("rule"), "reference": rec.get("reference"),
