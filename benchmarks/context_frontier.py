@@ -77,6 +77,8 @@ def run_fold(r: Any, seed: int, train_q: Any, train_emb: np.ndarray, train_lex: 
 
 def pool(folds: list[dict]) -> dict:
     """One seed: the folds' rows and references, query-weighted."""
+    from riskrank.training import context_rule_key
+
     n = sum(f["n"] for f in folds)
     n_low = sum(f["n_low"] for f in folds)
     n_high = sum(f["n_high"] for f in folds)
@@ -86,14 +88,16 @@ def pool(folds: list[dict]) -> dict:
     out: dict[str, Any] = {"n": n, "n_low": n_low, "n_high": n_high, "core+graph ndcg@5": ref_nd,
                            "core+graph+rule safe_rvr@5": ref_safe, "rel_only needrisk_hit@5": rel_hit,
                            "needrisk bound": NEED_RATIO * rel_hit, "pipelines": {}}
+
+    def weighted(rows: list[dict]) -> dict[str, float]:
+        """One row per fold -> the seed's metrics, each fold weighted by its queries of that metric."""
+        return {m: sum(x[m] * f[w] for x, f in zip(rows, folds, strict=True)) / max(sum(f[w] for f in folds), 1)
+                for m, w in (("ndcg@5", "n"), ("safe_rvr@5", "n_low"), ("needrisk_hit@5", "n_high"))}
     for p in PIPELINES:
         pooled = []
         for j, r0 in enumerate(folds[0]["rows"][p]):
             parts = [f["rows"][p][j] for f in folds]
-            pooled.append({**{k: r0[k] for k in ("lam_need", "lam", "tau", "margin", "cap_need")},
-                           "ndcg@5": sum(x["ndcg@5"] * f["n"] for x, f in zip(parts, folds, strict=True)) / n,
-                           "safe_rvr@5": sum(x["safe_rvr@5"] * f["n_low"] for x, f in zip(parts, folds, strict=True)) / max(n_low, 1),
-                           "needrisk_hit@5": sum(x["needrisk_hit@5"] * f["n_high"] for x, f in zip(parts, folds, strict=True)) / max(n_high, 1),
+            pooled.append({**{k: r0[k] for k in ("lam_need", "lam", "tau", "margin", "cap_need")}, **weighted(parts),
                            "ndcg_se": float(np.sqrt(sum((x["ndcg_se"] * f["n"]) ** 2 for x, f in zip(parts, folds, strict=True)))) / n})
         safe = [x for x in pooled if x["safe_rvr@5"] <= ref_safe + 1e-12]
         ok = [x for x in safe if x["ndcg@5"] >= ref_nd - x["ndcg_se"] - 1e-12]
@@ -101,22 +105,15 @@ def pool(folds: list[dict]) -> dict:
         nd_ok = [x for x in pooled if x["ndcg@5"] >= ref_nd - x["ndcg_se"] - 1e-12]
         need_ok = [x for x in nd_ok if x["needrisk_hit@5"] >= NEED_RATIO * rel_hit - 1e-12]
 
-        def rule_key(x: dict) -> tuple:
-            return (round(x["needrisk_hit@5"], 10), round(x["ndcg@5"], 10), -x["tau"],
-                    np.inf if x["margin"] is None else x["margin"], x["lam"], -x["lam_need"], -(x["cap_need"] or 0))
-
         chosen = [f["chosen"].get(p) for f in folds]
         picked = []
         for f, c in zip(folds, chosen, strict=True):
             picked.append(next((x for x in f["rows"][p] if c and x["tau"] == c["tau"] and x["margin"] == c["margin"]
                                 and x["lam_need"] == c["lam_need"] and x["cap_need"] == c.get("cap_need") and x["lam"] == c["lam"]), None))
-        deployed = None if None in picked else {
-            "ndcg@5": sum(x["ndcg@5"] * f["n"] for x, f in zip(picked, folds, strict=True)) / n,
-            "safe_rvr@5": sum(x["safe_rvr@5"] * f["n_low"] for x, f in zip(picked, folds, strict=True)) / max(n_low, 1),
-            "needrisk_hit@5": sum(x["needrisk_hit@5"] * f["n_high"] for x, f in zip(picked, folds, strict=True)) / max(n_high, 1)}
+        deployed = None if None in picked else weighted(picked)
         out["pipelines"][p] = {
             "settings": len(pooled), "meet_safe_and_ndcg": len(ok), "meet_all_three": len(all3),
-            "rule_on_test": max(ok, key=rule_key) if ok else None,
+            "rule_on_test": max(ok, key=context_rule_key) if ok else None,
             "lowest_safe_rvr_at_the_need_bound": min(need_ok, key=lambda x: x["safe_rvr@5"]) if need_ok else None,
             "chosen_by_the_fit": chosen,
         }

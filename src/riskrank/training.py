@@ -1290,6 +1290,13 @@ def top5_metrics(gold: Sequence[np.ndarray], risk_levels: np.ndarray, n_tools: i
     return measure
 
 
+def context_rule_key(r: dict[str, Any]) -> tuple:
+    """:data:`CONTEXT_RULE`'s order among the settings that meet its constraints (the largest
+    wins): NeedRisk-Hit@5, NDCG@5, then the setting that exposes a needed risky tool most readily."""
+    return (round(r["needrisk_hit@5"], 10), round(r["ndcg@5"], 10), -r["tau"], np.inf if r["margin"] is None else r["margin"],
+            r["lam"], -r["lam_need"], -(r["cap_need"] or 0))
+
+
 def choose_context(
     parts: Sequence[ContextPart], penalty: np.ndarray, risky: np.ndarray, risk_levels: np.ndarray,
     pipelines: dict[str, dict[str, Any]], rule_filter: RuleFilter, record: dict[str, Any] | None = None, *, k: int = 5,
@@ -1366,9 +1373,7 @@ def choose_context(
         safe = [r for r in grid if r["safe_rvr@5"] <= ref_safe + 1e-12]
         ok = [r for r in safe if r["ndcg@5"] >= float(ref_nd.mean()) - r["ndcg_se"] - 1e-12]
         if ok or safe:  # the NDCG@5 constraint is the one given up first
-            best = max(ok or safe, key=lambda r: (round(r["needrisk_hit@5"], 10), round(r["ndcg@5"], 10), -r["tau"],
-                                                  np.inf if r["margin"] is None else r["margin"], r["lam"], -r["lam_need"],
-                                                  -(r["cap_need"] or 0)))
+            best = max(ok or safe, key=context_rule_key)
         else:
             best = min(grid, key=lambda r: (round(r["safe_rvr@5"], 10), -r["ndcg@5"]))
         out[p] = {"tau": best["tau"], "margin": best["margin"], "lam_need": best["lam_need"], "cap_need": best["cap_need"],
