@@ -329,3 +329,22 @@ def test_transfer_study_context_modes_and_verdicts(encoder, demo, torch_single_t
     assert f["best_ndcg"] == pytest.approx(max(within)) and f["best_rvr"] <= limit + 1e-12
     assert f["reachable"] == (max(within) >= 1.03 * 0.5)
     assert lobo.frontier_summary([fr], base=0.5, limit=-1.0)["best"] is None
+
+
+def test_the_library_names_the_base_model(encoder):
+    """``checkpoint="riskrank-base"`` loads the base model every surface uses by default; a rule
+    mode without any checkpoint says how to get one."""
+    from riskrank import RiskAwareRetriever
+    from riskrank.base import default_checkpoint
+    from riskrank.datasets.demo import demo_registry_path
+    from riskrank.errors import RiskrankError
+
+    if default_checkpoint() is None:
+        pytest.skip("no base model in this checkout")
+    reg = ToolRegistry.load(demo_registry_path())
+    r = RiskAwareRetriever(reg, checkpoint="riskrank-base")
+    res = r.retrieve("delete the old log files", k=3, mode="rule")
+    assert res.tools and res.settings is not None and res.settings.mode == res.mode
+    assert all(t.risk_level == r.tool_levels.levels[t.index] for t in res.tools)
+    with pytest.raises(RiskrankError, match="riskrank-base"):
+        RiskAwareRetriever(reg, encoder=r.encoder).retrieve("delete the old log files", mode="rule")

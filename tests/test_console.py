@@ -100,7 +100,7 @@ def test_the_gateway_waits_for_the_operator(gateway):  # noqa: F811 - the fixtur
             while not broker.pending:
                 await anyio.sleep(0.001)
             (item,) = broker.waiting()
-            assert item.request.provenance == "keyword" and item.request.upstream == "notes"
+            assert item.request.provenance == "predicted" and item.request.upstream == "notes"  # the base model's level
             assert item.request.evidence and item.request.arguments == {"notebook": "x"}
             broker.decide(item.id, approve, "alice", note)
         return text_of(out[0])

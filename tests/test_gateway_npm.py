@@ -406,7 +406,7 @@ def test_a_dead_upstream_is_removed_and_restarted(setup, bins):
 
 def test_the_example_agent_loop(bins, tmp_path):
     """examples/gateway_agent.py, the transcript docs/serving.md shows: filesystem and memory
-    behind the gateway with the bundled encoder; approve one confirmation, decline one."""
+    behind the gateway with the bundled encoder; approve two confirmations, decline one."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("gateway_agent", Path(__file__).resolve().parents[1] / "examples" / "gateway_agent.py")
@@ -427,5 +427,83 @@ def test_the_example_agent_loop(bins, tmp_path):
     forget = by_task["delete the entity Alice from the knowledge graph with delete_entities"]
     assert forget["result"].startswith("not_exposed: 'delete_entities'") and "delete_entities" not in forget["offered"]
     audit = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
-    assert [r["confirmed"] for r in audit if r.get("confirmed")] == ["elicitation"]
+    # read_text_file is L3 (the base model's level, shown and enforced alike): asked and approved.
+    read = by_task["read the log file old.log"]
+    assert not read["error"] and read["tool"] == "read_text_file"
+    assert [r["tool"] for r in audit if r.get("confirmed")] == ["read_text_file", "create_entities"]
     assert any("user answers: decline" in x for x in lines)
+
+
+class _Declining:
+    """A broker that records the level every call is checked at and declines it (nothing runs)."""
+
+    name = "test"
+
+    def __init__(self) -> None:
+        self.levels: dict[str, int] = {}
+
+    async def confirm(self, request, call):
+        from riskrank.serving.gateway.confirm import DECLINE, Answer
+
+        self.levels[request.tool] = request.level
+        return Answer(DECLINE, by="test")
+
+
+class _Call:
+    session_key = "consistency"
+    progress_token = None
+    wants_progress = False
+
+    async def confirm(self, message, bind):  # pragma: no cover - the broker answers
+        return "decline"
+
+
+def test_one_level_per_tool_over_the_npm_servers(bins, tmp_path):
+    """For every tool of the filesystem, memory and everything servers: the level find_tools
+    shows equals the level its call is checked at and the level the console shows."""
+    from riskrank.catalogue import ArtefactSpec
+    from riskrank.encoder import make_encoder
+    from riskrank.serving.gateway.auditlog import AuditLog
+    from riskrank.serving.gateway.config import load_servers
+    from riskrank.serving.gateway.policy import Policy
+    from riskrank.serving.gateway.upstreams import UpstreamManager
+    from riskrank.serving.mcp import Gateway, _Catalogues, console_host
+
+    (tmp_path / "files").mkdir()
+    (tmp_path / "servers.json").write_text(json.dumps({"mcpServers": {
+        "filesystem": {"command": str(bins / "mcp-server-filesystem"), "args": [str(tmp_path / "files")]},
+        "memory": {"command": str(bins / "mcp-server-memory"), "env": {"MEMORY_FILE_PATH": str(tmp_path / "memory.jsonl")}},
+        "everything": {"command": str(bins / "mcp-server-everything"), "args": ["stdio"]},
+    }}))
+    # Every call asks first (confirm_level 1), so the check runs and the broker declines: nothing runs.
+    policy = Policy(max_level=5, confirm_level=1, levels={"get-env": 2})
+    spec = ArtefactSpec("upstreams", fill_levels="keyword")
+    encoder = make_encoder(None)
+    rows: list[tuple[str, int, int, int]] = []
+
+    async def main() -> None:
+        manager = UpstreamManager(load_servers(tmp_path / "servers.json"), startup_timeout=60)
+        broker = _Declining()
+        async with anyio.create_task_group() as tg:
+            await tg.start(manager.run)
+            keeper = _Catalogues(None, manager, spec, encoder, policy, AuditLog(None), lambda _: None)
+            view = await keeper.build()
+            gateway = Gateway(view, policy=policy, manager=manager, audit=AuditLog(None), broker=broker)
+            console = {r["name"]: r["level"] for r in console_host(gateway).tools()}
+            shown: dict[str, int] = {}
+            for name in sorted(set(view.tools) - set(view.not_offered)):
+                out = mcp_compat.wire(await gateway.find_tools({"task": f"use {name}", "k": 10}, _Call()))["structuredContent"]
+                shown.update({t["name"]: t["risk_level"] for t in out["tools"]})
+                await gateway.forward_call({"name": name, "arguments": {}}, _Call())
+            for name in sorted(view.tools):
+                rows.append((name, shown.get(name), broker.levels.get(name), console[name]))
+            tg.cancel_scope.cancel()
+
+    anyio.run(main)
+    print(f"\n{'tool':<40} shown checked console")
+    for name, shown, checked, console in rows:
+        print(f"{name:<40} {shown!s:>5} {checked!s:>7} {console!s:>7}")
+    assert len(rows) >= 25
+    assert all(shown is not None for _, shown, _, _ in rows), [r for r in rows if r[1] is None]
+    differ = [r for r in rows if not r[1] == r[2] == r[3]]
+    assert differ == []

@@ -10,11 +10,11 @@ import anyio
 import pytest
 from mcp import Client
 
-from riskrank.catalogue import ArtefactSpec, label_provenance
+from riskrank.catalogue import ArtefactSpec
 from riskrank.datasets.demo import demo_registry_path
 from riskrank.encoder import make_encoder
 from riskrank.registry import ToolRegistry
-from riskrank.risk import RISKY_LEVEL
+from riskrank.risk import RISKY_LEVEL, resolve_tool_levels
 from riskrank.serving import mcp_compat
 from riskrank.serving.gateway.auditlog import AuditLog
 from riskrank.serving.gateway.config import UpstreamConfig
@@ -160,10 +160,10 @@ def test_equal_input_equal_output(dense_view):
 # -- MCP annotations as risk evidence -------------------------------------------------------------------
 def test_annotations_as_risk_evidence():
     reg = ToolRegistry.from_data(MCP_TOOLS, fmt="mcp")
-    filled, prov, evidence = label_provenance(reg, fill=True)
-    level = {t.name: t.risk_level for t in filled}
-    ev = dict(zip(reg.names, evidence, strict=True))
-    assert set(prov) == {"keyword"}
+    filled = resolve_tool_levels(reg, fill_keyword=True)
+    level = dict(zip(reg.names, filled.levels.tolist(), strict=True))
+    ev = dict(zip(reg.names, filled.evidence, strict=True))
+    assert set(filled.provenance) == {"keyword"}
     # destructiveHint is never low risk, even with a harmless description.
     assert level["tidy_notes"] >= 4 and "mcp: destructiveHint" in ev["tidy_notes"]
     assert level["purge_notes"] >= 4
@@ -173,16 +173,20 @@ def test_annotations_as_risk_evidence():
     assert level["search_web"] == 2 and "mcp: openWorldHint" in ev["search_web"]
     assert level["count_words"] == 1
     # Trusted, an uncontradicted readOnlyHint lowers to at most L2.
-    trusted, _, tev = label_provenance(reg, fill=True, trust_annotations=True)
-    assert {t.name: t.risk_level for t in trusted}["read_notes"] <= 2 and "mcp: readOnlyHint" in tev[0]
+    trusted = resolve_tool_levels(reg, fill_keyword=True, trust_annotations=True)
+    assert trusted.levels[0] <= 2 and "mcp: readOnlyHint" in trusted.evidence[0]
 
     # Without filling: the rule filter's fail-closed path reads the hints that raise a level.
-    _, prov, _ = label_provenance(reg, fill=False)
+    prov = resolve_tool_levels(reg).provenance
     assert dict(zip(reg.names, prov, strict=True)) == {
         "read_notes": "unlabelled", "purge_notes": "annotation", "tidy_notes": "annotation",
         "search_web": "unlabelled", "count_words": "unlabelled"}
-    _, prov, _ = label_provenance(reg, fill=False, trust_annotations=True)
+    prov = resolve_tool_levels(reg, trust_annotations=True).provenance
     assert dict(zip(reg.names, prov, strict=True))["read_notes"] == "annotation"
+    # A policy pin wins over every other source, and provenance says so.
+    pinned = resolve_tool_levels(reg, fill_keyword=True, pins={"tidy_notes": 1, "count_words": 5})
+    assert pinned.of(reg.index_of("tidy_notes"))["risk_level"] == 1
+    assert pinned.of(reg.index_of("count_words"))["risk_provenance"] == "policy"
 
 
 def test_unlabelled_tools_fail_closed(tmp_path, encoder):
@@ -282,7 +286,7 @@ def text_of(result) -> str:
 def test_call_tool_only_what_the_latest_find_returned(gateway):
     levels = {n: lvl for n, (lvl, _) in gateway.view.levels.items()}
     assert levels["read_notes"] <= 2 and levels["purge_notes"] >= 4 and levels["run_shell"] == 5
-    assert gateway.view.levels["run_shell"][1] == "audited"
+    assert gateway.view.levels["run_shell"][1] == "policy"  # the pin wins, and says so
     assert "run_shell" in gateway.view.not_offered  # L5 > max_level 4: never ranked, never callable
     s1 = StubCall(key="s1")
     res = run_call(gateway, "read_notes", call=s1)

@@ -25,17 +25,8 @@ from riskrank.errors import RiskrankError, error_body
 from riskrank.fileio import UnsafeFileError, read_regular_file
 from riskrank.modes import MODES, parse_mode, safe_default_mode
 from riskrank.registry import ToolRegistry
-from riskrank.risk import fail_closed_levels, keyword_level
+from riskrank.risk import FILL_LEVELS, PROVENANCE, ToolLevels
 
-FILL_LEVELS = ("none", "keyword")
-#: Where a tool's risk level comes from (``risk_provenance`` in every response).
-PROVENANCE = {
-    "audited": "risk_level given in the registry (an audit)",
-    "predicted": "unaudited; the risk head's level, combined with keyword evidence and MCP annotations (hints only raise unless trusted)",
-    "keyword": "filled by riskrank's keyword annotator (name, description, MCP annotations)",
-    "annotation": "unlabelled; MCP annotations set the rule filter's level (destructiveHint -> L5; a readOnlyHint lowers only with trust_annotations)",
-    "unlabelled": "unlabelled; the rule filter treats it as L5 (fail closed)",
-}
 #: One query through the default mode at load time: encoder, heads, graph and rule filter run
 #: once, so a bad artefact fails the load, not a user's request.
 PROBE_TASK = "riskrank readiness probe: list the files in a folder"
@@ -85,42 +76,8 @@ class ArtefactSpec:
                 "min_score": self.min_score}
 
 
-def label_provenance(registry: ToolRegistry, fill: bool = True, *, trust_annotations: bool = False) -> tuple[ToolRegistry, list[str], list[list[str]]]:
-    """(registry, provenance [N], evidence [N]) for a registry.
-
-    With ``fill``, every unlabelled tool gets the level of
-    :func:`riskrank.risk.keyword_level` (keywords, permission categories and its MCP
-    annotations) with provenance ``keyword``; audited levels are never overwritten. Without
-    it, unlabelled tools keep no level and are ``annotation`` (the rule filter's fail-closed
-    path reads their MCP hints) or ``unlabelled`` (treated as L5). Either way MCP hints only
-    raise a level unless ``trust_annotations`` (:func:`riskrank.risk.keyword_level`)."""
-    provenance, evidence, filled = [], [], {}
-    closed = fail_closed_levels(registry, trust_annotations=trust_annotations)
-    for i, tool in enumerate(registry):
-        if tool.risk_level is not None:
-            provenance.append("audited")
-            evidence.append([f"audited: L{tool.risk_level}"] + ([tool.reason] if tool.reason else []))
-        elif fill:
-            level, why = keyword_level(tool.name, tool.description, dict(tool.annotations or {}), trust_annotations=trust_annotations)
-            filled[tool.name] = level
-            provenance.append("keyword")
-            evidence.append(why)
-        elif closed[i] > 0:
-            provenance.append("annotation")
-            evidence.append([f"mcp annotations -> L{int(closed[i])} for the rule filter"])
-        else:
-            provenance.append("unlabelled")
-            evidence.append(["no audited level: the rule filter treats it as L5 (fail closed)"])
-    if filled:
-        registry = registry.with_risk_levels(filled)
-    return registry, provenance, evidence
-
-
-def effective_levels(registry: ToolRegistry, *, trust_annotations: bool = False) -> list[int]:
-    """The level the rule filter reads for each tool under ``risk_source=labels``: the
-    registry's level, else the fail-closed one (MCP hints raise it; else 5: unknown counts as high)."""
-    levels = fail_closed_levels(registry, trust_annotations=trust_annotations)
-    return [int(v) if v > 0 else 5 for v in levels]
+def _schema(tool: Any) -> dict[str, Any]:
+    return dict(tool.parameters) if tool.parameters is not None else {"type": "object", "properties": {}}
 
 
 @dataclass
@@ -130,8 +87,6 @@ class Catalogue:
     retriever: Any
     spec: ArtefactSpec
     generation: int
-    provenance: list[str]
-    evidence: list[list[str]]
     loaded_at: float = field(default_factory=time.time)
     load_seconds: float = 0.0
 
@@ -139,12 +94,18 @@ class Catalogue:
     """The checkpoint loaded: the spec's, or the base model's when the spec names none."""
     notes: list[str] = field(default_factory=list)
 
-    def __post_init__(self) -> None:
-        resolved = getattr(self.retriever, "level_provenance", None)
-        if resolved is not None:
-            self.effective_levels = [int(v) for v in resolved[0]]
-        else:
-            self.effective_levels = effective_levels(self.registry, trust_annotations=self.spec.trust_annotations)
+    @property
+    def levels(self) -> ToolLevels:
+        """Every tool's level, provenance and evidence: the retriever's, resolved once."""
+        return self.retriever.tool_levels
+
+    @property
+    def effective_levels(self) -> list[int]:
+        return [int(v) for v in self.levels.levels]
+
+    @property
+    def provenance(self) -> list[str]:
+        return list(self.levels.provenance)
 
     @property
     def registry(self) -> ToolRegistry:
@@ -172,35 +133,39 @@ class Catalogue:
         """One tool as an agent or an operator needs it: the spec plus its risk evidence."""
         t = self.registry[index]
         predicted = self.retriever.predicted_levels
+        one = self.levels.of(index)
         return {
             "name": t.name,
             "description": t.description,
-            "input_schema": dict(t.parameters) if t.parameters is not None else {"type": "object", "properties": {}},
-            "risk_level": t.risk_level,
-            "effective_level": self.effective_levels[index],
-            "risk_provenance": self.provenance[index],
-            "risk_evidence": self.evidence[index],
+            "input_schema": _schema(t),
+            **one,
+            "audited_level": t.risk_level,
+            "effective_level": one["risk_level"],  # deprecated name of risk_level
             "predicted_level": int(predicted[index]) if predicted is not None else None,
             "f_risk": float(self.retriever.f_risk[index]),
             "permissions": sorted(t.permissions),
             "annotations": dict(t.annotations) if t.annotations else None,
         }
 
-    def result_dict(self, result: Any, alpha: float | None = None) -> dict[str, Any]:
+    def result_dict(self, result: Any, policy: Any = None) -> dict[str, Any]:
+        """The one wire shape of a result (:meth:`riskrank.modes.RetrievalResult.to_dict`) with
+        what the catalogue knows: each tool's input schema and MCP annotations, whether a call
+        of it needs confirmation under ``policy`` (a gateway's; without one nothing is
+        confirmed), and the generation."""
         out = result.to_dict()
-        if alpha is not None and out["alpha"]:
-            # RetrievalResult reports the retriever's alpha even when the call passed another
-            # (pipeline.retrieve_many); the smoothing itself used the one passed.
-            out["alpha"] = float(alpha)
         for tool in out["tools"]:
-            tool["effective_level"] = self.effective_levels[tool["index"]]
-            tool["risk_provenance"] = self.provenance[tool["index"]]
-            tool["risk_evidence"] = self.evidence[tool["index"]]
+            t = self.registry[tool["index"]]
+            tool["input_schema"] = _schema(t)
+            tool["annotations"] = dict(t.annotations) if t.annotations else None
+            tool["needs_confirmation"] = bool(policy.needs_confirmation(tool["risk_level"])) if policy is not None else False
         out["generation"] = self.generation
         return out
 
     def summary(self) -> dict[str, Any]:
+        """What the catalogue serves; ``lambda``, ``alpha``, ``fill`` and ``min_score`` are what a
+        retrieve with no overrides runs (``defaults``: the whole resolved call)."""
         r = self.retriever
+        call = r.resolve_call()
         return {
             "generation": self.generation,
             "registry": self.spec.registry,
@@ -214,12 +179,13 @@ class Catalogue:
             "mode": r.mode,
             "modes": self.modes(),
             "fill": r.rule_config.fill,
-            "min_score": r.relevance_floor(),
+            "min_score": call.min_score,
             "risk_source": r.risk_source,
             "candidates": None if r.full_pool else r.candidates,
             "first_stage": r.first_stage,
-            "lambda": r.lam,
-            "alpha": r.alpha,
+            "lambda": call.lam,
+            "alpha": call.alpha,
+            "defaults": call.to_dict(),
             "encoder": r.encoder.identity,
             "trust_annotations": r.trust_annotations,
             "loaded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.loaded_at)),
@@ -227,39 +193,73 @@ class Catalogue:
         }
 
 
-def load_catalogue(spec: ArtefactSpec, encoder: Any, generation: int = 1, *, registry: ToolRegistry | None = None) -> Catalogue:
-    """Load and validate one generation: the registry (or the given ``registry`` object), the
-    checkpoint, a retriever over them, and a probe query through the default mode (encoder,
-    heads, graph and rule filter all run once), so a bad artefact fails here, not on a
-    user's request."""
+@dataclass(frozen=True)
+class ToolAudit:
+    """Every tool of a registry with the one level it will have everywhere, before a caller
+    decides which of them to serve: a gateway checks its policy against these levels, then
+    loads a catalogue of the offered tools from :meth:`subset` (same levels, same embeddings,
+    the same loaded checkpoint)."""
+
+    registry: ToolRegistry
+    levels: ToolLevels
+    tool_emb: Any
+    checkpoint: Any
+    """The loaded :class:`~riskrank.checkpoint.Checkpoint`, or None (no heads)."""
+    note: str | None = None
+
+    def subset(self, names: list[str]) -> ToolAudit:
+        idx = [self.registry.index_of(n) for n in names]
+        return ToolAudit(self.registry.subset(names), self.levels.subset(idx), self.tool_emb[idx], self.checkpoint, self.note)
+
+
+def _retriever(spec: ArtefactSpec, encoder: Any, registry: ToolRegistry, checkpoint: Any, **given: Any) -> Any:
     from riskrank.pipeline import RiskAwareRetriever
     from riskrank.rules import RuleConfig
 
     if spec.fill_levels not in FILL_LEVELS:
         raise RiskrankError(f"fill_levels must be one of {', '.join(FILL_LEVELS)}, got {spec.fill_levels!r}")
+    return RiskAwareRetriever(
+        registry, encoder=encoder, checkpoint=checkpoint, mode=spec.mode or safe_default_mode(checkpoint is not None),
+        risk_source=spec.risk_source, progress=False, candidates=spec.candidates, first_stage=spec.first_stage,
+        rule_config=RuleConfig(fill=spec.fill), min_score=spec.min_score, trust_annotations=spec.trust_annotations,
+        fill_levels=spec.fill_levels, **given)
+
+
+def audit_tools(spec: ArtefactSpec, encoder: Any, registry: ToolRegistry, level_pins: dict[str, int] | None = None) -> ToolAudit:
+    """Resolve every tool's level once (:attr:`riskrank.pipeline.RiskAwareRetriever.tool_levels`:
+    the operator's ``level_pins`` first, audits, the spec's checkpoint or the base model's risk
+    head with keywords and MCP hints, the spec's fill), as :class:`ToolAudit`."""
+    from riskrank.base import resolve_checkpoint
+
+    path, note = resolve_checkpoint(spec.checkpoint, getattr(encoder, "identity", None))
+    r = _retriever(spec, encoder, registry, path, level_pins=level_pins)
+    return ToolAudit(registry, r.tool_levels, r.tool_emb, r.checkpoint, note)
+
+
+def load_catalogue(spec: ArtefactSpec, encoder: Any, generation: int = 1, *, registry: ToolRegistry | None = None,
+                   audit: ToolAudit | None = None) -> Catalogue:
+    """Load and validate one generation: the registry (or the given ``registry`` object, or
+    the tools of ``audit`` with the levels resolved there), the checkpoint, a retriever over
+    them, and a probe query through the default mode (encoder, heads, graph and rule filter
+    all run once), so a bad artefact fails here, not on a user's request."""
     from riskrank.base import resolve_checkpoint
 
     t0 = time.perf_counter()
-    reg = registry if registry is not None else ToolRegistry.load(spec.registry)
-    # No checkpoint named: the base model (unless the encoder is not its own; the note says so).
-    checkpoint, note = resolve_checkpoint(spec.checkpoint, getattr(encoder, "identity", None))
-    # With a risk head, unaudited tools get its level combined with the keywords: no keyword fill.
-    fill = spec.fill_levels == "keyword" and checkpoint is None
-    reg, provenance, evidence = label_provenance(reg, fill=fill, trust_annotations=spec.trust_annotations)
-    retriever = RiskAwareRetriever(
-        reg, encoder=encoder, checkpoint=checkpoint, mode=spec.mode or safe_default_mode(checkpoint is not None),
-        risk_source=spec.risk_source, progress=False,
-        candidates=spec.candidates, first_stage=spec.first_stage, rule_config=RuleConfig(fill=spec.fill),
-        min_score=spec.min_score, trust_annotations=spec.trust_annotations,
-    )
+    if audit is not None:
+        checkpoint, note = audit.checkpoint, audit.note
+        retriever = _retriever(spec, encoder, audit.registry, checkpoint, tool_emb=audit.tool_emb, tool_levels=audit.levels)
+    else:
+        reg = registry if registry is not None else ToolRegistry.load(spec.registry)
+        # No checkpoint named: the base model (unless the encoder is not its own; the note says so).
+        checkpoint, note = resolve_checkpoint(spec.checkpoint, getattr(encoder, "identity", None))
+        retriever = _retriever(spec, encoder, reg, checkpoint)
     if retriever.scorer is not None:
         _ = retriever.graph  # built (or taken from the cache) at load, not on a user's first graph query
-    resolved = retriever.level_provenance
-    if resolved is not None:
-        provenance, evidence = list(resolved[1]), [list(e) for e in resolved[2]]
+    _ = retriever.tool_levels
     retriever.retrieve(PROBE_TASK, k=1)
-    return Catalogue(retriever, spec, generation, provenance, evidence, load_seconds=time.perf_counter() - t0,
-                     checkpoint=checkpoint, notes=[note] if note else [])
+    path = getattr(retriever.checkpoint, "path", None)
+    return Catalogue(retriever, spec, generation, load_seconds=time.perf_counter() - t0,
+                     checkpoint=str(path) if path is not None else None, notes=[note] if note else [])
 
 
 class ReloadRefused(RiskrankError):

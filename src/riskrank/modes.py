@@ -108,6 +108,30 @@ def parse_mode(mode: str) -> Stages:
     return Stages(heads=head == "core", graph="graph" in parts, rule="rule" in parts, relevance="dense" if head == "core" else head)
 
 
+@dataclass(frozen=True)
+class CallSettings:
+    """What one retrieval call runs with, resolved once from the call's overrides, the
+    retriever's settings and the checkpoint's validated choices; every stage reads it and
+    every result reports it (``settings``). ``fill`` is None outside rule modes; ``min_score``
+    None: no relevance floor; ``candidates``: the scored set's size (the registry's: the
+    full pool)."""
+
+    mode: str
+    k: int
+    lam: float
+    alpha: float
+    normalisation: str
+    risk_source: str
+    fill: str | None
+    min_score: float | None
+    candidates: int
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        out["lambda"] = out.pop("lam")
+        return out
+
+
 @dataclass
 class RankedTool:
     """One tool of a returned ranking, with the evidence behind its place."""
@@ -119,23 +143,35 @@ class RankedTool:
     f_rel: float
     f_risk: float
     risk_level: int | None
+    """The tool's one level (1..5): what the rule filter reads under ``risk_source="labels"``,
+    what a gateway checks a call at and asks confirmation for, what the console shows."""
     predicted_level: int | None
     permissions: list[str]
     description: str
     named: bool = False
     """The task names this tool (its identifier occurs in the task): it ranks first."""
-    effective_level: int | None = None
-    """The level the rule filter reads under ``risk_source="labels"``."""
+    audited_level: int | None = None
+    """The registry's audited level (None: unaudited); ``risk_level`` differs from it only
+    where the operator's policy pins another."""
     risk_provenance: str | None = None
-    """Where that level comes from: ``audited``, ``predicted`` (the risk head), ``keyword``,
-    ``annotation`` (an MCP hint moved it) or ``unlabelled`` (fail closed)."""
+    """Where ``risk_level`` comes from: ``policy`` (pinned), ``audited``, ``predicted`` (the
+    risk head), ``keyword``, ``annotation`` (an MCP hint moved it) or ``unlabelled`` (fail closed)."""
     risk_evidence: list[str] = field(default_factory=list)
     """Why: the head's level and score, the keyword hits, the annotation."""
     context: str | None = None
     """Context modes: why this risky tool was admitted (need, relevance margin, risk cap)."""
+    reasons: list[str] = field(default_factory=list)
+    """Why it is shown where a rule would have held it back (a fallback), and ``context``."""
+
+    @property
+    def effective_level(self) -> int | None:
+        """Deprecated name of :attr:`risk_level`."""
+        return self.risk_level
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        # ``effective_level``: the deprecated name of risk_level, kept on the wire.
+        return {**self.__dict__, "reasons": self.reasons + ([self.context] if self.context else []),
+                "effective_level": self.risk_level}
 
 
 @dataclass
@@ -179,12 +215,29 @@ class RetrievalResult:
     notes: list[str] = field(default_factory=list)
     need: float | None = None
     context: dict[str, Any] | None = None
+    k: int | None = None
+    """How many tools were asked for (``tools`` may hold fewer: a floor, a fill policy)."""
+    settings: CallSettings | None = None
+    """Everything the call ran with (:class:`CallSettings`)."""
+
+    @property
+    def withheld(self) -> list[Deferral]:
+        """What was held back and is not shown (the rule filter's deferrals, the context
+        stage's): ``deferred`` less the tools shown as fallback."""
+        shown = {t.name for t in self.tools}
+        return [d for d in self.deferred if d.name not in shown]
 
     def to_dict(self) -> dict[str, Any]:
+        """The one wire shape of a result: the library, ``POST /v1/retrieve`` and ``find_tools``
+        all serialise this (they add what only they know: the catalogue's generation, a
+        tool's input schema, the gateway's policy). ``deferred`` is deprecated: every
+        deferral, including the tools shown as fallback; read ``withheld`` and ``fallback``."""
         return {
             "task": self.task, "mode": self.mode, "lambda": self.lam, "alpha": self.alpha,
-            "risk_source": self.risk_source, "tools": [t.to_dict() for t in self.tools],
+            "risk_source": self.risk_source, "k": self.k, "tools": [t.to_dict() for t in self.tools],
+            "withheld": [d.to_dict() for d in self.withheld],
             "deferred": [d.to_dict() for d in self.deferred], "fallback": self.fallback,
             "unlabelled": self.unlabelled, "fill": self.fill, "min_score": self.min_score,
             "below_min_score": self.below_min_score, "notes": self.notes, "need": self.need, "context": self.context,
+            "settings": self.settings.to_dict() if self.settings is not None else None,
         }

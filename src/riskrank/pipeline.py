@@ -49,6 +49,8 @@ import numpy as np
 
 import riskrank.training as training
 from riskrank.ann import ANNRetriever
+from riskrank.base import NAME as BASE_NAME
+from riskrank.base import default_checkpoint
 from riskrank.checkpoint import Checkpoint, in_memory, load_checkpoint, save_checkpoint
 from riskrank.contamination import query_digests
 from riskrank.context import ContextDecisions, NeedHead, apply_context
@@ -72,6 +74,7 @@ from riskrank.modes import (
     FIRST_STAGES,
     MAX_K,
     RISK_SOURCES,
+    CallSettings,
     Deferral,
     RankedTool,
     RetrievalResult,
@@ -81,12 +84,13 @@ from riskrank.modes import (
 )
 from riskrank.registry import DEFAULT_TOOL_TEMPLATE, ToolRegistry
 from riskrank.risk import (
+    FILL_LEVELS,
     RISKY_LEVEL,
-    fail_closed_levels,
+    ToolLevels,
     keyword_levels,
     label_risk,
     level_from_score,
-    resolve_levels,
+    resolve_tool_levels,
 )
 from riskrank.rules import FilterResult, RuleConfig, RuleFilter
 from riskrank.training import DEFAULT_ALPHA_GRID, TrainConfig, TrainResult
@@ -158,6 +162,9 @@ class RiskAwareRetriever:
         fusion: Fusion | None = None,
         predicted_levels: np.ndarray | None = None,
         pin_named: bool = True,
+        fill_levels: str = "none",
+        level_pins: dict[str, int] | None = None,
+        tool_levels: ToolLevels | None = None,
     ) -> None:
         self.registry = registry
         # MCP hints only raise an unlabelled tool's level unless the operator trusts its servers.
@@ -165,6 +172,12 @@ class RiskAwareRetriever:
         self.cache_queries = cache_queries
         self.encoder = encoder if encoder is not None and not isinstance(encoder, str) else Encoder(encoder, progress=progress)
         self.tool_template = tool_template
+        if isinstance(checkpoint, str) and checkpoint == BASE_NAME:
+            # The base model by name, as every surface loads it without --checkpoint.
+            base = default_checkpoint()
+            if base is None:
+                raise CheckpointError(f"no {BASE_NAME} in this installation (build it with `make base-model`)")
+            checkpoint = base
         if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
             checkpoint = load_checkpoint(checkpoint, encoder_identity=self.encoder.identity)
         self.checkpoint = checkpoint
@@ -214,7 +227,13 @@ class RiskAwareRetriever:
                 raise RiskrankError(f"predicted_levels must be [{len(registry)}] levels 1..5")
         self._predicted_override = predicted_levels
         self._predicted_cache: np.ndarray | None = None
-        self._resolved: tuple[np.ndarray, list[str], list[list[str]]] | None = None
+        if fill_levels not in FILL_LEVELS:
+            raise RiskrankError(f"fill_levels must be one of {', '.join(FILL_LEVELS)}, got {fill_levels!r}")
+        self.fill_levels = fill_levels
+        self.level_pins = dict(level_pins or {})
+        if tool_levels is not None and len(tool_levels) != len(registry):
+            raise RiskrankError(f"tool_levels has {len(tool_levels)} entries for {len(registry)} tools")
+        self._tool_levels: ToolLevels | None = tool_levels
         self.risk_source = self._check_risk_source(risk_source)
         self.rule_config = rule_config or RuleConfig()
         self.graph_config = graph_config or GraphConfig(normalisation=self.normalisation)
@@ -327,18 +346,25 @@ class RiskAwareRetriever:
         return self._predicted_cache
 
     @property
-    def level_provenance(self) -> tuple[np.ndarray, list[str], list[list[str]]] | None:
-        """(levels [N], provenance [N], evidence [N]) with a learned risk head: audited levels
-        first, else the head's prediction combined with keywords and MCP annotations
-        (:func:`riskrank.risk.resolve_levels`); what the rule filter reads under
-        ``risk_source="labels"``. None without a checkpoint or with a head that has not
-        learned (unlabelled tools then fail closed)."""
-        if self.scorer is None or not self.risk_head_learned:
-            return None
-        if self._resolved is None:
-            self._resolved = resolve_levels(self.registry, level_from_score(self.scorer.level_score), self.scorer.level_score,
-                                            trust_annotations=self.trust_annotations)
-        return self._resolved
+    def tool_levels(self) -> ToolLevels:
+        """Every tool's level, provenance and evidence (:func:`riskrank.risk.resolve_tool_levels`),
+        resolved once: policy pins, audited levels, then the learned risk head combined with
+        keywords and MCP annotations (else the keyword fill, else fail closed). What the rule
+        filter reads under ``risk_source="labels"``, what every result shows as
+        ``effective_level``, and what a gateway checks a call at."""
+        if self._tool_levels is None:
+            learned = self.scorer is not None and self.risk_head_learned
+            self._tool_levels = resolve_tool_levels(
+                self.registry, head_levels=level_from_score(self.scorer.level_score) if learned else None,
+                head_scores=self.scorer.level_score if learned else None, fill_keyword=self.fill_levels == "keyword",
+                trust_annotations=self.trust_annotations, pins=self.level_pins)
+        return self._tool_levels
+
+    @property
+    def level_provenance(self) -> tuple[np.ndarray, list[str], list[list[str]]]:
+        """Deprecated: :attr:`tool_levels` as (levels, provenance, evidence)."""
+        r = self.tool_levels
+        return r.levels, list(r.provenance), [list(e) for e in r.evidence]
 
     def level_note(self) -> str | None:
         """Why predicted levels are not the risk head's, when they are not."""
@@ -355,13 +381,9 @@ class RiskAwareRetriever:
         fill = self.rule_config.fill if fill is None else fill
         key = (risk_source, k, fill)
         if key not in self._filters:
-            resolved = self.level_provenance
-            if risk_source == "labels" and resolved is not None:
-                # Unaudited tools: the risk head's level with keywords and MCP hints (hints only raise unless trusted).
-                levels = resolved[0]
-            elif risk_source == "labels":
-                # Unlabelled tools fail closed; MCP hints raise them (and lower them only if trusted).
-                levels = fail_closed_levels(self.registry, trust_annotations=self.trust_annotations)
+            if risk_source == "labels":
+                # Policy pins, audits, the risk head with keywords and MCP hints; unlabelled tools fail closed.
+                levels = self.tool_levels.filter_levels
             else:
                 levels = self.predicted_levels
             config = dataclasses.replace(self.rule_config, k=k, fill=fill)
@@ -488,7 +510,7 @@ class RiskAwareRetriever:
         """(relevance term of s [Q, L], f_rel [Q, L], penalty [L] or [Q, L]) for the scored set."""
         if stages.heads:
             if self.scorer is None:
-                raise RiskrankError(f"mode {stages.name!r} needs a checkpoint (train one with `riskrank train`)")
+                raise RiskrankError(f"mode {stages.name!r} needs a checkpoint: checkpoint=\"riskrank-base\" (the base model every surface uses), or one of `riskrank train`")
             z = self.scorer.logits(query_emb, candidates, cos=cos, inputs=inputs)
             f_rel = sigmoid_(z.copy()) if self.scorer.space == "logit" else sigmoid_(z)
             return (z if self.scorer.space == "logit" else f_rel), f_rel, self.scorer.risk(candidates)
@@ -507,20 +529,20 @@ class RiskAwareRetriever:
         risk_source: str | None = None, normalisation: str | None = None, graph: ToolGraph | None = None,
         k: int | None = None, top: int | None = None, fill: str | None = None, named: np.ndarray | None = None,
         adjust: Any = None,
-    ) -> tuple[np.ndarray, list[FilterResult] | None, np.ndarray]:
+    ) -> tuple[np.ndarray, list[FilterResult] | None, np.ndarray, Any]:
         """Graph smoothing, named tools first, ranking and rule filter of precomputed scores
         [Q, N] (or [Q, M] over ``candidates``). Returns (order [Q, L] of tool indices, filter
         results or None, final scores [Q, L] in the scored set's column order, as smoothed,
-        before named tools are lifted). ``graph`` overrides the retriever's graph (edge-type
+        before named tools are lifted, the context stage's decisions or None). ``graph`` overrides the retriever's graph (edge-type
         ablations). ``top`` keeps only the first ``top`` positions of the order, found
         without sorting the whole pool (the same positions as the full ranking's prefix).
         ``adjust`` (the context stage) maps the smoothed scores to (scores, per-query risk
-        caps of the rule filter or None)."""
+        caps of the rule filter or None, its decisions)."""
         alpha = self.alpha if alpha is None else alpha
         if stages.graph and alpha > 0:
             g = graph if graph is not None else self.graph
             scores = g.smooth(scores, alpha, candidates, normalisation=normalisation or self.normalisation)
-        caps = None
+        caps, decided = None, None
         if adjust is not None:
             def smooth(x: np.ndarray) -> np.ndarray:
                 if not (stages.graph and alpha > 0):
@@ -528,25 +550,26 @@ class RiskAwareRetriever:
                 g = graph if graph is not None else self.graph
                 return g.smooth(x, alpha, candidates, normalisation=normalisation or self.normalisation)
 
-            scores, caps = adjust(scores, smooth)
+            scores, caps, decided = adjust(scores, smooth)
         ranked = pin_named(scores, named)
         results = None
         if stages.rule:
             rf = self._rule_filter(self._check_risk_source(risk_source or self.risk_source), k, fill)
             if top is not None:
                 order, results = rf.filter_scores(ranked, candidates, length=top, max_risky=caps)
-                return order, results, scores
+                return order, results, scores, decided
         local = rank(ranked) if top is None else top_m(ranked, top)
         order = local if candidates is None else np.take_along_axis(candidates, local, axis=1)
         if stages.rule:
             order, results = rf.filter_batch(order, caps)
-        return order, results, scores
+        return order, results, scores, decided
 
     def rank_batch(
         self, query_emb: np.ndarray, *, mode: str | None = None, lam: float | None = None, alpha: float | None = None,
         candidates: int | None = None, risk_source: str | None = None, k: int | None = None,
         top: int | None = None, graph: ToolGraph | None = None, fill: str | None = None,
         texts: Sequence[str] | None = None, lexical: LexicalEvidence | None = None, pin: bool | None = None,
+        call: CallSettings | None = None,
     ) -> BatchRanking:
         """Rank the registry for many encoded queries at once (the first ``top`` positions
         only when given: what a caller needing the top-k asks for at scale).
@@ -559,11 +582,15 @@ class RiskAwareRetriever:
         ablations). ``texts`` (the tasks) or ``lexical`` (their full-pool evidence,
         :meth:`riskrank.first_stage.LexicalIndex.evidence`) bring the lexical evidence: BM25
         and the hybrid head need it, and named tools come first only with it (``pin``:
-        default the retriever's ``pin_named``)."""
-        stages = parse_mode(mode or self.mode)
-        m = self.candidates if candidates is None else self._check_candidates(candidates)
-        source = risk_source or self.risk_source
-        setting = self.settings(mode, risk_source=source, candidates=m, lam=lam, alpha=alpha)
+        default the retriever's ``pin_named``). ``call``: settings already resolved
+        (:meth:`resolve_call`), read instead of the other arguments' mode, lambda, alpha,
+        risk source and candidates."""
+        if call is None:
+            call = self.resolve_call(k or self.rule_config.k, lam=lam, mode=mode, alpha=alpha, risk_source=risk_source,
+                                     candidates=candidates)
+        stages = parse_mode(call.mode)
+        m, source = call.candidates, call.risk_source
+        setting = {"lam": call.lam, "alpha": call.alpha, "normalisation": call.normalisation}
         query_emb = np.atleast_2d(np.asarray(query_emb, dtype=np.float32))
         if query_emb.shape[1] != self.tool_emb.shape[1]:
             raise RiskrankError(f"query embeddings have dimension {query_emb.shape[1]}, tools {self.tool_emb.shape[1]}")
@@ -576,10 +603,10 @@ class RiskAwareRetriever:
         rel, f_rel, f_risk = self._components(query_emb, stages, cand, cos, lex, inputs)
         scores = rel - np.float32(setting["lam"]) * f_risk if setting["lam"] else rel
         named = lex.named if lex is not None and pin else None
-        adjust, ctx = None, {}
+        adjust = None
         if stages.context:
-            adjust = self._context_adjust(stages, query_emb, cand, cos, inputs, rel, f_risk, m, k, ctx, float(setting["lam"]))
-        order, results, final = self._rank_scores(scores, stages, candidates=cand, alpha=setting["alpha"], risk_source=source,
+            adjust = self._context_adjust(stages, query_emb, cand, cos, inputs, rel, f_risk, m, k, float(setting["lam"]))
+        order, results, final, decided = self._rank_scores(scores, stages, candidates=cand, alpha=setting["alpha"], risk_source=source,
                                                   normalisation=setting["normalisation"], graph=graph, k=k, top=top, fill=fill,
                                                   named=named, adjust=adjust)
         # Align per-tool values with the returned order.
@@ -594,8 +621,9 @@ class RiskAwareRetriever:
         out = BatchRanking(order, take(final), take(f_rel), take(np.ascontiguousarray(f_risk_2d)), results,
                            take(named) if named is not None else None)
         if stages.context:
-            out.context, out.scored = ctx["decisions"], cand
-            out.withheld = [np.array([out.context_tool(q, c) for c in cols], dtype=np.int64) for q, cols in enumerate(ctx["withheld"])]
+            dec, withheld = decided
+            out.context, out.scored = dec, cand
+            out.withheld = [np.array([out.context_tool(q, c) for c in cols], dtype=np.int64) for q, cols in enumerate(withheld)]
         return out
 
     # -- the context stage --------------------------------------------------------------------
@@ -608,7 +636,7 @@ class RiskAwareRetriever:
         """The need threshold ``tau`` and relevance ``margin`` of a context pipeline, chosen
         on validation (the checkpoint's ``inference.context``)."""
         if self.checkpoint is None:
-            raise RiskrankError(f"mode {stages.name!r} needs a checkpoint (train one with `riskrank train`)")
+            raise RiskrankError(f"mode {stages.name!r} needs a checkpoint: checkpoint=\"riskrank-base\" (the base model every surface uses), or one of `riskrank train`")
         where = f" ({self.checkpoint.path})" if self.checkpoint.path is not None else ""
         if self.need_head is None:
             raise CheckpointError(f"mode {stages.name!r} needs a checkpoint with a need head; this checkpoint{where} has none "
@@ -626,10 +654,11 @@ class RiskAwareRetriever:
                 "lam_need": float(chosen["lam_need"]), "cap_need": cap}
 
     def _context_adjust(self, stages: Stages, query_emb: np.ndarray, cand: np.ndarray | None, cos: np.ndarray | None,
-                        inputs: Any, rel: np.ndarray, f_risk: np.ndarray, m: int, k: int | None, ctx: dict[str, Any],
-                        lam_hold: float) -> Any:
+                        inputs: Any, rel: np.ndarray, f_risk: np.ndarray, m: int, k: int | None, lam_hold: float) -> Any:
         """The context stage as a hook of :meth:`_rank_scores`: the need head on the first
-        stage and the risk head, then :func:`riskrank.context.apply_context`."""
+        stage and the risk head, then :func:`riskrank.context.apply_context`. The hook returns
+        (scores, the rule filter's per-query caps, (its decisions, per query the risky columns
+        it withheld from the top-k))."""
         setting = self.context_settings(stages, m)
         head = self.need_head
         assert head is not None and self.scorer is not None
@@ -646,16 +675,15 @@ class RiskAwareRetriever:
         slot = self.rule_config.k if k is None else int(k)
         lam_need = min(setting["lam_need"], lam_hold)
 
-        def adjust(smoothed: np.ndarray, smooth: Any) -> tuple[np.ndarray, np.ndarray | None]:
+        def adjust(smoothed: np.ndarray, smooth: Any) -> tuple[np.ndarray, np.ndarray | None, Any]:
             need_scores = smooth(rel - np.float32(lam_need) * f_risk) if lam_need != lam_hold else smoothed
             final, dec = apply_context(need_scores, smoothed, rel, risky, need, setting["tau"], setting["margin"], slot,
                                        lam_need, lam_hold, setting["cap_need"])
             # What the stage withheld: the risky tools a task that needs one would see in its top-k.
             width = min(slot, final.shape[1])
             pre, now = top_m(need_scores, width), top_m(final, width)
-            ctx["decisions"] = dec
-            ctx["withheld"] = [[int(c) for c in pre[q] if risky_q(q, c) and c not in set(now[q].tolist())] for q in range(pre.shape[0])]
-            return final, (dec.risk_cap if stages.rule else None)
+            withheld = [[int(c) for c in pre[q] if risky_q(q, c) and c not in set(now[q].tolist())] for q in range(pre.shape[0])]
+            return final, (dec.risk_cap if stages.rule else None), (dec, withheld)
 
         def risky_q(q: int, c: int) -> bool:
             return bool(risky[c] if risky.ndim == 1 else risky[q, c])
@@ -679,6 +707,23 @@ class RiskAwareRetriever:
         return self.retrieve_many([task], k, lam=lam, mode=mode, alpha=alpha, risk_source=risk_source, candidates=candidates,
                                   fill=fill, min_score=min_score)[0]
 
+    def resolve_call(
+        self, k: int = 5, *, lam: float | None = None, mode: str | None = None, alpha: float | None = None,
+        risk_source: str | None = None, candidates: int | None = None, fill: str | None = None,
+        min_score: float | None = None,
+    ) -> CallSettings:
+        """What a call with these overrides runs with, resolved once (the mode parsed, lambda
+        and alpha from the checkpoint's validated choice for that pipeline unless given, the
+        fill policy, the relevance floor, the scored set): the object every stage reads and
+        every result reports. With no overrides: what a plain :meth:`retrieve` runs."""
+        stages = parse_mode(mode or self.mode)
+        source = self._check_risk_source(risk_source or self.risk_source)
+        m = self.candidates if candidates is None else self._check_candidates(candidates)
+        setting = self.settings(stages.name, risk_source=source, candidates=m, lam=lam, alpha=alpha)
+        fill = self.rule_config.fill if fill is None else fill
+        return CallSettings(stages.name, int(k), setting["lam"], setting["alpha"], setting["normalisation"], source,
+                            fill if stages.rule else None, self.relevance_floor(stages.name, min_score), m)
+
     def retrieve_many(
         self, tasks: Sequence[str], k: int = 5, *, lam: float | None = None, mode: str | None = None,
         alpha: float | None = None, risk_source: str | None = None, candidates: int | None = None,
@@ -690,18 +735,15 @@ class RiskAwareRetriever:
         for t in tasks:
             if not isinstance(t, str) or not t.strip():
                 raise RiskrankError("the task text is empty")
-        stages = parse_mode(mode or self.mode)
-        mode_name = stages.name
-        source = self._check_risk_source(risk_source or self.risk_source)
+        call = self.resolve_call(k, lam=lam, mode=mode, alpha=alpha, risk_source=risk_source, candidates=candidates,
+                                 fill=fill, min_score=min_score)
+        stages = parse_mode(call.mode)
+        mode_name, source, floor = call.mode, call.risk_source, call.min_score
         fill = self.rule_config.fill if fill is None else fill
-        floor = self.relevance_floor(mode_name, min_score)
-        m = self.candidates if candidates is None else self._check_candidates(candidates)
-        setting = self.settings(mode_name, risk_source=source, candidates=m, lam=lam, alpha=alpha)
-        batch = self.rank_batch(self._encode_queries(tasks), mode=mode_name, lam=setting["lam"], alpha=setting["alpha"],
-                                candidates=m, risk_source=source, k=max(k, self.rule_config.k), top=k, fill=fill,
-                                texts=list(tasks))
+        batch = self.rank_batch(self._encode_queries(tasks), k=max(k, self.rule_config.k), top=k, fill=fill,
+                                texts=list(tasks), call=call)
         predicted = self.predicted_levels
-        resolved = self.level_provenance
+        resolved = self.tool_levels
         note = self.level_note() if stages.rule and source == "predicted" else None
         out = []
         for qi, task in enumerate(tasks):
@@ -718,13 +760,13 @@ class RiskAwareRetriever:
                     continue
                 tools.append(RankedTool(
                     rank=len(tools) + 1, name=t.name, index=int(idx), score=float(batch.score[qi, r]), f_rel=float(batch.f_rel[qi, r]),
-                    f_risk=float(batch.f_risk[qi, r]), risk_level=t.risk_level,
+                    f_risk=float(batch.f_risk[qi, r]), audited_level=t.risk_level,
                     predicted_level=int(predicted[idx]) if predicted is not None else None,
                     permissions=sorted(t.permissions), description=t.description, named=named,
-                    **self._provenance_of(int(idx), resolved),
+                    **resolved.of(int(idx)),
                 ))
-            res = RetrievalResult(task, mode_name, setting["lam"], setting["alpha"], source, tools,
-                                  fill=fill if stages.rule else None, min_score=floor, below_min_score=below)
+            res = RetrievalResult(task, mode_name, call.lam, call.alpha, source, tools,
+                                  fill=call.fill, min_score=floor, below_min_score=below, k=k, settings=call)
             if note:
                 res.notes.append(note)
             if batch.filters is not None:
@@ -739,24 +781,16 @@ class RiskAwareRetriever:
                     for i, reasons in fr.deferred.items() if int(i) not in top or reasons
                 ]
                 res.fallback = [names[i] for i in fr.fallback if int(i) in top]
+                broke = {d.name: d.reasons for d in res.deferred}
+                for t in res.tools:
+                    if t.name in res.fallback and broke.get(t.name):
+                        t.reasons.append("admitted as fallback (fewer than k tools met every rule) although it breaks: "
+                                         + ", ".join(broke[t.name]))
                 res.unlabelled = [names[i] for i in fr.unlabelled]
             if batch.context is not None:
                 self._explain_context(res, batch, qi)
             out.append(res)
         return out
-
-    def _provenance_of(self, idx: int, resolved: tuple[np.ndarray, list[str], list[list[str]]] | None) -> dict[str, Any]:
-        """A ranked tool's effective level, its provenance and evidence."""
-        if resolved is not None:
-            return {"effective_level": int(resolved[0][idx]), "risk_provenance": resolved[1][idx], "risk_evidence": resolved[2][idx]}
-        t = self.registry[idx]
-        if t.risk_level:
-            return {"effective_level": int(t.risk_level), "risk_provenance": "audited", "risk_evidence": [f"audited: L{t.risk_level}"]}
-        closed = int(fail_closed_levels([t], trust_annotations=self.trust_annotations)[0])
-        if closed:
-            return {"effective_level": closed, "risk_provenance": "annotation", "risk_evidence": [f"mcp annotations -> L{closed}"]}
-        return {"effective_level": 5, "risk_provenance": "unlabelled",
-                "risk_evidence": ["no audited level and no risk head: treated as L5 (fail closed)"]}
 
     def _explain_context(self, res: RetrievalResult, batch: BatchRanking, q: int) -> None:
         """The estimated need and, per admitted or withheld risky tool, why (need, margin, cap)."""

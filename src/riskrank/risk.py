@@ -13,7 +13,8 @@ with a particular object ("execute", "run", "write") require that object nearby.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -276,58 +277,131 @@ def keyword_levels(tools: Iterable[Any], *, trust_annotations: bool = False) -> 
                       dtype=np.int8)
 
 
+#: How unaudited tools without a learned risk head get a level: fail closed (``none``: the
+#: rule filter treats them as L5 unless MCP hints say more) or the keyword annotator's.
+FILL_LEVELS = ("none", "keyword")
+#: Where a tool's level comes from (``risk_provenance`` in every response), in order of trust.
+PROVENANCE = {
+    "policy": "pinned by the operator's policy (wins over every other source)",
+    "audited": "risk_level given in the registry (an audit)",
+    "predicted": "unaudited; the risk head's level, combined with keyword evidence and MCP annotations (hints only raise unless trusted)",
+    "keyword": "unaudited; the keyword annotator's level (name, description, MCP annotations) or, with a risk head, keywords that rate it higher",
+    "annotation": "unaudited; MCP annotations set the level (destructiveHint raises; a readOnlyHint lowers only with trust_annotations)",
+    "unlabelled": "no level from any source: treated as L5 (fail closed)",
+}
 #: Where an unaudited tool's level comes from when a learned risk head is present.
 LEVEL_PROVENANCE = ("audited", "predicted", "keyword", "annotation")
 
 
-def resolve_levels(
-    tools: Iterable[Any], head_levels: np.ndarray, head_scores: np.ndarray, *, trust_annotations: bool = False,
-) -> tuple[np.ndarray, list[str], list[list[str]]]:
-    """Each tool's level, in order of trust, with its provenance and evidence: an audited
-    level (``audited``); else the risk head's predicted level combined with the keyword
-    evidence of the name and description (the higher of the two: ``predicted``, or
-    ``keyword`` when the keywords rate it higher) and its MCP annotations (``annotation``
-    when a hint moved the level). Hints only raise by default (``destructiveHint: true`` to
-    at least L4, ``openWorldHint: true`` to at least L2): a ``readOnlyHint`` cannot lower a
-    tool the head or the keywords rate risky, because servers mislabel tools. With
-    ``trust_annotations`` an uncontradicted ``readOnlyHint`` caps the level at L2.
+@dataclass(frozen=True)
+class ToolLevels:
+    """Every tool's level, provenance and evidence for one catalogue: the one answer that
+    ranking, the rule filter, ``find_tools``, the call-time policy check, confirmation, the
+    audit log, the console, HTTP and the library all read (:func:`resolve_tool_levels`).
 
-    ``head_levels`` [N] are the head's levels (1..5), ``head_scores`` [N] its (r - 1) / 4
-    regression, shown in the evidence. Returns (levels [N] int8, provenance [N], evidence [N])."""
+    ``levels`` [N] are 1..5 (an unlabelled tool is 5: fail closed); ``filter_levels`` gives the
+    rule filter 0 for those, so it can report them as unlabelled."""
+
+    levels: np.ndarray
+    provenance: tuple[str, ...]
+    evidence: tuple[tuple[str, ...], ...]
+
+    def __len__(self) -> int:
+        return len(self.provenance)
+
+    @property
+    def filter_levels(self) -> np.ndarray:
+        return np.where(np.asarray([p == "unlabelled" for p in self.provenance], dtype=bool), 0, self.levels).astype(np.int8)
+
+    def of(self, index: int) -> dict[str, Any]:
+        """One tool's ``risk_level`` (the one level), ``risk_provenance`` and ``risk_evidence``."""
+        return {"risk_level": int(self.levels[index]), "risk_provenance": self.provenance[index],
+                "risk_evidence": list(self.evidence[index])}
+
+    def subset(self, indices: Sequence[int]) -> ToolLevels:
+        idx = [int(i) for i in indices]
+        return ToolLevels(self.levels[idx].copy(), tuple(self.provenance[i] for i in idx), tuple(self.evidence[i] for i in idx))
+
+
+def resolve_tool_levels(
+    tools: Sequence[Any], *, head_levels: np.ndarray | None = None, head_scores: np.ndarray | None = None,
+    fill_keyword: bool = False, trust_annotations: bool = False, pins: Mapping[str, int] | None = None,
+) -> ToolLevels:
+    """Each tool's level, in order of trust, with its provenance and evidence (``tools``:
+    objects with ``name``, ``description``, ``risk_level``, ``annotations``, as
+    :class:`riskrank.registry.Tool`):
+
+    1. a level the operator's policy pins (``pins``: name -> level; ``policy``);
+    2. an audited level (``audited``);
+    3. with a learned risk head (``head_levels`` [N] 1..5, ``head_scores`` [N] its (r - 1) / 4
+       regression, shown in the evidence): the head's level combined with the keyword
+       evidence (the higher of the two: ``predicted``, or ``keyword`` when the keywords rate
+       it higher) and its MCP annotations (``annotation`` when a hint moved the level);
+    4. without one, with ``fill_keyword``: the keyword annotator's level (``keyword``);
+    5. else the fail-closed level: MCP hints set it (``annotation``), or L5 (``unlabelled``).
+
+    Hints only raise by default (``destructiveHint: true`` to at least L4, ``openWorldHint:
+    true`` to at least L2): a ``readOnlyHint`` cannot lower a tool the head or the keywords
+    rate risky, because servers mislabel tools. With ``trust_annotations`` an uncontradicted
+    ``readOnlyHint`` caps the level at L2."""
+    pins = pins or {}
+    closed = fail_closed_levels(tools, trust_annotations=trust_annotations)
     levels, provenance, evidence = [], [], []
     for i, tool in enumerate(tools):
-        if tool.risk_level:
-            levels.append(int(tool.risk_level))
-            provenance.append("audited")
-            evidence.append([f"audited: L{tool.risk_level}"] + ([tool.reason] if getattr(tool, "reason", None) else []))
-            continue
-        head = int(head_levels[i])
-        kw, hits = keyword_level(tool.name, tool.description, None)
-        why = [f"risk head: L{head} (score {float(head_scores[i]):.2f})"]
-        why += [f"keyword {h}" for h in hits] or ["keyword: no risk keyword"]
-        level, source = (head, "predicted") if head >= kw else (kw, "keyword")
-        ann = tool.annotations or {}
-        if ann.get("destructiveHint") is True:
-            if level < 4:
-                level, source = 4, "annotation"
-                why.append("mcp: destructiveHint raises the level to L4")
-            else:
-                why.append("mcp: destructiveHint (agrees)")
-        elif ann.get("readOnlyHint") is True:
-            text = normalise_text(split_name(tool.name) + " " + tool.description)
-            if not trust_annotations:
-                why.append("mcp: readOnlyHint (not trusted: hints only raise a level)")
-            elif read_only_contradicted(text, permission_categories(tool.name, tool.description)):
-                why.append("mcp: readOnlyHint contradicted by the description, ignored")
-            elif level > _READ_ONLY_CAP:
-                level, source = _READ_ONLY_CAP, "annotation"
-                why.append(f"mcp: readOnlyHint (trusted) caps the level at L{_READ_ONLY_CAP}")
-            else:
-                why.append("mcp: readOnlyHint (trusted; agrees)")
-        if ann.get("openWorldHint") is True and level < 2:
-            level, source = 2, "annotation"
-            why.append("mcp: openWorldHint raises the level to L2")
+        if tool.name in pins:
+            level, source = int(pins[tool.name]), "policy"
+            why = [f"policy: L{level}"] + ([f"audited: L{tool.risk_level} (overridden)"] if tool.risk_level else [])
+        elif tool.risk_level:
+            level, source = int(tool.risk_level), "audited"
+            why = [f"audited: L{tool.risk_level}"] + ([tool.reason] if getattr(tool, "reason", None) else [])
+        elif head_levels is not None:
+            level, source, why = _head_level(tool, int(head_levels[i]), float(head_scores[i]) if head_scores is not None else None,
+                                             trust_annotations)
+        elif fill_keyword:
+            level, why = keyword_level(tool.name, tool.description, dict(tool.annotations or {}), trust_annotations=trust_annotations)
+            source = "keyword"
+        elif closed[i] > 0:
+            level, source, why = int(closed[i]), "annotation", [f"mcp annotations -> L{int(closed[i])}"]
+        else:
+            level, source, why = 5, "unlabelled", ["no audited level and no risk head: treated as L5 (fail closed)"]
         levels.append(level)
         provenance.append(source)
-        evidence.append(why)
-    return np.asarray(levels, dtype=np.int8), provenance, evidence
+        evidence.append(tuple(why))
+    return ToolLevels(np.asarray(levels, dtype=np.int8), tuple(provenance), tuple(evidence))
+
+
+def _head_level(tool: Any, head: int, score: float | None, trust_annotations: bool) -> tuple[int, str, list[str]]:
+    kw, hits = keyword_level(tool.name, tool.description, None)
+    why = [f"risk head: L{head}" + (f" (score {score:.2f})" if score is not None else "")]
+    why += [f"keyword {h}" for h in hits] or ["keyword: no risk keyword"]
+    level, source = (head, "predicted") if head >= kw else (kw, "keyword")
+    ann = tool.annotations or {}
+    if ann.get("destructiveHint") is True:
+        if level < 4:
+            level, source = 4, "annotation"
+            why.append("mcp: destructiveHint raises the level to L4")
+        else:
+            why.append("mcp: destructiveHint (agrees)")
+    elif ann.get("readOnlyHint") is True:
+        text = normalise_text(split_name(tool.name) + " " + tool.description)
+        if not trust_annotations:
+            why.append("mcp: readOnlyHint (not trusted: hints only raise a level)")
+        elif read_only_contradicted(text, permission_categories(tool.name, tool.description)):
+            why.append("mcp: readOnlyHint contradicted by the description, ignored")
+        elif level > _READ_ONLY_CAP:
+            level, source = _READ_ONLY_CAP, "annotation"
+            why.append(f"mcp: readOnlyHint (trusted) caps the level at L{_READ_ONLY_CAP}")
+        else:
+            why.append("mcp: readOnlyHint (trusted; agrees)")
+    if ann.get("openWorldHint") is True and level < 2:
+        level, source = 2, "annotation"
+        why.append("mcp: openWorldHint raises the level to L2")
+    return level, source, why
+
+
+def resolve_levels(
+    tools: Sequence[Any], head_levels: np.ndarray, head_scores: np.ndarray, *, trust_annotations: bool = False,
+) -> tuple[np.ndarray, list[str], list[list[str]]]:
+    """(levels, provenance, evidence) of :func:`resolve_tool_levels` with a risk head, as lists."""
+    r = resolve_tool_levels(tools, head_levels=head_levels, head_scores=head_scores, trust_annotations=trust_annotations)
+    return r.levels, list(r.provenance), [list(e) for e in r.evidence]

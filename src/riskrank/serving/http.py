@@ -125,8 +125,10 @@ class RankedTool(BaseModel):
     score: float
     f_rel: float
     f_risk: float
-    risk_level: int | None = Field(description="Audited (or keyword-filled) level 1-5; null if unlabelled.")
-    effective_level: int = Field(description="The level the rule filter reads with risk_source=labels.")
+    risk_level: int = Field(description="The tool's one level 1-5: what the rule filter reads with risk_source=labels, "
+                                        "what a gateway checks a call at, what the console shows (unlabelled: 5, fail closed).")
+    audited_level: int | None = Field(None, description="The registry's audited level; null if unaudited.")
+    effective_level: int = Field(description="Deprecated: the old name of risk_level (the same value).", deprecated=True)
     risk_provenance: Literal[tuple(PROVENANCE)]
     risk_evidence: list[str] = Field(default_factory=list, description="Why: audited, or the risk head's level and score, "
                                                                          "keyword hits, MCP annotations.")
@@ -135,6 +137,12 @@ class RankedTool(BaseModel):
     description: str
     named: bool = Field(False, description="The task names this tool (its identifier occurs in the task): it ranks first.")
     context: str | None = Field(None, description="Context modes: why this risky tool was admitted (need, relevance margin, risk cap).")
+    reasons: list[str] = Field(default_factory=list, description="Why it is shown where a rule would hold it back (fallback), "
+                                                                  "and the context stage's reason.")
+    input_schema: dict[str, Any] = Field(default_factory=dict, description="The tool's JSON Schema for its arguments.")
+    annotations: dict[str, Any] | None = Field(None, description="The tool's MCP annotations, if any (hints, never authority).")
+    needs_confirmation: bool = Field(False, description="A call of it needs the user's confirmation (a gateway's policy; "
+                                                        "always false on this API, which runs no calls).")
 
 
 class Deferral(BaseModel):
@@ -160,16 +168,35 @@ class ContextDecision(BaseModel):
     best_risky: str | None
 
 
+class CallSettings(BaseModel):
+    mode: str
+    k: int
+    lam: float = Field(alias="lambda")
+    alpha: float
+    normalisation: str
+    risk_source: str
+    fill: str | None
+    min_score: float | None
+    candidates: int
+
+
 class RetrieveResponse(BaseModel):
     task: str
     mode: str
     lam: float = Field(alias="lambda")
     alpha: float
     risk_source: str
+    k: int | None = Field(None, description="How many tools were asked for.")
     tools: list[RankedTool]
-    deferred: list[Deferral]
+    withheld: list[Deferral] = Field(description="What was held back and is not shown (rule filter, context stage), with why.")
+    deferred: list[Deferral] = Field(description="Deprecated: every deferral, including tools shown as fallback; read "
+                                                 "withheld and fallback.", deprecated=True)
     fallback: list[str]
     unlabelled: list[str]
+    fill: str | None = Field(None, description="The rule filter's fill policy that ran (rule modes).")
+    min_score: float | None = Field(None, description="The relevance floor applied to f_rel; null: none.")
+    below_min_score: list[str] = Field(default_factory=list, description="Tools cut by the relevance floor.")
+    settings: CallSettings | None = Field(None, description="Everything this call ran with, resolved once.")
     notes: list[str] = Field(default_factory=list, description="Where the result departs from what was asked (e.g. predicted "
                                                                "levels that are the keyword annotator's: the risk head has not learned).")
     need: float | None = Field(None, description="Context modes: the need head's estimate for this task.")
@@ -181,8 +208,9 @@ class ToolSpec(BaseModel):
     name: str
     description: str
     input_schema: dict[str, Any]
-    risk_level: int | None
-    effective_level: int
+    risk_level: int = Field(description="The tool's one level (as in a retrieval result).")
+    audited_level: int | None
+    effective_level: int = Field(description="Deprecated: the old name of risk_level.", deprecated=True)
     risk_provenance: Literal[tuple(PROVENANCE)]
     risk_evidence: list[str]
     predicted_level: int | None
@@ -245,8 +273,9 @@ class CatalogueSummary(BaseModel):
     risk_source: str
     candidates: int | None
     first_stage: str
-    lam: float = Field(alias="lambda")
-    alpha: float
+    lam: float = Field(alias="lambda", description="The lambda a retrieve with no overrides runs (the default mode's pipeline).")
+    alpha: float = Field(description="The alpha a retrieve with no overrides runs.")
+    defaults: CallSettings | None = Field(None, description="Everything a retrieve with no overrides runs with.")
     encoder: str
     trust_annotations: bool
     loaded_at: str
@@ -337,7 +366,7 @@ def retrieve_dict(cat: Catalogue, task: str, k: int, **options: Any) -> dict[str
     """``POST /v1/retrieve``'s answer for a checked request (blocking): the console's search
     box runs this too."""
     res = cat.retriever.retrieve(task, k=k, **options)
-    return cat.result_dict(res, options.get("alpha"))
+    return cat.result_dict(res)
 
 
 def console_host(live: LiveCatalogue, limits: Limits | None = None) -> ConsoleHost:
@@ -362,7 +391,7 @@ def console_host(live: LiveCatalogue, limits: Limits | None = None) -> ConsoleHo
         rows = []
         for i in range(len(cat.registry)):
             t = cat.tool_spec(i)
-            rows.append({"name": t["name"], "description": t["description"], "level": t["effective_level"],
+            rows.append({"name": t["name"], "description": t["description"], "level": t["risk_level"],
                          "provenance": t["risk_provenance"], "evidence": t["risk_evidence"], "permissions": t["permissions"],
                          "annotations": t["annotations"], "upstream": None, "not_offered": None, "needs_confirmation": False})
         return rows
@@ -373,17 +402,7 @@ def console_host(live: LiveCatalogue, limits: Limits | None = None) -> ConsoleHo
         return live.active
 
     def search(task: str, k: int) -> dict[str, Any]:
-        cat = _active()
-        out = retrieve_dict(cat, check_task(task, limits), check_k(k, limits))
-        returned = {t["name"] for t in out["tools"]}
-        broke = {d["name"]: d for d in out["deferred"]}
-        for t in out["tools"]:
-            t["risk_level"] = t["effective_level"]
-            t["needs_confirmation"] = False
-            t["reasons"] = ([f"admitted as fallback although it breaks: {', '.join(broke[t['name']]['reasons'])}"]
-                            if t["name"] in out["fallback"] and t["name"] in broke else [])
-        out["withheld"] = [d for d in out["deferred"] if d["name"] not in returned]
-        return out
+        return retrieve_dict(_active(), check_task(task, limits), check_k(k, limits))
 
     def baseline(task: str, k: int) -> list[dict[str, Any]]:
         cat = _active()

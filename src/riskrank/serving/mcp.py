@@ -40,12 +40,12 @@ from riskrank._version import __version__
 from riskrank.catalogue import (
     ArtefactSpec,
     Catalogue,
-    effective_levels,
-    label_provenance,
+    audit_tools,
     load_catalogue,
 )
 from riskrank.errors import RegistryError, RiskrankError, error_body
 from riskrank.modes import NO_MIN_SCORE, parse_mode
+from riskrank.names import skeleton
 from riskrank.registry import ToolRegistry
 from riskrank.risk import RISKY_LEVEL, split_name
 from riskrank.serving import mcp_compat
@@ -136,36 +136,41 @@ class View:
 def record_registry(records: list[dict[str, Any]], source: str) -> tuple[ToolRegistry, dict[str, str]]:
     """A registry of upstream ``tools/list`` records, each validated on its own: a malformed
     tool is skipped (with the reason) instead of failing the whole catalogue."""
-    tools, skipped = [], {}
+    tools, skipped, looks = [], {}, {}
     for rec in records:
         try:
-            tools.extend(ToolRegistry.from_data({"tools": [rec]}, fmt="mcp", source=source))
+            (tool,) = ToolRegistry.from_data({"tools": [rec]}, fmt="mcp", source=source)
         except RegistryError as exc:
             skipped[str(rec.get("name"))] = str(exc)
+            continue
+        first = looks.setdefault(skeleton(tool.name), tool.name)
+        if first != tool.name:  # a look-alike of a tool already listed: refused, with the finding
+            skipped[tool.name] = f"looks like {first!r} (the same after NFKC, case folding and Unicode's confusables)"
+            continue
+        tools.append(tool)
     return ToolRegistry(tools, source), skipped
 
 
 def build_view(registry: ToolRegistry, spec: ArtefactSpec, encoder: Any, policy: Policy, generation: int, *,
                routes: dict[str, tuple[str, str]] | None = None, skipped: dict[str, str] | None = None) -> View:
-    """Audit ``registry`` (levels pinned by the policy first, then the spec's fill), keep the
-    tools the policy may allow, and load a catalogue of those (blocking: run it in a worker
-    thread)."""
-    pinned = {t.name: lvl for t in registry if (lvl := policy.pinned_level(t.name)) is not None}
-    if pinned:
-        registry = registry.with_risk_levels(pinned)
-    filled, provenance, evidence = label_provenance(registry, fill=spec.fill_levels == "keyword",
-                                                    trust_annotations=spec.trust_annotations)
-    eff = effective_levels(filled, trust_annotations=spec.trust_annotations)
-    levels = {t.name: (eff[i], provenance[i]) for i, t in enumerate(filled)}
+    """Resolve every tool's level once (:func:`riskrank.catalogue.audit_tools`: the policy's
+    pins first, audits, the base model's or the checkpoint's risk head with keywords and MCP
+    hints), keep the tools the policy may allow, and load a catalogue of those with the same
+    levels (blocking: run it in a worker thread). ``find_tools``, the call-time check, the
+    audit log and the console all read these levels."""
+    pins = {t.name: lvl for t in registry if (lvl := policy.pinned_level(t.name)) is not None}
+    audit = audit_tools(spec, encoder, registry, pins)
+    lv = audit.levels
+    levels = {t.name: (int(lv.levels[i]), lv.provenance[i]) for i, t in enumerate(registry)}
     not_offered = {n: code for n, (lvl, _) in levels.items() if (code := policy.refusal(n, lvl)) is not None}
     offered = [t.name for t in registry if t.name not in not_offered]
-    cat = load_catalogue(spec, encoder, generation, registry=registry.subset(offered)) if offered else None
-    rows = {t.name: {"name": t.name, "description": t.description, "level": eff[i], "provenance": provenance[i],
-                     "evidence": list(evidence[i]), "permissions": sorted(t.permissions),
+    cat = load_catalogue(spec, encoder, generation, audit=audit.subset(offered)) if offered else None
+    rows = {t.name: {"name": t.name, "description": t.description, "level": int(lv.levels[i]), "provenance": lv.provenance[i],
+                     "evidence": list(lv.evidence[i]), "permissions": sorted(t.permissions),
                      "annotations": dict(t.annotations) if t.annotations else None,
                      "upstream": (routes or {}).get(t.name, (None, None))[0], "not_offered": not_offered.get(t.name),
-                     "needs_confirmation": policy.needs_confirmation(eff[i])}
-            for i, t in enumerate(filled)}
+                     "needs_confirmation": policy.needs_confirmation(int(lv.levels[i]))}
+            for i, t in enumerate(registry)}
     return View(cat, generation, levels, routes or {}, not_offered, skipped or {}, rows)
 
 
@@ -297,42 +302,16 @@ class Gateway:
         policy = {"max_level": self.policy.max_level, "confirm_level": self.policy.confirm_level,
                   "not_offered": len(view.not_offered)}
         if cat is None:
-            return {"task": task, "mode": self.mode, "tools": [], "withheld": [], "policy": policy,
+            return {"task": task, "mode": self.mode, "k": k, "tools": [], "withheld": [], "policy": policy,
                     "note": "no tool is available: " + ("every upstream server is down" if self.manager and not self.manager.live()
                                                        else "the policy offers none of the catalogue's tools"),
                     "catalogue": {"n_tools": 0, "generation": view.generation}}
         cat.check_request(choice.get("mode"), choice.get("risk_source"))
         res = cat.retriever.retrieve(task, k=min(k, len(cat.registry)), mode=choice.get("mode"), lam=choice.get("lambda"),
                                      risk_source=choice.get("risk_source"))
-        broke = {d.name: d for d in res.deferred}
-        tools = []
-        for t in res.tools:
-            spec = cat.tool_spec(t.index)
-            reasons = []
-            if t.name in res.fallback and t.name in broke:
-                reasons.append(f"admitted as fallback (fewer than k tools met every rule) although it breaks: {', '.join(broke[t.name].reasons)}")
-            tools.append({
-                "rank": t.rank, "name": spec["name"], "description": spec["description"], "input_schema": spec["input_schema"],
-                "risk_level": spec["effective_level"], "risk_provenance": spec["risk_provenance"],
-                "risk_evidence": spec["risk_evidence"], "permissions": spec["permissions"], "annotations": spec["annotations"],
-                "needs_confirmation": self.policy.needs_confirmation(spec["effective_level"]),
-                "score": round(t.score, 6), "f_rel": round(t.f_rel, 6), "f_risk": round(t.f_risk, 6),
-                "reasons": reasons + ([t.context] if t.context else []),
-                **({"named": True} if t.named else {}),
-            })
-        returned = {t["name"] for t in tools}
-        withheld = [{"name": d.name, "reasons": d.reasons, "redundant_with": d.redundant_with, **({"named": True} if d.named else {}),
-                     **({"context": d.context} if d.context else {})}
-                    for d in res.deferred if d.name not in returned]
-        out = {
-            "task": task, "mode": res.mode, "lambda": res.lam, "fill": res.fill, "min_score": res.min_score,
-            "tools": tools, "withheld": withheld, "below_min_score": res.below_min_score, "unlabelled": res.unlabelled,
-            "policy": policy, "catalogue": {"source": cat.spec.registry, "n_tools": len(cat.registry), "generation": view.generation},
-        }
-        if res.notes:
-            out["notes"] = res.notes
-        if res.context is not None:
-            out["need"], out["context"] = res.need, res.context
+        out = cat.result_dict(res, self.policy)
+        out["policy"] = policy
+        out["catalogue"] = {"source": cat.spec.registry, "n_tools": len(cat.registry), "generation": view.generation}
         if self.manager is not None:
             out["upstreams_down"] = self.manager.down()
         return out
