@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from riskrank.errors import RiskrankError
+from riskrank.names import looks_like_another
 from riskrank.risk import split_name
 
 DEFAULT_TOP_M = 100
@@ -282,7 +283,9 @@ class LexicalIndex:
         #: A name that is an identifier (``delete_files``, ``getWeather``), not a plain word or
         #: phrase (``translate``): only those count as named by a task (plain words occur in
         #: tasks by chance: on Seal-Tools their "naming" is right 27% of the time).
-        self.identifier_like = np.asarray([split_name(n) != n for n in names], dtype=bool)
+        # A name spelt with look-alike characters (a Cyrillic e in delete_files) is never a
+        # "named" tool: the task's text cannot tell it from the name it imitates.
+        self.identifier_like = np.asarray([split_name(n) != n and not looks_like_another(n) for n in names], dtype=bool)
         # The exact-name feature: a lower-cased name made of one identifier run is found by
         # the task's own runs (a dict lookup); any other name by the first run it starts with,
         # then checked with its word-bounded pattern (rare: names with spaces, dots, hyphens).

@@ -54,6 +54,7 @@ from riskrank.fileio import (
     show,
     values_redacted,
 )
+from riskrank.names import first_invisible, skeleton
 from riskrank.risk import (
     PERMISSION_CATEGORIES,
     permission_categories,
@@ -180,6 +181,11 @@ def make_tool(
                 else f"an unprintable character ({unicodedata.name(ch, unicodedata.category(ch))})")
         raise RegistryError(f"{where}: 'name' holds {what}, U+{ord(ch):04X} at position {i}"
                             f"{'' if values_redacted() else ' of ' + show(name)}; a tool name must be printable")
+    hidden = first_invisible(name)
+    if hidden is not None:
+        i, ch = hidden
+        raise RegistryError(f"{where}: 'name' holds an invisible character ({unicodedata.name(ch, 'unnamed')}), U+{ord(ch):04X} "
+                            f"at position {i}{'' if values_redacted() else ' of ' + show(name)}; a tool name must read as it is")
     where = _named(where, name)
     if description is not None and not isinstance(description, str):
         raise RegistryError(f"{where}: 'description' must be a string, got {_type(description)}")
@@ -231,6 +237,13 @@ class ToolRegistry:
                     f"{source}: duplicate tool name{'' if values_redacted() else ' ' + show(tool.name)} (records {self._index[tool.name]} and {i})"
                 )
             self._index[tool.name] = i
+        looks: dict[str, int] = {}
+        for i, tool in enumerate(self.tools):
+            j = looks.setdefault(skeleton(tool.name), i)
+            if j != i:
+                names = "" if values_redacted() else f" {show(self.tools[j].name)} and {show(tool.name)}"
+                raise RegistryError(f"{source}: tool names{names} (records {j} and {i}) look alike (the same after NFKC, case "
+                                    "folding and Unicode's confusables): one name must be one tool")
         self.risk_levels = np.array([t.risk_level or 0 for t in self.tools], dtype=np.int8)
         """Audited risk level per tool, 0 where unknown."""
         self.permissions = permission_matrix(t.permissions for t in self.tools)
