@@ -255,8 +255,7 @@ def load_catalogue(spec: ArtefactSpec, encoder: Any, generation: int = 1, *, reg
         retriever = _retriever(spec, encoder, reg, checkpoint)
     if retriever.scorer is not None:
         _ = retriever.graph  # built (or taken from the cache) at load, not on a user's first graph query
-    _ = retriever.tool_levels
-    retriever.retrieve(PROBE_TASK, k=1)
+    retriever.retrieve(PROBE_TASK, k=1)  # resolves every tool's level too
     path = getattr(retriever.checkpoint, "path", None)
     return Catalogue(retriever, spec, generation, load_seconds=time.perf_counter() - t0,
                      checkpoint=str(path) if path is not None else None, notes=[note] if note else [])

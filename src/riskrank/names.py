@@ -90,3 +90,14 @@ def looks_like_another(name: str) -> bool:
     its plain NFKC case-fold): a mixed-script ``dеlеtе_filеs`` does, ``delete_files`` and
     ``天気`` do not."""
     return skeleton(name) != unicodedata.normalize("NFKC", name).casefold()
+
+
+def look_alikes(names: list[str]) -> dict[int, int]:
+    """Each name that looks like an earlier one (:func:`skeleton`): its index -> the earlier's."""
+    first: dict[str, int] = {}
+    out = {}
+    for i, name in enumerate(names):
+        j = first.setdefault(skeleton(name), i)
+        if j != i:
+            out[i] = j
+    return out

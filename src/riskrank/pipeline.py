@@ -351,7 +351,7 @@ class RiskAwareRetriever:
         resolved once: policy pins, audited levels, then the learned risk head combined with
         keywords and MCP annotations (else the keyword fill, else fail closed). What the rule
         filter reads under ``risk_source="labels"``, what every result shows as
-        ``effective_level``, and what a gateway checks a call at."""
+        ``risk_level``, and what a gateway checks a call at."""
         if self._tool_levels is None:
             learned = self.scorer is not None and self.risk_head_learned
             self._tool_levels = resolve_tool_levels(
@@ -359,12 +359,6 @@ class RiskAwareRetriever:
                 head_scores=self.scorer.level_score if learned else None, fill_keyword=self.fill_levels == "keyword",
                 trust_annotations=self.trust_annotations, pins=self.level_pins)
         return self._tool_levels
-
-    @property
-    def level_provenance(self) -> tuple[np.ndarray, list[str], list[list[str]]]:
-        """Deprecated: :attr:`tool_levels` as (levels, provenance, evidence)."""
-        r = self.tool_levels
-        return r.levels, list(r.provenance), [list(e) for e in r.evidence]
 
     def level_note(self) -> str | None:
         """Why predicted levels are not the risk head's, when they are not."""
@@ -739,8 +733,7 @@ class RiskAwareRetriever:
                                  fill=fill, min_score=min_score)
         stages = parse_mode(call.mode)
         mode_name, source, floor = call.mode, call.risk_source, call.min_score
-        fill = self.rule_config.fill if fill is None else fill
-        batch = self.rank_batch(self._encode_queries(tasks), k=max(k, self.rule_config.k), top=k, fill=fill,
+        batch = self.rank_batch(self._encode_queries(tasks), k=max(k, self.rule_config.k), top=k, fill=call.fill,
                                 texts=list(tasks), call=call)
         predicted = self.predicted_levels
         resolved = self.tool_levels

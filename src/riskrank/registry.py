@@ -54,7 +54,7 @@ from riskrank.fileio import (
     show,
     values_redacted,
 )
-from riskrank.names import first_invisible, skeleton
+from riskrank.names import first_invisible, look_alikes
 from riskrank.risk import (
     PERMISSION_CATEGORIES,
     permission_categories,
@@ -237,13 +237,12 @@ class ToolRegistry:
                     f"{source}: duplicate tool name{'' if values_redacted() else ' ' + show(tool.name)} (records {self._index[tool.name]} and {i})"
                 )
             self._index[tool.name] = i
-        looks: dict[str, int] = {}
-        for i, tool in enumerate(self.tools):
-            j = looks.setdefault(skeleton(tool.name), i)
-            if j != i:
-                names = "" if values_redacted() else f" {show(self.tools[j].name)} and {show(tool.name)}"
-                raise RegistryError(f"{source}: tool names{names} (records {j} and {i}) look alike (the same after NFKC, case "
-                                    "folding and Unicode's confusables): one name must be one tool")
+        alike = look_alikes([t.name for t in self.tools])
+        if alike:
+            i, j = next(iter(alike.items()))
+            names = "" if values_redacted() else f" {show(self.tools[j].name)} and {show(self.tools[i].name)}"
+            raise RegistryError(f"{source}: tool names{names} (records {j} and {i}) look alike (the same after NFKC, case "
+                                "folding and Unicode's confusables): one name must be one tool")
         self.risk_levels = np.array([t.risk_level or 0 for t in self.tools], dtype=np.int8)
         """Audited risk level per tool, 0 where unknown."""
         self.permissions = permission_matrix(t.permissions for t in self.tools)

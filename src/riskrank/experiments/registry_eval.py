@@ -82,9 +82,8 @@ def _predicted(registry: ToolRegistry, encoder: Encoder, checkpoint: Any) -> tup
         from riskrank.pipeline import RiskAwareRetriever
 
         r = RiskAwareRetriever(registry, encoder=encoder, checkpoint=checkpoint, progress=False)
-        resolved = r.level_provenance
-        if resolved is not None:  # the head's levels with the keyword evidence and MCP hints
-            return resolved[0], "head"
+        if r.scorer is not None and r.risk_head_learned:  # the head's levels with the keyword evidence and MCP hints
+            return r.tool_levels.levels, "head"
     return keyword_levels(registry), "keyword"
 
 

@@ -45,7 +45,7 @@ from riskrank.catalogue import (
 )
 from riskrank.errors import RegistryError, RiskrankError, error_body
 from riskrank.modes import NO_MIN_SCORE, parse_mode
-from riskrank.names import skeleton
+from riskrank.names import look_alikes
 from riskrank.registry import ToolRegistry
 from riskrank.risk import RISKY_LEVEL, split_name
 from riskrank.serving import mcp_compat
@@ -136,19 +136,17 @@ class View:
 def record_registry(records: list[dict[str, Any]], source: str) -> tuple[ToolRegistry, dict[str, str]]:
     """A registry of upstream ``tools/list`` records, each validated on its own: a malformed
     tool is skipped (with the reason) instead of failing the whole catalogue."""
-    tools, skipped, looks = [], {}, {}
+    tools, skipped = [], {}
     for rec in records:
         try:
-            (tool,) = ToolRegistry.from_data({"tools": [rec]}, fmt="mcp", source=source)
+            tools.extend(ToolRegistry.from_data({"tools": [rec]}, fmt="mcp", source=source))
         except RegistryError as exc:
             skipped[str(rec.get("name"))] = str(exc)
-            continue
-        first = looks.setdefault(skeleton(tool.name), tool.name)
-        if first != tool.name:  # a look-alike of a tool already listed: refused, with the finding
-            skipped[tool.name] = f"looks like {first!r} (the same after NFKC, case folding and Unicode's confusables)"
-            continue
-        tools.append(tool)
-    return ToolRegistry(tools, source), skipped
+    # A look-alike of a tool already listed is refused, with the finding.
+    alike = look_alikes([t.name for t in tools])
+    for i, j in alike.items():
+        skipped[tools[i].name] = f"looks like {tools[j].name!r} (the same after NFKC, case folding and Unicode's confusables)"
+    return ToolRegistry([t for i, t in enumerate(tools) if i not in alike], source), skipped
 
 
 def build_view(registry: ToolRegistry, spec: ArtefactSpec, encoder: Any, policy: Policy, generation: int, *,

@@ -1,0 +1,40 @@
+"""One name, one tool: invisible characters and look-alike names (riskrank.names)."""
+
+from __future__ import annotations
+
+import pytest
+
+from riskrank.errors import RegistryError
+from riskrank.first_stage import LexicalIndex
+from riskrank.names import looks_like_another, skeleton
+from riskrank.registry import ToolRegistry
+from riskrank.serving.mcp import record_registry
+
+CYRILLIC = "d\u0435l\u0435t\u0435_fil\u0435s"  # Cyrillic e
+
+
+def test_skeleton_folds_look_alikes_and_keeps_ascii():
+    assert skeleton(CYRILLIC) == skeleton("delete_files") == skeleton("\uff24\uff25\uff2c\uff25\uff34\uff25_files")
+    assert skeleton("l1st") == "l1st" and looks_like_another(CYRILLIC) and not looks_like_another("delete_files")
+    assert not looks_like_another("天気")
+
+
+@pytest.mark.parametrize("ch", ["\u3164", "\uffa0", "\u115f", "\u1160", "\u2800", "\u034f", "\ufe0f", "\u17b4", "\u00a0"])
+def test_invisible_characters_in_a_name_are_refused(ch):
+    with pytest.raises(RegistryError, match=f"(invisible|unprintable) character.*U\\+{ord(ch):04X}"):
+        ToolRegistry.from_data([{"name": "read_text" + ch + "_file", "description": "x"}], fmt="plain")
+
+
+def test_look_alike_names_are_refused_or_skipped():
+    records = [{"name": "delete_files", "description": "delete"}, {"name": CYRILLIC, "description": "read"}]
+    with pytest.raises(RegistryError, match="look alike"):
+        ToolRegistry.from_data(records, fmt="plain")
+    reg, skipped = record_registry(records, "upstreams")
+    assert reg.names == ["delete_files"] and "looks like 'delete_files'" in skipped[CYRILLIC]
+
+
+def test_a_look_alike_name_is_never_pinned_as_named():
+    reg = ToolRegistry.from_data([{"name": CYRILLIC, "description": "delete files"},
+                                  {"name": "list_files", "description": "list files"}], fmt="plain")
+    index = LexicalIndex.from_registry(reg)
+    assert index.identifier_like.tolist() == [False, True]
