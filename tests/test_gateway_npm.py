@@ -84,9 +84,11 @@ def gateway_env() -> dict[str, str]:
 def accept_all(answers: list[str], action: str = "accept"):
     async def callback(context, params):
         answers.append(mcp_compat.wire(params).get("message", ""))
+        callback.schemas.append(mcp_compat.wire(params).get("requestedSchema", {}))
         body = {"action": action, **({"content": {"approve": True}} if action == "accept" else {})}
         return mcp_compat.types().ElicitResult.model_validate(body)
 
+    callback.schemas = []
     return callback
 
 
@@ -208,18 +210,23 @@ def check_agent_loop(seen: dict, root: Path, *, confirmed: bool) -> None:
 
 def test_agent_loop_over_stdio_with_elicitation(setup):
     answers: list[str] = []
+    callback = accept_all(answers)
 
     async def go():
         gw = mcp_compat.ServerTarget(command=sys.executable, args=tuple(gateway_argv(setup, audit="stdio.jsonl")[1:]),
                                      env=gateway_env())
         with anyio.fail_after(GUARD_S), (setup / "stdio.err").open("w") as err:
-            async with mcp_compat.open_session(gw, elicitation_callback=accept_all(answers), errlog=err) as s:
+            async with mcp_compat.open_session(gw, elicitation_callback=callback, errlog=err) as s:
                 return await agent_loop(s, setup)
 
     seen = anyio.run(go)
     seen["audit"] = "stdio.jsonl"
     check_agent_loop(seen, setup, confirmed=True)
     assert len(answers) == 1 and "create_entities" in answers[0] and "risk level 3" in answers[0]
+    # Every argument is in the question, and the whole of them one read-only field away.
+    assert "entities = [" in answers[0] and "Call digest sha256" in answers[0]
+    full = callback.schemas[0]["properties"]["arguments"]["default"]
+    assert "entities" in json.loads(full)
 
 
 def test_confirmation_refused_or_declined(setup):
@@ -454,7 +461,7 @@ class _Call:
     progress_token = None
     wants_progress = False
 
-    async def confirm(self, message, bind):  # pragma: no cover - the broker answers
+    async def confirm(self, message, bind, details=None):  # pragma: no cover - the broker answers
         return "decline"
 
 

@@ -238,7 +238,7 @@ class StubCall:
     async def progress(self, p, total=None, message=None):
         self.progress_seen.append((p, total, message))
 
-    async def confirm(self, message, bind):
+    async def confirm(self, message, bind, details=None):
         self.asked.append(message)
         return self.answer
 

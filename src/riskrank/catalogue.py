@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -147,17 +148,17 @@ class Catalogue:
             "annotations": dict(t.annotations) if t.annotations else None,
         }
 
-    def result_dict(self, result: Any, policy: Any = None) -> dict[str, Any]:
+    def result_dict(self, result: Any, needs_confirmation: Callable[[str], bool] | None = None) -> dict[str, Any]:
         """The one wire shape of a result (:meth:`riskrank.modes.RetrievalResult.to_dict`) with
         what the catalogue knows: each tool's input schema and MCP annotations, whether a call
-        of it needs confirmation under ``policy`` (a gateway's; without one nothing is
-        confirmed), and the generation."""
+        of it needs confirmation (``needs_confirmation(name)``, a gateway's view's answer;
+        without one nothing is confirmed), and the generation."""
         out = result.to_dict()
         for tool in out["tools"]:
             t = self.registry[tool["index"]]
             tool["input_schema"] = _schema(t)
             tool["annotations"] = dict(t.annotations) if t.annotations else None
-            tool["needs_confirmation"] = bool(policy.needs_confirmation(tool["risk_level"])) if policy is not None else False
+            tool["needs_confirmation"] = bool(needs_confirmation(tool["name"])) if needs_confirmation is not None else False
         out["generation"] = self.generation
         return out
 

@@ -231,7 +231,8 @@ def parse_min_score(value: str | None) -> float | None:
 @click.option("--upstream", default=None, metavar="CMD",
               help="One upstream MCP server, a command line (with --config: one more, named 'upstream').")
 @click.option("--policy", "policy_file", type=click.Path(dir_okay=False), default=None, metavar="POLICY.json",
-              help="The call-time policy: max_level, confirm_level, allow, deny, exposure_ttl_s, client_choices, levels "
+              help="The call-time policy: max_level, confirm_level, allow, deny, exposure_ttl_s, client_choices, levels, "
+                   "preset (untrusted: confirm every call), untrusted, call_timeouts "
                    "[default: max_level 4, confirm_level 3, everything allowed, no client choices].")
 @click.option("--audit-log", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="Append every decision (found, allowed, refused, confirmed; upstreams up and down) to FILE as JSONL.")
@@ -256,6 +257,13 @@ def parse_min_score(value: str | None) -> float | None:
                    "elicitation [default: console with --console, else elicitation].")
 @click.option("--confirm-timeout", type=click.FloatRange(1, 86400), default=120.0, show_default=True,
               help="Seconds a call waits for an operator's decision before it fails with confirmation_required.")
+@click.option("--call-timeout", type=click.FloatRange(0.1, 86400), default=60.0, show_default=True,
+              help="Seconds a forwarded call may take before it fails with call_timeout (the policy's call_timeouts "
+                   "override it per tool).")
+@click.option("--max-argument-bytes", type=click.IntRange(1), default=1024 * 1024, show_default=True,
+              help="The largest arguments (as JSON) call_tool forwards; larger ones fail with arguments_too_large.")
+@click.option("--max-result-bytes", type=click.IntRange(1), default=16 * 1024 * 1024, show_default=True,
+              help="The largest upstream answer (as JSON) passed to the agent; larger ones fail with result_too_large.")
 def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, risk_source: str, fill_levels: str,
                 encoder: str | None, device: str, encoder_backend: str, threads: int | None, candidates: int | None,
                 first_stage: str, trust_annotations: bool, fill: str, min_score: str | None, config_file: str | None,
@@ -263,7 +271,8 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
                 startup_timeout: float, k: int, transport: str, host: str, port: int, token_file: str | None,
                 token_env: str, insecure: bool, console: bool, labels: str | None, review: str | None,
                 console_host: str | None, console_port: int | None, admin_token_file: str | None,
-                confirm_by: str | None, confirm_timeout: float) -> None:
+                confirm_by: str | None, confirm_timeout: float, call_timeout: float, max_argument_bytes: int,
+                max_result_bytes: int) -> None:
     """Serve risk-aware tool search over MCP (stdio, or streamable HTTP), alone or as a gateway.
 
     The catalogue is --registry (default: the bundled demo registry), or, as a gateway, the
@@ -290,6 +299,7 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
         load_servers,
         upstream_from_command,
     )
+    from riskrank.serving.gateway.limits import CallLimits
     from riskrank.serving.listen import bind_socket
     from riskrank.serving.mcp import run
 
@@ -344,4 +354,5 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
     anyio.run(lambda: run(spec, enc, upstreams=upstreams or None, policy=policy, audit_log=audit_log,
                           forward=gateway_forwards, k=k, transport=transport, sock=sock, token=token,
                           startup_timeout=startup_timeout, echo=log, console=console_opts, console_sock=console_sock,
-                          confirm_by=confirm_by, confirm_timeout=confirm_timeout))
+                          confirm_by=confirm_by, confirm_timeout=confirm_timeout,
+                          call_limits=CallLimits(call_timeout, max_argument_bytes, max_result_bytes)))

@@ -28,7 +28,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-import hashlib
 import json
 import signal
 import time
@@ -61,6 +60,16 @@ from riskrank.serving.gateway.confirm import (
     ConfirmationRequest,
     ElicitationBroker,
     OperatorBroker,
+    UnshowableCall,
+    call_digest,
+    confirmation_text,
+)
+from riskrank.serving.gateway.limits import (
+    CALL_TIMEOUT,
+    CallLimits,
+    LimitError,
+    check_arguments,
+    check_result,
 )
 from riskrank.serving.gateway.policy import (
     CONFIRMATION_REQUIRED,
@@ -131,11 +140,24 @@ class View:
     tools: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Every tool as an operator reads it (offered or not): description, level, provenance,
     evidence, permission categories, annotations."""
+    withdrawn: dict[str, str] = field(default_factory=dict)
+    """Tools neither offered nor callable because their server's latest list could not be
+    built into the catalogue (name -> why); they come back with the next good list."""
+
+    def needs_confirmation(self, name: str) -> bool:
+        """Whether a call of ``name`` needs confirmation (what ``find_tools`` shows and the
+        call-time check enforces, from one computation in :func:`build_view`)."""
+        return bool(self.tools.get(name, {}).get("needs_confirmation", True))
 
 
 def record_registry(records: list[dict[str, Any]], source: str) -> tuple[ToolRegistry, dict[str, str]]:
     """A registry of upstream ``tools/list`` records, each validated on its own: a malformed
-    tool is skipped (with the reason) instead of failing the whole catalogue."""
+    tool is skipped (with the reason) instead of failing the whole catalogue. Two records
+    with one name raise :class:`RegistryError` (the caller withdraws that server's list)."""
+    names = collections.Counter(str(rec.get("name")) for rec in records)
+    twice = sorted(n for n, c in names.items() if c > 1)
+    if twice:  # which of the two is meant cannot be known: the list is refused whole
+        raise RegistryError(f"{source}: duplicate tool name {twice[0]!r} ({names[twice[0]]} tools)")
     tools, skipped = [], {}
     for rec in records:
         try:
@@ -150,7 +172,8 @@ def record_registry(records: list[dict[str, Any]], source: str) -> tuple[ToolReg
 
 
 def build_view(registry: ToolRegistry, spec: ArtefactSpec, encoder: Any, policy: Policy, generation: int, *,
-               routes: dict[str, tuple[str, str]] | None = None, skipped: dict[str, str] | None = None) -> View:
+               routes: dict[str, tuple[str, str]] | None = None, skipped: dict[str, str] | None = None,
+               withdrawn: dict[str, str] | None = None) -> View:
     """Resolve every tool's level once (:func:`riskrank.catalogue.audit_tools`: the policy's
     pins first, audits, the base model's or the checkpoint's risk head with keywords and MCP
     hints), keep the tools the policy may allow, and load a catalogue of those with the same
@@ -167,9 +190,17 @@ def build_view(registry: ToolRegistry, spec: ArtefactSpec, encoder: Any, policy:
                      "evidence": list(lv.evidence[i]), "permissions": sorted(t.permissions),
                      "annotations": dict(t.annotations) if t.annotations else None,
                      "upstream": (routes or {}).get(t.name, (None, None))[0], "not_offered": not_offered.get(t.name),
-                     "needs_confirmation": policy.needs_confirmation(int(lv.levels[i]))}
+                     "needs_confirmation": policy.needs_confirmation(int(lv.levels[i]), (routes or {}).get(t.name, (None,))[0])}
             for i, t in enumerate(registry)}
-    return View(cat, generation, levels, routes or {}, not_offered, skipped or {}, rows)
+    return View(cat, generation, levels, routes or {}, not_offered, skipped or {}, rows, withdrawn or {})
+
+
+def withdrawn_view(previous: View, generation: int, why: str) -> View:
+    """The view when a rebuild failed as a whole: nothing offered, every tool of ``previous``
+    withdrawn with ``why`` (fail closed: a tool is never served at a level that is no longer
+    its server's word)."""
+    names = set(previous.levels) | set(previous.withdrawn)
+    return View(None, generation, {}, {}, {}, {}, {}, {n: why for n in names})
 
 
 def upstream_records(manager: UpstreamManager) -> tuple[list[dict[str, Any]], dict[str, tuple[str, str]]]:
@@ -204,8 +235,9 @@ class Gateway:
 
     def __init__(self, view: View, *, policy: Policy | None = None, manager: UpstreamManager | None = None,
                  audit: AuditLog | None = None, broker: ConfirmationBroker | None = None, limits: Limits | None = None,
-                 default_k: int = 5, forward: bool = True) -> None:
+                 default_k: int = 5, forward: bool = True, call_limits: CallLimits | None = None) -> None:
         self.view = view
+        self.call_limits = call_limits or CallLimits()
         self.policy = policy or Policy()
         self.manager = manager
         self.audit = audit or AuditLog(None)
@@ -302,12 +334,13 @@ class Gateway:
         if cat is None:
             return {"task": task, "mode": self.mode, "k": k, "tools": [], "withheld": [], "policy": policy,
                     "note": "no tool is available: " + ("every upstream server is down" if self.manager and not self.manager.live()
+                                                       else next(iter(view.withdrawn.values())) if view.withdrawn
                                                        else "the policy offers none of the catalogue's tools"),
                     "catalogue": {"n_tools": 0, "generation": view.generation}}
         cat.check_request(choice.get("mode"), choice.get("risk_source"))
         res = cat.retriever.retrieve(task, k=min(k, len(cat.registry)), mode=choice.get("mode"), lam=choice.get("lambda"),
                                      risk_source=choice.get("risk_source"))
-        out = cat.result_dict(res, self.policy)
+        out = cat.result_dict(res, view.needs_confirmation)
         out["policy"] = policy
         out["catalogue"] = {"source": cat.spec.registry, "n_tools": len(cat.registry), "generation": view.generation}
         if self.manager is not None:
@@ -345,12 +378,20 @@ class Gateway:
 
     # -- call_tool ----------------------------------------------------------------------------------
     async def forward_call(self, arguments: dict[str, Any], call: Any) -> Any:
+        import anyio
+
         extra = sorted(set(arguments) - {"name", "arguments"})
         name, args = arguments.get("name"), arguments.get("arguments")
         if extra or not isinstance(name, str) or not (args is None or isinstance(args, dict)):
             why = f"unknown argument(s) {extra}" if extra else "name must be a string and arguments an object"
             return _refusal("invalid_request", f"call_tool takes name (a string) and arguments (an object): {why}")
-        args = args or {}
+        try:
+            # Bounded before anything reads them; then one frozen copy is what is shown,
+            # approved, logged and sent.
+            check_arguments(name, args or {}, self.call_limits)
+        except LimitError as exc:
+            return await self._refuse(Decision(exc.code, str(exc)), {"tool": name, "session": call.session_key})
+        args = json.loads(json.dumps(args or {}, default=str))
         view, key = self.view, call.session_key
         exposure = self.exposure.get(key)
         level, provenance = view.levels.get(name, (None, None))
@@ -359,28 +400,35 @@ class Gateway:
         ttl = self.policy.exposure_ttl_s
         exposed = exposure is not None and name in exposure.names
         expired = exposed and ttl is not None and time.monotonic() - exposure.at > ttl
+        withdrawn = view.withdrawn.get(name)
+        if exposed and not expired and withdrawn:
+            return await self._refuse(Decision("withdrawn", withdrawn), rec)
         route = view.routes.get(name)
         up = self.manager.upstreams.get(route[0]) if self.manager is not None and route is not None else None
-        if exposed and not expired and (up is None or up.session is None):
+        session = up.session if up is not None else None  # held: the upstream may go down meanwhile
+        if exposed and not expired and session is None:
             return await self._refuse(Decision("upstream_down", f"the server of {name!r} is not running; try again later"), rec)
-        decision = decide(self.policy, name, level or 5, exposed=exposed, expired=expired)
+        decision = decide(self.policy, name, level or 5, exposed=exposed, expired=expired, upstream=route[0] if route else None)
         if not decision.allowed:
             return await self._refuse(decision, rec)
         upstream_name, tool = route
         rec["upstream"] = upstream_name
+        digest = call_digest(name, args)
         if decision.confirm:
-            digest = hashlib.sha256(json.dumps([name, args], sort_keys=True, default=str).encode()).hexdigest()
+            try:
+                message = confirmation_text(name, int(level or 5), provenance, rec["task"], args)
+            except UnshowableCall as exc:
+                return await self._refuse(Decision(CONFIRMATION_REQUIRED, str(exc)), rec)
             request = ConfirmationRequest(
                 session=key, task=rec["task"], tool=name, level=int(level or 5), arguments=args, bind=f"{key}:{digest}",
-                message=(f"The agent wants to call {name} (risk level {level}, {provenance}) for the task "
-                         f"{(rec['task'] or '')[:200]!r} with {json.dumps(args, default=str)[:500]}. Allow this call?"),
-                provenance=provenance, evidence=tuple(view.tools.get(name, {}).get("evidence", ())), upstream=upstream_name)
+                message=message, provenance=provenance, evidence=tuple(view.tools.get(name, {}).get("evidence", ())),
+                upstream=upstream_name)
             try:
                 answer = await self.broker.confirm(request, call)
             except mcp_compat.InputRequired:
                 with contextlib.suppress(AuditLogError):
                     await self.audit.append(**rec, decision="pending", code="confirmation_requested",
-                                            reason=f"asked the user through {self.broker.name}")
+                                            reason=f"asked the user through {self.broker.name}", digest=digest)
                 raise
             who = {"decided_by": answer.by} if answer.by else {}
             if answer.note:
@@ -397,21 +445,41 @@ class Gateway:
                 return await self._refuse(Decision(DENIED, f"{whom} did not confirm {name!r} ({answer.action})"
                                                    + (f": {answer.note}" if answer.note else "")), rec,
                                           confirmation=answer.action, **who)
+            if call_digest(name, args) != request.digest:  # what runs is what was approved, or nothing
+                return await self._refuse(Decision(DENIED, f"the arguments of {name!r} changed after they were approved"), rec)
             rec["confirmed"] = self.broker.name
             rec.update(who)
         try:
-            await self.audit.append(**rec, decision="allowed", code="allowed", reason=decision.reason)
+            await self.audit.append(**rec, decision="allowed", code="allowed", reason=decision.reason, digest=digest)
         except AuditLogError as exc:
             return _error(exc)
         progress = call.progress if call.wants_progress else None
+        timeout = self.policy.call_timeout(name, self.call_limits.timeout_s)
+        started = time.monotonic()
         try:
-            result = await up.session.call_tool(tool, args, progress_callback=progress)
-        except Exception as exc:  # the upstream's failure, reported to the agent
-            message = f"the upstream server {upstream_name!r} failed on {tool!r}: {describe(exc)}"
+            with anyio.fail_after(timeout):
+                result = await session.call_tool(tool, args, progress_callback=progress)
+            wired = result if isinstance(result, dict) else mcp_compat.wire(result)
+            check_result(name, wired, self.call_limits)
+        except TimeoutError:
+            message = (f"the upstream server {upstream_name!r} did not answer {tool!r} within {timeout:g} s "
+                       "(--call-timeout, or the policy's call_timeouts); the call was abandoned")
             with contextlib.suppress(AuditLogError):
-                await self.audit.append(**rec, decision="failed", code="upstream_error", reason=message)
+                await self.audit.append(**rec, decision="failed", code=CALL_TIMEOUT, reason=message)
+            return _refusal(CALL_TIMEOUT, message)
+        except LimitError as exc:
+            with contextlib.suppress(AuditLogError):
+                await self.audit.append(**rec, decision="failed", code=exc.code, reason=str(exc))
+            return _refusal(exc.code, str(exc))
+        except Exception as exc:  # the upstream's failure, reported to the agent without internals
+            internal = isinstance(exc, AttributeError | TypeError | KeyError | IndexError | NameError | AssertionError)
+            message = (f"the upstream server {upstream_name!r} failed on {tool!r}: {describe(exc)}" if not internal
+                       else f"the upstream server {upstream_name!r} failed on {tool!r} (it stopped or the connection broke)")
+            with contextlib.suppress(AuditLogError):
+                await self.audit.append(**rec, decision="failed", code="upstream_error", reason=message,
+                                        detail=describe(exc), elapsed_s=round(time.monotonic() - started, 3))
             return _refusal("upstream_error", message)
-        return mcp_compat.as_call_result(result)
+        return mcp_compat.as_call_result(wired)
 
     async def _refuse(self, decision: Decision, rec: dict[str, Any], **extra: Any) -> Any:
         with contextlib.suppress(AuditLogError):  # a refusal stands even if it cannot be logged
@@ -535,10 +603,22 @@ class _Catalogues:
 
         generation = self.manager.generation
         records, routes = upstream_records(self.manager)
+        # Each server's list is checked on its own: one that cannot be built (two tools with
+        # one name, say) withdraws that server's tools, not the others'.
+        withdrawn: dict[str, str] = {}
+        for up in self.manager.live():
+            mine = [r for r in records if routes[r["name"]][0] == up.name]
+            try:
+                record_registry(mine, up.name)
+            except RegistryError as exc:
+                why = (f"the server {up.name!r} listed its tools in a form that cannot be served ({exc}); its tools are "
+                       "withdrawn until it lists them correctly")
+                withdrawn.update({r["name"]: why for r in mine})
+        records = [r for r in records if r["name"] not in withdrawn]
         source = "upstreams: " + ", ".join(u.name for u in self.manager.live())
         registry, skipped = record_registry(records, source)
         return await anyio.to_thread.run_sync(lambda: build_view(registry, self.spec, self.encoder, self.policy, generation,
-                                                                 routes=routes, skipped=skipped))
+                                                                 routes=routes, skipped=skipped, withdrawn=withdrawn))
 
     def audit_upstreams(self, view: View) -> None:
         """An audit line (and a log line) for each upstream whose tools or state changed, once
@@ -572,7 +652,12 @@ class _Catalogues:
             try:
                 view = await self.build()
             except (RiskrankError, OSError) as exc:
-                self.echo(f"the catalogue was not rebuilt ({exc}); the previous one keeps serving")
+                # Fail closed: the previous catalogue rated lists that are no longer current.
+                why = f"the catalogue could not be rebuilt from the servers' new lists ({exc})"
+                self.echo(f"{why}; every upstream tool is withdrawn until a list builds")
+                self.audit.write(tool=None, decision="withdrawn", code="catalogue_rebuild_failed", reason=why)
+                if self.gateway is not None:
+                    self.gateway.view = withdrawn_view(self.gateway.view, self.manager.generation, why)
                 continue
             if self.gateway is not None:
                 self.gateway.view = view
@@ -583,7 +668,8 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
               policy: Policy | None = None, audit_log: str | None = None, forward: bool = True, k: int = 5,
               transport: str = "stdio", sock: Any = None, token: str | None = None, startup_timeout: float = 30.0,
               limits: Limits | None = None, echo: Callable[[str], None] = print, console: ConsoleOptions | None = None,
-              console_sock: Any = None, confirm_by: str = "elicitation", confirm_timeout: float = 120.0) -> None:
+              console_sock: Any = None, confirm_by: str = "elicitation", confirm_timeout: float = 120.0,
+              call_limits: CallLimits | None = None) -> None:
     """Load the catalogue (a registry, or the upstream servers), then serve until the client
     goes away or SIGTERM/SIGINT (which stop every upstream child first).
 
@@ -626,7 +712,7 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
             if hasattr(encoder, "warm"):
                 await anyio.to_thread.run_sync(encoder.warm)  # the first find_tools must not wait for the model
             gateway = Gateway(view, policy=policy, manager=manager, audit=audit, broker=broker, default_k=k, forward=forward,
-                              limits=limits)
+                              limits=limits, call_limits=call_limits)
             if console is not None:
                 console_app = make_console(gateway)
             if keeper is not None:

@@ -380,24 +380,30 @@ class CallCtx:
             await self.session.send_progress_notification(
                 self.progress_token, progress, total, message, related_request_id=self.request_id)
 
-    async def confirm(self, message: str, bind: str) -> str:
+    async def confirm(self, message: str, bind: str, details: str | None = None) -> str:
         """Ask the client's user; ``accept``, ``decline``, ``cancel`` or ``unsupported`` (the
         client declared no elicitation). ``bind`` names what is confirmed (session, tool,
-        arguments): on 2026-07-28 an answer counts only with the state signed for it."""
+        arguments): on 2026-07-28 an answer counts only with the state signed for it.
+        ``details`` (the call's arguments in full) is a read-only text field of the form;
+        what the user types into it is ignored."""
         if not self.can_elicit:
             return "unsupported"
+        schema = CONFIRM_SCHEMA
+        if details is not None:
+            schema = {**CONFIRM_SCHEMA, "properties": {**CONFIRM_SCHEMA["properties"], "arguments": {
+                "type": "string", "title": "The call's arguments in full (read only)", "default": details}}}
         if self.protocol_version in MODERN_PROTOCOLS:
             answers = getattr(self.params, "input_responses", None) or {}
             if CONFIRM_KEY in answers and _TOKENS.redeem(bind, getattr(self.params, "request_state", None)):
                 answer = wire(answers[CONFIRM_KEY])
             else:
                 req = {"method": "elicitation/create",
-                       "params": {"mode": "form", "message": message, "requestedSchema": CONFIRM_SCHEMA}}
+                       "params": {"mode": "form", "message": message, "requestedSchema": schema}}
                 raise InputRequired(types().InputRequiredResult.model_validate(
                     {"resultType": "input_required", "inputRequests": {CONFIRM_KEY: req}, "requestState": _TOKENS.issue(bind)}))
         else:
             # Positional schema: the keyword is requestedSchema in 1.x, requested_schema in 2.x.
-            answer = wire(await self.session.elicit_form(message, CONFIRM_SCHEMA, related_request_id=self.request_id))
+            answer = wire(await self.session.elicit_form(message, schema, related_request_id=self.request_id))
         action = answer.get("action", "cancel")
         if action == "accept" and (answer.get("content") or {}).get("approve") is not True:
             return "decline"

@@ -307,6 +307,9 @@ class Console:
         if action not in ("approve", "deny"):
             raise Refused(400, "choose approve or deny")
         note = " ".join(fields.get("note", "").split())[:MAX_NOTE_CHARS]
+        waiting = broker.pending.get(fields.get("id", ""))
+        if waiting is not None and fields.get("digest") != waiting.request.digest:
+            raise Refused(409, "that decision was not made on this call's arguments (its digest differs); reload the page")
         item = broker.decide(fields.get("id", ""), action == "approve", session.name, note or None)
         if item is None:
             raise Refused(409, "that request is no longer pending (decided, timed out, or its caller went away)")

@@ -53,7 +53,10 @@ class UpstreamConfig:
 
 SERVER_KEYS = {"command", "args", "env", "cwd", "url", "headers", "type", "transport", "disabled"}
 HTTP_TYPES = ("http", "streamable-http", "streamableHttp")
-POLICY_KEYS = {"max_level", "confirm_level", "allow", "deny", "exposure_ttl_s", "client_choices", "levels"}
+POLICY_KEYS = {"max_level", "confirm_level", "allow", "deny", "exposure_ttl_s", "client_choices", "levels", "preset",
+               "untrusted", "call_timeouts"}
+#: ``preset``'s values: ``untrusted`` confirms every call of every server.
+PRESETS = ("untrusted",)
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _GLOB_CHARS = re.compile(r"^[\x21-\x7e]+$")
 
@@ -247,9 +250,22 @@ def load_policy(path: str | Path | None) -> Policy:
     if not isinstance(levels_raw, dict):
         raise ConfigError(f"{where}: levels: must be an object of tool-name glob -> risk level")
     levels = {check_glob(g, f"{where}: levels"): _level(v, f"{where}: levels.{g}") for g, v in levels_raw.items()}
+    preset = data.get("preset")
+    if preset is not None and preset not in PRESETS:
+        raise ConfigError(f"{where}: preset: must be one of {', '.join(PRESETS)}, got {preset!r}")
+    untrusted = _globs(data.get("untrusted", []), f"{where}: untrusted") + (("*",) if preset == "untrusted" else ())
+    timeouts_raw = data.get("call_timeouts", {})
+    if not isinstance(timeouts_raw, dict):
+        raise ConfigError(f"{where}: call_timeouts: must be an object of tool-name glob -> seconds")
+    timeouts = {}
+    for g, v in timeouts_raw.items():
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or not 0 < v <= 86400:
+            raise ConfigError(f"{where}: call_timeouts.{g}: must be a number of seconds, more than 0 and at most 86400")
+        timeouts[check_glob(g, f"{where}: call_timeouts")] = float(v)
     return Policy(
         max_level=max_level, confirm_level=confirm_level,
         allow=_globs(data.get("allow", list(d.allow)), f"{where}: allow"),
         deny=_globs(data.get("deny", list(d.deny)), f"{where}: deny"),
-        exposure_ttl_s=None if ttl is None else float(ttl), client_choices=choices, levels=levels, source=where,
+        exposure_ttl_s=None if ttl is None else float(ttl), client_choices=choices, levels=levels, untrusted=untrusted,
+        call_timeouts=timeouts, source=where,
     )

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import hashlib
+import json
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -31,6 +33,55 @@ from riskrank.errors import RiskrankError
 ACCEPT, DECLINE, CANCEL, UNSUPPORTED, TIMEOUT = "accept", "decline", "cancel", "unsupported", "timeout"
 #: How many decided requests the broker remembers (the console's "recently decided").
 RECENT = 50
+#: A value longer than this (as JSON) is shown by its head, its tail, its length and its
+#: digest; the rest of it is on the console's approvals page.
+SHOWN_CHARS = 160
+#: More arguments than this cannot be shown for a confirmation: such a call is refused.
+MAX_SHOWN_ARGUMENTS = 40
+
+
+class UnshowableCall(RiskrankError):
+    """A call whose arguments are too many to put in front of the person who confirms it."""
+
+    code = "confirmation_required"
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def call_digest(tool: str, arguments: dict[str, Any]) -> str:
+    """The sha256 of exactly this call (tool name and arguments, canonical JSON): what an
+    approval is bound to, and what the call that runs must still hash to."""
+    return hashlib.sha256(_json([tool, arguments]).encode()).hexdigest()
+
+
+def shown_value(value: Any) -> str:
+    """One argument's value as the person who confirms reads it: in full when short; else its
+    head and tail with its length and digest, so nothing is hidden without saying so."""
+    text = _json(value)
+    if len(text) <= SHOWN_CHARS:
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return (f"{text[:SHOWN_CHARS - 40]} … {text[-40:]} [{len(text):,} characters, sha256 {digest}…; "
+            "the whole value is shown beside this question]")
+
+
+def confirmation_text(tool: str, level: int, provenance: str | None, task: str | None, arguments: dict[str, Any]) -> str:
+    """The question put to whoever confirms a call: every argument on a line of its own (long
+    ones by head, tail, length and digest: see :func:`shown_value`), and the call's digest.
+    A call with more than :data:`MAX_SHOWN_ARGUMENTS` arguments raises
+    :class:`UnshowableCall` instead of being shown in part."""
+    if len(arguments) > MAX_SHOWN_ARGUMENTS:
+        raise UnshowableCall(f"{tool!r} was called with {len(arguments):,} arguments; at most {MAX_SHOWN_ARGUMENTS} can be "
+                             "shown to whoever confirms a call, so it is refused rather than approved unseen")
+    lines = [f"The agent wants to call {tool} (risk level {level}, {provenance or 'unlabelled'})"
+             + (f" for the task {shown_value(task)}" if task else "") + "."]
+    lines.append(f"Arguments ({len(arguments)}):" if arguments else "No arguments.")
+    lines += [f"  {shown_value(k) if len(k) > 60 else k} = {shown_value(v)}" for k, v in sorted(arguments.items())]
+    lines.append(f"Call digest sha256 {call_digest(tool, arguments)[:16]}: the approval holds for exactly these arguments.")
+    lines.append("Allow this call?")
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -50,6 +101,16 @@ class ConfirmationRequest:
     provenance: str | None = None
     evidence: tuple[str, ...] = ()
     upstream: str | None = None
+
+    @property
+    def digest(self) -> str:
+        """The digest of the call this request is for (:func:`call_digest`)."""
+        return call_digest(self.tool, self.arguments)
+
+    def shown_arguments(self) -> list[tuple[str, str, int]]:
+        """Each argument as (name, full value as JSON, its length): the console shows all of it."""
+        return [(k, json.dumps(v, indent=2, ensure_ascii=False, sort_keys=True, default=str), len(_json(v)))
+                for k, v in sorted(self.arguments.items())]
 
 
 @dataclass(frozen=True)
@@ -79,7 +140,9 @@ class ElicitationBroker:
     name = "elicitation"
 
     async def confirm(self, request: ConfirmationRequest, call: Any) -> Answer:
-        return Answer(await call.confirm(request.message, request.bind))
+        # The whole arguments travel as a read-only field of the form, one field away.
+        return Answer(await call.confirm(request.message, request.bind,
+                                         details=json.dumps(request.arguments, indent=2, ensure_ascii=False, sort_keys=True)))
 
 
 @dataclass

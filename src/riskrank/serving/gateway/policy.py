@@ -7,8 +7,14 @@ change this. A tool is callable only if it is in the caller's latest ``find_tool
 1. ``not_exposed``: not in the caller's latest result (or that result is older than the TTL);
 2. ``denied``: its public name matches a ``deny`` glob, or no ``allow`` glob;
 3. ``above_max_level``: its risk level is above ``max_level``;
-4. ``confirmation_required``: its level is ``confirm_level`` or more: it runs only if the
-   user confirms (:mod:`riskrank.serving.gateway.confirm`).
+4. ``confirmation_required``: its level is ``confirm_level`` or more, or its server is one
+   the policy calls ``untrusted``: it runs only if the user confirms
+   (:mod:`riskrank.serving.gateway.confirm`).
+
+A level is read from the tool's description and annotations, which its server writes: a tool
+that lies about what it does (a "tidy" tool that deletes, claiming ``readOnlyHint``) gets a
+low level. For a server you do not trust, ``"preset": "untrusted"`` (every server) or
+``"untrusted": ["NAME", ...]`` (those upstreams) asks for confirmation of every call.
 
 The first rule that fails decides (:func:`decide`, pure and unit-tested). Tools that rules 2
 and 3 refuse are never offered by ``find_tools`` either (:meth:`Policy.refusal`).
@@ -49,6 +55,11 @@ class Policy:
     exposure_ttl_s: float | None = None
     client_choices: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     levels: dict[str, int] = field(default_factory=dict)
+    untrusted: tuple[str, ...] = ()
+    """Globs over upstream server names whose every tool needs confirmation (``*``: all)."""
+    call_timeouts: dict[str, float] = field(default_factory=dict)
+    """Per tool-name glob, the seconds a call may take (the first match, in file order);
+    others get the gateway's ``--call-timeout``."""
     source: str = "the default policy"
 
     def refusal(self, name: str, level: int) -> str | None:
@@ -60,8 +71,14 @@ class Policy:
             return ABOVE_MAX_LEVEL
         return None
 
-    def needs_confirmation(self, level: int) -> bool:
-        return level >= self.confirm_level
+    def needs_confirmation(self, level: int, upstream: str | None = None) -> bool:
+        """Whether a call of a tool at ``level`` served by ``upstream`` (None: no upstream)
+        must be confirmed: at ``confirm_level`` or above, or from an untrusted server."""
+        return level >= self.confirm_level or any(fnmatch.fnmatchcase(upstream or "", g) for g in self.untrusted)
+
+    def call_timeout(self, name: str, default: float) -> float:
+        """The seconds a call of ``name`` may take (``call_timeouts``' first match, else ``default``)."""
+        return next((s for g, s in self.call_timeouts.items() if fnmatch.fnmatchcase(name, g)), default)
 
     def pinned_level(self, name: str) -> int | None:
         """The level ``levels`` pins for ``name`` (the first matching glob, in file order)."""
@@ -70,7 +87,8 @@ class Policy:
     def to_dict(self) -> dict[str, Any]:
         return {"max_level": self.max_level, "confirm_level": self.confirm_level, "allow": list(self.allow),
                 "deny": list(self.deny), "exposure_ttl_s": self.exposure_ttl_s,
-                "client_choices": {k: list(v) for k, v in self.client_choices.items()}, "levels": dict(self.levels)}
+                "client_choices": {k: list(v) for k, v in self.client_choices.items()}, "levels": dict(self.levels),
+                "untrusted": list(self.untrusted), "call_timeouts": dict(self.call_timeouts)}
 
 
 @dataclass(frozen=True)
@@ -87,7 +105,8 @@ class Decision:
         return self.code == "allowed"
 
 
-def decide(policy: Policy, name: str, level: int, *, exposed: bool, expired: bool = False) -> Decision:
+def decide(policy: Policy, name: str, level: int, *, exposed: bool, expired: bool = False,
+           upstream: str | None = None) -> Decision:
     """The call-time decision for ``name`` at its current ``level`` (module docstring)."""
     if not exposed or expired:
         why = ("your latest find_tools result is older than the server's exposure TTL" if expired and exposed
@@ -99,8 +118,10 @@ def decide(policy: Policy, name: str, level: int, *, exposed: bool, expired: boo
     if code == ABOVE_MAX_LEVEL:
         return Decision(ABOVE_MAX_LEVEL, f"{name!r} is risk level {level}; the server's policy ({policy.source}) "
                                          f"allows at most level {policy.max_level}")
-    if policy.needs_confirmation(level):
+    if level >= policy.confirm_level:
         return Decision("allowed", f"level {level} >= confirm_level {policy.confirm_level}", confirm=True)
+    if policy.needs_confirmation(level, upstream):
+        return Decision("allowed", f"its server {upstream!r} is untrusted by the policy: every call is confirmed", confirm=True)
     return Decision("allowed", f"level {level} < confirm_level {policy.confirm_level}")
 
 
