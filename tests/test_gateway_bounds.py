@@ -26,7 +26,14 @@ from riskrank.serving.gateway.confirm import (
 from riskrank.serving.gateway.limits import CallLimits
 from riskrank.serving.gateway.policy import Policy
 from riskrank.serving.gateway.upstreams import UpstreamManager
-from riskrank.serving.mcp import Exposure, Gateway, _Catalogues, build_view, record_registry, upstream_records
+from riskrank.serving.mcp import (
+    Exposure,
+    Gateway,
+    _Catalogues,
+    build_view,
+    record_registry,
+    upstream_records,
+)
 from test_server_support import HashEncoder
 
 TOOLS = [
@@ -94,7 +101,7 @@ def test_the_confirmation_shows_every_argument_and_binds_the_digest(tmp_path, en
     # The attack: a long first argument pushed the second out of a cut-off message.
     args = {"a_note": "n" * 5000, "path": "/home/user/.ssh/attacker"}
     call = Call("accept")
-    text, err = run_call(gw, "make_folder", args, call)
+    _, err = run_call(gw, "make_folder", args, call)
     assert not err
     message, bind = call.asked[0]
     assert "path = \"/home/user/.ssh/attacker\"" in message  # shown in full, after the long one
