@@ -367,7 +367,10 @@ class Gen:
         """Format characters that make two names look alike or reorder text (bidi overrides,
         zero-width spaces, BOM inside a name). Not in the issue's list: a recommendation."""
         chars = ["\u200b", "\u200c", "\u200d", "\u200e", "\u200f", "\u202a", "\u202b", "\u202c", "\u202d", "\u202e",
-                 "\u2066", "\u2067", "\u2068", "\u2069", "\ufeff", "\u00ad"]
+                 "\u2066", "\u2067", "\u2068", "\u2069", "\ufeff", "\u00ad",
+                 # printable but blank: Hangul fillers, the braille blank, the grapheme joiner,
+                 # variation selectors, Khmer inherent vowels (an independent fuzz found these)
+                 "\u3164", "\uffa0", "\u115f", "\u1160", "\u2800", "\u034f", "\ufe0f", "\U000e0100", "\u17b4", "\u17b5"]
         yield from self._names_with("x_name_invisible", chars, "reject")
 
     def fam_name_surrogate(self) -> Iterator[Case]:
@@ -516,8 +519,10 @@ class Gen:
 
     def fam_empty_desc(self) -> Iterator[Case]:
         rng = self.rng("emptydesc")
-        values = [("empty", Raw('""'), "reject"), ("space", Raw('"   "'), "reject"), ("ws", Raw('"\\t\\n\\r"'), "reject"),
-                  ("ideo", Raw('"\\u3000"'), "reject"), ("nbsp", Raw('"\\u00a0\\u2003"'), "reject"),
+        # An empty or blank description is ranked on the name's words (a registry of names
+        # works); one of invisible characters only, or not a string, is refused.
+        values = [("empty", Raw('""'), "either"), ("space", Raw('"   "'), "either"), ("ws", Raw('"\\t\\n\\r"'), "either"),
+                  ("ideo", Raw('"\\u3000"'), "either"), ("nbsp", Raw('"\\u00a0\\u2003"'), "either"),
                   ("zwsp", Raw('"\\u200b"'), "reject"), ("null", Raw("null"), "either"), ("number", Raw("5"), "reject"),
                   ("list", Raw('["a"]'), "reject")]
         for i in range(self.reps(3)):
@@ -698,12 +703,45 @@ class Gen:
                   '{"result": {"tools": 5}}', '{"result": null}', '{"jsonrpc": "2.0", "error": {"code": -32601, "message": "x"}}',
                   '{"a": 1}', '{"a": {"description": "x"}, "b": 2}', "3.14", "-0", '""', "[{}]", '[{"name": null}]',
                   '{"tools": [], "more": 1}', '[true]', '{"": {}}']
+        # An object where the list of tools belongs (once read as one tool named "tools").
+        values += ['{"tools": {"wipe": {"description": "Wipe the disk", "risk_level": 5}}}',
+                   '{"result": {"wipe": {"description": "Wipe the disk", "risk_level": 5}}}']
         for v in values:
-            yield Case("wrong_toplevel", f"{v[:24]}", v.encode(), "reject", f"top level {v}")
+            # A list of names is a registry of names only (ranked on the names' words).
+            yield Case("wrong_toplevel", f"{v[:24]}", v.encode(), "either" if v == '["a", "b"]' else "reject", f"top level {v}")
         for i in range(self.reps(4)):
             tools = base_tools(rng, 2)
             yield Case("wrong_toplevel", f"nested-list-{i}", dump([[_rec_plain(t) for t in tools]]).encode(), "reject", "list of lists of tools")
             yield Case("wrong_toplevel", f"string-of-json-{i}", json.dumps(fmt_plain_list(tools)).encode(), "reject", "the registry as one JSON string")
+
+    def fam_x_huge_field(self) -> Iterator[Case]:
+        """A huge name, description or parameter string: refused before it is processed (a
+        20 MB description once kept the CLI busy for minutes)."""
+        rng = self.rng("hugefield")
+        for size in (70_000, 2_000_000, 20_000_000):
+            for where, fmt in (("description", "plain"), ("description", "mcp"), ("name", "plain"), ("param", "openai")):
+                name = rand_name(rng)
+                big = "d" * size
+                bad = ({"name": name, "description": big} if where == "description" else
+                       {"name": big, "description": "x"} if where == "name" else
+                       {"name": name, "description": "x", "parameters": {"type": "object", "properties": {"p": {"default": big}}}})
+                text, _ = self._one_bad(rng, fmt, bad)
+                # 70,000 characters is over the description's bound, under a parameter string's
+                expect = "either" if where == "param" and size < 262_144 else "reject"
+                yield Case("x_huge_field", f"{where}-{fmt}-{size}", text.encode(), expect, f"a {size:,}-character {where} ({fmt})",
+                           suffix_of(fmt))
+
+    def fam_x_format_mix(self) -> Iterator[Case]:
+        """The format decided from every record: a first record without ``inputSchema`` keeps the
+        later ones' schemas (accepted); records of two formats are refused."""
+        rng = self.rng("formatmix")
+        for i in range(self.reps(4)):
+            tools = base_tools(rng, 3)
+            recs = [Pairs([("name", tools[0]["name"]), ("description", tools[0]["description"])])] + [_rec_mcp(t) for t in tools[1:]]
+            yield Case("x_format_mix", f"mcp-later-{i}", dump({"tools": recs}).encode(), "accept", "inputSchema from record 1 on",
+                       check={"names": [t["name"] for t in tools]})
+            mixed = [_rec_mcp(tools[0]), Pairs([("api_name", tools[1]["name"]), ("api_description", tools[1]["description"])])]
+            yield Case("x_format_mix", f"mcp-seal-{i}", dump(mixed).encode(), "reject", "an MCP record and a Seal-Tools one")
 
     def fam_mixed_jsonl(self) -> Iterator[Case]:
         rng = self.rng("mixed")
@@ -859,13 +897,22 @@ def check_output(case: Case, res: dict | None) -> list[str]:
     why = []
     names = [t["name"] for t in res.get("tools", [])]
     if "names" in case.check:
+        # Served, withheld by a rule (fill "safe" never tops a list up with a risky tool) or
+        # under the relevance floor: every tool of a small registry is accounted for, and
+        # nothing else is served.
         expected = case.check["names"]
-        if not set(names) <= set(expected) or len(names) != min(5, len(expected)):
-            why.append(f"served names {names!r}, expected from {expected!r}")
+        held = [t["name"] for t in res.get("withheld", res.get("deferred", []))]
+        below = [t["name"] if isinstance(t, dict) else t for t in res.get("below_min_score", [])]
+        accounted = set(names) | set(held) | set(below)
+        if not accounted <= set(expected) or len(names) > 5 or len(accounted) < min(5, len(expected)):
+            why.append(f"served names {names!r} (withheld {held!r}, below the floor {below!r}), expected from {expected!r}")
     if "unlabelled" in case.check:
-        missing = [n for n in case.check["unlabelled"] if n in names and n not in res.get("unlabelled", [])]
-        if missing:
-            why.append(f"null annotations read as values: {missing!r} not fail-closed")
+        # Null hints are absent: such a tool is unlabelled (fail-closed), or its level was
+        # filled by the risk head or the keywords, never read from the nulls.
+        read = [t["name"] for t in res.get("tools", []) if t["name"] in case.check["unlabelled"]
+                and t["name"] not in res.get("unlabelled", []) and t.get("risk_provenance") not in ("predicted", "keyword")]
+        if read:
+            why.append(f"null annotations read as values: {read!r} not fail-closed")
     if "levels" in case.check:
         for t in res.get("tools", []):
             want = case.check["levels"].get(t["name"])
@@ -959,6 +1006,35 @@ def serve_sample(cases: list[tuple[Case, Path]], env: dict[str, str], timeout: f
     return out
 
 
+DOC_BEGIN = "<!-- generated by benchmarks/fuzz_registries.py --write-doc from benchmarks/results/fuzz_registries.json -->"
+DOC_END = "<!-- end of the generated table -->"
+
+
+def doc_table(artefact: dict) -> str:
+    """The registries table of docs/hardening.md, from the harness's ``--json`` artefact (a
+    test checks that the doc holds exactly this)."""
+    rows = ["| family | tried | clean | crash | silent-wrong | bad-error | wrong-reject | hang |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for fam, c in sorted(artefact["summary"].items()):
+        rows.append(f"| {fam} | {c['tried']} | " + " | ".join(str(c[o]) for o in OUTCOMES) + " |")
+    t = artefact["total"]
+    rows.append(f"| **total** | {t['tried']} | " + " | ".join(str(t[o]) for o in OUTCOMES) + " |")
+    agree, n = artefact["subprocess_agree"]
+    served = ", ".join(f"{o} {k}" for o, k in sorted(artefact["serve_outcomes"].items()))
+    rows += ["", f"Seed {artefact['seed']}, scale {artefact['scale']:g}; the subprocess sample agrees with the in-process "
+             f"outcome on {agree}/{n} files; the live-server sample: {served}; the longest error line is "
+             f"{artefact['longest_error_chars']} characters."]
+    return "\n".join([DOC_BEGIN, *rows, DOC_END])
+
+
+def write_doc(artefact_path: Path, doc_path: Path) -> None:
+    """Replace the generated block of ``doc_path`` with :func:`doc_table` of the artefact."""
+    text = doc_path.read_text()
+    head, rest = text.split(DOC_BEGIN, 1)
+    _, tail = rest.split(DOC_END, 1)
+    doc_path.write_text(head + doc_table(json.loads(artefact_path.read_text())) + tail)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=17)
@@ -969,9 +1045,16 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=30.0, help="Seconds per case before it counts as a hang.")
     ap.add_argument("--subprocess-sample", type=int, default=2, help="Files per family also run through the real console script.")
     ap.add_argument("--serve-sample", type=int, default=0, help="Files per family also reloaded into a live `riskrank serve`.")
-    ap.add_argument("--json", dest="json_out", default=None, help="Write every case's outcome and the summary here.")
+    ap.add_argument("--json", dest="json_out", default=None, help="Write the summary and the cases that were not clean here.")
+    ap.add_argument("--all-cases", action="store_true", help="With --json, write every case's outcome.")
+    ap.add_argument("--write-doc", nargs=2, metavar=("ARTEFACT", "DOC"), default=None,
+                    help="Only regenerate DOC's registries table (docs/hardening.md) from an ARTEFACT this harness wrote.")
     ap.add_argument("--list", action="store_true", help="Only list the families and case counts.")
     args = ap.parse_args()
+    if args.write_doc:
+        write_doc(Path(args.write_doc[0]), Path(args.write_doc[1]))
+        print(f"wrote the registries table of {args.write_doc[1]}")
+        return
 
     cases = generate(args.seed, args.scale, args.families.split(",") if args.families else None)
     if args.list:
@@ -1102,7 +1185,13 @@ def main() -> None:
         summary = {fam: {"tried": sum(cnt.values()), **{o: cnt[o] for o in OUTCOMES}} for fam, cnt in sorted(table.items())}
         Path(args.json_out).write_text(json.dumps({"seed": args.seed, "scale": args.scale, "task": TASK, "mode": MODE, "summary": summary,
                                                    "total": {"tried": sum(total.values()), **{o: total[o] for o in OUTCOMES}},
-                                                   "cases": results, "subprocess_sample": sample, "serve_sample": served}, indent=1) + "\n")
+                                                   "longest_error_chars": max((r["error_chars"] for r in results), default=0),
+                                                   "subprocess_agree": [sum(x["agree"] for x in sample), len(sample)],
+                                                   "serve_outcomes": dict(Counter(x["outcome"] for x in served)),
+                                                   # every case when asked; else what was not clean
+                                                   "cases": results if args.all_cases else [r for r in results if r["outcome"] != "clean"],
+                                                   "subprocess_sample": [x for x in sample if not x["agree"]],
+                                                   "serve_sample": [x for x in served if x["outcome"] != "clean"]}, indent=1) + "\n")
         print(f"\nwrote {args.json_out}")
     if not args.keep and not args.workdir:
         shutil.rmtree(work, ignore_errors=True)

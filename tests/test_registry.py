@@ -170,6 +170,14 @@ def test_invalid_template(template):
 
 
 # -- validation errors ----------------------------------------------------------------------
+def test_the_format_is_decided_from_every_record(tmp_path):
+    # The first record has no inputSchema: the later ones' schemas are still read.
+    recs = [{"name": "ping", "description": "Ping the server."},
+            {"name": "write_file", "description": "Write a file.", "inputSchema": {"type": "object", "properties": {"path": {}}}}]
+    reg = ToolRegistry.load(write(tmp_path, "reg.json", {"tools": recs}))
+    assert reg["write_file"].parameters == recs[1]["inputSchema"]
+
+
 @pytest.mark.parametrize(
     ("records", "pattern"),
     [
@@ -192,7 +200,15 @@ def test_invalid_template(template):
         ([3], r"record 0 must be a JSON object"),
         ([], r"holds no tools"),
         ({"tools": []}, r"holds no tools"),
-        ({"tools": "a"}, r"unrecognised registry shape"),
+        ({"tools": "a"}, r"'tools' must be a list of tool records, got str"),
+        # An object where the list of tools belongs is not one tool named "tools".
+        ({"tools": {"wipe": {"description": "Wipe the disk", "risk_level": 5}}}, r"'tools' must be a list of tool records, got dict"),
+        ({"result": {"wipe": {"description": "Wipe the disk"}}}, r"'result' must be an MCP tools/list result"),
+        ([{"name": "a", "description": "x", "inputSchema": {}}, {"api_name": "b", "api_description": "y"}],
+         r"the records mix formats: record 0 is mcp, record 1 is sealtools"),
+        ([{"name": "a" * 300, "description": "x"}], r"'name' is 300 characters; a tool name has at most 256"),
+        ([{"name": "a", "description": "x" * 70_000}], r"'description' is 70,000 characters; at most 65,536"),
+        ([{"name": "a", "description": "x", "parameters": {"p": {"default": "y" * 300_000}}}], r"a string of 300,000 characters"),
         (42, r"expected a JSON list or object of tools, got int"),
         ({"a": {"description": "x"}, "b": 3}, r"unrecognised registry shape"),
     ],

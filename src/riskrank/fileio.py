@@ -273,17 +273,21 @@ def decode_json_bytes(data: bytes, source: str, error: type[RiskrankError] = Ris
         raise error(f"{source}: not UTF-8 text (nor UTF-16/32)") from None
 
 
-def check_json_values(value: Any, source: str, error: type[RiskrankError] = RiskrankError, *, max_depth: int = 64) -> None:
+def check_json_values(value: Any, source: str, error: type[RiskrankError] = RiskrankError, *, max_depth: int = 64,
+                      max_string: int | None = None) -> None:
     """Walk an already-parsed JSON value once: every string and key must be valid Unicode
     (no lone surrogate: it cannot be written back as UTF-8, so a response holding it fails),
-    every float finite (data built in Python, not read by :func:`loads_strict`, can hold NaN),
-    and nesting at most ``max_depth`` deep (serving recurses through it)."""
+    at most ``max_string`` characters when given, every float finite (data built in Python,
+    not read by :func:`loads_strict`, can hold NaN), and nesting at most ``max_depth`` deep
+    (serving recurses through it)."""
     stack: list[tuple[Any, str, int]] = [(value, "", 0)]
     while stack:
         v, where, depth = stack.pop()
         if depth > max_depth:
             raise error(f"{source}: nested more than {max_depth} levels deep{_at(where)}")
         if isinstance(v, str):
+            if max_string is not None and len(v) > max_string:
+                raise error(f"{source}: a string of {len(v):,} characters; at most {max_string:,} are accepted{_at(where)}")
             _check_text(v, source, where, error)
         elif isinstance(v, RefusedNumber):
             raise error(f"{source}: {v.why}{_at(where)}")

@@ -71,6 +71,13 @@ MCP_ANNOTATION_KEYS = ("readOnlyHint", "destructiveHint", "idempotentHint", "ope
 #: How deep a registry's values may nest (root list -> record -> parameters -> ...); real JSON
 #: schemas stay far below it, and serving recurses through what a tool holds.
 MAX_DEPTH = 64
+#: Size bounds, checked before a value is processed (a 20 MB description would otherwise be
+#: cleaned, split into permission cues and encoded): the longest name, description, and any
+#: other string a record may hold, and the largest registry file.
+MAX_NAME_CHARS = 256
+MAX_DESCRIPTION_CHARS = 65_536
+MAX_STRING_CHARS = 262_144
+MAX_REGISTRY_BYTES = 256 * 1024 * 1024
 
 def _got(value: Any) -> str:
     """The ", got VALUE" tail of a message (a short escaped value; the type only when redacting)."""
@@ -89,7 +96,8 @@ def _check_values(where: str, fields: Mapping[str, Any]) -> None:
     """Every value of a record's free-form fields is servable JSON (see the module docstring)."""
     for name, value in fields.items():
         if value is not None:
-            check_json_values(value, f"{where}: {show(name)}", RegistryError, max_depth=MAX_DEPTH - 3)
+            check_json_values(value, f"{where}: {show(name)}", RegistryError, max_depth=MAX_DEPTH - 3,
+                              max_string=MAX_STRING_CHARS)
 
 
 def _first_unprintable(text: str) -> tuple[int, str] | None:
@@ -173,6 +181,8 @@ def make_tool(
     in error messages (``file.json: record 12 ('delete_file')``)."""
     if not isinstance(name, str) or not name.strip():
         raise RegistryError(f"{where}: 'name' must be a non-empty string{_got(name)}")
+    if len(name) > MAX_NAME_CHARS:
+        raise RegistryError(f"{where}: 'name' is {len(name):,} characters; a tool name has at most {MAX_NAME_CHARS}")
     name = name.strip()
     bad = _first_unprintable(name)
     if bad is not None:
@@ -189,6 +199,9 @@ def make_tool(
     where = _named(where, name)
     if description is not None and not isinstance(description, str):
         raise RegistryError(f"{where}: 'description' must be a string, got {_type(description)}")
+    if description is not None and len(description) > MAX_DESCRIPTION_CHARS:
+        raise RegistryError(f"{where}: 'description' is {len(description):,} characters; at most {MAX_DESCRIPTION_CHARS:,} "
+                            "are accepted")
     if description is None or not description.strip():
         # A registry of names only: the name's words are all there is to rank by.
         description = split_name(name)
@@ -350,6 +363,8 @@ class ToolRegistry:
             raise RegistryError(f"{path}: no such file")
         if path.is_dir():
             raise RegistryError(f"{path}: is a directory, expected a JSON or JSONL registry file")
+        if path.stat().st_size > MAX_REGISTRY_BYTES:
+            raise RegistryError(f"{path}: {path.stat().st_size:,} bytes; a registry file has at most {MAX_REGISTRY_BYTES:,}")
         return cls.from_bytes(path.read_bytes(), str(path), fmt=fmt, redact=redact)
 
     @classmethod
@@ -373,7 +388,8 @@ class ToolRegistry:
             except KeyError:
                 raise RegistryError(f"unknown registry format {fmt!r}; choose from {', '.join(['auto', *_PARSERS])}") from None
             tools = parser(data, source)  # each record's fields checked where the record is named
-            check_json_values(data, source, RegistryError, max_depth=MAX_DEPTH)  # and what lies outside the records
+            check_json_values(data, source, RegistryError, max_depth=MAX_DEPTH,
+                              max_string=MAX_STRING_CHARS)  # and what lies outside the records
             return cls(tools, source)
 
 
@@ -402,16 +418,53 @@ def _parse_json_or_jsonl(text: str, source: str) -> Any:
         return records
 
 
+def _record_kind(rec: Any) -> str | None:
+    """The format one record's own keys declare (None: any format reads it)."""
+    if not isinstance(rec, Mapping):
+        return None
+    if "function" in rec or rec.get("type") == "function":
+        return "openai"
+    if "api_name" in rec:
+        return "sealtools"
+    if "inputSchema" in rec:
+        return "mcp"
+    if "parameters" in rec or "arguments" in rec:
+        return "plain"
+    return None
+
+
+def _format_of(records: list[Any], source: str, default: str) -> str:
+    """The format of a list of records, decided from every record (not the first alone: a
+    first record without an ``inputSchema`` must not drop every later tool's schema); records
+    that declare two formats are an error naming one of each."""
+    first: dict[str, int] = {}
+    for i, rec in enumerate(records):
+        kind = _record_kind(rec)
+        if kind is not None:
+            first.setdefault(kind, i)
+    if len(first) > 1:
+        (a, i), (b, j) = sorted(first.items(), key=lambda kv: kv[1])[:2]
+        raise RegistryError(f"{source}: the records mix formats: record {i} is {a}, record {j} is {b}; "
+                            "write every record in one format")
+    if first:
+        return next(iter(first))
+    if default == "plain" and any(isinstance(r, Mapping) and "annotations" in r for r in records):
+        return "mcp"
+    return default
+
+
 def detect_format(data: Any, source: str) -> str:
-    """Guess the registry format from the shape of the parsed JSON."""
+    """The registry format, from the shape of the parsed JSON and every record's keys."""
     if isinstance(data, Mapping):
-        if "result" in data and isinstance(data["result"], Mapping) and "tools" in data["result"]:
+        if "result" in data:
+            result = data["result"]
+            if not isinstance(result, Mapping) or not isinstance(result.get("tools"), list):
+                raise RegistryError(f"{source}: 'result' must be an MCP tools/list result, {{\"tools\": [...]}}")
             return "mcp"
-        if "tools" in data and isinstance(data["tools"], list):
-            tools = data["tools"]
-            if tools and isinstance(tools[0], Mapping) and ("inputSchema" in tools[0] or "annotations" in tools[0]):
-                return "mcp"
-            return "plain"
+        if "tools" in data:
+            if not isinstance(data["tools"], list):
+                raise RegistryError(f"{source}: 'tools' must be a list of tool records, got {_type(data['tools'])}")
+            return _format_of(data["tools"], source, "plain")
         if data and all(isinstance(v, Mapping) for v in data.values()):
             return "labels"
         raise RegistryError(f"{source}: unrecognised registry shape (an object that is neither {{'tools': [...]}} nor a name -> record map)")
@@ -423,13 +476,7 @@ def detect_format(data: Any, source: str) -> str:
             return "plain"  # a list of names only
         if not isinstance(first, Mapping):
             raise RegistryError(f"{source}: record 0 must be a JSON object, got {type(first).__name__}")
-        if "function" in first or first.get("type") == "function":
-            return "openai"
-        if "api_name" in first:
-            return "sealtools"
-        if "inputSchema" in first:
-            return "mcp"
-        return "plain"
+        return _format_of(data, source, "plain")
     raise RegistryError(f"{source}: expected a JSON list or object of tools, got {type(data).__name__}")
 
 
