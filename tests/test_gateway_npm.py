@@ -514,3 +514,48 @@ def test_one_level_per_tool_over_the_npm_servers(bins, tmp_path):
     assert all(shown is not None for _, shown, _, _ in rows), [r for r in rows if r[1] is None]
     differ = [r for r in rows if not r[1] == r[2] == r[3]]
     assert differ == []
+
+
+def test_one_bad_upstream_does_not_deny_the_others(bins, tmp_path):
+    """A servers file with the memory server, an entry that cannot be used and a command that
+    exits at once: the gateway starts with the memory server, says why the others are out,
+    and find_tools answers over the memory server's tools."""
+    from riskrank.serving.gateway.config import load_servers
+    from riskrank.serving.gateway.upstreams import UpstreamManager
+
+    (tmp_path / "servers.json").write_text(json.dumps({"mcpServers": {
+        "memory": {"command": str(bins / "mcp-server-memory"), "env": {"MEMORY_FILE_PATH": str(tmp_path / "memory.jsonl")}},
+        "typo": {"command": "sh", "autoApprove": []},
+        "dies": {"command": "sh", "args": ["-c", "exit 3"]},
+    }}))
+    problems: list[str] = []
+    configs = load_servers(tmp_path / "servers.json", problems=problems)
+    assert [c.name for c in configs] == ["memory", "dies"] and "mcpServers.typo: unknown key(s)" in problems[0]
+    logged: list[str] = []
+
+    async def main() -> dict:
+        manager = UpstreamManager(configs, startup_timeout=60, log=logged.append)
+        async with anyio.create_task_group() as tg:
+            await tg.start(manager.run)
+            states = {n: u.state for n, u in manager.upstreams.items()}
+            tg.cancel_scope.cancel()
+        return states
+
+    states = anyio.run(main)
+    assert states == {"memory": "up", "dies": "down"}
+    assert any(line.startswith("warning: upstream 'dies'") and "starts without it" in line for line in logged), logged
+    # Every server unusable: one error naming the first reason, as before.
+    from riskrank.serving.gateway.config import UpstreamConfig
+    from riskrank.serving.gateway.upstreams import UpstreamError
+
+    only = UpstreamManager([UpstreamConfig("dies", configs[1].target)], startup_timeout=60, log=logged.append)
+
+    async def alone() -> None:
+        async with anyio.create_task_group() as tg:
+            await tg.start(only.run)
+
+    with pytest.raises(BaseException) as info:
+        anyio.run(alone)
+    from riskrank.serving.gateway.upstreams import leaf
+
+    assert isinstance(leaf(info.value), UpstreamError) and "'dies'" in str(leaf(info.value))

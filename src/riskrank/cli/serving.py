@@ -309,7 +309,8 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
     if forward and not gateway:
         raise RiskrankError("--forward needs upstream servers (--config SERVERS.json or --upstream CMD)")
     secret_names = frozenset({TOKEN_ENV, ADMIN_TOKEN_ENV, token_env})
-    upstreams = load_servers(config_file, secret_names=secret_names) if config_file is not None else []
+    problems: list[str] = []  # a bad entry leaves that server out, not the gateway
+    upstreams = load_servers(config_file, secret_names=secret_names, problems=problems) if config_file is not None else []
     if upstream is not None:
         upstreams.append(upstream_from_command(upstream))
     policy = load_policy(policy_file)
@@ -338,10 +339,15 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
         # a missing extra fails here, before anything loads
         from riskrank.serving.console.app import create_console  # noqa: F401
     secrets = {v for n in secret_names if (v := os.environ.get(n))} | ({token} if token else set())
-    for up in upstreams:
+    for up in list(upstreams):
         if any(v in secrets for v in up.target.env.values()):
-            raise ConfigError(f"{config_file}: mcpServers.{up.name}.env: holds riskrank's own token; it cannot be passed "
-                              "to an upstream server")
+            problems.append(f"{config_file}: mcpServers.{up.name}.env: holds riskrank's own token; it cannot be passed "
+                            "to an upstream server")
+            upstreams.remove(up)
+    if gateway and not upstreams:
+        raise ConfigError(problems[0] if problems else f"{config_file}: no server to start")
+    for problem in problems:
+        log(f"warning: {problem}; that server is left out")
     if transport == "streamable-http":
         sock = bind_socket(host, port)
     elif console_opts is not None:

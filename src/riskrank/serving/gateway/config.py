@@ -86,9 +86,13 @@ def _strings(value: Any, where: str) -> dict[str, str]:
     return dict(value)
 
 
-def load_servers(path: str | Path, *, secret_names: frozenset[str] = frozenset()) -> list[UpstreamConfig]:
+def load_servers(path: str | Path, *, secret_names: frozenset[str] = frozenset(),
+                 problems: list[str] | None = None) -> list[UpstreamConfig]:
     """The enabled servers of an ``mcpServers`` (or ``servers``) file, in file order.
-    ``secret_names``: environment variables no upstream may be given (riskrank's tokens)."""
+    ``secret_names``: environment variables no upstream may be given (riskrank's tokens).
+    With a ``problems`` list, a server entry that cannot be used is left out and its one-line
+    reason appended there (one bad entry does not deny the others); the file itself must
+    still parse, and at least one entry must be usable."""
     data = _read_object(path, "servers")
     keys = [k for k in ("mcpServers", "servers") if k in data]
     if len(keys) != 1 or set(data) - {keys[0]}:
@@ -100,33 +104,47 @@ def load_servers(path: str | Path, *, secret_names: frozenset[str] = frozenset()
         raise ConfigError(f"{path}: {keys[0]}: must be a non-empty object of servers")
     out = []
     for name, entry in servers.items():
-        where = f"{path}: {keys[0]}.{name}"
-        if not _NAME.match(name):
-            raise ConfigError(f"{where}: a server name is 1-64 letters, digits, '_', '-' or '.'")
-        if not isinstance(entry, dict):
-            raise ConfigError(f"{where}: must be an object")
-        unknown = sorted(set(entry) - SERVER_KEYS)
-        if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {unknown} (known: {', '.join(sorted(SERVER_KEYS))})")
-        disabled = entry.get("disabled", False)
-        if not isinstance(disabled, bool):
-            raise ConfigError(f"{where}.disabled: must be true or false")
-        if disabled:
+        try:
+            server = _server(path, keys[0], name, entry, secret_names)
+        except ConfigError as exc:
+            if problems is None:
+                raise
+            problems.append(str(exc))
             continue
-        kind = entry.get("type", entry.get("transport"))
-        if kind is None:
-            kind = "http" if "url" in entry else "stdio"
-        if kind in HTTP_TYPES:
-            out.append(UpstreamConfig(name, _http_target(entry, where)))
-        elif kind == "stdio":
-            out.append(UpstreamConfig(name, _stdio_target(entry, where, secret_names)))
-        elif kind == "sse":
-            raise ConfigError(f"{where}.type: 'sse' is not supported (the deprecated transport); use stdio or streamable HTTP")
-        else:
-            raise ConfigError(f"{where}.type: must be 'stdio' or 'http', got {kind!r}")
+        if server is not None:
+            out.append(server)
     if not out:
+        if problems:
+            raise ConfigError(f"{path}: no server entry can be used; the first: {problems[0]}")
         raise ConfigError(f"{path}: every server is disabled")
     return out
+
+
+def _server(path: str | Path, key: str, name: str, entry: Any, secret_names: frozenset[str]) -> UpstreamConfig | None:
+    """One entry of the servers file (None when it is disabled)."""
+    where = f"{path}: {key}.{name}"
+    if not _NAME.match(name):
+        raise ConfigError(f"{where}: a server name is 1-64 letters, digits, '_', '-' or '.'")
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: must be an object")
+    unknown = sorted(set(entry) - SERVER_KEYS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown} (known: {', '.join(sorted(SERVER_KEYS))})")
+    disabled = entry.get("disabled", False)
+    if not isinstance(disabled, bool):
+        raise ConfigError(f"{where}.disabled: must be true or false")
+    if disabled:
+        return None
+    kind = entry.get("type", entry.get("transport"))
+    if kind is None:
+        kind = "http" if "url" in entry else "stdio"
+    if kind in HTTP_TYPES:
+        return UpstreamConfig(name, _http_target(entry, where))
+    if kind == "stdio":
+        return UpstreamConfig(name, _stdio_target(entry, where, secret_names))
+    if kind == "sse":
+        raise ConfigError(f"{where}.type: 'sse' is not supported (the deprecated transport); use stdio or streamable HTTP")
+    raise ConfigError(f"{where}.type: must be 'stdio' or 'http', got {kind!r}")
 
 
 def _http_target(entry: dict[str, Any], where: str) -> ServerTarget:

@@ -101,6 +101,8 @@ class Upstream:
     restarts: int = 0
     last_error: str = ""
     up_since: float = 0.0
+    down_since: float = 0.0
+    """When it last went down (monotonic; 0 when it never did): the log says how long it was away."""
     stderr_tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=STDERR_LINES))
     bad_stdout: str | None = None
     pids: list[int] = field(default_factory=list)
@@ -127,14 +129,21 @@ class UpstreamManager:
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def run(self, *, task_status: Any = None) -> None:
-        """Start every server in parallel; ``task_status.started()`` once all are up (the first
-        failure to start raises :class:`UpstreamError`); then supervise until cancelled."""
+        """Start every server in parallel; ``task_status.started()`` once each is up or has
+        failed to start (when every one failed, :class:`UpstreamError` with the first reason;
+        otherwise the failed ones are logged and retried with backoff); then supervise until
+        cancelled."""
         import anyio
 
         async with anyio.create_task_group() as tg:
             async with anyio.create_task_group() as starting:
                 for up in self.upstreams.values():
                     starting.start_soon(tg.start, self._supervise, up)
+            failed = [u for u in self.upstreams.values() if u.state != "up"]
+            if len(failed) == len(self.upstreams):  # nothing to serve: the first reason, as one error
+                raise UpstreamError(failed[0].last_error)
+            for u in failed:  # one bad server does not deny the others
+                self.log(f"warning: {u.last_error}; the gateway starts without it and retries it with backoff")
             if task_status is not None:
                 task_status.started()
 
@@ -161,8 +170,13 @@ class UpstreamManager:
                 exc = leaf(group)
                 if not isinstance(exc, UpstreamError | _Lost):
                     raise
-                if not started:
-                    raise UpstreamError(str(exc)) from None
+                up.down_since = up.down_since or time.monotonic()
+                if not started:  # the first start failed: run() decides whether the others serve
+                    up.state, up.session, up.last_error = "down", None, str(exc)
+                    ready()
+                    await anyio.sleep(backoff)
+                    backoff = min(backoff * 2, BACKOFF_MAX_S)
+                    continue
                 was_up = up.state == "up"
                 up.state, up.session, up.last_error = "down", None, str(exc)
                 if was_up:
@@ -221,8 +235,10 @@ class UpstreamManager:
                             started = True
                             up.session, up.state, up.last_error, up.up_since = session, "up", "", time.monotonic()
                             self._changed()
+                            away = f", back {time.monotonic() - up.down_since:.1f} s after it went down" if up.down_since else ""
+                            up.down_since = 0.0
                             self.log(f"upstream {up.name!r}: up, {len(up.tools)} tools, {len(up.resources)} resources, "
-                                     f"{len(up.prompts)} prompts")
+                                     f"{len(up.prompts)} prompts{away}")
                             ready()
                             failure = await self._watch(up, session, changed_box=box, why=why)
                     except Exception as exc:  # one line for any failure to start or to answer
