@@ -85,7 +85,9 @@ def test_approve_and_deny_while_the_agent_waits(tmp_path, browser):
             browser.login(url, "alice")
             card = browser.wait_for(url + "/approvals", selector)
         got = {"card": card.text, "task": card.find_element("css selector", "dd.task").text,
-               "pwned": browser.driver.execute_script("return window.__pwned === undefined ? null : window.__pwned")}
+               "pwned": browser.driver.execute_script("return window.__pwned === undefined ? null : window.__pwned"),
+               "args": [(a.find_element("css selector", "code.arg-name").text, a.find_element("css selector", "pre.args").text)
+                        for a in card.find_elements("css selector", "div.arg")]}
         card.find_element("css selector", "textarea[name=note]").send_keys(note)
         browser.submit(card.find_element("css selector", f"button[value={action}]"))
         got["flash"] = browser.css("p.flash").text
@@ -118,7 +120,8 @@ def test_approve_and_deny_while_the_agent_waits(tmp_path, browser):
     approved, page = seen["approve"], seen["approve_page"]
     # The card showed what the operator decides on: task, tool, level, provenance, evidence, arguments.
     assert "return the text of a saved note" in page["card"] and "L3" in page["card"] and "keyword" in page["card"]
-    assert "'saved'" in page["card"] and '"title": "x"' in page["card"]
+    # Each argument is shown whole under its own name, with the digest the approval is bound to.
+    assert "'saved'" in page["card"] and page["args"] == [("title", '"x"')] and "Call digest" in page["card"]
     assert page["flash"].startswith("Approved read_notes")
     assert approved == (json.dumps({"called": "read_notes", "arguments": {"title": "x"}}), False)
     denied, page = seen["deny"], seen["deny_page"]

@@ -21,3 +21,12 @@ def test_the_hardening_registries_table_is_its_artefact():
     figures = re.findall(r"\b\d[\d,]*\b", table.split("\n", 1)[1])
     print(f"docs/hardening.md: {len(figures)} figures checked against benchmarks/results/fuzz_registries.json")
     assert len(figures) > 200
+
+
+def test_the_hostile_gateway_table_is_its_artefact():
+    import hostile_gateway
+
+    artefact = json.loads((ROOT / "benchmarks/results/hostile_gateway.json").read_text())
+    assert hostile_gateway.doc_table(artefact) in (ROOT / "docs/hardening.md").read_text(), (
+        "docs/hardening.md's gateway table differs from benchmarks/results/hostile_gateway.json")
+    assert artefact["held"] == sum(r["outcome"] == "held" for r in artefact["rows"]) == artefact["tried"]
