@@ -68,13 +68,12 @@ def demo_fitted(encoder, demo):
     """A retriever trained on the demo tasks (seconds; shared by the pipeline tests)."""
     import torch
 
-    from riskrank.pipeline import RiskAwareRetriever
-    from riskrank.training import TrainConfig
+    from riskrank.training import TrainConfig, fit_retriever
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)  # see torch_single_thread
     try:
-        return RiskAwareRetriever.fit(
+        return fit_retriever(
             demo.registry, demo.train.texts, demo.train.gold, encoder=encoder,
             train_config=TrainConfig(seed=42), progress=False,
         )

@@ -329,7 +329,7 @@ def test_head_annotator_learns_a_separable_risk(tmp_path, torch_single_thread):
 
 
 def test_crossfit_hides_each_fold_labels(monkeypatch):
-    import riskrank.training as training
+    import riskrank.training.fitting as training
 
     reg, q_texts, gold, enc = _tiny_training()
     seen = []

@@ -346,5 +346,11 @@ def test_the_library_names_the_base_model(encoder):
     res = r.retrieve("delete the old log files", k=3, mode="rule")
     assert res.tools and res.settings is not None and res.settings.mode == res.mode
     assert all(t.risk_level == r.tool_levels.levels[t.index] for t in res.tools)
-    with pytest.raises(RiskrankError, match="riskrank-base"):
-        RiskAwareRetriever(reg, encoder=r.encoder).retrieve("delete the old log files", mode="rule")
+    # Without checkpoint= the library loads the base model too, and runs the surfaces' default mode.
+    default = RiskAwareRetriever(reg, encoder=r.encoder, tool_emb=r.tool_emb)
+    assert default.checkpoint is not None and default.mode == "core+graph+rule" and default.checkpoint_note is None
+    assert [t.name for t in default.retrieve("delete the old log files", k=3).tools] == [
+        t.name for t in r.retrieve("delete the old log files", k=3, mode="core+graph+rule").tools]
+    for none in (None, "none"):
+        with pytest.raises(RiskrankError, match="riskrank-base"):
+            RiskAwareRetriever(reg, encoder=r.encoder, checkpoint=none).retrieve("delete the old log files", mode="rule")

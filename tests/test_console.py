@@ -378,3 +378,30 @@ def test_without_a_session_no_path_tells_what_exists(console):
         assert {(r.status_code, r.headers.get("location")) for r in answers.values()} == {(303, "/console/login")}
         r = c.post("/console/approvals/decide", data={"id": "x", "action": "approve"})
         assert r.status_code == 401 and "log in first" in r.text
+
+
+def test_the_review_page_says_which_file_it_looked_for(console, audited):
+    """A review queue written elsewhere (``riskrank audit --review FILE``) is not silently
+    "empty": the page names the file it looked for and how many tools await review."""
+    labels, review = audited
+    pending = sum(v.get("resolution") == "pending_review" for v in json.loads(labels.read_text()).values())
+    assert pending >= 1
+    moved = review.with_name("elsewhere.jsonl")
+    review.rename(moved)
+    with console() as srv, httpx.Client(base_url=srv.url) as c:
+        assert login(c).status_code == 303
+        page = c.get("/console/review").text
+    assert 'id="no-review-file"' in page and str(review) in page and "--review FILE" in page
+    assert f"{pending} tool" in page and "empty" not in page.split('id="no-review-file"')[1].split("</p>")[0]
+
+
+def test_the_levels_picture_speaks_the_catalogues_words():
+    """Every provenance the catalogue reports has its own bar in the levels chart (a predicted
+    level is counted as predicted, not as unlabelled)."""
+    from riskrank.risk import PROVENANCE
+    from riskrank.serving.console import pictures
+
+    assert set(pictures.PROVENANCE_COLOURS) == set(PROVENANCE)
+    counts = pictures.level_counts([{"level": 2, "provenance": "predicted"}, {"level": 5, "provenance": "policy"},
+                                    {"level": 5, "provenance": "something else"}])
+    assert counts == {"policy": [0, 0, 0, 0, 1], "predicted": [0, 1, 0, 0, 0], "unlabelled": [0, 0, 0, 0, 1]}

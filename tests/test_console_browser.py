@@ -91,6 +91,7 @@ def test_approve_and_deny_while_the_agent_waits(tmp_path, browser):
         card.find_element("css selector", "textarea[name=note]").send_keys(note)
         browser.submit(card.find_element("css selector", f"button[value={action}]"))
         got["flash"] = browser.css("p.flash").text
+        got["flash_class"] = browser.css("p.flash").get_attribute("class")
         return got
 
     async def go():
@@ -122,10 +123,11 @@ def test_approve_and_deny_while_the_agent_waits(tmp_path, browser):
     assert "return the text of a saved note" in page["card"] and "L3" in page["card"] and "keyword" in page["card"]
     # Each argument is shown whole under its own name, with the digest the approval is bound to.
     assert "'saved'" in page["card"] and page["args"] == [("title", '"x"')] and "Call digest" in page["card"]
-    assert page["flash"].startswith("Approved read_notes")
+    assert page["flash"].startswith("Approved read_notes") and page["flash_class"] == "flash done"
     assert approved == (json.dumps({"called": "read_notes", "arguments": {"title": "x"}}), False)
     denied, page = seen["deny"], seen["deny_page"]
     assert denied == ("denied: the operator 'alice' did not confirm 'read_notes' (decline): not this one", True)
+    assert page["flash"].startswith("Denied read_notes") and page["flash_class"] == "flash refused"  # not a success box
     assert page["task"] == HOSTILE_TASK and page["pwned"] is None  # the agent's markup is text, and ran nothing
     # Both decisions are in the audit log, with who took them.
     lines = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]

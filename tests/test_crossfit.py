@@ -10,6 +10,7 @@ import pytest
 
 import riskrank.experiments.runner as runner_mod
 import riskrank.training as training
+import riskrank.training.fitting as fitting
 from riskrank.datasets import Benchmark
 
 
@@ -45,6 +46,7 @@ def test_each_fold_trains_and_validates_only_on_other_queries(crossfit_demo, enc
 
     monkeypatch.setattr(training, "fit", fit)
     monkeypatch.setattr(training, "choose_inference", choose)
+    monkeypatch.setattr(fitting, "choose_inference", choose)  # where fit() calls it
     monkeypatch.setattr(runner_mod.Runner, "_evaluate", evaluate)
     run = runner_mod.run_evaluation(crossfit_demo, ["dense", "core"], seeds=[42, 7], encoder=encoder, n_folds=3,
                                     train_overrides={"epochs": 1}, progress=False)

@@ -53,11 +53,14 @@ def test_parse_mode_invalid(mode):
 # -- without a checkpoint ----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def dense(encoder, demo, demo_tool_emb):
-    return RiskAwareRetriever(demo.registry, encoder=encoder, tool_emb=demo_tool_emb, progress=False)
+    return RiskAwareRetriever(demo.registry, encoder=encoder, checkpoint=None, tool_emb=demo_tool_emb, progress=False,
+                              mode="dense")
 
 
 def test_dense_mode_without_checkpoint(dense, encoder, demo, demo_tool_emb):
     assert dense.mode == "dense" and dense.checkpoint is None
+    # Without heads the library's default is the surfaces' one: the cosine under the rule filter.
+    assert RiskAwareRetriever(demo.registry, encoder=encoder, checkpoint="none", tool_emb=demo_tool_emb).mode == "dense+rule"
     res = dense.retrieve(TASKS[0], k=5)
     assert res.mode == "dense" and res.lam == 0.0 and len(res.tools) == 5
     cos = encoder.encode_query(TASKS[0]) @ demo_tool_emb.T
@@ -95,11 +98,11 @@ def test_predicted_risk_needs_a_checkpoint(dense, encoder, demo, demo_tool_emb):
     with pytest.raises(RiskrankError, match="needs a checkpoint"):
         dense.retrieve(TASKS[0], mode="dense+rule", risk_source="predicted")
     with pytest.raises(RiskrankError, match="needs a checkpoint"):
-        RiskAwareRetriever(demo.registry, encoder=encoder, tool_emb=demo_tool_emb, risk_source="predicted")
+        RiskAwareRetriever(demo.registry, encoder=encoder, checkpoint=None, tool_emb=demo_tool_emb, risk_source="predicted")
     with pytest.raises(RiskrankError, match="unknown risk source"):
-        RiskAwareRetriever(demo.registry, encoder=encoder, tool_emb=demo_tool_emb, risk_source="gut")
+        RiskAwareRetriever(demo.registry, encoder=encoder, checkpoint=None, tool_emb=demo_tool_emb, risk_source="gut")
     with pytest.raises(RiskrankError, match="unknown mode"):
-        RiskAwareRetriever(demo.registry, encoder=encoder, tool_emb=demo_tool_emb, mode="fast")
+        RiskAwareRetriever(demo.registry, encoder=encoder, checkpoint=None, tool_emb=demo_tool_emb, mode="fast")
 
 
 def test_save_needs_a_fitted_retriever(dense, tmp_path):
@@ -143,7 +146,7 @@ def test_relevance_floor(dense, demo):
     assert [t.rank for t in res.tools] == list(range(1, len(kept) + 1))
     assert dense.retrieve(TASKS[0], k=5, min_score=0.99).tools == []
     # A floor given to the retriever holds for every call that does not name one.
-    strict = RiskAwareRetriever(demo.registry, encoder=dense.encoder, tool_emb=dense.tool_emb, progress=False, min_score=0.3)
+    strict = RiskAwareRetriever(demo.registry, encoder=dense.encoder, checkpoint=None, tool_emb=dense.tool_emb, progress=False, min_score=0.3)
     assert strict.relevance_floor() == 0.3 and all(t.f_rel >= 0.3 for t in strict.retrieve(TASKS[0], k=20).tools)
     for bad in ("high", float("nan"), True):
         with pytest.raises(RiskrankError, match="min_score"):
@@ -189,13 +192,13 @@ def test_query_dimension_mismatch(dense):
 
 def test_tool_embedding_rows_must_match(encoder, demo, demo_tool_emb):
     with pytest.raises(RiskrankError, match="rows"):
-        RiskAwareRetriever(demo.registry, encoder=encoder, tool_emb=demo_tool_emb[:-1])
+        RiskAwareRetriever(demo.registry, encoder=encoder, checkpoint=None, tool_emb=demo_tool_emb[:-1])
 
 
 # -- trained on the demo ------------------------------------------------------------------------------
 def test_fit_on_demo(demo_fitted, demo):
     r = demo_fitted
-    assert r.mode == "core" and r.scorer is not None
+    assert r.mode == "core+graph+rule" and r.scorer is not None
     tr = r.training
     assert tr.counts["train_queries"] + tr.counts["val_queries"] == len(demo.train)
     assert r.lam in tr.config.lam_grid and r.alpha >= 0
@@ -335,8 +338,8 @@ def test_plain_word_names_are_never_named(demo):
 
 
 def test_named_tools_are_not_lifted_when_switched_off(demo, encoder, demo_tool_emb):
-    off = RiskAwareRetriever(demo.registry, encoder=encoder, tool_emb=demo_tool_emb, pin_named=False, progress=False)
-    on = RiskAwareRetriever(demo.registry, encoder=encoder, tool_emb=demo_tool_emb, progress=False)
+    off = RiskAwareRetriever(demo.registry, encoder=encoder, checkpoint=None, tool_emb=demo_tool_emb, pin_named=False, progress=False)
+    on = RiskAwareRetriever(demo.registry, encoder=encoder, checkpoint=None, tool_emb=demo_tool_emb, progress=False)
     task = "the weather in Porto this weekend, and also delete_file"
     assert on.retrieve(task, k=3).tools[0].name == "delete_file"
     plain = off.retrieve(task, k=3)
@@ -449,10 +452,10 @@ def test_ann_first_stage(demo_fitted, encoder, demo, demo_tool_emb):
         a = [[t.name for t in r.tools] for r in wide.retrieve_many(TASKS, k=5, mode=mode)]
         b = [[t.name for t in r.tools] for r in exact97.retrieve_many(TASKS, k=5, mode=mode)]
         assert sum(len(set(x) & set(y)) for x, y in zip(a, b, strict=True)) >= 12, (a, b)
-    default = RiskAwareRetriever(demo.registry, encoder=encoder, tool_emb=demo_tool_emb, first_stage="ann", progress=False)
+    default = RiskAwareRetriever(demo.registry, encoder=encoder, checkpoint=None, tool_emb=demo_tool_emb, first_stage="ann", progress=False)
     assert default.candidates == 100  # an index finds a top-M, never the full pool
     with pytest.raises(RiskrankError, match="unknown first stage"):
-        RiskAwareRetriever(demo.registry, encoder=encoder, tool_emb=demo_tool_emb, first_stage="lsh", progress=False)
+        RiskAwareRetriever(demo.registry, encoder=encoder, checkpoint=None, tool_emb=demo_tool_emb, first_stage="lsh", progress=False)
 
 
 def test_each_pipeline_reads_its_own_validated_lambda(demo_fitted, demo, encoder):

@@ -16,13 +16,13 @@ from riskrank.errors import CheckpointError, RiskrankError
 from riskrank.heads import HeadScorer
 from riskrank.training import (
     TrainConfig,
-    _sample_negatives,
     choose_lambda,
     lambda_curve,
     parse_selection,
     split_validation,
     train_heads,
 )
+from riskrank.training.relevance import _sample_negatives
 
 FAST = {"epochs": 3, "batch_size": 16}
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
@@ -440,7 +440,7 @@ def test_a_risk_head_that_learned_and_one_that_did_not():
 
 
 def test_crossfit_risk_hides_each_folds_labels(monkeypatch):
-    import riskrank.training as training
+    import riskrank.training.risk as training
 
     T, levels = _risk_data(n=60)
     levels[:5] = 0  # unlabelled: scored by heads trained on every label

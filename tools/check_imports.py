@@ -16,6 +16,8 @@ The layering rules (see docs/architecture.md):
   the engine; what it shows comes through its seam (``serving.console.host``), the catalogue
   and the gateway's parts (the operator broker, the audit log); the gateway's parts do not
   import it;
+- training (``riskrank.training``) stands on the engine: the engine's modules (the pipeline,
+  the checkpoint, the catalogue, the stages, the serving surfaces, the adapters) never import it;
 - no module outside ``riskrank.cli`` imports click or the CLI.
 
 Usage: ``python tools/check_imports.py src/riskrank`` (exit 1 with the offending imports).
@@ -56,6 +58,12 @@ FORBIDDEN = [
     ("riskrank.training", "riskrank.base"),
     ("riskrank.checkpoint", "riskrank.base"),
     ("riskrank.serving.console", "riskrank.base.build"),
+    # training stands on the engine, never the reverse: a retriever, a checkpoint, a catalogue,
+    # a server or an adapter loads no training code (riskrank.training.fit_retriever trains)
+    *((engine, "riskrank.training") for engine in (
+        "riskrank.pipeline", "riskrank.checkpoint", "riskrank.catalogue", "riskrank.modes", "riskrank.risk",
+        "riskrank.rules", "riskrank.graph", "riskrank.heads", "riskrank.first_stage", "riskrank.context",
+        "riskrank.encoder", "riskrank.registry", "riskrank.serving", "riskrank.adapters", "riskrank.ann")),
 ]
 #: External packages only one module may import: (package, the module that may).
 OWNED = [("mcp", "riskrank.serving.mcp_compat")]

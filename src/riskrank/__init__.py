@@ -31,10 +31,11 @@ _EXPORTS = {
     "load_benchmark": "riskrank.datasets",
     "RetrievalResult": "riskrank.modes",
     "RiskrankError": "riskrank.errors",
+    "fit_retriever": "riskrank.training",
 }
 
 __all__ = ["Encoder", "RetrievalResult", "RiskAwareRetriever", "RiskrankError", "Tool", "ToolGuard", "ToolRegistry",
-           "__version__", "evaluate", "load_benchmark"]
+           "__version__", "evaluate", "fit_retriever", "load_benchmark"]
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazily
     from riskrank.adapters import ToolGuard
@@ -45,6 +46,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazi
     from riskrank.modes import RetrievalResult
     from riskrank.pipeline import RiskAwareRetriever
     from riskrank.registry import Tool, ToolRegistry
+    from riskrank.training import fit_retriever
 
 
 def __getattr__(name: str) -> Any:

@@ -53,7 +53,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -62,11 +62,13 @@ from riskrank.contamination import DIGEST_CHARS, is_digest
 from riskrank.context import NEED_FEATURES, NeedHead
 from riskrank.errors import CheckpointError, RiskrankError
 from riskrank.fileio import DIR_MODE, atomic_writer, dumps, loads_strict, read_regular_file, show
-from riskrank.first_stage import FUSION_RULES, LEXICAL_FEATURES, NORMS
+from riskrank.first_stage import FUSION_RULES, LEXICAL_FEATURES, NORMS, Fusion
 from riskrank.graph import NORMALISATIONS, ToolGraph
 from riskrank.heads import DESIGNS, PENALTIES, DualHead
 from riskrank.modes import MAX_LAMBDA
-from riskrank.training import TrainResult
+
+if TYPE_CHECKING:
+    from riskrank.training import TrainConfig
 
 WEIGHTS = "heads.safetensors"
 SIDECAR = "checkpoint.json"
@@ -349,6 +351,31 @@ class Checkpoint:
         if n_tools is not None and graph.n_tools != n_tools:
             raise CheckpointError(f"{where}: the graph is for {graph.n_tools} tools, the registry has {n_tools}: retrain")
         return graph
+
+
+@dataclass
+class TrainResult:
+    """What training produced, as a checkpoint saves it: the heads, the configuration they were
+    trained with, the validated lambda, the history and validation records, counts and timing;
+    the artefact type lives here, with the checkpoint, so that loading one needs no training code."""
+
+    model: DualHead
+    config: TrainConfig  # riskrank.training.TrainConfig (a type only: no import of training)
+    lam: float
+    history: list[dict[str, float]]
+    validation: dict[str, Any]
+    counts: dict[str, int]
+    seconds: float
+    warnings: list[str] = field(default_factory=list)
+    fusion: Fusion | None = None
+    risk_quality: dict[str, Any] = field(default_factory=dict)
+    """The risk head's held-out check (:func:`risk_quality`)."""
+    crossfit: dict[str, np.ndarray] = field(default_factory=dict)
+    """Per tool, from risk heads that never saw its label: ``level_score``, ``p_risky`` (the
+    penalty, p_risky penalty only), ``levels`` and ``fold``."""
+    need_head: Any = None
+    """The need head (:class:`riskrank.context.NeedHead`), trained by :func:`fit` when it has
+    validation queries; None otherwise."""
 
 
 def sidecar(result: TrainResult, *, encoder: dict[str, Any], registry_fingerprint: str,

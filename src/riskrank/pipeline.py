@@ -10,8 +10,9 @@ twice. Three verbs: :meth:`~RiskAwareRetriever.retrieve` (one task),
 :meth:`~RiskAwareRetriever.retrieve_many` (several) and :meth:`~RiskAwareRetriever.rank_batch`
 (encoded queries, arrays out: experiments and benchmarks). It only infers: training and every
 choice made on validation are :mod:`riskrank.training`'s, the checkpoint directory is
-:mod:`riskrank.checkpoint`'s; :meth:`~RiskAwareRetriever.fit`, ``from_training`` and
-:meth:`~RiskAwareRetriever.save` are thin delegates to them.
+:mod:`riskrank.checkpoint`'s; ``from_training`` and :meth:`~RiskAwareRetriever.save` are thin
+delegates to the latter. The engine never imports training (it stands above the engine:
+:func:`riskrank.training.fit_retriever` trains one), so serving loads no training code.
 
 The scored set is the first stage's top-M, ``candidates`` (always an int): the full pool is
 the registry size, and any M at least that large scores every tool (the default of the exact
@@ -47,12 +48,11 @@ from typing import Any
 
 import numpy as np
 
-import riskrank.training as training
 from riskrank.ann import ANNRetriever
+from riskrank.base import AUTO as BASE_AUTO
 from riskrank.base import NAME as BASE_NAME
-from riskrank.base import default_checkpoint
-from riskrank.checkpoint import Checkpoint, in_memory, load_checkpoint, save_checkpoint
-from riskrank.contamination import query_digests
+from riskrank.base import NO_CHECKPOINT, default_checkpoint, resolve_checkpoint
+from riskrank.checkpoint import Checkpoint, TrainResult, in_memory, load_checkpoint, save_checkpoint
 from riskrank.context import ContextDecisions, NeedHead, apply_context
 from riskrank.encoder import Encoder
 from riskrank.errors import CheckpointError, RiskrankError
@@ -81,6 +81,7 @@ from riskrank.modes import (
     Stages,
     default_min_score,
     parse_mode,
+    safe_default_mode,
 )
 from riskrank.registry import DEFAULT_TOOL_TEMPLATE, ToolRegistry
 from riskrank.risk import (
@@ -93,7 +94,6 @@ from riskrank.risk import (
     resolve_tool_levels,
 )
 from riskrank.rules import FilterResult, RuleConfig, RuleFilter
-from riskrank.training import DEFAULT_ALPHA_GRID, TrainConfig, TrainResult
 
 #: The approximate first stage joins BM25's best M // LEXICAL_SHARE tools to the index's
 #: cosine top-M (a task whose words match a tool's is rarely served by the cosine alone).
@@ -104,6 +104,25 @@ LEXICAL_SHARE = 4
 _GRAPH_CACHE: OrderedDict[tuple[str, str, str, str], ToolGraph] = OrderedDict()
 GRAPH_CACHE_SIZE = 8
 _GRAPH_LOCK = threading.Lock()
+
+
+def final_order(
+    scores: np.ndarray, *, named: np.ndarray | None, candidates: np.ndarray | None, rule_filter: RuleFilter | None,
+    top: int | None, caps: np.ndarray | None = None,
+) -> tuple[np.ndarray, list[FilterResult] | None]:
+    """The last stages, in their one order: tools the task names first, then the rule filter
+    (its caps, or the per-query ``caps``) or the plain ranking, mapped from the scored set's
+    columns to tool indices. The engine ranks with it and validation (the lambda, alpha and
+    fill choices of :mod:`riskrank.training`) scores the same order, so what is chosen is what
+    runs. Returns (order [Q, L], the filter's per-query results or None)."""
+    ranked = pin_named(scores, named)
+    if rule_filter is not None and top is not None:
+        return rule_filter.filter_scores(ranked, candidates, length=top, max_risky=caps)
+    local = rank(ranked) if top is None else top_m(ranked, top)
+    order = local if candidates is None else np.take_along_axis(candidates, local, axis=1)
+    if rule_filter is not None:
+        return rule_filter.filter_batch(order, caps)
+    return order, None
 
 
 @dataclass
@@ -133,8 +152,13 @@ class BatchRanking:
 class RiskAwareRetriever:
     """Risk-aware retrieval over one registry.
 
-    >>> r = RiskAwareRetriever(registry, checkpoint="runs/demo")
-    >>> r.retrieve("delete the old log files", k=5, mode="rule").tools
+    >>> r = RiskAwareRetriever(registry)  # the base model, as every surface uses it
+    >>> r.retrieve("delete the old log files", k=5).tools
+
+    ``checkpoint``: omitted, the base model where the encoder is its encoder (else no heads,
+    and :attr:`checkpoint_note` says why); ``"riskrank-base"`` the base model or an error; a
+    path or :class:`~riskrank.checkpoint.Checkpoint` that one; None or ``"none"`` no heads
+    (the encoder-only modes).
     """
 
     def __init__(
@@ -142,7 +166,7 @@ class RiskAwareRetriever:
         registry: ToolRegistry,
         *,
         encoder: Encoder | str | None = None,
-        checkpoint: Checkpoint | str | Path | None = None,
+        checkpoint: Checkpoint | str | Path | None = BASE_AUTO,
         graph: ToolGraph | None = None,
         lam: float | None = None,
         alpha: float | None = None,
@@ -172,6 +196,13 @@ class RiskAwareRetriever:
         self.cache_queries = cache_queries
         self.encoder = encoder if encoder is not None and not isinstance(encoder, str) else Encoder(encoder, progress=progress)
         self.tool_template = tool_template
+        #: Why no checkpoint was loaded by default (no base model here, or another encoder), or None.
+        self.checkpoint_note: str | None = None
+        if isinstance(checkpoint, str) and checkpoint == BASE_AUTO:
+            path, self.checkpoint_note = resolve_checkpoint(None, self.encoder.identity)
+            checkpoint = Path(path) if path is not None else None
+        elif isinstance(checkpoint, str) and checkpoint == NO_CHECKPOINT:
+            checkpoint = None
         if isinstance(checkpoint, str) and checkpoint == BASE_NAME:
             # The base model by name, as every surface loads it without --checkpoint.
             base = default_checkpoint()
@@ -216,7 +247,7 @@ class RiskAwareRetriever:
         if self.normalisation not in NORMALISATIONS:
             raise RiskrankError(f"unknown normalisation {self.normalisation!r}; choose from {NORMALISATIONS}")
         self.pin_named = bool(pin_named)
-        self.mode = mode or ("core" if checkpoint is not None else "dense")
+        self.mode = mode or safe_default_mode(checkpoint is not None)  # as every surface
         parse_mode(self.mode)
         self.min_score = self._check_min_score(min_score)
         #: The risk head's held-out check from the checkpoint (an empty dict before it existed).
@@ -497,6 +528,13 @@ class RiskAwareRetriever:
             return self.fusion(cos, lexical.bm25)
         return cos
 
+    def _no_heads(self, stages: Stages) -> RiskrankError:
+        """The error of a mode that needs heads on a retriever without a checkpoint, with the
+        reason the default did not load the base model when there was one."""
+        why = f" (no checkpoint was loaded: {self.checkpoint_note})" if self.checkpoint_note else ""
+        return RiskrankError(f"mode {stages.name!r} needs a checkpoint{why}: checkpoint=\"riskrank-base\" "
+                             "(the base model every surface uses), or one of `riskrank train`")
+
     def _components(
         self, query_emb: np.ndarray, stages: Stages, candidates: np.ndarray | None, cos: np.ndarray | None,
         lexical: LexicalEvidence | None, inputs: Any,
@@ -504,7 +542,7 @@ class RiskAwareRetriever:
         """(relevance term of s [Q, L], f_rel [Q, L], penalty [L] or [Q, L]) for the scored set."""
         if stages.heads:
             if self.scorer is None:
-                raise RiskrankError(f"mode {stages.name!r} needs a checkpoint: checkpoint=\"riskrank-base\" (the base model every surface uses), or one of `riskrank train`")
+                raise self._no_heads(stages)
             z = self.scorer.logits(query_emb, candidates, cos=cos, inputs=inputs)
             f_rel = sigmoid_(z.copy()) if self.scorer.space == "logit" else sigmoid_(z)
             return (z if self.scorer.space == "logit" else f_rel), f_rel, self.scorer.risk(candidates)
@@ -545,17 +583,8 @@ class RiskAwareRetriever:
                 return g.smooth(x, alpha, candidates, normalisation=normalisation or self.normalisation)
 
             scores, caps, decided = adjust(scores, smooth)
-        ranked = pin_named(scores, named)
-        results = None
-        if stages.rule:
-            rf = self._rule_filter(self._check_risk_source(risk_source or self.risk_source), k, fill)
-            if top is not None:
-                order, results = rf.filter_scores(ranked, candidates, length=top, max_risky=caps)
-                return order, results, scores, decided
-        local = rank(ranked) if top is None else top_m(ranked, top)
-        order = local if candidates is None else np.take_along_axis(candidates, local, axis=1)
-        if stages.rule:
-            order, results = rf.filter_batch(order, caps)
+        rf = self._rule_filter(self._check_risk_source(risk_source or self.risk_source), k, fill) if stages.rule else None
+        order, results = final_order(scores, named=named, candidates=candidates, rule_filter=rf, top=top, caps=caps)
         return order, results, scores, decided
 
     def rank_batch(
@@ -630,7 +659,7 @@ class RiskAwareRetriever:
         """The need threshold ``tau`` and relevance ``margin`` of a context pipeline, chosen
         on validation (the checkpoint's ``inference.context``)."""
         if self.checkpoint is None:
-            raise RiskrankError(f"mode {stages.name!r} needs a checkpoint: checkpoint=\"riskrank-base\" (the base model every surface uses), or one of `riskrank train`")
+            raise self._no_heads(stages)
         where = f" ({self.checkpoint.path})" if self.checkpoint.path is not None else ""
         if self.need_head is None:
             raise CheckpointError(f"mode {stages.name!r} needs a checkpoint with a need head; this checkpoint{where} has none "
@@ -821,57 +850,27 @@ class RiskAwareRetriever:
             else:
                 res.deferred.append(Deferral(names[i], int(i), ["context"], context=why))
 
-    # -- training and checkpoints: thin delegates ------------------------------------------------
-    @classmethod
-    def fit(
-        cls,
-        registry: ToolRegistry,
-        texts: Sequence[str],
-        gold: Sequence[np.ndarray],
-        *,
-        encoder: Encoder | str | None = None,
-        train_config: TrainConfig | None = None,
-        graph_config: GraphConfig | None = None,
-        alpha_grid: Sequence[float] = DEFAULT_ALPHA_GRID,
-        normalisations: Sequence[str] = NORMALISATIONS,
-        tool_template: str = DEFAULT_TOOL_TEMPLATE,
-        progress: bool = True,
-    ) -> RiskAwareRetriever:
-        """Encode (texts, gold) of ``registry``, compute their lexical evidence, and
-        :func:`riskrank.training.fit` on them: the fusion, the heads, the ToolGraph of the
-        training part, lambda and alpha per pipeline and the graph normalisation chosen on a
-        validation slice of the queries. The result carries ``training`` (TrainResult)."""
-        cfg = (train_config or TrainConfig()).resolved(has_lexical=True)
-        enc = encoder if encoder is not None and not isinstance(encoder, str) else Encoder(encoder, progress=progress)
-        tool_emb = enc.encode(registry.texts(tool_template), desc="encoding tools")
-        query_emb = enc.encode(list(texts), desc="encoding queries")
-        gold = [np.asarray(g, dtype=np.int64) for g in gold]
-        index = LexicalIndex.from_registry(registry)
-        result, graph, choice = training.fit(tool_emb, query_emb, gold, registry, cfg, graph_config, alpha_grid=alpha_grid,
-                                             normalisations=normalisations, progress=progress, lexical=index.evidence(list(texts)))
-        data = {"queries_fingerprint": training.gold_fingerprint(list(texts), gold), "n_queries": len(texts),
-                "query_sha256": query_digests(texts)}
-        out = cls.from_training(registry, enc, tool_emb, result, graph, choice, training_data=data, tool_template=tool_template)
-        out._lexical = index
-        return out
-
+    # -- checkpoints: thin delegates (training is riskrank.training.fit_retriever) -----------------
     @classmethod
     def from_training(
         cls, registry: ToolRegistry, encoder: Encoder, tool_emb: np.ndarray, result: TrainResult, graph: ToolGraph,
         choice: dict[str, Any], *, training_data: dict[str, Any] | None = None, tool_template: str = DEFAULT_TOOL_TEMPLATE,
+        lexical: LexicalIndex | None = None,
     ) -> RiskAwareRetriever:
-        """A retriever around freshly trained components (no files involved)."""
+        """A retriever around freshly trained components (no files involved): what
+        :func:`riskrank.training.fit_retriever` returns."""
         ck = in_memory(result, encoder={"identity": encoder.identity, "name": encoder.display_name, "dim": int(tool_emb.shape[1])},
                        registry_fingerprint=registry.fingerprint(), inference=choice,
                        training_data={"tool_template": tool_template, **(training_data or {})})
         self = cls(registry, encoder=encoder, checkpoint=ck, graph=graph, tool_emb=tool_emb, tool_template=tool_template, progress=False)
         self.training = result
+        self._lexical = lexical  # the index training already built, or None (built on first use)
         return self
 
     def save(self, path: str | Path) -> Path:
         """Write the checkpoint directory (:func:`riskrank.checkpoint.save_checkpoint`)."""
         if self.checkpoint is None or not hasattr(self, "training"):
-            raise RiskrankError("only a retriever built by fit() can be saved")
+            raise RiskrankError("only a retriever built by riskrank.training.fit_retriever() can be saved")
         meta = self.checkpoint.meta
         data = dict(meta["training_data"])
         fingerprint = data.pop("registry_fingerprint")

@@ -24,6 +24,9 @@ CARD_MD = "MODEL_CARD.md"
 NAME = "riskrank-base"
 #: ``--checkpoint none``: no checkpoint at all (encoder-only modes), not the base model.
 NO_CHECKPOINT = "none"
+#: The library's default: the base model where the encoder is the base model's, else none
+#: (the reason is kept on the retriever), as every surface resolves a missing --checkpoint.
+AUTO = "auto"
 
 
 def default_checkpoint() -> Path | None:

@@ -1,7 +1,7 @@
 """Building riskrank-base: heads trained on several benchmarks, in the form that transfers.
 
 One command builds it (``riskrank train --base --out DIR``, ``make base-model``), through
-the normal :meth:`riskrank.pipeline.RiskAwareRetriever.fit` / ``save`` path, so the base
+the normal :func:`riskrank.training.fit_retriever` / ``save`` path, so the base
 model's sidecar has every key any checkpoint has. The steps, each chosen by a stated rule on
 training or validation queries only (never on a test split):
 
@@ -250,11 +250,11 @@ class Built:
 def build_base(sources: Sequence[Source], cfg: BaseConfig | None = None, *, encoder: Any = None, progress: bool = False) -> Built:
     """Steps 1-5 of the module docstring over ``sources``; returns the base model in memory."""
     from riskrank.encoder import Encoder
-    from riskrank.pipeline import RiskAwareRetriever
     from riskrank.training import (
         TrainConfig,
         choose_inference,
         fit_context,
+        fit_retriever,
         predicted_levels_of,
         validation_split,
     )
@@ -278,7 +278,7 @@ def build_base(sources: Sequence[Source], cfg: BaseConfig | None = None, *, enco
     texts = [t for s in sources for t in s.texts]
     gold = [g + offsets[i] for i, s in enumerate(sources) for g in s.gold]
     tcfg = TrainConfig(seed=cfg.seed, epochs=cfg.epochs, fusion=fusion.to_dict())
-    r = RiskAwareRetriever.fit(union, texts, gold, encoder=enc, train_config=tcfg, progress=progress)
+    r = fit_retriever(union, texts, gold, encoder=enc, train_config=tcfg, progress=progress)
     result = r.training
     in_domain = {k: v for k, v in r.checkpoint.meta["inference"].items()}
     # 4 + 5. the zero-shot form and its settings, on the same validation queries

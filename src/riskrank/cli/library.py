@@ -267,8 +267,7 @@ def train(dataset: str | None, registry: str | None, queries: str | None, data_d
     """Train the dual-head reranker and write a checkpoint (heads, ToolGraph, the fusion and
     lambda/alpha per pipeline, all chosen on validation queries); with --base, the base model."""
     from riskrank.checkpoint import is_checkpoint_dir
-    from riskrank.pipeline import RiskAwareRetriever
-    from riskrank.training import TrainConfig
+    from riskrank.training import TrainConfig, fit_retriever
 
     if is_checkpoint_dir(out) and not force:
         raise RiskrankError(f"{out} already holds a checkpoint; pass --force to overwrite it")
@@ -278,7 +277,7 @@ def train(dataset: str | None, registry: str | None, queries: str | None, data_d
     reg, texts, gold = _training_data(dataset, registry, queries, data_dir)
     cfg = TrainConfig(design=design, relevance=relevance, penalty=penalty, sampling=sampling, epochs=epochs, seed=seed,
                       selection=selection, rule_selection=rule_selection)
-    r = RiskAwareRetriever.fit(reg, texts, gold, encoder=encoder, train_config=cfg)
+    r = fit_retriever(reg, texts, gold, encoder=encoder, train_config=cfg)
     r.save(out)
     tr = r.training
     click.echo(f"trained {design} heads ({tr.config.relevance} relevance, {tr.config.penalty} penalty) on {tr.counts['train_queries']} "

@@ -20,7 +20,7 @@ from riskrank.metrics import rvr_at_k, srr_at_k
 from riskrank.modes import NO_MIN_SCORE
 from riskrank.pipeline import RiskAwareRetriever
 from riskrank.rules import PAPER_FILL
-from riskrank.training import TrainConfig
+from riskrank.training import TrainConfig, fit_retriever
 
 #: A moderate operating point in the logit units of riskrank's penalty, s = logit - lambda *
 #: P(r >= 3) (the benchmarks' validation picks 2-4).
@@ -54,7 +54,7 @@ def run_demo(task_ids: list[str] | None = None, *, echo: Callable[[str], None] =
              f"lambda per pipeline as validated for zero-shot use"
              + ("; audited levels hidden: levels from the risk head, keywords and MCP annotations" if unaudited else ""))
     else:
-        retriever = RiskAwareRetriever.fit(registry, bench.train.texts, bench.train.gold,
+        retriever = fit_retriever(registry, bench.train.texts, bench.train.gold,
                                            train_config=TrainConfig(seed=seed), progress=False)
         # 11 validation tasks cannot choose lambda reliably; show a fixed, moderate operating point.
         lam = DEMO_LAMBDA

@@ -240,7 +240,7 @@ class Runner:
         self.timing["lexical_s"] = time.perf_counter() - t0
         # One retriever without heads serves dense, dense+rule and risk_label_penalty; the
         # baselines rank as they are (no named-tool lift).
-        self.base = RiskAwareRetriever(self.registry, encoder=self.encoder, tool_emb=self.tool_emb, mode="dense", progress=False,
+        self.base = RiskAwareRetriever(self.registry, encoder=self.encoder, checkpoint=None, tool_emb=self.tool_emb, mode="dense", progress=False,
                                        pin_named=False)
         self.base._lexical = self.lexical_index
         self.heads_needed = sorted({s.head_key for s in self.specs if s.trained})
@@ -328,7 +328,7 @@ class Runner:
                            key: {"lam": r.lam, "alpha": r.alpha, "normalisation": r.normalisation, "pipelines": r.pipelines,
                                  "risk_head": r.risk_quality}})
         choice["fusion"] = fusion.to_dict()
-        hybrid = RiskAwareRetriever(self.registry, encoder=self.encoder, tool_emb=self.tool_emb, mode="hybrid", fusion=fusion,
+        hybrid = RiskAwareRetriever(self.registry, encoder=self.encoder, checkpoint=None, tool_emb=self.tool_emb, mode="hybrid", fusion=fusion,
                                     progress=False, pin_named=False)
         hybrid._lexical = self.lexical_index
         # A checkpoint never saw this registry's labels unless it was trained on this very
@@ -453,7 +453,7 @@ class Runner:
                                                choose_fusion_on=train_lex)["fusion"]
         if fusion is not None:
             choice["fusion"] = fusion.to_dict()
-        hybrid = RiskAwareRetriever(self.registry, encoder=self.encoder, tool_emb=self.tool_emb, mode="hybrid", fusion=fusion,
+        hybrid = RiskAwareRetriever(self.registry, encoder=self.encoder, checkpoint=None, tool_emb=self.tool_emb, mode="hybrid", fusion=fusion,
                                     progress=False, pin_named=False)
         hybrid._lexical = self.lexical_index
         label_lam = 0.0

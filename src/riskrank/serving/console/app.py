@@ -195,12 +195,13 @@ class Console:
                 describe = self.host.describe()
             except Exception:  # the header must not take a page down
                 log.exception("the console's host could not describe itself")
-        flash = ""
+        flash, flash_kind = "", "done"
         if session is not None:
-            flash, session.flash = session.flash, ""
+            flash, flash_kind, session.flash, session.flash_kind = session.flash, session.flash_kind, "", "done"
         html = self.env.get_template(template).render(
             prefix=PREFIX, pages=self.pages(), session=session, csrf=session.csrf if session else "",
-            host_kind=self.host.kind, describe=describe, page=ctx.pop("page", ""), flash=flash, **ctx)
+            host_kind=self.host.kind, describe=describe, page=ctx.pop("page", ""), flash=flash, flash_kind=flash_kind,
+            **ctx)
         return HTMLResponse(html, status)
 
     async def _refused(self, request: Request, exc: Refused) -> Response:
@@ -315,6 +316,7 @@ class Console:
             raise Refused(409, "that request is no longer pending (decided, timed out, or its caller went away)")
         session.flash = (f"Approved {item.request.tool}: the agent's call runs now." if action == "approve" else
                          f"Denied {item.request.tool}: the agent's call fails with 'denied'.")
+        session.flash_kind = "done" if action == "approve" else "refused"
         return RedirectResponse(f"{PREFIX}/approvals", 303)
 
     async def pending_api(self, request: Request) -> Response:
@@ -391,20 +393,24 @@ class Console:
         return labels, review
 
     def _review_state(self) -> dict[str, Any]:
-        from riskrank.audit import REVIEWED, AuditError, read_json_file, read_review
+        from riskrank.audit import PENDING, REVIEWED, AuditError, read_json_file, read_review
 
         labels_path, review_path = self._review_paths()
         state: dict[str, Any] = {"labels_path": labels_path, "review_path": review_path, "entries": [], "error": "",
-                                 "labels": {}}
+                                 "labels": {}, "review_exists": False, "pending_in_labels": 0}
         if review_path is None:
             return state
         try:
             labels = read_json_file(labels_path, "label file") if labels_path is not None and labels_path.is_file() else {}
-            entries = read_review(review_path) if review_path.is_file() else []
+            state["review_exists"] = review_path.is_file()
+            entries = read_review(review_path) if state["review_exists"] else []
         except (AuditError, OSError) as exc:
             state["error"] = str(exc)
             return state
         labels = labels if isinstance(labels, dict) else {}
+        # Tools the label file holds as awaiting review: with no review file where the console
+        # looked, the page says which file it looked for instead of "nothing to review".
+        state["pending_in_labels"] = sum(isinstance(v, dict) and v.get("resolution") == PENDING for v in labels.values())
         for e in entries:
             lab = labels.get(e["name"]) if isinstance(labels.get(e["name"]), dict) else {}
             e["evidence"] = lab.get("evidence") or {}

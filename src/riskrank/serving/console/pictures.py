@@ -19,7 +19,10 @@ from riskrank.extras import requires
 from riskrank.risk import RISK_LEVELS
 
 LEVEL_NAMES = {1: "Safe", 2: "Low", 3: "Medium", 4: "High", 5: "Critical"}
-PROVENANCE_COLOURS = {"audited": "#1f4e79", "keyword": "#4f8fc0", "annotation": "#a9c6e0", "unlabelled": "#b0b0b0"}
+#: One colour per provenance the catalogue reports (:data:`riskrank.risk.PROVENANCE`), so the
+#: legend uses the catalogue's words; a test holds the two key sets equal.
+PROVENANCE_COLOURS = {"policy": "#5b2c6f", "audited": "#1f4e79", "predicted": "#2e86c1", "keyword": "#4f8fc0",
+                      "annotation": "#a9c6e0", "unlabelled": "#b0b0b0"}
 DECISION_COLOURS = {"allowed": "#2e7d32", "refused": "#c62828", "pending": "#f9a825", "found": "#90a4ae",
                     "failed": "#6a1b9a", "other": "#cfd8dc"}
 #: Bucket widths for the decisions-over-time chart, smallest first; the first giving at most

@@ -62,6 +62,8 @@ class Session:
     csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     flash: str = ""
     """A message for the next page this operator sees (what their last form did)."""
+    flash_kind: str = "done"
+    """How the message is shown: ``done`` (it went through) or ``refused`` (a denial)."""
     created: float = field(default_factory=time.monotonic)
     seen: float = field(default_factory=time.monotonic)
 

@@ -77,12 +77,18 @@ def _read_object(path: str | Path, what: str) -> dict[str, Any]:
     return data
 
 
+def _no_substitution(value: str, where: str) -> None:
+    """Other clients expand ``${VAR}`` in a servers file; riskrank does not, so one left in
+    would reach the server as literal text: refused, naming the field."""
+    if "${" in value:
+        raise ConfigError(f"{where}: variable substitution (${{...}}) is not supported; write the value itself")
+
+
 def _strings(value: Any, where: str) -> dict[str, str]:
     if not isinstance(value, dict) or not all(isinstance(k, str) and k and isinstance(v, str) for k, v in value.items()):
         raise ConfigError(f"{where}: must be an object of strings")
     for k, v in value.items():
-        if "${" in v:
-            raise ConfigError(f"{where}.{k}: variable substitution (${{...}}) is not supported; write the value itself")
+        _no_substitution(v, f"{where}.{k}")
     return dict(value)
 
 
@@ -151,6 +157,7 @@ def _http_target(entry: dict[str, Any], where: str) -> ServerTarget:
     url = entry.get("url")
     if not isinstance(url, str) or not re.match(r"^https?://[^\s/]+", url):
         raise ConfigError(f"{where}.url: an http server needs a url (http://HOST[:PORT]/PATH)")
+    _no_substitution(url, f"{where}.url")
     for key in ("command", "args", "env", "cwd"):
         if key in entry:
             raise ConfigError(f"{where}.{key}: not used by an http server (it has a url)")
@@ -167,6 +174,9 @@ def _stdio_target(entry: dict[str, Any], where: str, secret_names: frozenset[str
     args = entry.get("args", [])
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         raise ConfigError(f"{where}.args: must be a list of strings")
+    for i, a in enumerate(args):
+        _no_substitution(a, f"{where}.args[{i}]")
+    _no_substitution(command, f"{where}.command")
     env = _strings(entry.get("env", {}), f"{where}.env")
     leaked = sorted(set(env) & secret_names)
     if leaked:
