@@ -118,27 +118,29 @@ def test_error_lines_escape_control_characters(tmp_path, monkeypatch, capsys):
 
 # -- riskrank demo, riskrank graph stats -----------------------------------------------------------------------
 def test_demo_command(monkeypatch, capsys, demo_fitted):
-    """The README's first command, on the shipped base model (no training): three columns per
-    task, each tool with its level's provenance, the rule filter keeps at most one risky tool,
-    and risk awareness changes at least one list (demo-02 has risky near-duplicates of the
-    balance lookup). Without a base model it trains on the demo (the session's demo_fitted)."""
+    """The README's first command, on the shipped base model (no training): per task the
+    relevance-only top-5 beside what riskrank serves by default (and the context stage), each
+    column naming its mode, each tool with its level's provenance; the default keeps at most
+    one risky tool, and risk awareness changes at least one list (demo-02 has risky
+    near-duplicates of the balance lookup). Without a base model it trains on the demo (the
+    session's demo_fitted)."""
     import riskrank.base as base
     import riskrank.experiments.demo as demo_mod
 
-    monkeypatch.setattr(demo_mod.RiskAwareRetriever, "fit", classmethod(lambda cls, *a, **kw: demo_fitted))
+    monkeypatch.setattr(demo_mod, "fit_retriever", lambda *a, **kw: demo_fitted)
     res = invoke("demo", "--tasks", "demo-02,demo-09")
     assert res.exit_code == 0, res.output
     out = res.stdout
-    assert "relevance only (lambda 0)" in out and "risk-aware (lambda " in out and "+ rule filter (lambda " in out
-    assert out.count("RVR@5") == 6 and "demo-02:" in out and "demo-09:" in out and " audited" in out
+    assert "relevance only (core, lambda 0)" in out and "riskrank default (core+graph+rule)" in out
+    assert out.count("RVR@5") >= 4 and "demo-02:" in out and "demo-09:" in out and " audited" in out
     shown = demo_mod.run_demo(["demo-02", "demo-09"], echo=lambda s: None)
     levels = {t.name: t.risk_level for t in demo_fitted.registry}
     col = lambda lists, prefix: next(v for k, v in lists.items() if k.startswith(prefix))  # noqa: E731
     for lists in shown.values():
-        rule = col(lists, "+ rule filter")
-        assert sum(levels[t.name] >= 3 for t in rule.tools) <= 1 and not rule.fallback
+        default = col(lists, "riskrank default")
+        assert default.mode == "core+graph+rule" and sum(levels[t.name] >= 3 for t in default.tools) <= 1
         assert all(t.risk_provenance == "audited" for lst in lists.values() for t in lst.tools)
-    assert any([t.name for t in col(lst, "relevance only").tools] != [t.name for t in col(lst, "risk-aware").tools]
+    assert any([t.name for t in col(lst, "relevance only").tools] != [t.name for t in col(lst, "riskrank default").tools]
                for lst in shown.values())
     if base.default_checkpoint() is not None:
         hidden = demo_mod.run_demo(["demo-02"], echo=lambda s: None, unaudited=True)["demo-02"]
@@ -148,7 +150,7 @@ def test_demo_command(monkeypatch, capsys, demo_fitted):
 def test_demo_command_refuses_an_unknown_task(monkeypatch, capsys, demo_fitted):
     import riskrank.experiments.demo as demo_mod
 
-    monkeypatch.setattr(demo_mod.RiskAwareRetriever, "fit", classmethod(lambda cls, *a, **kw: demo_fitted))
+    monkeypatch.setattr(demo_mod, "fit_retriever", lambda *a, **kw: demo_fitted)
     code, _, err = run_entry(["demo", "--tasks", "demo-01,demo-99"], monkeypatch, capsys)
     assert code == 2 and "unknown demo task id(s): demo-99" in err
 

@@ -30,3 +30,47 @@ def test_the_hostile_gateway_table_is_its_artefact():
     assert hostile_gateway.doc_table(artefact) in (ROOT / "docs/hardening.md").read_text(), (
         "docs/hardening.md's gateway table differs from benchmarks/results/hostile_gateway.json")
     assert artefact["held"] == sum(r["outcome"] == "held" for r in artefact["rows"]) == artefact["tried"]
+
+
+def _mean3(results: dict, split: str, method: str) -> str:
+    m = results["splits"][split]["methods"][method]
+    return " / ".join(f"{m[k]['mean']:.3f}" for k in ("ndcg@5", "rvr@5", "srr@5"))
+
+
+def test_the_readme_results_table_is_the_committed_reproduction():
+    """The README's main table (NDCG@5 / RVR@5 / SRR@5, 3 seeds) equals the committed
+    results.json of each benchmark, rounded to three places."""
+    ultra = json.loads((ROOT / "docs/reproduction/ultratool/results.json").read_text())
+    seal = json.loads((ROOT / "docs/reproduction/sealtools/results.json").read_text())
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("| NDCG@5 / RVR@5 / SRR@5 (3 seeds)"):]
+    table = table[: table.index("\n\n")]
+    rows = re.findall(r"^\| `([^`]+)`[^|]*\| ([^|]+) \| ([^|]+) \|$", table, flags=re.M)
+    assert len(rows) >= 10
+    for method, u, s in rows:
+        assert u.replace("**", "").strip() == _mean3(ultra, "test", method), (method, "UltraTool")
+        assert s.replace("**", "").strip() == _mean3(seal, "test_in", method), (method, "Seal-Tools")
+    print(f"README.md: {6 * len(rows)} figures checked against docs/reproduction/*/results.json")
+
+
+def _span(values: list[float], fmt: str = "{:.1f}") -> str:
+    return f"{fmt.format(min(values))}–{fmt.format(max(values))}"
+
+
+def test_serving_and_transfer_timings_are_their_artefacts():
+    """The serving latencies (three runs) and the leave-one-benchmark-out run times quoted in
+    the docs are the ranges of their artefacts."""
+    runs = json.loads((ROOT / "benchmarks/results/serve_base_runs.json").read_text())["runs"]
+    first = [r["results"][0] for r in runs]
+    p50 = _span([r["p50_ms"] for r in first])
+    p95 = _span([r["p95_ms"] for r in first])
+    cpu = _span([r["server_cpu_ms_per_request"] for r in first])
+    for doc in ("README.md", "docs/base-model.md", "docs/serving.md"):
+        text = (ROOT / doc).read_text()
+        assert f"{p50} ms" in text or f"p50 {p50}" in text, (doc, p50)
+    for doc in ("docs/base-model.md", "docs/serving.md"):
+        text = (ROOT / doc).read_text()
+        assert f"p95 {p95} ms" in text and f"server CPU {cpu} ms/request" in text, (doc, p95, cpu)
+    seconds = [run["seconds"] for name in ("lobo_seal", "lobo_ultra")
+               for run in json.loads((ROOT / f"benchmarks/results/{name}.json").read_text())["runs"].values()]
+    assert f"({_span(seconds, '{:.0f}')} s per seed and direction" in (ROOT / "docs/base-model.md").read_text()

@@ -473,3 +473,8 @@ def test_each_pipeline_reads_its_own_validated_lambda(demo_fitted, demo, encoder
     fixed = RiskAwareRetriever(demo.registry, encoder=encoder, checkpoint=demo_fitted.checkpoint, tool_emb=demo_fitted.tool_emb,
                                lam=1.25, progress=False)
     assert fixed.settings("rule")["lam"] == fixed.settings("core")["lam"] == 1.25  # a lambda given to the retriever wins
+
+
+def test_fit_moved_says_where(demo):
+    with pytest.raises(RiskrankError, match=r"riskrank\.fit_retriever"):
+        RiskAwareRetriever.fit(demo.registry, ["x"], [np.array([0])])

@@ -45,7 +45,7 @@ import threading
 import urllib.error
 import urllib.request
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from riskrank.errors import RiskrankError
@@ -153,8 +153,8 @@ def tool_record(tool: Any) -> dict[str, Any]:
 class ToolGuard:
     """Filter an agent's tools to the risk-aware top-k for each task.
 
-    >>> guard = ToolGuard(k=3, mode="dense+rule")
-    >>> visible = guard.select("delete the old log files", openai_tools)   # same dicts, 3 of them
+    >>> guard = ToolGuard(k=3)   # core+graph+rule on the shipped base model
+    >>> visible = guard.select("delete the old log files", openai_tools)   # same dicts, at most 3
 
     ``registry``: a registry file (or :class:`~riskrank.registry.ToolRegistry`) of audited
     tools. Without ``tools``, the guard ranks the whole registry; with ``tools``, it ranks the
@@ -521,9 +521,3 @@ def task_of(run_context: Any) -> str | None:
         if isinstance(item, Mapping) and item.get("role") == "user":
             return _content_text(item.get("content"))
     return None
-
-
-def select_tools(task: str, tools: Iterable[Any], **kwargs: Any) -> list[Any]:
-    """One-shot form of :meth:`ToolGuard.select` (builds a guard each call; keep a
-    :class:`ToolGuard` in a loop)."""
-    return ToolGuard(**kwargs).select(task, list(tools))

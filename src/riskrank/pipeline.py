@@ -852,6 +852,13 @@ class RiskAwareRetriever:
 
     # -- checkpoints: thin delegates (training is riskrank.training.fit_retriever) -----------------
     @classmethod
+    def fit(cls, *args: Any, **kwargs: Any) -> RiskAwareRetriever:
+        """Moved: training is not part of the engine. Use :func:`riskrank.fit_retriever` (the
+        same arguments); this name stays only to say so."""
+        raise RiskrankError("RiskAwareRetriever.fit moved to riskrank.fit_retriever(registry, texts, gold, ...) "
+                            "(the same arguments): training is a package above the engine")
+
+    @classmethod
     def from_training(
         cls, registry: ToolRegistry, encoder: Encoder, tool_emb: np.ndarray, result: TrainResult, graph: ToolGraph,
         choice: dict[str, Any], *, training_data: dict[str, Any] | None = None, tool_template: str = DEFAULT_TOOL_TEMPLATE,

@@ -1,8 +1,10 @@
 """``riskrank demo``: the paper's Figure 1 on the bundled registry.
 
 Runs the shipped base model (riskrank-base, never trained on the demo registry) and prints,
-for a few tasks, the relevance-only top-5 next to the risk-aware and the rule-filtered top-5,
-with each tool's level and where it comes from (``audited``; with ``--unaudited`` the
+for a few tasks, the relevance-only top-5 (what plain retrieval shows an agent) next to what
+riskrank serves with nothing set (the default mode, its fill and relevance floor: the product)
+and, with a need head, the context stage under the rule filter; each column names its mode,
+each tool has its level and where it comes from (``audited``; with ``--unaudited`` the
 registry's levels are hidden and come from the base risk head, keywords and annotations),
 and each list's RVR@5 / SRR@5 against the audited levels. Without a base model in the
 installation it trains the dual head on the demo tasks instead (seconds on CPU).
@@ -19,7 +21,6 @@ from riskrank.datasets.demo import load_demo
 from riskrank.metrics import rvr_at_k, srr_at_k
 from riskrank.modes import NO_MIN_SCORE
 from riskrank.pipeline import RiskAwareRetriever
-from riskrank.rules import PAPER_FILL
 from riskrank.training import TrainConfig, fit_retriever
 
 #: A moderate operating point in the logit units of riskrank's penalty, s = logit - lambda *
@@ -71,27 +72,30 @@ def run_demo(task_ids: list[str] | None = None, *, echo: Callable[[str], None] =
         raise RiskrankError(f"unknown demo task id(s): {', '.join(unknown)}; ids run demo-01 .. demo-{len(queries):02d}")
     shown = {}
     width = 40
+    context = "core+graph+context+rule" if retriever.need_head is not None else None
     for tid in ids:
         qi = by_id[tid]
         task = queries.texts[qi]
         gold = {bench.registry[int(g)].name for g in queries.gold[qi]}
-        # The paper's figure: its fill (deferred tools top the list up to 5) and no relevance floor.
-        paper = {"fill": PAPER_FILL, "min_score": NO_MIN_SCORE}
-        aware = retriever.retrieve(task, 5, mode="core+graph", lam=lam, **paper)
-        rule = retriever.retrieve(task, 5, mode="core+graph+rule", lam=lam, **paper)
-        lists = {
-            "relevance only (lambda 0)": retriever.retrieve(task, 5, mode="core", lam=0.0, **paper),
-            f"risk-aware (lambda {aware.lam:g})": aware,
-            f"+ rule filter (lambda {rule.lam:g})": rule,
-        }
+        # Plain retrieval as an agent framework does it: the top-5 by relevance, no floor.
+        plain = retriever.retrieve(task, 5, mode="core", lam=0.0, min_score=NO_MIN_SCORE)
+        # What riskrank serves when nothing is set: the default mode with its fill and floor.
+        default = retriever.retrieve(task, 5, lam=lam)
+        lists = {f"relevance only ({plain.mode}, lambda 0)": plain,
+                 f"riskrank default ({default.mode})": default}
+        if context is not None:
+            lists[f"context stage ({context})"] = retriever.retrieve(task, 5, mode=context)
         shown[tid] = lists
         echo("")
         echo(f"{tid}: {task}")
         echo(f"  needs: {', '.join(sorted(gold))}")
         cols = [_column(r, width, audited) for r in lists.values()]
+        depth = max(len(c) for c in cols)
+        cols = [c[:-1] + [""] * (depth - len(c)) + c[-1:] for c in cols]  # a shorter list keeps its metrics line last
         echo("  " + " | ".join(f"{h:<{width}}" for h in lists))
         for row in zip(*cols, strict=True):
             echo("  " + " | ".join(f"{c:<{width}}" for c in row))
-        if rule.deferred:
-            echo("  deferred: " + "; ".join(f"{d.name} ({', '.join(d.reasons)})" for d in rule.deferred[:4]))
+        held = default.withheld[:4]
+        if held:
+            echo(f"  not shown by {default.mode}: " + "; ".join(f"{d.name} ({', '.join(d.reasons)})" for d in held))
     return shown

@@ -4,8 +4,6 @@ retained in the filtered top-5, the five risk levels in rank order, and the defe
 
 from __future__ import annotations
 
-import numpy as np
-
 from riskrank.experiments.runner import EvalRun
 from riskrank.risk import RISKY_LEVEL
 from riskrank.tables import markdown_table
@@ -71,7 +69,3 @@ def build(run: EvalRun, split: str, queries, registry) -> str:
     if not rows:
         return head + "_No query met the selection rule._"
     return head + markdown_table(["setting", "query", "gold retained", "risk profile", "deferred (first 3)", "takeaway"], rows)
-
-
-def risk_profile(order: np.ndarray, risk: np.ndarray) -> list[int]:
-    return [int(risk[t]) for t in order[:5]]

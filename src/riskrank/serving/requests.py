@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from riskrank.errors import RiskrankError
-from riskrank.modes import MAX_K, MODES
+from riskrank.modes import MAX_K
 
 
 class ApiError(RiskrankError):
@@ -69,9 +69,3 @@ def check_lambda(lam: float | None, limits: Limits) -> float | None:
     if lam is not None and not 0 <= lam <= limits.max_lambda:
         raise ApiError(422, "lambda_out_of_range", f"lambda: must be between 0 and {limits.max_lambda:g}, got {lam:g}")
     return lam
-
-
-def check_mode(mode: Any) -> str | None:
-    if mode is not None and mode not in MODES:
-        raise ApiError(422, "invalid_mode", f"mode: must be one of {', '.join(MODES)}")
-    return mode

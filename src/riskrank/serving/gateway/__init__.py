@@ -7,8 +7,9 @@ risk-aware ``find_tools``/``call_tool`` pair, under a call-time policy the agent
   decision (exposed? denied? above ``max_level``? needs confirmation?);
 - :mod:`.upstreams`: :class:`~.upstreams.UpstreamManager`, which starts, watches, restarts
   and merges the upstream servers (namespaced names on collision);
-- :mod:`.confirm`: the confirmation broker (MCP elicitation today; a seam for an operator's
-  console);
+- :mod:`.confirm`: confirmation: the text and digest of exactly the call that will run, and
+  the brokers that ask (MCP elicitation to the user, or the operator's console);
+- :mod:`.limits`: the bounds of one call (argument and answer size, depth, the timeout);
 - :mod:`.auditlog`: the append-only JSONL decision log.
 
 The MCP server that puts them together is :mod:`riskrank.serving.mcp`. Only
