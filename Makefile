@@ -38,12 +38,15 @@ demo: $(STAMP)
 	$(BIN)/riskrank demo
 
 # riskrank-base, the heads shipped in the wheel (docs/base-model.md). SOURCE_DATE_EPOCH pins the
-# sidecar's time stamp: the same versions rebuild the same sha256 for every file.
+# sidecar's time stamp, and one thread pins the float reductions' order: the same versions
+# rebuild the same sha256 for every file only at the same thread count (BASE_THREADS).
 BASE_MODEL    := src/riskrank/base/model
 BASE_TRANSFER := benchmarks/results/transfer_lobo.json
 BASE_EPOCH    ?= 1764547200
+BASE_THREADS  ?= 1
 base-model: $(STAMP) data
-	SOURCE_DATE_EPOCH=$(BASE_EPOCH) $(BIN)/riskrank train --base --out $(BASE_MODEL) --force \
+	SOURCE_DATE_EPOCH=$(BASE_EPOCH) OMP_NUM_THREADS=$(BASE_THREADS) MKL_NUM_THREADS=$(BASE_THREADS) \
+		$(BIN)/riskrank train --base --out $(BASE_MODEL) --force \
 		$(if $(wildcard $(BASE_TRANSFER)),--transfer $(BASE_TRANSFER))
 
 # Leave one benchmark out, 3 seeds (tens of CPU minutes): the transfer table of docs/base-model.md.

@@ -104,7 +104,22 @@ async def probes(root: Path) -> list[dict[str, Any]]:
             row("deep and wide arguments", is_err and text.startswith("arguments_too_large"), text[:90])
             text, is_err, took = await call("big_answer", {})
             row("2 MB answer", is_err and text.startswith("result_too_large"), f"{took:.1f} s: {text[:70]}")
-            # 7. A re-list that cannot be built withdraws the server's tools instead of keeping the old levels.
+            # 7. A server that crashes mid-call is restarted and its tools are offered again.
+            await find("reindex the notes search")
+            text, is_err, _ = await call("crash", {})
+            t0, back = time.monotonic(), None
+            while time.monotonic() - t0 < 20:
+                if "tidy" in await find("sort the notes by title", k=3):
+                    _, err2, _ = await call("tidy", {})
+                    if not err2:
+                        back = time.monotonic() - t0
+                        break
+                await anyio.sleep(0.1)
+            restarts = [ln.strip() for ln in (root / "gateway.err").read_text().splitlines() if "back " in ln and "after it went down" in ln]
+            row("crashed upstream", is_err and back is not None and back < 10,
+                f"call: {text[:40]}; offered and callable again after {back if back is None else round(back, 1)} s"
+                + (f" ({restarts[-1][-60:]})" if restarts else ""))
+            # 8. A re-list that cannot be built withdraws the server's tools instead of keeping the old levels.
             await find("sort the notes by title and show the version of the notes app")
             await call("rug_pull", {})
             await anyio.sleep(2.0)

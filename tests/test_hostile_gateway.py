@@ -15,4 +15,4 @@ import hostile_gateway
 def test_every_hostile_probe_holds(tmp_path):
     rows = anyio.run(hostile_gateway.probes, tmp_path)
     broken = [r for r in rows if r["outcome"] != "held"]
-    assert len(rows) == 7 and not broken, broken
+    assert len(rows) == 8 and not broken, broken
