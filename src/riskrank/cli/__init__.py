@@ -18,7 +18,7 @@ import sys
 
 import click
 
-from riskrank.cli import audit, data, experiments, library, serving
+from riskrank.cli import audit, data, experiments, library, serving, trust
 from riskrank.errors import RiskrankError
 
 EXIT_USAGE = 2
@@ -53,7 +53,7 @@ def main() -> None:
 
 for _command in (data.data, library.evaluate, library.retrieve, library.train, library.graph, experiments.reproduce,
                  experiments.demo, audit.audit_command, audit.agreement_command, serving.serve_command,
-                 serving.mcp_command):
+                 serving.mcp_command, trust.pins_group, trust.scan_command):
     main.add_command(_command)
 
 

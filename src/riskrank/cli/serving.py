@@ -264,6 +264,9 @@ def parse_min_score(value: str | None) -> float | None:
               help="The largest arguments (as JSON) call_tool forwards; larger ones fail with arguments_too_large.")
 @click.option("--max-result-bytes", type=click.IntRange(1), default=16 * 1024 * 1024, show_default=True,
               help="The largest upstream answer (as JSON) passed to the agent; larger ones fail with result_too_large.")
+@click.option("--state-dir", type=click.Path(file_okay=False), default=None,
+              help="Keep the pins of the upstreams' tool definitions here (trust on first use): a tool a pinned server "
+                   "changes or adds is quarantined until approved (riskrank pins approve; docs/trust.md).")
 def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, risk_source: str, fill_levels: str,
                 encoder: str | None, device: str, encoder_backend: str, threads: int | None, candidates: int | None,
                 first_stage: str, trust_annotations: bool, fill: str, min_score: str | None, config_file: str | None,
@@ -272,7 +275,7 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
                 token_env: str, insecure: bool, console: bool, labels: str | None, review: str | None,
                 console_host: str | None, console_port: int | None, admin_token_file: str | None,
                 confirm_by: str | None, confirm_timeout: float, call_timeout: float, max_argument_bytes: int,
-                max_result_bytes: int) -> None:
+                max_result_bytes: int, state_dir: str | None) -> None:
     """Serve risk-aware tool search over MCP (stdio, or streamable HTTP), alone or as a gateway.
 
     The catalogue is --registry (default: the bundled demo registry), or, as a gateway, the
@@ -356,9 +359,16 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
     spec = ArtefactSpec(registry or ("" if gateway else demo_registry(announce=True)), checkpoint, mode, risk_source,
                         fill_levels, candidates, first_stage, trust_annotations=trust_annotations, fill=fill,
                         min_score=parse_min_score(min_score))
+    pins = None
+    if state_dir is not None:
+        if not gateway:
+            raise RiskrankError("--state-dir keeps the pins of upstream servers: give --config SERVERS.json or --upstream CMD")
+        from riskrank.serving.gateway.pins import PinStore
+
+        pins = PinStore(state_dir)  # a second gateway on one directory fails here, in one line
     enc = make_encoder(encoder, device=device, threads=threads, backend=encoder_backend)
     anyio.run(lambda: run(spec, enc, upstreams=upstreams or None, policy=policy, audit_log=audit_log,
                           forward=gateway_forwards, k=k, transport=transport, sock=sock, token=token,
                           startup_timeout=startup_timeout, echo=log, console=console_opts, console_sock=console_sock,
                           confirm_by=confirm_by, confirm_timeout=confirm_timeout,
-                          call_limits=CallLimits(call_timeout, max_argument_bytes, max_result_bytes)))
+                          call_limits=CallLimits(call_timeout, max_argument_bytes, max_result_bytes), pins=pins))

@@ -47,6 +47,7 @@ from riskrank.modes import NO_MIN_SCORE, parse_mode
 from riskrank.names import look_alikes
 from riskrank.registry import ToolRegistry
 from riskrank.risk import RISKY_LEVEL, split_name
+from riskrank.scan import Scan, scan_tool
 from riskrank.serving import mcp_compat
 from riskrank.serving.auth import Gate
 from riskrank.serving.console.host import ConsoleHost, ConsoleOptions
@@ -71,6 +72,7 @@ from riskrank.serving.gateway.limits import (
     check_arguments,
     check_result,
 )
+from riskrank.serving.gateway.pins import PinStore
 from riskrank.serving.gateway.policy import (
     CONFIRMATION_REQUIRED,
     DENIED,
@@ -141,8 +143,13 @@ class View:
     """Every tool as an operator reads it (offered or not): description, level, provenance,
     evidence, permission categories, annotations."""
     withdrawn: dict[str, str] = field(default_factory=dict)
-    """Tools neither offered nor callable because their server's latest list could not be
-    built into the catalogue (name -> why); they come back with the next good list."""
+    """Tools neither offered nor callable (name -> why): their server's latest list could not
+    be built into the catalogue (they come back with the next good list), or trust holds them
+    (a changed or new tool awaiting approval, a poisoned definition: see ``held``)."""
+    held: dict[str, str] = field(default_factory=dict)
+    """The refusal code of a withdrawn tool when it is not ``withdrawn``: ``quarantined`` (a
+    pin change awaiting approval) or ``poisoned`` (the scan's verdict, withheld by policy).
+    These are refused whether or not the caller's ``find_tools`` showed them."""
 
     def needs_confirmation(self, name: str) -> bool:
         """Whether a call of ``name`` needs confirmation (what ``find_tools`` shows and the
@@ -173,12 +180,15 @@ def record_registry(records: list[dict[str, Any]], source: str) -> tuple[ToolReg
 
 def build_view(registry: ToolRegistry, spec: ArtefactSpec, encoder: Any, policy: Policy, generation: int, *,
                routes: dict[str, tuple[str, str]] | None = None, skipped: dict[str, str] | None = None,
-               withdrawn: dict[str, str] | None = None) -> View:
+               withdrawn: dict[str, str] | None = None, held: dict[str, str] | None = None,
+               scans: dict[str, Scan] | None = None) -> View:
     """Resolve every tool's level once (:func:`riskrank.catalogue.audit_tools`: the policy's
     pins first, audits, the base model's or the checkpoint's risk head with keywords and MCP
     hints), keep the tools the policy may allow, and load a catalogue of those with the same
     levels (blocking: run it in a worker thread). ``find_tools``, the call-time check, the
-    audit log and the console all read these levels."""
+    audit log and the console all read these levels. ``scans``: the definitions' scan results (their
+    findings join each tool's evidence; a verdict the policy confirms makes every call
+    confirmed)."""
     pins = {t.name: lvl for t in registry if (lvl := policy.pinned_level(t.name)) is not None}
     audit = audit_tools(spec, encoder, registry, pins)
     lv = audit.levels
@@ -190,9 +200,20 @@ def build_view(registry: ToolRegistry, spec: ArtefactSpec, encoder: Any, policy:
                      "evidence": list(lv.evidence[i]), "permissions": sorted(t.permissions),
                      "annotations": dict(t.annotations) if t.annotations else None,
                      "upstream": (routes or {}).get(t.name, (None, None))[0], "not_offered": not_offered.get(t.name),
-                     "needs_confirmation": policy.needs_confirmation(int(lv.levels[i]), (routes or {}).get(t.name, (None,))[0])}
+                     "needs_confirmation": policy.needs_confirmation(int(lv.levels[i]), (routes or {}).get(t.name, (None,))[0])
+                     or _scan_confirms(policy, (scans or {}).get(t.name))}
             for i, t in enumerate(registry)}
-    return View(cat, generation, levels, routes or {}, not_offered, skipped or {}, rows, withdrawn or {})
+    for name, sc in (scans or {}).items():
+        if name in rows and sc.findings:
+            rows[name]["evidence"] += [f"scan {f.verdict}: {f.kind} in {f.field}: {f.evidence}" for f in sc.findings]
+            rows[name]["scan"] = sc.verdict
+    return View(cat, generation, levels, routes or {}, not_offered, skipped or {}, rows, withdrawn or {}, held or {})
+
+
+def _scan_confirms(policy: Policy, sc: Scan | None) -> bool:
+    """Whether the scan's verdict on a tool makes each of its calls need confirmation."""
+    return sc is not None and ((sc.verdict == "suspicious" and policy.on_suspicious == "confirm")
+                               or (sc.verdict == "poisoned" and policy.on_poisoned == "confirm"))
 
 
 def withdrawn_view(previous: View, generation: int, why: str) -> View:
@@ -200,7 +221,8 @@ def withdrawn_view(previous: View, generation: int, why: str) -> View:
     withdrawn with ``why`` (fail closed: a tool is never served at a level that is no longer
     its server's word)."""
     names = set(previous.levels) | set(previous.withdrawn)
-    return View(None, generation, {}, {}, {}, {}, {}, {n: why for n in names})
+    return View(None, generation, {}, {}, {}, {}, {}, {n: previous.withdrawn.get(n, why) if n in previous.held else why
+                                                        for n in names}, dict(previous.held))
 
 
 def upstream_records(manager: UpstreamManager) -> tuple[list[dict[str, Any]], dict[str, tuple[str, str]]]:
@@ -401,6 +423,8 @@ class Gateway:
         exposed = exposure is not None and name in exposure.names
         expired = exposed and ttl is not None and time.monotonic() - exposure.at > ttl
         withdrawn = view.withdrawn.get(name)
+        if name in view.held:  # quarantined or poisoned: refused with its reason, shown or not
+            return await self._refuse(Decision(view.held[name], withdrawn or view.held[name]), rec)
         if exposed and not expired and withdrawn:
             return await self._refuse(Decision("withdrawn", withdrawn), rec)
         route = view.routes.get(name)
@@ -587,13 +611,42 @@ class _Catalogues:
     whenever the manager reports a change; the new view replaces the old one whole."""
 
     def __init__(self, gateway: Gateway | None, manager: UpstreamManager, spec: ArtefactSpec, encoder: Any,
-                 policy: Policy, audit: AuditLog, echo: Callable[[str], None]) -> None:
+                 policy: Policy, audit: AuditLog, echo: Callable[[str], None], pins: PinStore | None = None) -> None:
         import anyio
 
         self.gateway, self.manager, self.spec, self.encoder = gateway, manager, spec, encoder
-        self.policy, self.audit, self.echo = policy, audit, echo
+        self.policy, self.audit, self.echo, self.pins = policy, audit, echo, pins
         self.dirty = anyio.Event()
         self.seen: dict[str, str] = {}
+        self.scan_seen: dict[str, str] = {}
+
+    def trust(self, up_name: str, mine: list[dict[str, Any]], routes: dict[str, tuple[str, str]]
+              ) -> tuple[dict[str, tuple[str, str]], dict[str, Scan]]:
+        """One server's list against its pins and the scan: (public name -> (code, why)) for
+        the tools held back, and every tool's scan. Pin decisions and new findings are audited."""
+        held: dict[str, tuple[str, str]] = {}
+        if self.pins is not None:
+            own = [{**r, "name": routes[r["name"]][1]} for r in mine]
+            public = {routes[r["name"]][1]: r["name"] for r in mine}
+            quarantined, events = self.pins.review(up_name, own, first_seen=self.policy.first_seen)
+            for line in events:
+                self.echo(f"pins: {line}")
+                self.audit.write(tool=None, decision="pins", code="pin_change", reason=line, upstream=up_name)
+            held.update({public[n]: ("quarantined", why) for n, why in quarantined.items() if n in public})
+        scans = {r["name"]: scan_tool({**r, "name": routes[r["name"]][1]}) for r in mine}
+        for name, sc in scans.items():
+            mark = sc.verdict + ":" + sc.reason()
+            if sc.verdict != "clean" and self.scan_seen.get(name) != mark:
+                self.scan_seen[name] = mark
+                action = self.policy.on_poisoned if sc.verdict == "poisoned" else self.policy.on_suspicious
+                self.echo(f"scan: {name!r} of {up_name!r} is {sc.verdict} ({sc.reason()}): {action}")
+                self.audit.write(tool=name, decision="scan", code=sc.verdict, reason=sc.reason(), upstream=up_name,
+                                 action=action, findings=[f.to_dict() for f in sc.findings])
+            action = {"poisoned": self.policy.on_poisoned, "suspicious": self.policy.on_suspicious}.get(sc.verdict)
+            if action == "withhold" and name not in held:
+                held[name] = (sc.verdict, f"{sc.verdict}: the definition of {name!r} speaks to the model ({sc.reason()}); "
+                                          "withheld by the policy")
+        return held, scans
 
     def changed(self) -> None:
         self.dirty.set()
@@ -614,11 +667,20 @@ class _Catalogues:
                 why = (f"the server {up.name!r} listed its tools in a form that cannot be served ({exc}); its tools are "
                        "withdrawn until it lists them correctly")
                 withdrawn.update({r["name"]: why for r in mine})
+        held: dict[str, str] = {}
+        scans: dict[str, Scan] = {}
+        for up in self.manager.live():
+            mine = [r for r in records if routes[r["name"]][0] == up.name and r["name"] not in withdrawn]
+            kept, up_scans = self.trust(up.name, mine, routes)
+            scans.update(up_scans)
+            for name, (code, why) in kept.items():
+                withdrawn[name], held[name] = why, code
         records = [r for r in records if r["name"] not in withdrawn]
         source = "upstreams: " + ", ".join(u.name for u in self.manager.live())
         registry, skipped = record_registry(records, source)
         return await anyio.to_thread.run_sync(lambda: build_view(registry, self.spec, self.encoder, self.policy, generation,
-                                                                 routes=routes, skipped=skipped, withdrawn=withdrawn))
+                                                                 routes=routes, skipped=skipped, withdrawn=withdrawn,
+                                                                 held=held, scans=scans))
 
     def audit_upstreams(self, view: View) -> None:
         """An audit line (and a log line) for each upstream whose tools or state changed, once
@@ -641,6 +703,18 @@ class _Catalogues:
             else:
                 self.audit.write(tool=None, decision="upstream_down", code=up.state, reason=up.last_error or up.state,
                                  upstream=up.name)
+
+    async def watch_pins(self, every_s: float = 1.0) -> None:
+        """Rebuild when the pin file changes under the gateway (an operator's ``riskrank pins
+        approve``): an approved tool is offered again within about ``every_s``."""
+        import anyio
+
+        if self.pins is None:
+            return
+        while True:
+            await anyio.sleep(every_s)
+            if self.pins.refresh():
+                self.changed()
 
     async def keep(self) -> None:
         import anyio
@@ -669,9 +743,13 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
               transport: str = "stdio", sock: Any = None, token: str | None = None, startup_timeout: float = 30.0,
               limits: Limits | None = None, echo: Callable[[str], None] = print, console: ConsoleOptions | None = None,
               console_sock: Any = None, confirm_by: str = "elicitation", confirm_timeout: float = 120.0,
-              call_limits: CallLimits | None = None) -> None:
+              call_limits: CallLimits | None = None, pins: PinStore | None = None) -> None:
     """Load the catalogue (a registry, or the upstream servers), then serve until the client
     goes away or SIGTERM/SIGINT (which stop every upstream child first).
+
+    ``pins``: the pin store of the upstreams' definitions (:mod:`.gateway.pins`, opened on
+    ``--state-dir``): a changed or new tool of a pinned server is quarantined until an
+    operator approves it.
 
     ``console``: serve the operator's console too, at ``/console`` of the streamable-HTTP app,
     or (over stdio) on a loopback listener of its own, ``console_sock``. ``confirm_by``:
@@ -702,7 +780,10 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
                 keeper_ref: list[_Catalogues] = []
                 manager = UpstreamManager(upstreams, startup_timeout=startup_timeout, log=echo,
                                           on_change=lambda: keeper_ref[0].changed() if keeper_ref else None)
-                keeper = _Catalogues(None, manager, spec, encoder, policy, audit, echo)
+                if pins is not None:
+                    echo(f"pins: {pins.path}" + (f" is NOT trusted ({pins.broken}): every upstream tool is quarantined"
+                                                 if pins.broken else ""))
+                keeper = _Catalogues(None, manager, spec, encoder, policy, audit, echo, pins)
                 keeper_ref.append(keeper)
                 await tg.start(manager.run)
                 view = await keeper.build()
@@ -719,6 +800,7 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
                 keeper.gateway = gateway
                 keeper.audit_upstreams(view)
                 tg.start_soon(keeper.keep)
+                tg.start_soon(keeper.watch_pins)
             cat = view.catalogue
             n_tools = len(cat.registry) if cat is not None else 0
             fill = cat.retriever.rule_config.fill if cat is not None else spec.fill

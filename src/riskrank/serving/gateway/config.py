@@ -54,7 +54,10 @@ class UpstreamConfig:
 SERVER_KEYS = {"command", "args", "env", "cwd", "url", "headers", "type", "transport", "disabled"}
 HTTP_TYPES = ("http", "streamable-http", "streamableHttp")
 POLICY_KEYS = {"max_level", "confirm_level", "allow", "deny", "exposure_ttl_s", "client_choices", "levels", "preset",
-               "untrusted", "call_timeouts"}
+               "untrusted", "call_timeouts", "on_poisoned", "on_suspicious", "first_seen"}
+#: What a scan verdict may do (``on_poisoned``, ``on_suspicious``), and a first connect (``first_seen``).
+VERDICT_ACTIONS = ("withhold", "confirm", "allow")
+FIRST_SEEN = ("trust", "quarantine")
 #: ``preset``'s values: ``untrusted`` confirms every call of every server.
 PRESETS = ("untrusted",)
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -290,7 +293,15 @@ def load_policy(path: str | Path | None) -> Policy:
         if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or not 0 < v <= 86400:
             raise ConfigError(f"{where}: call_timeouts.{g}: must be a number of seconds, more than 0 and at most 86400")
         timeouts[check_glob(g, f"{where}: call_timeouts")] = float(v)
+    trust: dict[str, str] = {}
+    for key, choices_, default in (("on_poisoned", VERDICT_ACTIONS, "withhold"), ("on_suspicious", VERDICT_ACTIONS, "confirm"),
+                                   ("first_seen", FIRST_SEEN, "trust")):
+        value = data.get(key, default)
+        if value not in choices_:
+            raise ConfigError(f"{where}: {key}: must be one of {', '.join(choices_)}, got {value!r}")
+        trust[key] = value
     return Policy(
+        **trust,
         max_level=max_level, confirm_level=confirm_level,
         allow=_globs(data.get("allow", list(d.allow)), f"{where}: allow"),
         deny=_globs(data.get("deny", list(d.deny)), f"{where}: deny"),

@@ -60,6 +60,14 @@ class Policy:
     call_timeouts: dict[str, float] = field(default_factory=dict)
     """Per tool-name glob, the seconds a call may take (the first match, in file order);
     others get the gateway's ``--call-timeout``."""
+    on_poisoned: str = "withhold"
+    """What a tool the scan finds ``poisoned`` gets: ``withhold`` (neither offered nor
+    callable), ``confirm`` (every call confirmed) or ``allow``."""
+    on_suspicious: str = "confirm"
+    """The same for a ``suspicious`` tool (default: every call confirmed)."""
+    first_seen: str = "trust"
+    """A server's tools on its first connect to a pin store: ``trust`` (pinned as they are) or
+    ``quarantine`` (held until an operator approves them)."""
     source: str = "the default policy"
 
     def refusal(self, name: str, level: int) -> str | None:
@@ -88,7 +96,8 @@ class Policy:
         return {"max_level": self.max_level, "confirm_level": self.confirm_level, "allow": list(self.allow),
                 "deny": list(self.deny), "exposure_ttl_s": self.exposure_ttl_s,
                 "client_choices": {k: list(v) for k, v in self.client_choices.items()}, "levels": dict(self.levels),
-                "untrusted": list(self.untrusted), "call_timeouts": dict(self.call_timeouts)}
+                "untrusted": list(self.untrusted), "call_timeouts": dict(self.call_timeouts),
+                "on_poisoned": self.on_poisoned, "on_suspicious": self.on_suspicious, "first_seen": self.first_seen}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,121 @@
+"""``riskrank pins`` (the operator's side of the pin store) and ``riskrank scan`` (the
+poisoning checks, offline, over a registry or a ``tools/list`` dump; docs/trust.md)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from riskrank.errors import RiskrankError
+
+STATE_DIR = click.option("--state-dir", type=click.Path(file_okay=False, exists=True), required=True,
+                         help="The gateway's --state-dir.")
+
+
+@click.group("pins")
+def pins_group() -> None:
+    """The pins of upstream tool definitions a gateway keeps in --state-dir: list what is held,
+    show a change, approve it, or forget a server's pins. Works while the gateway runs: it
+    re-reads the pins on the next list."""
+
+
+def _store(state_dir: str):
+    from riskrank.serving.gateway.pins import PinStore
+
+    store = PinStore(state_dir, lock=False)
+    return store
+
+
+@pins_group.command("list")
+@STATE_DIR
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def pins_list(state_dir: str, as_json: bool) -> None:
+    """Each server's pinned tools and the tools awaiting approval."""
+    store = _store(state_dir)
+    rows = store.summary()
+    if as_json:
+        click.echo(json.dumps({"pins": str(store.path), "trusted": store.broken is None, "broken": store.broken,
+                               "servers": rows, "awaiting": [c.to_dict() for c in store.changes()]}, indent=2))
+        return
+    if store.broken:
+        click.echo(f"NOT TRUSTED: {store.broken}; every upstream tool is quarantined until `riskrank pins reset`")
+    for r in rows:
+        click.echo(f"{r['upstream']}: {r['pinned']} pinned" + (f"; awaiting approval: {', '.join(r['awaiting'])}"
+                                                               if r["awaiting"] else ""))
+    if not rows and not store.broken:
+        click.echo(f"no pins yet in {store.path}")
+
+
+@pins_group.command("diff")
+@STATE_DIR
+@click.argument("upstream")
+@click.argument("tool", required=False)
+def pins_diff(state_dir: str, upstream: str, tool: str | None) -> None:
+    """The change of each held tool of UPSTREAM (or of TOOL): the pinned definition against
+    the one the server lists now."""
+    changes = [c for c in _store(state_dir).changes(upstream) if tool is None or c.name == tool]
+    if not changes:
+        raise RiskrankError(f"nothing of {upstream!r}{' ' + repr(tool) if tool else ''} awaits approval")
+    for c in changes:
+        click.echo(f"# {c.kind}: {c.upstream}/{c.name}")
+        click.echo(c.diff() if c.pinned else json.dumps(c.seen, indent=2, sort_keys=True, ensure_ascii=False))
+
+
+@pins_group.command("approve")
+@STATE_DIR
+@click.argument("upstream")
+@click.argument("tool", required=False)
+def pins_approve(state_dir: str, upstream: str, tool: str | None) -> None:
+    """Pin what UPSTREAM lists now for TOOL (every held tool of UPSTREAM without TOOL)."""
+    store = _store(state_dir)
+    if store.broken:
+        raise RiskrankError(f"the pin store is not trusted ({store.broken}): check it, then `riskrank pins reset`")
+    names = store.approve(upstream, tool)
+    click.echo(f"approved {', '.join(names) if names else 'nothing (no tool awaited approval)'} of {upstream!r}")
+
+
+@pins_group.command("reset")
+@STATE_DIR
+@click.argument("upstream", required=False)
+def pins_reset(state_dir: str, upstream: str | None) -> None:
+    """Forget the pins of UPSTREAM (every server, and a store that is not trusted, without it):
+    the next list pins afresh under the policy's first_seen."""
+    _store(state_dir).reset(upstream)
+    click.echo(f"reset the pins of {upstream!r}" if upstream else "reset every pin")
+
+
+@click.command("scan")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print {\"tools\": [{name, verdict, findings}], \"counts\": {...}}.")
+def scan_command(path: str, as_json: bool) -> None:
+    """Check the tool definitions of PATH (a registry file or an MCP tools/list dump) for text
+    addressed to the model: instructions, things hidden from the user, exfiltration cues,
+    claims over other tools, invisible text. Exit 0 when no tool is poisoned, 1 when one is,
+    2 on bad input."""
+    from riskrank.fileio import loads_strict, read_regular_file
+    from riskrank.scan import VERDICTS, scan_tools
+
+    try:
+        data = loads_strict(read_regular_file(path, max_bytes=256 * 1024 * 1024).decode("utf-8"), path, RiskrankError)
+    except OSError as exc:
+        raise RiskrankError(f"{path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise RiskrankError(f"{path}: not UTF-8 text") from None
+    tools = data.get("tools") if isinstance(data, dict) else data
+    if isinstance(data, dict) and isinstance(data.get("result"), dict):
+        tools = data["result"].get("tools")
+    if not isinstance(tools, list):
+        raise RiskrankError(f"{path}: no list of tools (a registry's \"tools\", or a tools/list result)")
+    scans = scan_tools(tools)
+    counts = {v: sum(s.verdict == v for s in scans) for v in VERDICTS}
+    if as_json:
+        click.echo(json.dumps({"source": path, "tools": [s.to_dict() for s in scans], "counts": counts}, indent=2,
+                              ensure_ascii=False))
+    else:
+        for s in scans:
+            if s.verdict != "clean":
+                click.echo(f"{s.verdict:<10} {s.name}: {s.reason()}")
+        click.echo(f"{len(scans)} tools: " + ", ".join(f"{counts[v]} {v}" for v in VERDICTS))
+    sys.exit(1 if counts["poisoned"] else 0)
