@@ -116,6 +116,20 @@ def poison(tool: dict[str, Any], attack: str) -> dict[str, Any]:
     return t
 
 
+def doc_table(artefact: dict[str, Any]) -> str:
+    """The Markdown table docs/trust.md quotes, rendered from the artefact (a test compares them)."""
+    lines = ["| family (source) | poisoned definitions | found poisoned | recall |", "|---|---:|---:|---:|"]
+    for fam, f in artefact["families"].items():
+        lines.append(f"| {fam} ({f['source']}) | {f['n']} | {f['poisoned']} | {f['recall']:.3f} |")
+    b = artefact["benign"]
+    lines += [f"| **all families** | {artefact['n_poisoned']} | {sum(f['poisoned'] for f in artefact['families'].values())} "
+              f"| {artefact['recall']:.3f} |", "",
+              f"Benign: {b['n']:,} real MCP tools; {b['poisoned']} poisoned ({b['poisoned'] / b['n']:.2%}), "
+              f"{b['suspicious']} suspicious ({b['suspicious'] / b['n']:.2%}), {b['clean']:,} clean. "
+              f"Cost: {artefact['ms_per_100_tools']:.2f} ms per 100 tools."]
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     here = Path(__file__).resolve().parent.parent

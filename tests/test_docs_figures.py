@@ -74,3 +74,11 @@ def test_serving_and_transfer_timings_are_their_artefacts():
     seconds = [run["seconds"] for name in ("lobo_seal", "lobo_ultra")
                for run in json.loads((ROOT / f"benchmarks/results/{name}.json").read_text())["runs"].values()]
     assert f"({_span(seconds, '{:.0f}')} s per seed and direction" in (ROOT / "docs/base-model.md").read_text()
+
+
+def test_the_trust_scan_table_is_its_artefact():
+    import trust_scan
+
+    artefact = json.loads((ROOT / "benchmarks/results/trust_scan.json").read_text())
+    assert trust_scan.doc_table(artefact) in (ROOT / "docs/trust.md").read_text(), (
+        "docs/trust.md's scan table differs from benchmarks/results/trust_scan.json")

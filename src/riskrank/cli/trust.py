@@ -4,6 +4,7 @@ poisoning checks, offline, over a registry or a ``tools/list`` dump; docs/trust.
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
@@ -86,11 +87,42 @@ def pins_reset(state_dir: str, upstream: str | None) -> None:
     click.echo(f"reset the pins of {upstream!r}" if upstream else "reset every pin")
 
 
+def _listed(path: str, startup_timeout: float) -> list[dict]:
+    """The tools of every server of an ``mcpServers`` file, each started as the gateway starts
+    it (the same checks of the file, the same child environment) and stopped once listed;
+    each tool named ``server/tool``."""
+    import anyio
+
+    from riskrank.serving import mcp_compat
+    from riskrank.serving.gateway.config import load_servers
+
+    problems: list[str] = []
+    servers = load_servers(path, problems=problems)
+    for p in problems:
+        click.echo(f"warning: {p}; that server is not scanned", err=True)
+
+    async def one(up) -> list[dict]:
+        with anyio.fail_after(startup_timeout), open(os.devnull, "w") as quiet:
+            async with mcp_compat.open_session(up.target, errlog=quiet) as session:
+                return [{**t, "name": f"{up.name}/{t.get('name')}"} for t in await mcp_compat.list_all(session, "tools")]
+
+    out: list[dict] = []
+    for up in servers:
+        try:
+            out += anyio.run(one, up)
+        except Exception as exc:  # one server that will not start is reported, the others scanned
+            click.echo(f"warning: {up.name!r} did not list its tools ({type(exc).__name__}: {exc}); not scanned", err=True)
+    return out
+
+
 @click.command("scan")
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print {\"tools\": [{name, verdict, findings}], \"counts\": {...}}.")
-def scan_command(path: str, as_json: bool) -> None:
-    """Check the tool definitions of PATH (a registry file or an MCP tools/list dump) for text
+@click.option("--startup-timeout", type=click.FloatRange(1, 600), default=30.0, show_default=True,
+              help="For an mcpServers file: seconds each server has to start and list its tools.")
+def scan_command(path: str, as_json: bool, startup_timeout: float) -> None:
+    """Check the tool definitions of PATH (a registry file, an MCP tools/list dump, or an
+    mcpServers file, whose servers are started and listed as the gateway does) for text
     addressed to the model: instructions, things hidden from the user, exfiltration cues,
     claims over other tools, invisible text. Exit 0 when no tool is poisoned, 1 when one is,
     2 on bad input."""
@@ -103,11 +135,14 @@ def scan_command(path: str, as_json: bool) -> None:
         raise RiskrankError(f"{path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise RiskrankError(f"{path}: not UTF-8 text") from None
-    tools = data.get("tools") if isinstance(data, dict) else data
-    if isinstance(data, dict) and isinstance(data.get("result"), dict):
-        tools = data["result"].get("tools")
-    if not isinstance(tools, list):
-        raise RiskrankError(f"{path}: no list of tools (a registry's \"tools\", or a tools/list result)")
+    if isinstance(data, dict) and isinstance(data.get("mcpServers"), dict):
+        tools = _listed(path, startup_timeout)
+    else:
+        tools = data.get("tools") if isinstance(data, dict) else data
+        if isinstance(data, dict) and isinstance(data.get("result"), dict):
+            tools = data["result"].get("tools")
+        if not isinstance(tools, list):
+            raise RiskrankError(f"{path}: no list of tools (a registry's \"tools\", a tools/list result, or mcpServers)")
     scans = scan_tools(tools)
     counts = {v: sum(s.verdict == v for s in scans) for v in VERDICTS}
     if as_json:
