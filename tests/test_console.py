@@ -405,3 +405,34 @@ def test_the_levels_picture_speaks_the_catalogues_words():
     counts = pictures.level_counts([{"level": 2, "provenance": "predicted"}, {"level": 5, "provenance": "policy"},
                                     {"level": 5, "provenance": "something else"}])
     assert counts == {"policy": [0, 0, 0, 0, 1], "predicted": [0, 1, 0, 0, 0], "unlabelled": [0, 0, 0, 0, 1]}
+
+
+def test_the_changes_page_shows_a_pin_change_and_approves_it(tmp_path):
+    """A tool its server changed after pinning: the Changes page shows the diff; approving it
+    (CSRF-checked, bound to the definition shown) pins the new definition."""
+    from riskrank.catalogue import ArtefactSpec, LiveCatalogue
+    from riskrank.serving.console.app import create_console, with_console
+    from riskrank.serving.console.host import ConsoleOptions
+    from riskrank.serving.gateway.pins import PinStore
+    from riskrank.serving.http import console_host, create_app
+
+    store = PinStore(tmp_path / "state", lock=False)
+    store.review("notes", [{"name": "summarise", "description": "Summarise a note."}])
+    store.review("notes", [{"name": "summarise", "description": "Summarise a note and upload it to the wiki."}])
+    (tmp_path / "tools.json").write_text(json.dumps({"tools": [{"name": "read_file", "description": "Read a file."}]}))
+    live = LiveCatalogue.from_spec(ArtefactSpec(str(tmp_path / "tools.json"), mode="dense+rule"), HashEncoder())
+    app = create_app(live, token=TOKEN)
+    opts = ConsoleOptions(None, state_dir=tmp_path / "state")
+    with ServerThread(with_console(app, create_console(console_host(live), opts))) as srv, httpx.Client(base_url=srv.url) as c:
+        assert login(c).status_code == 303
+        page = c.get("/console/changes").text
+        assert 'data-tool="summarise"' in page and "upload it to the wiki" in page and "changed" in page
+        token = csrf_of(c, "/console/changes")
+        sha = re.search(r'name="sha256" value="([0-9a-f]+)"', page).group(1)
+        form = {"csrf": token, "upstream": "notes", "tool": "summarise"}
+        assert c.post("/console/changes/approve", data={**form, "sha256": "0" * 64}).status_code == 409  # not what was shown
+        r = c.post("/console/changes/approve", data={**form, "sha256": sha})
+        assert r.status_code == 303
+        assert 'id="no-changes"' in c.get("/console/changes").text
+    store.refresh()
+    assert store.review("notes", [{"name": "summarise", "description": "Summarise a note and upload it to the wiki."}])[0] == {}

@@ -95,7 +95,8 @@ def console_options(f: Callable) -> Callable:
     return f
 
 
-def console_setup(console: bool, host: str, admin_token: str | None, labels: str | None, review: str | None) -> Any:
+def console_setup(console: bool, host: str, admin_token: str | None, labels: str | None, review: str | None,
+                  state_dir: str | None = None) -> Any:
     """The console's options, after its rules: loopback only without an admin token; the
     label file must exist. None without ``--console``."""
     from pathlib import Path
@@ -115,7 +116,7 @@ def console_setup(console: bool, host: str, admin_token: str | None, labels: str
     if review is not None and labels is None:
         raise RiskrankError("--review needs --labels (the label file its decisions are applied to)")
     return ConsoleOptions(admin_token=admin_token, labels=Path(labels) if labels else None,
-                          review=Path(review) if review else None)
+                          review=Path(review) if review else None, state_dir=Path(state_dir) if state_dir else None)
 
 
 @click.command("serve")
@@ -336,7 +337,8 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
     admin_token = read_token(admin_token_file, ADMIN_TOKEN_ENV) if console else None
     check_distinct_tokens(token, admin_token)
     console_host = console_host or "127.0.0.1"
-    console_opts = console_setup(console, host if transport == "streamable-http" else console_host, admin_token, labels, review)
+    console_opts = console_setup(console, host if transport == "streamable-http" else console_host, admin_token, labels, review,
+                                 state_dir)
     console_sock = None
     if console_opts is not None:
         # a missing extra fails here, before anything loads

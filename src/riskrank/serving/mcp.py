@@ -597,7 +597,7 @@ def console_host(gateway: Gateway, audit_log: str | None = None) -> ConsoleHost:
     kind = "gateway" if gateway.manager is not None else "search server"
     broker = gateway.broker if isinstance(gateway.broker, OperatorBroker) else None
     return ConsoleHost(kind, describe, tools, search, baseline, broker=broker,
-                       audit_log=Path(audit_log) if audit_log else None, max_k=gateway.limits.max_k)
+                       audit_log=Path(audit_log) if audit_log else None, max_k=gateway.limits.max_k, audit=gateway.audit)
 
 
 # -- running it ---------------------------------------------------------------------------------------------

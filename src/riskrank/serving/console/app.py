@@ -76,8 +76,8 @@ PREFIX = "/console"
 MAX_FORM_BYTES = 64 * 1024
 MAX_NOTE_CHARS = 2000
 MAX_TASK_CHARS = 4000
-PAGES = (("approvals", "Approvals"), ("log", "Call log"), ("catalogue", "Catalogue"), ("review", "Review"),
-         ("pictures", "Pictures"))
+PAGES = (("approvals", "Approvals"), ("changes", "Changes"), ("log", "Call log"), ("catalogue", "Catalogue"),
+         ("review", "Review"), ("pictures", "Pictures"))
 _STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".svg": "image/svg+xml"}
 log = logging.getLogger("riskrank.console")
 
@@ -185,7 +185,8 @@ class Console:
     # -- rendering ---------------------------------------------------------------------------------------
     def pages(self) -> list[tuple[str, str]]:
         return [(slug, title) for slug, title in PAGES
-                if (slug != "approvals" or self.host.broker is not None) and (slug != "log" or self.host.audit_log is not None)]
+                if (slug != "approvals" or self.host.broker is not None) and (slug != "log" or self.host.audit_log is not None)
+                and (slug != "changes" or self.options.state_dir is not None)]
 
     def render(self, request: Request, template: str, status: int = 200, **ctx: Any) -> HTMLResponse:
         _, session = self.session_of(request)
@@ -235,6 +236,7 @@ class Console:
             Route(p + "/api/pending", self.pending_api),
             Route(p + "/log", self.call_log), Route(p + "/log.jsonl", self.log_jsonl), Route(p + "/log.csv", self.log_csv),
             Route(p + "/catalogue", self.catalogue),
+            Route(p + "/changes", self.changes), Route(p + "/changes/approve", self.changes_approve, methods=["POST"]),
             Route(p + "/review", self.review), Route(p + "/review/save", self.review_save, methods=["POST"]),
             Route(p + "/review/apply", self.review_apply, methods=["POST"]),
             Route(p + "/pictures", self.pictures_page), Route(p + "/pictures/{name}.png", self.picture),
@@ -382,6 +384,59 @@ class Console:
         return self.render(request, "catalogue.html", page="catalogue", tools=shown, n_tools=len(tools), q=q, task=task,
                            k=k_text, result=result, baseline=baseline, error=error, by_name=by_name, counts=counts,
                            not_offered=sum(1 for t in tools if t["not_offered"]))
+
+    # -- changes: the pin store's held tools ------------------------------------------------------------
+    def _pins(self) -> Any:
+        from riskrank.serving.gateway.pins import PinStore
+
+        if self.options.state_dir is None:
+            return None
+        return PinStore(self.options.state_dir, lock=False)  # the gateway holds the lock; it watches the file
+
+    async def changes(self, request: Request) -> Response:
+        self.need_session(request)
+
+        def read() -> dict[str, Any]:
+            store = self._pins()
+            if store is None:
+                return {"pins_path": None, "changes": [], "broken": None}
+            rows = [{"upstream": c.upstream, "name": c.name, "kind": c.kind, "at": c.at, "anchor": _digest(c.upstream + "/" + c.name),
+                     "sha256": store.servers[c.upstream]["pending"][c.name]["sha256"],
+                     "text": c.diff() if c.pinned else json.dumps(c.seen, indent=2, sort_keys=True, ensure_ascii=False)}
+                    for c in store.changes()]
+            return {"pins_path": store.path, "changes": rows, "broken": store.broken}
+
+        return self.render(request, "changes.html", page="changes", **await anyio.to_thread.run_sync(read))
+
+    async def changes_approve(self, request: Request) -> Response:
+        from riskrank.serving.gateway.pins import PinError
+
+        session = self.need_session(request)
+        fields = await self.form(request, session)
+        upstream, name = fields.get("upstream", ""), fields.get("tool", "")
+
+        def approve() -> None:
+            store = self._pins()
+            if store is None:
+                raise Refused(404, "no pin store (start the gateway with --state-dir DIR)")
+            if store.broken:
+                raise Refused(409, f"the pin store is not trusted ({store.broken}); check it, then riskrank pins reset")
+            pending = store.servers.get(upstream, {}).get("pending", {}).get(name)
+            if pending is None:
+                raise Refused(409, f"{upstream!r} has no tool {name!r} awaiting approval (approved already, or listed again)")
+            if not same_value(fields.get("sha256", ""), pending["sha256"]):
+                raise Refused(409, f"the definition of {name!r} changed again since the page was shown; reload the page")
+            try:
+                store.approve(upstream, name)
+            except PinError as exc:
+                raise Refused(409, str(exc)) from None
+
+        await anyio.to_thread.run_sync(approve)
+        if self.host.audit is not None:
+            self.host.audit.write(tool=name, decision="pins", code="pin_approved", upstream=upstream, decided_by=session.name,
+                                  reason=f"{session.name} approved the listed definition of {name!r} of {upstream!r}")
+        session.flash = f"Approved {name} of {upstream}: the gateway offers it again within a second."
+        return RedirectResponse(f"{PREFIX}/changes", 303)
 
     # -- 4. review ---------------------------------------------------------------------------------------
     def _review_paths(self) -> tuple[Path | None, Path | None]:

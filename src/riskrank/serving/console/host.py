@@ -39,6 +39,8 @@ class ConsoleHost:
     - ``broker``: the :class:`~riskrank.serving.gateway.confirm.OperatorBroker` whose
       requests the approvals page answers (None: no approvals page).
     - ``audit_log``: the decision log the call-log page reads (None: no call-log page).
+    - ``audit``: the writer of that log (:class:`~riskrank.serving.gateway.auditlog.AuditLog`):
+      the console's own decisions (a pin approval) go there too. None: not recorded.
     """
 
     kind: str
@@ -49,6 +51,7 @@ class ConsoleHost:
     broker: Any = None
     audit_log: Path | None = None
     max_k: int = 100
+    audit: Any = None
 
 
 @dataclass(frozen=True)
@@ -61,3 +64,5 @@ class ConsoleOptions:
     labels: Path | None = None
     review: Path | None = None
     page_size: int = 50
+    state_dir: Path | None = None
+    """The gateway's ``--state-dir`` (its pin store): the Changes page reads and approves there."""
