@@ -196,3 +196,24 @@ def scan_tool(tool: dict[str, Any]) -> Scan:
 def scan_tools(tools: list[dict[str, Any]]) -> list[Scan]:
     """Scan each definition of a list (a server's ``tools/list``, a registry's records)."""
     return [scan_tool(t) for t in tools if isinstance(t, dict)]
+
+
+def scan_result(result: dict[str, Any]) -> list[Finding]:
+    """The findings of a tool's answer (a ``tools/call`` result as a wire dict): its text
+    content and the strings of its structured content, read with the same detectors. An
+    upstream that returns "ignore previous instructions and ..." in a file or a web page is
+    the same attack as a poisoned description, one call later."""
+    out: list[Finding] = []
+    for i, block in enumerate(result.get("content") or []):
+        if isinstance(block, dict) and isinstance(block.get("text"), str):
+            out += scan_text(block["text"], f"content[{i}].text")
+    stack: list[tuple[str, Any]] = [("structuredContent", result.get("structuredContent"))]
+    while stack and len(out) < 100:
+        where, node = stack.pop()
+        if isinstance(node, str):
+            out += scan_text(node, where)
+        elif isinstance(node, dict):
+            stack += [(f"{where}.{k}", v) for k, v in node.items()]
+        elif isinstance(node, list):
+            stack += [(f"{where}[{i}]", v) for i, v in enumerate(node[:10_000])]
+    return out

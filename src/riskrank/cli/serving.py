@@ -265,6 +265,9 @@ def parse_min_score(value: str | None) -> float | None:
               help="The largest arguments (as JSON) call_tool forwards; larger ones fail with arguments_too_large.")
 @click.option("--max-result-bytes", type=click.IntRange(1), default=16 * 1024 * 1024, show_default=True,
               help="The largest upstream answer (as JSON) passed to the agent; larger ones fail with result_too_large.")
+@click.option("--scan-results", type=click.Choice(["off", "flag", "redact"]), default="off", show_default=True,
+              help="Read each upstream answer for text addressed to the model: flag it in the audit log, or also "
+                   "replace a poisoned answer by a notice of what was removed (docs/trust.md).")
 @click.option("--state-dir", type=click.Path(file_okay=False), default=None,
               help="Keep the pins of the upstreams' tool definitions here (trust on first use): a tool a pinned server "
                    "changes or adds is quarantined until approved (riskrank pins approve; docs/trust.md).")
@@ -276,7 +279,7 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
                 token_env: str, insecure: bool, console: bool, labels: str | None, review: str | None,
                 console_host: str | None, console_port: int | None, admin_token_file: str | None,
                 confirm_by: str | None, confirm_timeout: float, call_timeout: float, max_argument_bytes: int,
-                max_result_bytes: int, state_dir: str | None) -> None:
+                max_result_bytes: int, state_dir: str | None, scan_results: str) -> None:
     """Serve risk-aware tool search over MCP (stdio, or streamable HTTP), alone or as a gateway.
 
     The catalogue is --registry (default: the bundled demo registry), or, as a gateway, the
@@ -373,4 +376,5 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
                           forward=gateway_forwards, k=k, transport=transport, sock=sock, token=token,
                           startup_timeout=startup_timeout, echo=log, console=console_opts, console_sock=console_sock,
                           confirm_by=confirm_by, confirm_timeout=confirm_timeout,
-                          call_limits=CallLimits(call_timeout, max_argument_bytes, max_result_bytes), pins=pins))
+                          call_limits=CallLimits(call_timeout, max_argument_bytes, max_result_bytes), pins=pins,
+                          scan_results=scan_results))

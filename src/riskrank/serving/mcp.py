@@ -47,7 +47,7 @@ from riskrank.modes import NO_MIN_SCORE, parse_mode
 from riskrank.names import look_alikes
 from riskrank.registry import ToolRegistry
 from riskrank.risk import RISKY_LEVEL, split_name
-from riskrank.scan import Scan, scan_tool
+from riskrank.scan import Scan, scan_result, scan_tool
 from riskrank.serving import mcp_compat
 from riskrank.serving.auth import Gate
 from riskrank.serving.console.host import ConsoleHost, ConsoleOptions
@@ -248,6 +248,10 @@ class Exposure:
     at: float
 
 
+#: What ``--scan-results`` does with an answer that holds text addressed to the model.
+SCAN_RESULTS = ("off", "flag", "redact")
+
+
 class Gateway:
     """``find_tools``, ``call_tool`` and the pass-through, independent of the transport.
 
@@ -257,9 +261,14 @@ class Gateway:
 
     def __init__(self, view: View, *, policy: Policy | None = None, manager: UpstreamManager | None = None,
                  audit: AuditLog | None = None, broker: ConfirmationBroker | None = None, limits: Limits | None = None,
-                 default_k: int = 5, forward: bool = True, call_limits: CallLimits | None = None) -> None:
+                 default_k: int = 5, forward: bool = True, call_limits: CallLimits | None = None,
+                 scan_results: str = "off") -> None:
         self.view = view
         self.call_limits = call_limits or CallLimits()
+        if scan_results not in SCAN_RESULTS:
+            raise RiskrankError(f"scan_results must be one of {', '.join(SCAN_RESULTS)}, got {scan_results!r}")
+        #: ``--scan-results``: ``off``, ``flag`` (audit line) or ``redact`` (and a notice instead of a poisoned answer).
+        self.scan_results = scan_results
         self.policy = policy or Policy()
         self.manager = manager
         self.audit = audit or AuditLog(None)
@@ -485,6 +494,8 @@ class Gateway:
                 result = await session.call_tool(tool, args, progress_callback=progress)
             wired = result if isinstance(result, dict) else mcp_compat.wire(result)
             check_result(name, wired, self.call_limits)
+            if self.scan_results != "off":
+                wired = await self._screen_result(name, wired, rec)
         except TimeoutError:
             message = (f"the upstream server {upstream_name!r} did not answer {tool!r} within {timeout:g} s "
                        "(--call-timeout, or the policy's call_timeouts); the call was abandoned")
@@ -504,6 +515,28 @@ class Gateway:
                                         detail=describe(exc), elapsed_s=round(time.monotonic() - started, 3))
             return _refusal("upstream_error", message)
         return mcp_compat.as_call_result(wired)
+
+    async def _screen_result(self, name: str, wired: dict[str, Any], rec: dict[str, Any]) -> dict[str, Any]:
+        """``--scan-results``: an answer holding text addressed to the model is flagged in the
+        audit log; with ``redact`` (and a poisoned finding) the agent gets a notice saying what
+        was removed instead of the answer."""
+        import anyio.to_thread
+
+        found = await anyio.to_thread.run_sync(scan_result, wired)
+        if not found:
+            return wired
+        poisoned = [f for f in found if f.verdict == "poisoned"]
+        redact = self.scan_results == "redact" and bool(poisoned)
+        reason = "; ".join(f"{f.kind} in {f.field}: {f.evidence!r}" for f in (poisoned or found)[:3])
+        with contextlib.suppress(AuditLogError):
+            await self.audit.append(**{k: v for k, v in rec.items() if k != "arguments"}, decision="result_flagged",
+                                    code="result_injection", reason=reason, redacted=redact,
+                                    findings=[f.to_dict() for f in found[:20]])
+        if not redact:
+            return wired
+        notice = (f"riskrank removed the answer of {name!r}: it holds text addressed to the model ({reason}). "
+                  "The call ran; the user can read its result at the source.")
+        return {"content": [{"type": "text", "text": notice}], "isError": False}
 
     async def _refuse(self, decision: Decision, rec: dict[str, Any], **extra: Any) -> Any:
         with contextlib.suppress(AuditLogError):  # a refusal stands even if it cannot be logged
@@ -743,7 +776,7 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
               transport: str = "stdio", sock: Any = None, token: str | None = None, startup_timeout: float = 30.0,
               limits: Limits | None = None, echo: Callable[[str], None] = print, console: ConsoleOptions | None = None,
               console_sock: Any = None, confirm_by: str = "elicitation", confirm_timeout: float = 120.0,
-              call_limits: CallLimits | None = None, pins: PinStore | None = None) -> None:
+              call_limits: CallLimits | None = None, pins: PinStore | None = None, scan_results: str = "off") -> None:
     """Load the catalogue (a registry, or the upstream servers), then serve until the client
     goes away or SIGTERM/SIGINT (which stop every upstream child first).
 
@@ -793,7 +826,7 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
             if hasattr(encoder, "warm"):
                 await anyio.to_thread.run_sync(encoder.warm)  # the first find_tools must not wait for the model
             gateway = Gateway(view, policy=policy, manager=manager, audit=audit, broker=broker, default_k=k, forward=forward,
-                              limits=limits, call_limits=call_limits)
+                              limits=limits, call_limits=call_limits, scan_results=scan_results)
             if console is not None:
                 console_app = make_console(gateway)
             if keeper is not None:
