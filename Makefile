@@ -43,7 +43,7 @@ demo: $(STAMP)
 BASE_MODEL    := src/riskrank/base/model
 BASE_TRANSFER := benchmarks/results/transfer_lobo.json
 BASE_EPOCH    ?= 1764547200
-BASE_THREADS  ?= 1
+BASE_THREADS  ?= 2
 base-model: $(STAMP) data
 	SOURCE_DATE_EPOCH=$(BASE_EPOCH) OMP_NUM_THREADS=$(BASE_THREADS) MKL_NUM_THREADS=$(BASE_THREADS) \
 		$(BIN)/riskrank train --base --out $(BASE_MODEL) --force \

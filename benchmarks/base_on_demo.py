@@ -12,10 +12,10 @@ import argparse
 import json
 
 from riskrank.base import default_checkpoint
-from riskrank.base.build import evaluate_modes, risk_agreement, summarise
 from riskrank.checkpoint import load_checkpoint
 from riskrank.datasets import load_benchmark
 from riskrank.encoder import Encoder
+from riskrank.training.base_model import evaluate_modes, risk_agreement, summarise
 
 
 def main() -> None:

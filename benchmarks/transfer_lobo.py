@@ -1,7 +1,7 @@
 """Leave one benchmark out: riskrank-base built on one benchmark, evaluated zero-shot on the other.
 
 For each seed and direction, the base model is built exactly as the shipped one
-(:func:`riskrank.base.build.build_base`: minimax fusion, the heads, the zero-shot form and
+(:func:`riskrank.training.base_model.build_base`: minimax fusion, the heads, the zero-shot form and
 its settings chosen on the source's validation queries) but on the source benchmark alone,
 then ranks the held-out benchmark's test queries (UltraTool test, Seal-Tools test_in) on a
 registry it never saw: its ToolGraph has semantic and permission edges only, ``+rule`` reads
@@ -108,7 +108,8 @@ def need_auc(ck: Any, registry: Any, emb: np.ndarray, q_emb: np.ndarray, texts: 
 def run(seeds: list[int], directions: list[str], out: Path, epochs: int, max_queries: int | None = None) -> None:
     import torch
 
-    from riskrank.base.build import (
+    from riskrank.datasets import load_benchmark
+    from riskrank.training.base_model import (
         REPORT_MODES,
         BaseConfig,
         build_base,
@@ -117,7 +118,6 @@ def run(seeds: list[int], directions: list[str], out: Path, epochs: int, max_que
         risk_agreement,
         summarise,
     )
-    from riskrank.datasets import load_benchmark
 
     torch.set_num_threads(1)
     modes = (*REPORT_MODES, *CONTEXT_MODES)
@@ -350,7 +350,7 @@ def main() -> None:
         tmp.write_text(json.dumps(doc, indent=1))
         tmp.replace(a.out)
         if a.card:
-            from riskrank.base.build import attach_transfer
+            from riskrank.training.base_model import attach_transfer
 
             attach_transfer(a.card, {"summary": s, "table_md": md + "\n\n" + cmd + "\n\n" + fmd, "command": "make transfer",
                                      "results": str(a.out)})

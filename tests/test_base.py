@@ -95,8 +95,8 @@ def _digests(folder: Path) -> dict[str, str]:
 def test_reduced_build_is_deterministic_and_loads(tmp_path, monkeypatch, encoder, demo, torch_single_thread):
     """A reduced base model (the demo registry, 2 epochs) built twice: byte-identical files,
     a checkpoint every surface loads, the zero-shot form (no embedding residual) and a card."""
-    from riskrank.base.build import BaseConfig, Source, build_base, save_base
     from riskrank.checkpoint import load_checkpoint
+    from riskrank.training.base_model import BaseConfig, Source, build_base, save_base
 
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764547200")
     src = Source("demo", demo.registry, list(demo.train.texts), list(demo.train.gold), "train")
@@ -238,7 +238,7 @@ def test_100k_tool_registry_through_the_ann_path():
 @pytest.mark.slow
 def test_full_rebuild_matches_the_shipped_model(tmp_path, monkeypatch, data_dir):
     """`make base-model` again, on the same versions: the same sha256 for the heads and the sidecar."""
-    from riskrank.base.build import BaseConfig, build_base, load_sources, save_base
+    from riskrank.training.base_model import BaseConfig, build_base, load_sources, save_base
 
     card = base.model_card()
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764547200")
@@ -283,7 +283,7 @@ def test_transfer_study_context_modes_and_verdicts(encoder, demo, torch_single_t
     context settings (so the context modes rank) and the run keeps them; the summary carries
     Safe-RVR@5 and NeedRisk-Hit@5 with a verdict per target, "undefined" where a registry has
     no such queries."""
-    from riskrank.base.build import (
+    from riskrank.training.base_model import (
         REPORT_MODES,
         BaseConfig,
         Source,

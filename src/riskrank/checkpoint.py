@@ -53,7 +53,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -66,9 +66,6 @@ from riskrank.first_stage import FUSION_RULES, LEXICAL_FEATURES, NORMS, Fusion
 from riskrank.graph import NORMALISATIONS, ToolGraph
 from riskrank.heads import DESIGNS, PENALTIES, DualHead
 from riskrank.modes import MAX_LAMBDA
-
-if TYPE_CHECKING:
-    from riskrank.training import TrainConfig
 
 WEIGHTS = "heads.safetensors"
 SIDECAR = "checkpoint.json"
@@ -360,7 +357,9 @@ class TrainResult:
     the artefact type lives here, with the checkpoint, so that loading one needs no training code."""
 
     model: DualHead
-    config: TrainConfig  # riskrank.training.TrainConfig (a type only: no import of training)
+    config: Any
+    """The :class:`riskrank.training.TrainConfig` it was trained with (typed loosely: the
+    checkpoint, part of the engine, imports no training code)."""
     lam: float
     history: list[dict[str, float]]
     validation: dict[str, Any]

@@ -8,7 +8,7 @@ learned lexical weights; the embedding residual, which memorises the training to
 dropped). Every surface uses it when no checkpoint is given (:func:`default_checkpoint`).
 
 This module is the light half (paths and the card, standard library only) so that surfaces
-can name the default without importing torch; :mod:`riskrank.base.build` trains it.
+can name the default without importing torch; :mod:`riskrank.training.base_model` trains it.
 """
 
 from __future__ import annotations

@@ -310,9 +310,9 @@ def train(dataset: str | None, registry: str | None, queries: str | None, data_d
 
 def _train_base(out: str, data_dir: str | None, benchmarks: str, seed: int, epochs: int, max_queries: int | None,
                 encoder: str | None, transfer_file: str | None) -> None:
-    from riskrank.base.build import BaseConfig, build_base, load_sources, save_base
     from riskrank.datasets import DATASETS
     from riskrank.fileio import decode_json_bytes, loads_strict, read_regular_file
+    from riskrank.training.base_model import BaseConfig, build_base, load_sources, save_base
 
     names = [b.strip() for b in benchmarks.split(",") if b.strip()]
     bad = [b for b in names if b not in DATASETS or b == "demo"]

@@ -652,6 +652,17 @@ class _Catalogues:
         self.dirty = anyio.Event()
         self.seen: dict[str, str] = {}
         self.scan_seen: dict[str, str] = {}
+        self.scans: dict[str, Scan] = {}
+
+    def _scan(self, record: dict[str, Any]) -> Scan:
+        """The scan of one definition, remembered: a re-list of unchanged tools costs no scan."""
+        key = json.dumps(record, sort_keys=True, default=str)
+        hit = self.scans.get(key)
+        if hit is None:
+            if len(self.scans) > 20_000:
+                self.scans.clear()
+            hit = self.scans[key] = scan_tool(record)
+        return hit
 
     def trust(self, up_name: str, mine: list[dict[str, Any]], routes: dict[str, tuple[str, str]]
               ) -> tuple[dict[str, tuple[str, str]], dict[str, Scan]]:
@@ -666,7 +677,7 @@ class _Catalogues:
                 self.echo(f"pins: {line}")
                 self.audit.write(tool=None, decision="pins", code="pin_change", reason=line, upstream=up_name)
             held.update({public[n]: ("quarantined", why) for n, why in quarantined.items() if n in public})
-        scans = {r["name"]: scan_tool({**r, "name": routes[r["name"]][1]}) for r in mine}
+        scans = {r["name"]: self._scan({**r, "name": routes[r["name"]][1]}) for r in mine}
         for name, sc in scans.items():
             mark = sc.verdict + ":" + sc.reason()
             if sc.verdict != "clean" and self.scan_seen.get(name) != mark:
