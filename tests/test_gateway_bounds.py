@@ -23,10 +23,7 @@ from riskrank.serving.gateway.confirm import (
     call_digest,
     confirmation_text,
 )
-from riskrank.serving.gateway.limits import CallLimits
-from riskrank.serving.gateway.policy import Policy
-from riskrank.serving.gateway.upstreams import UpstreamManager
-from riskrank.serving.mcp import (
+from riskrank.serving.gateway.core import (
     Exposure,
     Gateway,
     _Catalogues,
@@ -34,6 +31,9 @@ from riskrank.serving.mcp import (
     record_registry,
     upstream_records,
 )
+from riskrank.serving.gateway.limits import CallLimits
+from riskrank.serving.gateway.policy import Policy
+from riskrank.serving.gateway.upstreams import UpstreamManager
 from test_server_support import HashEncoder
 
 TOOLS = [

@@ -472,9 +472,10 @@ def test_one_level_per_tool_over_the_npm_servers(bins, tmp_path):
     from riskrank.encoder import make_encoder
     from riskrank.serving.gateway.auditlog import AuditLog
     from riskrank.serving.gateway.config import load_servers
+    from riskrank.serving.gateway.core import Gateway, _Catalogues
     from riskrank.serving.gateway.policy import Policy
     from riskrank.serving.gateway.upstreams import UpstreamManager
-    from riskrank.serving.mcp import Gateway, _Catalogues, console_host
+    from riskrank.serving.mcp import console_host
 
     (tmp_path / "files").mkdir()
     (tmp_path / "servers.json").write_text(json.dumps({"mcpServers": {

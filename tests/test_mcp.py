@@ -18,16 +18,10 @@ from riskrank.risk import RISKY_LEVEL, resolve_tool_levels
 from riskrank.serving import mcp_compat
 from riskrank.serving.gateway.auditlog import AuditLog
 from riskrank.serving.gateway.config import UpstreamConfig
+from riskrank.serving.gateway.core import Exposure, Gateway, View, build_view, pipeline_sentence
 from riskrank.serving.gateway.policy import Policy
 from riskrank.serving.gateway.upstreams import UpstreamManager
-from riskrank.serving.mcp import (
-    Exposure,
-    Gateway,
-    View,
-    build_server,
-    build_view,
-    pipeline_sentence,
-)
+from riskrank.serving.mcp import build_server
 from test_server_support import MCP_TOOLS, HashEncoder, make_checkpoint, write_mcp_registry
 
 DEMO = str(demo_registry_path())
@@ -260,7 +254,7 @@ def gateway(tmp_path, encoder):
     manager = UpstreamManager([UpstreamConfig("notes", mcp_compat.ServerTarget(command="sh"))])
     up = manager.upstreams["notes"]
     up.state, up.tools, up.known_tools, up.session = "up", TOOLS, {t["name"] for t in TOOLS}, StubSession()
-    from riskrank.serving.mcp import record_registry, upstream_records
+    from riskrank.serving.gateway.core import record_registry, upstream_records
 
     records, routes = upstream_records(manager)
     registry, skipped = record_registry(records, "stub")

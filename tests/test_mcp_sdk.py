@@ -154,8 +154,9 @@ def test_streamable_http_app_behind_the_gate(tmp_path):
     from riskrank.encoder import make_encoder
     from riskrank.registry import ToolRegistry
     from riskrank.serving.auth import Gate
+    from riskrank.serving.gateway.core import Gateway, build_view
     from riskrank.serving.gateway.policy import Policy
-    from riskrank.serving.mcp import Gateway, build_server, build_view
+    from riskrank.serving.mcp import build_server
     from test_server_support import TOKEN, HashEncoder, ServerThread
 
     view = build_view(ToolRegistry.load(DEMO), ArtefactSpec(DEMO), make_encoder(HashEncoder()), Policy(), 1)

@@ -8,7 +8,7 @@ from riskrank.errors import RegistryError
 from riskrank.first_stage import LexicalIndex
 from riskrank.names import looks_like_another, skeleton
 from riskrank.registry import ToolRegistry
-from riskrank.serving.mcp import record_registry
+from riskrank.serving.gateway.core import record_registry
 
 CYRILLIC = "d\u0435l\u0435t\u0435_fil\u0435s"  # Cyrillic e
 

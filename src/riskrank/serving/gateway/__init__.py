@@ -1,6 +1,8 @@
 """The gateway behind ``riskrank mcp --config``: several upstream MCP servers behind one
 risk-aware ``find_tools``/``call_tool`` pair, under a call-time policy the agent cannot widen.
 
+- :mod:`.core`: the gateway itself: the view of what is offered, ``find_tools`` and
+  ``call_tool``, and the keeper that rebuilds the view when an upstream re-lists;
 - :mod:`.config`: the ``mcpServers`` file and the policy file, read strictly (one-line errors
   naming the file and the field);
 - :mod:`.policy`: :class:`~.policy.Policy` and :func:`~.policy.decide`, the pure call-time
@@ -12,6 +14,6 @@ risk-aware ``find_tools``/``call_tool`` pair, under a call-time policy the agent
 - :mod:`.limits`: the bounds of one call (argument and answer size, depth, the timeout);
 - :mod:`.auditlog`: the append-only JSONL decision log.
 
-The MCP server that puts them together is :mod:`riskrank.serving.mcp`. Only
+The MCP server that serves it is :mod:`riskrank.serving.mcp`. Only
 :mod:`riskrank.serving.mcp_compat` touches the SDK.
 """

@@ -1,0 +1,714 @@
+"""The gateway's core, independent of the transport: what the agent is offered (:class:`View`,
+built once per catalogue generation by :func:`build_view`), ``find_tools`` and ``call_tool``
+(:class:`Gateway`: exposure, the call-time policy, confirmation, bounds, the audit line, the
+forward), and the keeper that rebuilds the view when an upstream re-lists (:class:`Catalogues`:
+per-server validation, pins and the definition scan). :mod:`riskrank.serving.mcp` serves it
+over MCP; the console reads it through its host seam.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from riskrank.catalogue import (
+    ArtefactSpec,
+    Catalogue,
+    audit_tools,
+    load_catalogue,
+)
+from riskrank.errors import RegistryError, RiskrankError, error_body
+from riskrank.modes import parse_mode
+from riskrank.names import look_alikes
+from riskrank.registry import ToolRegistry
+from riskrank.risk import RISKY_LEVEL, split_name
+from riskrank.scan import Scan, scan_result, scan_tool
+from riskrank.serving import mcp_compat
+from riskrank.serving.gateway.auditlog import AuditLog, AuditLogError
+from riskrank.serving.gateway.confirm import (
+    ACCEPT,
+    TIMEOUT,
+    UNSUPPORTED,
+    ConfirmationBroker,
+    ConfirmationRequest,
+    ElicitationBroker,
+    UnshowableCall,
+    call_digest,
+    confirmation_text,
+)
+from riskrank.serving.gateway.limits import (
+    CALL_TIMEOUT,
+    CallLimits,
+    LimitError,
+    check_arguments,
+    check_result,
+)
+from riskrank.serving.gateway.pins import PinStore
+from riskrank.serving.gateway.policy import (
+    CONFIRMATION_REQUIRED,
+    DENIED,
+    Decision,
+    Policy,
+    confirmation_refusal,
+    decide,
+)
+from riskrank.serving.gateway.upstreams import UpstreamManager, describe
+from riskrank.serving.requests import ApiError, Limits, check_k, check_lambda, check_task
+
+INSTRUCTIONS = (
+    "This server searches a tool catalogue with risk-aware ranking. Describe your task to find_tools and act only "
+    "with the tools it returns; call them through call_tool. Each find_tools replaces the tools you may call."
+)
+#: Sessions whose latest result is remembered (streamable HTTP serves many).
+MAX_SESSIONS = 4096
+
+
+def pipeline_sentence(mode: str, fill: str | None, floor: float | None) -> str:
+    """What ``mode`` runs, in the words a tool description needs (it must say what runs)."""
+    stages = parse_mode(mode)
+    if stages.heads:
+        what = "relevance from riskrank's dual head minus lambda x the tool's learned risk"
+        if stages.graph:
+            what += ", smoothed over the tool graph"
+    else:
+        what = "cosine relevance (no risk term)"
+    if stages.context:
+        what += ("; then a need estimate per task: a task that does not need a risky tool sees none, one that does sees its "
+                 "most relevant risky tool when that tool is nearly as relevant as the best safe one")
+    if stages.rule:
+        what += (f"; then a rule filter admits at most one tool of risk level {RISKY_LEVEL} or more and at most two "
+                 "tools with broad permissions, and drops near-duplicates")
+        what += {"safe": "; it never tops the list up with a risky tool, so fewer than k may come back",
+                 "none": "; it never tops the list up, so fewer than k may come back",
+                 "deferred": "; when too few tools meet every rule it tops the list up with the withheld ones"}.get(fill or "", "")
+    if floor is not None:
+        what += f"; tools whose relevance is below {floor:g} are left out"
+    return what
+
+
+def _refusal(code: str, message: str) -> Any:
+    """An ``isError`` result whose text starts with the stable code."""
+    return mcp_compat.tool_result(f"{code}: {message}", is_error=True, structured={"error": {"code": code, "message": message}})
+
+
+def _error(exc: BaseException) -> Any:
+    body = error_body(exc)["error"]
+    return _refusal(body["code"], body["message"])
+
+
+# -- the catalogue the agent searches --------------------------------------------------------------------
+@dataclass
+class View:
+    """One generation of what the server offers: the catalogue of the tools the policy may
+    allow (None when there is none), every tool's current level and provenance (offered or
+    not), the route of each upstream tool, and the tools the policy never offers."""
+
+    catalogue: Catalogue | None
+    generation: int
+    levels: dict[str, tuple[int, str]] = field(default_factory=dict)
+    routes: dict[str, tuple[str, str]] = field(default_factory=dict)
+    not_offered: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    tools: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Every tool as an operator reads it (offered or not): description, level, provenance,
+    evidence, permission categories, annotations."""
+    withdrawn: dict[str, str] = field(default_factory=dict)
+    """Tools neither offered nor callable (name -> why): their server's latest list could not
+    be built into the catalogue (they come back with the next good list), or trust holds them
+    (a changed or new tool awaiting approval, a poisoned definition: see ``held``)."""
+    held: dict[str, str] = field(default_factory=dict)
+    """The refusal code of a withdrawn tool when it is not ``withdrawn``: ``quarantined`` (a
+    pin change awaiting approval) or ``poisoned`` (the scan's verdict, withheld by policy).
+    These are refused whether or not the caller's ``find_tools`` showed them."""
+
+    def needs_confirmation(self, name: str) -> bool:
+        """Whether a call of ``name`` needs confirmation (what ``find_tools`` shows and the
+        call-time check enforces, from one computation in :func:`build_view`)."""
+        return bool(self.tools.get(name, {}).get("needs_confirmation", True))
+
+
+def record_registry(records: list[dict[str, Any]], source: str) -> tuple[ToolRegistry, dict[str, str]]:
+    """A registry of upstream ``tools/list`` records, each validated on its own: a malformed
+    tool is skipped (with the reason) instead of failing the whole catalogue. Two records
+    with one name raise :class:`RegistryError` (the caller withdraws that server's list)."""
+    names = collections.Counter(str(rec.get("name")) for rec in records)
+    twice = sorted(n for n, c in names.items() if c > 1)
+    if twice:  # which of the two is meant cannot be known: the list is refused whole
+        raise RegistryError(f"{source}: duplicate tool name {twice[0]!r} ({names[twice[0]]} tools)")
+    tools, skipped = [], {}
+    for rec in records:
+        try:
+            tools.extend(ToolRegistry.from_data({"tools": [rec]}, fmt="mcp", source=source))
+        except RegistryError as exc:
+            skipped[str(rec.get("name"))] = str(exc)
+    # A look-alike of a tool already listed is refused, with the finding.
+    alike = look_alikes([t.name for t in tools])
+    for i, j in alike.items():
+        skipped[tools[i].name] = f"looks like {tools[j].name!r} (the same after NFKC, case folding and Unicode's confusables)"
+    return ToolRegistry([t for i, t in enumerate(tools) if i not in alike], source), skipped
+
+
+def build_view(registry: ToolRegistry, spec: ArtefactSpec, encoder: Any, policy: Policy, generation: int, *,
+               routes: dict[str, tuple[str, str]] | None = None, skipped: dict[str, str] | None = None,
+               withdrawn: dict[str, str] | None = None, held: dict[str, str] | None = None,
+               scans: dict[str, Scan] | None = None) -> View:
+    """Resolve every tool's level once (:func:`riskrank.catalogue.audit_tools`: the policy's
+    pins first, audits, the base model's or the checkpoint's risk head with keywords and MCP
+    hints), keep the tools the policy may allow, and load a catalogue of those with the same
+    levels (blocking: run it in a worker thread). ``find_tools``, the call-time check, the
+    audit log and the console all read these levels. ``scans``: the definitions' scan results (their
+    findings join each tool's evidence; a verdict the policy confirms makes every call
+    confirmed)."""
+    pins = {t.name: lvl for t in registry if (lvl := policy.pinned_level(t.name)) is not None}
+    audit = audit_tools(spec, encoder, registry, pins)
+    lv = audit.levels
+    levels = {t.name: (int(lv.levels[i]), lv.provenance[i]) for i, t in enumerate(registry)}
+    not_offered = {n: code for n, (lvl, _) in levels.items() if (code := policy.refusal(n, lvl)) is not None}
+    offered = [t.name for t in registry if t.name not in not_offered]
+    cat = load_catalogue(spec, encoder, generation, audit=audit.subset(offered)) if offered else None
+    rows = {t.name: {"name": t.name, "description": t.description, "level": int(lv.levels[i]), "provenance": lv.provenance[i],
+                     "evidence": list(lv.evidence[i]), "permissions": sorted(t.permissions),
+                     "annotations": dict(t.annotations) if t.annotations else None,
+                     "upstream": (routes or {}).get(t.name, (None, None))[0], "not_offered": not_offered.get(t.name),
+                     "needs_confirmation": policy.needs_confirmation(int(lv.levels[i]), (routes or {}).get(t.name, (None,))[0])
+                     or _scan_confirms(policy, (scans or {}).get(t.name))}
+            for i, t in enumerate(registry)}
+    for name, sc in (scans or {}).items():
+        if name in rows and sc.findings:
+            rows[name]["evidence"] += [f"scan {f.verdict}: {f.kind} in {f.field}: {f.evidence}" for f in sc.findings]
+            rows[name]["scan"] = sc.verdict
+    return View(cat, generation, levels, routes or {}, not_offered, skipped or {}, rows, withdrawn or {}, held or {})
+
+
+def _scan_confirms(policy: Policy, sc: Scan | None) -> bool:
+    """Whether the scan's verdict on a tool makes each of its calls need confirmation."""
+    return sc is not None and ((sc.verdict == "suspicious" and policy.on_suspicious == "confirm")
+                               or (sc.verdict == "poisoned" and policy.on_poisoned == "confirm"))
+
+
+def withdrawn_view(previous: View, generation: int, why: str) -> View:
+    """The view when a rebuild failed as a whole: nothing offered, every tool of ``previous``
+    withdrawn with ``why`` (fail closed: a tool is never served at a level that is no longer
+    its server's word)."""
+    names = set(previous.levels) | set(previous.withdrawn)
+    return View(None, generation, {}, {}, {}, {}, {}, {n: previous.withdrawn.get(n, why) if n in previous.held else why
+                                                        for n in names}, dict(previous.held))
+
+
+def upstream_records(manager: UpstreamManager) -> tuple[list[dict[str, Any]], dict[str, tuple[str, str]]]:
+    """The live upstream tools as ``tools/list`` records under their public names, and the
+    route of each (upstream, its own name). A tool without a description gets its title or
+    its name's words (MCP makes description optional; riskrank ranks on it)."""
+    records, routes = [], {}
+    for public, up, tool in manager.tools():
+        rec = {**tool, "name": public}
+        if not str(rec.get("description") or "").strip():
+            rec["description"] = rec.get("title") or (rec.get("annotations") or {}).get("title") or split_name(tool["name"])
+        records.append(rec)
+        routes[public] = (up.name, tool["name"])
+    return records, routes
+
+
+@dataclass
+class Exposure:
+    """A caller's latest ``find_tools`` result: the only tools it may call."""
+
+    task: str
+    names: frozenset[str]
+    at: float
+
+
+#: What ``--scan-results`` does with an answer that holds text addressed to the model.
+SCAN_RESULTS = ("off", "flag", "redact")
+
+
+class Gateway:
+    """``find_tools``, ``call_tool`` and the pass-through, independent of the transport.
+
+    ``view`` is the current :class:`View` (replaced whole when upstreams change);
+    ``manager`` the upstream servers (None: a registry, search only). ``forward``: expose
+    ``call_tool`` (needs ``manager``)."""
+
+    def __init__(self, view: View, *, policy: Policy | None = None, manager: UpstreamManager | None = None,
+                 audit: AuditLog | None = None, broker: ConfirmationBroker | None = None, limits: Limits | None = None,
+                 default_k: int = 5, forward: bool = True, call_limits: CallLimits | None = None,
+                 scan_results: str = "off") -> None:
+        self.view = view
+        self.call_limits = call_limits or CallLimits()
+        if scan_results not in SCAN_RESULTS:
+            raise RiskrankError(f"scan_results must be one of {', '.join(SCAN_RESULTS)}, got {scan_results!r}")
+        #: ``--scan-results``: ``off``, ``flag`` (audit line) or ``redact`` (and a notice instead of a poisoned answer).
+        self.scan_results = scan_results
+        self.policy = policy or Policy()
+        self.manager = manager
+        self.audit = audit or AuditLog(None)
+        self.broker = broker or ElicitationBroker()
+        self.limits = limits or Limits()
+        if not 1 <= default_k <= self.limits.max_k:
+            raise RiskrankError(f"k must be between 1 and {self.limits.max_k}, got {default_k}")
+        self.default_k = default_k
+        self.forward = forward and manager is not None
+        self.exposure: collections.OrderedDict[str, Exposure] = collections.OrderedDict()
+        spec = view.catalogue.spec if view.catalogue is not None else None
+        self.mode = view.catalogue.retriever.mode if view.catalogue is not None else (spec.served_mode if spec else "dense+rule")
+        self._descriptions = self._describe()
+
+    # -- the two tools -----------------------------------------------------------------------------
+    def _describe(self) -> tuple[str, str]:
+        cat = self.view.catalogue
+        fill = cat.retriever.rule_config.fill if cat is not None else "safe"
+        floor = cat.retriever.relevance_floor() if cat is not None else None
+        p = self.policy
+        find = (
+            "Find the tools for a task in a large tool catalogue; call it before acting, and use only the tools it "
+            f"returns. Returns at most k tools ranked by: {pipeline_sentence(self.mode, fill, floor)}. Each tool comes "
+            "with its input_schema and its risk level (1 safe .. 5 critical) with the evidence for it. Tools the "
+            f"server's policy never allows (above risk level {p.max_level}, or denied) are never offered"
+            + (f"; tools of level {p.confirm_level} or more need the user's confirmation when called" if p.confirm_level <= 5 else "")
+            + "."
+        )
+        ttl = f" (for {p.exposure_ttl_s:g} s)" if p.exposure_ttl_s else ""
+        call = (
+            "Call a tool with its arguments. Only a tool in your latest find_tools result can be called"
+            f"{ttl}: each find_tools replaces the tools you may call. The server checks the tool's risk level "
+            "against its policy at call time; a refusal is an error whose text starts with not_exposed, denied, "
+            "above_max_level or confirmation_required."
+        )
+        return find, call
+
+    def _find_schema(self) -> dict[str, Any]:
+        lim = self.limits
+        props: dict[str, Any] = {
+            "task": {"type": "string", "minLength": 1, "maxLength": lim.max_task_chars,
+                     "description": "The task you have to do, in natural language."},
+            "k": {"type": "integer", "minimum": 1, "maximum": lim.max_k, "default": self.default_k,
+                  "description": "How many tools to return at most."},
+        }
+        for key, values in self.policy.client_choices.items():
+            props[key] = {"enum": list(values), "description": f"The {key} to rank with [default: the server's]."}
+        return {"type": "object", "properties": props, "required": ["task"], "additionalProperties": False}
+
+    async def list_tools(self) -> list[dict[str, Any]]:
+        find, call = self._descriptions
+        tools = [{"name": "find_tools", "title": "Find tools (risk-aware)", "description": find,
+                  "inputSchema": self._find_schema(),
+                  "annotations": {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True,
+                                  "openWorldHint": False}}]
+        if self.forward:
+            tools.append({"name": "call_tool", "title": "Call a tool find_tools returned", "description": call,
+                          "inputSchema": {"type": "object", "properties": {
+                              "name": {"type": "string", "description": "A tool name from your latest find_tools result."},
+                              "arguments": {"type": "object", "description": "The tool's arguments (its input_schema)."}},
+                              "required": ["name"], "additionalProperties": False},
+                          "annotations": {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False,
+                                          "openWorldHint": True}})
+        return tools
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], call: Any) -> Any:
+        if name == "find_tools":
+            return await self.find_tools(arguments, call)
+        if name == "call_tool" and self.forward:
+            return await self.forward_call(arguments, call)
+        return _refusal("unknown_tool", f"this server has {' and '.join(t['name'] for t in await self.list_tools())}, not {name!r}")
+
+    # -- find_tools ---------------------------------------------------------------------------------
+    def find(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The ``find_tools`` payload for these arguments; :class:`ApiError` on bad input (the
+        HTTP API's codes)."""
+        allowed = {"task", "k", *self.policy.client_choices}
+        extra = sorted(set(arguments) - allowed)
+        if extra:
+            raise ApiError(422, "invalid_request", f"unknown argument(s) {extra}: the server's policy fixes the ranking "
+                                                   f"(mode {self.mode}); find_tools takes {', '.join(sorted(allowed))}")
+        task = check_task(arguments.get("task"), self.limits)
+        k = check_k(arguments.get("k", self.default_k), self.limits)
+        choice = {key: arguments[key] for key in self.policy.client_choices if arguments.get(key) is not None}
+        for key, value in choice.items():
+            if value not in self.policy.client_choices[key]:
+                raise ApiError(422, f"invalid_{key}", f"{key}: this server allows {', '.join(map(str, self.policy.client_choices[key]))}")
+        if "lambda" in choice:
+            check_lambda(choice["lambda"], self.limits)
+        view = self.view
+        cat = view.catalogue
+        policy = {"max_level": self.policy.max_level, "confirm_level": self.policy.confirm_level,
+                  "not_offered": len(view.not_offered)}
+        if cat is None:
+            return {"task": task, "mode": self.mode, "k": k, "tools": [], "withheld": [], "policy": policy,
+                    "note": "no tool is available: " + ("every upstream server is down" if self.manager and not self.manager.live()
+                                                       else next(iter(view.withdrawn.values())) if view.withdrawn
+                                                       else "the policy offers none of the catalogue's tools"),
+                    "catalogue": {"n_tools": 0, "generation": view.generation}}
+        cat.check_request(choice.get("mode"), choice.get("risk_source"))
+        res = cat.retriever.retrieve(task, k=min(k, len(cat.registry)), mode=choice.get("mode"), lam=choice.get("lambda"),
+                                     risk_source=choice.get("risk_source"))
+        out = cat.result_dict(res, view.needs_confirmation)
+        out["policy"] = policy
+        out["catalogue"] = {"source": cat.spec.registry, "n_tools": len(cat.registry), "generation": view.generation}
+        if self.manager is not None:
+            out["upstreams_down"] = self.manager.down()
+        return out
+
+    async def find_tools(self, arguments: dict[str, Any], call: Any) -> Any:
+        import anyio.to_thread
+
+        try:
+            out = await anyio.to_thread.run_sync(lambda: self.find(arguments))
+        except RiskrankError as exc:
+            return _error(exc)
+        returned = [t["name"] for t in out["tools"]]
+        self._expose(call.session_key, Exposure(out["task"], frozenset(returned), time.monotonic()))
+        try:
+            await self.audit.append(
+                task=out["task"], tool="find_tools", decision="found", code="found",
+                reason=f"{len(returned)} returned, {len(out['withheld'])} withheld by the rule filter",
+                session=call.session_key, mode=out["mode"],
+                returned=[[t["name"], t["risk_level"]] for t in out["tools"]],
+                withheld=[[w["name"], w["reasons"]] for w in out["withheld"]])
+        except AuditLogError as exc:
+            self._expose(call.session_key, Exposure(out["task"], frozenset(), time.monotonic()))
+            return _error(exc)
+        return mcp_compat.tool_result(json.dumps(out, separators=(",", ":")), structured=out)
+
+    def _expose(self, key: str, exposure: Exposure) -> None:
+        # Replace, never accumulate: a tool returned once is not callable after a later
+        # result withholds it.
+        self.exposure[key] = exposure
+        self.exposure.move_to_end(key)
+        while len(self.exposure) > MAX_SESSIONS:
+            self.exposure.popitem(last=False)
+
+    # -- call_tool ----------------------------------------------------------------------------------
+    async def forward_call(self, arguments: dict[str, Any], call: Any) -> Any:
+        import anyio
+
+        extra = sorted(set(arguments) - {"name", "arguments"})
+        name, args = arguments.get("name"), arguments.get("arguments")
+        if extra or not isinstance(name, str) or not (args is None or isinstance(args, dict)):
+            why = f"unknown argument(s) {extra}" if extra else "name must be a string and arguments an object"
+            return _refusal("invalid_request", f"call_tool takes name (a string) and arguments (an object): {why}")
+        try:
+            # Bounded before anything reads them; then one frozen copy is what is shown,
+            # approved, logged and sent.
+            check_arguments(name, args or {}, self.call_limits)
+        except LimitError as exc:
+            return await self._refuse(Decision(exc.code, str(exc)), {"tool": name, "session": call.session_key})
+        args = json.loads(json.dumps(args or {}, default=str))
+        view, key = self.view, call.session_key
+        exposure = self.exposure.get(key)
+        level, provenance = view.levels.get(name, (None, None))
+        rec: dict[str, Any] = {"task": exposure.task if exposure else None, "tool": name, "level": level,
+                               "provenance": provenance, "session": key, "arguments": args}
+        ttl = self.policy.exposure_ttl_s
+        exposed = exposure is not None and name in exposure.names
+        expired = exposed and ttl is not None and time.monotonic() - exposure.at > ttl
+        withdrawn = view.withdrawn.get(name)
+        if name in view.held:  # quarantined or poisoned: refused with its reason, shown or not
+            return await self._refuse(Decision(view.held[name], withdrawn or view.held[name]), rec)
+        if exposed and not expired and withdrawn:
+            return await self._refuse(Decision("withdrawn", withdrawn), rec)
+        route = view.routes.get(name)
+        up = self.manager.upstreams.get(route[0]) if self.manager is not None and route is not None else None
+        session = up.session if up is not None else None  # held: the upstream may go down meanwhile
+        if exposed and not expired and session is None:
+            return await self._refuse(Decision("upstream_down", f"the server of {name!r} is not running; try again later"), rec)
+        decision = decide(self.policy, name, level or 5, exposed=exposed, expired=expired, upstream=route[0] if route else None)
+        if not decision.allowed:
+            return await self._refuse(decision, rec)
+        upstream_name, tool = route
+        rec["upstream"] = upstream_name
+        digest = call_digest(name, args)
+        if decision.confirm:
+            try:
+                message = confirmation_text(name, int(level or 5), provenance, rec["task"], args)
+            except UnshowableCall as exc:
+                return await self._refuse(Decision(CONFIRMATION_REQUIRED, str(exc)), rec)
+            request = ConfirmationRequest(
+                session=key, task=rec["task"], tool=name, level=int(level or 5), arguments=args, bind=f"{key}:{digest}",
+                message=message, provenance=provenance, evidence=tuple(view.tools.get(name, {}).get("evidence", ())),
+                upstream=upstream_name)
+            try:
+                answer = await self.broker.confirm(request, call)
+            except mcp_compat.InputRequired:
+                with contextlib.suppress(AuditLogError):
+                    await self.audit.append(**rec, decision="pending", code="confirmation_requested",
+                                            reason=f"asked the user through {self.broker.name}", digest=digest)
+                raise
+            who = {"decided_by": answer.by} if answer.by else {}
+            if answer.note:
+                who["note"] = answer.note
+            if answer.action == UNSUPPORTED:
+                return await self._refuse(confirmation_refusal(self.policy, name, int(level or 5)), rec)
+            if answer.action == TIMEOUT:
+                return await self._refuse(Decision(CONFIRMATION_REQUIRED, (
+                    f"{name!r} is risk level {level} and needs an operator's approval (confirm_level "
+                    f"{self.policy.confirm_level}), but {answer.note or 'no operator decided in time'}; ask the operator "
+                    "to watch the console's approvals page, then call it again")), rec, confirmation=TIMEOUT)
+            if answer.action != ACCEPT:
+                whom = f"the operator {answer.by!r}" if answer.by else "the user"
+                return await self._refuse(Decision(DENIED, f"{whom} did not confirm {name!r} ({answer.action})"
+                                                   + (f": {answer.note}" if answer.note else "")), rec,
+                                          confirmation=answer.action, **who)
+            if call_digest(name, args) != request.digest:  # what runs is what was approved, or nothing
+                return await self._refuse(Decision(DENIED, f"the arguments of {name!r} changed after they were approved"), rec)
+            rec["confirmed"] = self.broker.name
+            rec.update(who)
+        try:
+            await self.audit.append(**rec, decision="allowed", code="allowed", reason=decision.reason, digest=digest)
+        except AuditLogError as exc:
+            return _error(exc)
+        progress = call.progress if call.wants_progress else None
+        timeout = self.policy.call_timeout(name, self.call_limits.timeout_s)
+        started = time.monotonic()
+        try:
+            with anyio.fail_after(timeout):
+                result = await session.call_tool(tool, args, progress_callback=progress)
+            wired = result if isinstance(result, dict) else mcp_compat.wire(result)
+            check_result(name, wired, self.call_limits)
+            if self.scan_results != "off":
+                wired = await self._screen_result(name, wired, rec)
+        except TimeoutError:
+            message = (f"the upstream server {upstream_name!r} did not answer {tool!r} within {timeout:g} s "
+                       "(--call-timeout, or the policy's call_timeouts); the call was abandoned")
+            with contextlib.suppress(AuditLogError):
+                await self.audit.append(**rec, decision="failed", code=CALL_TIMEOUT, reason=message)
+            return _refusal(CALL_TIMEOUT, message)
+        except LimitError as exc:
+            with contextlib.suppress(AuditLogError):
+                await self.audit.append(**rec, decision="failed", code=exc.code, reason=str(exc))
+            return _refusal(exc.code, str(exc))
+        except Exception as exc:  # the upstream's failure, reported to the agent without internals
+            internal = isinstance(exc, AttributeError | TypeError | KeyError | IndexError | NameError | AssertionError)
+            message = (f"the upstream server {upstream_name!r} failed on {tool!r}: {describe(exc)}" if not internal
+                       else f"the upstream server {upstream_name!r} failed on {tool!r} (it stopped or the connection broke)")
+            with contextlib.suppress(AuditLogError):
+                await self.audit.append(**rec, decision="failed", code="upstream_error", reason=message,
+                                        detail=describe(exc), elapsed_s=round(time.monotonic() - started, 3))
+            return _refusal("upstream_error", message)
+        return mcp_compat.as_call_result(wired)
+
+    async def _screen_result(self, name: str, wired: dict[str, Any], rec: dict[str, Any]) -> dict[str, Any]:
+        """``--scan-results``: an answer holding text addressed to the model is flagged in the
+        audit log; with ``redact`` (and a poisoned finding) the agent gets a notice saying what
+        was removed instead of the answer."""
+        import anyio.to_thread
+
+        found = await anyio.to_thread.run_sync(scan_result, wired)
+        if not found:
+            return wired
+        poisoned = [f for f in found if f.verdict == "poisoned"]
+        redact = self.scan_results == "redact" and bool(poisoned)
+        reason = "; ".join(f"{f.kind} in {f.field}: {f.evidence!r}" for f in (poisoned or found)[:3])
+        with contextlib.suppress(AuditLogError):
+            await self.audit.append(**{k: v for k, v in rec.items() if k != "arguments"}, decision="result_flagged",
+                                    code="result_injection", reason=reason, redacted=redact,
+                                    findings=[f.to_dict() for f in found[:20]])
+        if not redact:
+            return wired
+        notice = (f"riskrank removed the answer of {name!r}: it holds text addressed to the model ({reason}). "
+                  "The call ran; the user can read its result at the source.")
+        return {"content": [{"type": "text", "text": notice}], "isError": False}
+
+    async def _refuse(self, decision: Decision, rec: dict[str, Any], **extra: Any) -> Any:
+        with contextlib.suppress(AuditLogError):  # a refusal stands even if it cannot be logged
+            await self.audit.append(**rec, **extra, decision="refused", code=decision.code, reason=decision.reason)
+        return _refusal(decision.code, decision.reason)
+
+    # -- pass-through ---------------------------------------------------------------------------------
+    async def list_resources(self) -> list[dict[str, Any]]:
+        return self.manager.resources() if self.manager else []
+
+    async def list_resource_templates(self) -> list[dict[str, Any]]:
+        return self.manager.templates() if self.manager else []
+
+    async def read_resource(self, uri: str) -> dict[str, Any]:
+        up = self.manager.resource_owner(uri) if self.manager else None
+        if up is None or up.session is None:
+            raise LookupError(f"unknown resource {uri!r} (no running upstream server lists it)")
+        with contextlib.suppress(AuditLogError):
+            await self.audit.append(tool="resources/read", decision="allowed", code="passthrough", reason=uri, upstream=up.name)
+        return mcp_compat.wire(await up.session.read_resource(_any_url(uri)))
+
+    async def list_prompts(self) -> list[dict[str, Any]]:
+        if not self.manager:
+            return []
+        return [{**p, "name": public} for public, _, p in self.manager.prompts()]
+
+    async def get_prompt(self, name: str, arguments: dict[str, str] | None) -> dict[str, Any]:
+        for public, up, prompt in self.manager.prompts() if self.manager else []:
+            if public == name and up.session is not None:
+                with contextlib.suppress(AuditLogError):
+                    await self.audit.append(tool="prompts/get", decision="allowed", code="passthrough", reason=name,
+                                            upstream=up.name)
+                return mcp_compat.wire(await up.session.get_prompt(prompt["name"], arguments))
+        raise LookupError(f"unknown prompt {name!r}")
+
+    def handlers(self) -> mcp_compat.Handlers:
+        h = mcp_compat.Handlers(self.list_tools, self.call_tool)
+        if self.manager is not None:
+            h.list_resources, h.list_resource_templates, h.read_resource = (
+                self.list_resources, self.list_resource_templates, self.read_resource)
+            h.list_prompts, h.get_prompt = self.list_prompts, self.get_prompt
+        return h
+
+
+# -- running it ---------------------------------------------------------------------------------------------
+def _level_summary(view: View, names: list[str]) -> str:
+    counts = collections.Counter(view.levels[n][0] for n in names if n in view.levels)
+    return ", ".join(f"L{lvl} {counts[lvl]}" for lvl in sorted(counts))
+
+
+class _Catalogues:
+    """Keeps the gateway's view in step with its upstreams: a rebuild (in a worker thread)
+    whenever the manager reports a change; the new view replaces the old one whole."""
+
+    def __init__(self, gateway: Gateway | None, manager: UpstreamManager, spec: ArtefactSpec, encoder: Any,
+                 policy: Policy, audit: AuditLog, echo: Callable[[str], None], pins: PinStore | None = None) -> None:
+        import anyio
+
+        self.gateway, self.manager, self.spec, self.encoder = gateway, manager, spec, encoder
+        self.policy, self.audit, self.echo, self.pins = policy, audit, echo, pins
+        self.dirty = anyio.Event()
+        self.seen: dict[str, str] = {}
+        self.scan_seen: dict[str, str] = {}
+        self.scans: dict[str, Scan] = {}
+
+    def _scan(self, record: dict[str, Any]) -> Scan:
+        """The scan of one definition, remembered: a re-list of unchanged tools costs no scan."""
+        key = json.dumps(record, sort_keys=True, default=str)
+        hit = self.scans.get(key)
+        if hit is None:
+            if len(self.scans) > 20_000:
+                self.scans.clear()
+            hit = self.scans[key] = scan_tool(record)
+        return hit
+
+    def trust(self, up_name: str, mine: list[dict[str, Any]], routes: dict[str, tuple[str, str]]
+              ) -> tuple[dict[str, tuple[str, str]], dict[str, Scan]]:
+        """One server's list against its pins and the scan: (public name -> (code, why)) for
+        the tools held back, and every tool's scan. Pin decisions and new findings are audited."""
+        held: dict[str, tuple[str, str]] = {}
+        if self.pins is not None:
+            own = [{**r, "name": routes[r["name"]][1]} for r in mine]
+            public = {routes[r["name"]][1]: r["name"] for r in mine}
+            quarantined, events = self.pins.review(up_name, own, first_seen=self.policy.first_seen)
+            for line in events:
+                self.echo(f"pins: {line}")
+                self.audit.write(tool=None, decision="pins", code="pin_change", reason=line, upstream=up_name)
+            held.update({public[n]: ("quarantined", why) for n, why in quarantined.items() if n in public})
+        scans = {r["name"]: self._scan({**r, "name": routes[r["name"]][1]}) for r in mine}
+        for name, sc in scans.items():
+            mark = sc.verdict + ":" + sc.reason()
+            if sc.verdict != "clean" and self.scan_seen.get(name) != mark:
+                self.scan_seen[name] = mark
+                action = self.policy.on_poisoned if sc.verdict == "poisoned" else self.policy.on_suspicious
+                self.echo(f"scan: {name!r} of {up_name!r} is {sc.verdict} ({sc.reason()}): {action}")
+                self.audit.write(tool=name, decision="scan", code=sc.verdict, reason=sc.reason(), upstream=up_name,
+                                 action=action, findings=[f.to_dict() for f in sc.findings])
+            action = {"poisoned": self.policy.on_poisoned, "suspicious": self.policy.on_suspicious}.get(sc.verdict)
+            if action == "withhold" and name not in held:
+                held[name] = (sc.verdict, f"{sc.verdict}: the definition of {name!r} speaks to the model ({sc.reason()}); "
+                                          "withheld by the policy")
+        return held, scans
+
+    def changed(self) -> None:
+        self.dirty.set()
+
+    async def build(self) -> View:
+        import anyio.to_thread
+
+        generation = self.manager.generation
+        records, routes = upstream_records(self.manager)
+        # Each server's list is checked on its own: one that cannot be built (two tools with
+        # one name, say) withdraws that server's tools, not the others'.
+        withdrawn: dict[str, str] = {}
+        for up in self.manager.live():
+            mine = [r for r in records if routes[r["name"]][0] == up.name]
+            try:
+                record_registry(mine, up.name)
+            except RegistryError as exc:
+                why = (f"the server {up.name!r} listed its tools in a form that cannot be served ({exc}); its tools are "
+                       "withdrawn until it lists them correctly")
+                withdrawn.update({r["name"]: why for r in mine})
+        held: dict[str, str] = {}
+        scans: dict[str, Scan] = {}
+        for up in self.manager.live():
+            mine = [r for r in records if routes[r["name"]][0] == up.name and r["name"] not in withdrawn]
+            kept, up_scans = self.trust(up.name, mine, routes)
+            scans.update(up_scans)
+            for name, (code, why) in kept.items():
+                withdrawn[name], held[name] = why, code
+        records = [r for r in records if r["name"] not in withdrawn]
+        source = "upstreams: " + ", ".join(u.name for u in self.manager.live())
+        registry, skipped = record_registry(records, source)
+        return await anyio.to_thread.run_sync(lambda: build_view(registry, self.spec, self.encoder, self.policy, generation,
+                                                                 routes=routes, skipped=skipped, withdrawn=withdrawn,
+                                                                 held=held, scans=scans))
+
+    def audit_upstreams(self, view: View) -> None:
+        """An audit line (and a log line) for each upstream whose tools or state changed, once
+        ``view`` serves: each is audited on connect, and what it offers is on record."""
+        for up in self.manager.upstreams.values():
+            names = sorted(p for p, (u, _) in view.routes.items() if u == up.name)
+            mark = up.state + ":" + ",".join(f"{n}={view.levels[n][0]}" for n in names if n in view.levels)
+            if self.seen.get(up.name) == mark:
+                continue
+            self.seen[up.name] = mark
+            if up.state == "up":
+                offered = [n for n in names if n not in view.not_offered]
+                reason = (f"{len(names)} tools audited ({_level_summary(view, names)}); {len(offered)} offered, "
+                          f"{len(names) - len(offered)} never offered by the policy")
+                self.echo(f"upstream {up.name!r}: {reason}")
+                self.audit.write(tool=None, decision="upstream_up", code="audited", reason=reason, upstream=up.name,
+                                 levels={n: view.levels[n][0] for n in names if n in view.levels},
+                                 not_offered={n: c for n, c in view.not_offered.items() if n in names},
+                                 skipped={n: why for n, why in view.skipped.items()})
+            else:
+                self.audit.write(tool=None, decision="upstream_down", code=up.state, reason=up.last_error or up.state,
+                                 upstream=up.name)
+
+    async def watch_pins(self, every_s: float = 1.0) -> None:
+        """Rebuild when the pin file changes under the gateway (an operator's ``riskrank pins
+        approve``): an approved tool is offered again within about ``every_s``."""
+        import anyio
+
+        if self.pins is None:
+            return
+        while True:
+            await anyio.sleep(every_s)
+            if self.pins.refresh():
+                self.changed()
+
+    async def keep(self) -> None:
+        import anyio
+
+        while True:
+            await self.dirty.wait()
+            self.dirty = anyio.Event()
+            await anyio.sleep(0.05)  # several upstreams changing at once: one rebuild
+            try:
+                view = await self.build()
+            except (RiskrankError, OSError) as exc:
+                # Fail closed: the previous catalogue rated lists that are no longer current.
+                why = f"the catalogue could not be rebuilt from the servers' new lists ({exc})"
+                self.echo(f"{why}; every upstream tool is withdrawn until a list builds")
+                self.audit.write(tool=None, decision="withdrawn", code="catalogue_rebuild_failed", reason=why)
+                if self.gateway is not None:
+                    self.gateway.view = withdrawn_view(self.gateway.view, self.manager.generation, why)
+                continue
+            if self.gateway is not None:
+                self.gateway.view = view
+            self.audit_upstreams(view)
+
+
+def _any_url(uri: str) -> Any:
+    """A resource URI as both SDKs' ``read_resource`` takes it (1.x wants an AnyUrl)."""
+    if mcp_compat.sdk_major() >= 2:
+        return uri
+    from pydantic import AnyUrl
+
+    return AnyUrl(uri)
