@@ -124,7 +124,7 @@ def pool(folds: list[dict]) -> dict:
 
 def main() -> None:
     from riskrank.datasets import load_benchmark
-    from riskrank.experiments.runner import DEFAULT_SEEDS, Runner
+    from riskrank.evaluation.runner import DEFAULT_SEEDS, Runner
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dataset", required=True, choices=["ultratool", "sealtools"])

@@ -157,7 +157,7 @@ def test_a_tampered_need_head_is_refused(demo_fitted, tmp_path):
 
 
 def test_the_runner_reports_need_and_the_context_methods(demo, encoder):
-    from riskrank.experiments.methods import parse_method
+    from riskrank.evaluation.methods import parse_method
 
     spec = parse_method("core+graph+context+rule@lam=2")
     assert spec.context and spec.rule == "labels" and spec.lam == 2.0

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from riskrank.errors import RiskrankError
-from riskrank.experiments import cross_encoder as ce
+from riskrank.evaluation import cross_encoder as ce
 
 TOOLS = [
     "delete file: remove a file from the disk",

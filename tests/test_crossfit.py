@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import riskrank.experiments.runner as runner_mod
+import riskrank.evaluation.runner as runner_mod
 import riskrank.training as training
 import riskrank.training.fitting as fitting
 from riskrank.datasets import Benchmark

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from riskrank.datasets import Benchmark
-from riskrank.experiments.runner import run_evaluation
+from riskrank.evaluation.runner import run_evaluation
 from riskrank.metrics import METRICS
 
 

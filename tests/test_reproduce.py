@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from riskrank.evaluation.runner import Runner
 from riskrank.experiments import reproduce as rep
-from riskrank.experiments.runner import Runner
 from riskrank.metrics import METRICS
 
 

@@ -49,6 +49,9 @@ FORBIDDEN = [
     ("riskrank.serving.console", "riskrank.training"),
     ("riskrank.serving.console", "riskrank.encoder"),
     ("riskrank.serving.console", "riskrank.experiments"),
+    ("riskrank.serving.console", "riskrank.evaluation"),
+    # evaluation runs the methods; the paper's tables and figures (experiments) are built on it
+    ("riskrank.evaluation", "riskrank.experiments"),
     ("riskrank.serving.gateway", "riskrank.serving.console"),
     ("riskrank.serving.mcp_compat", "riskrank.serving.console"),
     # the base model is built by training (training.base_model) and named by the surfaces and

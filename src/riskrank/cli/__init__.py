@@ -51,7 +51,7 @@ def main() -> None:
     """
 
 
-for _command in (data.data, library.evaluate, library.retrieve, library.train, library.graph, experiments.reproduce,
+for _command in (data.data, library.evaluate, library.compare, library.retrieve, library.train, library.graph, experiments.reproduce,
                  experiments.demo, audit.audit_command, audit.agreement_command, serving.serve_command,
                  serving.mcp_command, trust.pins_group, trust.scan_command):
     main.add_command(_command)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import click
@@ -63,7 +64,7 @@ def evaluate(dataset: str | None, registry: str | None, queries: str | None, tra
              json_out: str | None, all_metrics: bool, quiet: bool) -> None:
     """Evaluate retrieval methods on a benchmark (--dataset) or on any registry (--registry
     with --queries) and print NDCG@5, MRR, sNDCG@5, RVR@5, SRR@5."""
-    from riskrank.experiments.methods import parse_methods
+    from riskrank.evaluation.methods import parse_methods
 
     if methods is not None:
         parse_methods(methods)  # fail on a bad method name before any data is read
@@ -75,7 +76,7 @@ def evaluate(dataset: str | None, registry: str | None, queries: str | None, tra
             raise RiskrankError("--query-mode applies to UltraTool only")
         if not queries:
             raise RiskrankError("--registry needs --queries (JSONL of {\"task\": ..., \"gold\": [tool names]})")
-        from riskrank.experiments.registry_eval import evaluate_registry
+        from riskrank.evaluation.registry_eval import evaluate_registry
 
         ev = evaluate_registry(registry, queries, train_queries=train_queries, labels=labels, checkpoint=checkpoint,
                                methods=methods, seeds=parse_seeds(seeds), encoder=encoder, name=name,
@@ -86,7 +87,7 @@ def evaluate(dataset: str | None, registry: str | None, queries: str | None, tra
         if given:
             raise RiskrankError(f"{', '.join(given)} go with --registry, not --dataset")
         from riskrank.datasets import load_benchmark
-        from riskrank.experiments.runner import run_evaluation
+        from riskrank.evaluation.runner import run_evaluation
 
         kwargs = {"query_mode": query_mode} if dataset == "ultratool" else {}
         if dataset != "ultratool" and query_mode != "question":
@@ -110,7 +111,7 @@ def evaluate(dataset: str | None, registry: str | None, queries: str | None, tra
 def show_evaluation(run: Any, res: dict[str, Any], notes: list[str], all_metrics: bool = False) -> None:
     """The evaluation as text: protocol, notes, one table per split (a method scored on
     queries its checkpoint trained on is marked contaminated)."""
-    from riskrank.experiments.methods import parse_method
+    from riskrank.evaluation.methods import parse_method
     from riskrank.metrics import METRICS
 
     click.echo(f"{res['dataset']}: {res['protocol']}; encoder {run.encoder}; seeds {','.join(map(str, run.seeds))}")
@@ -126,6 +127,35 @@ def show_evaluation(run: Any, res: dict[str, Any], notes: list[str], all_metrics
             label = m + (" (contaminated)" if m in contaminated else "")
             rows.append([label, *[fmt(vals[c]["mean"]) + (f"±{fmt(vals[c]['std'])}" if spread else "") for c in cols]])
         print_table(rows, ["method", *cols])
+
+
+# -- compare ------------------------------------------------------------------------------------
+@click.command()
+@click.argument("before", type=click.Path(dir_okay=False))
+@click.argument("after", type=click.Path(dir_okay=False))
+@click.option("--metrics", default="ndcg@5,rvr@5,srr@5", show_default=True, help="Comma-separated metrics to show (all: all).")
+@click.option("--json", "as_json", is_flag=True, help="Print every row as JSON.")
+def compare(before: str, after: str, metrics: str, as_json: bool) -> None:
+    """Compare two results files (riskrank evaluate --json, riskrank reproduce): per split,
+    method and metric the two means, their difference, and whether it lies within the seed
+    spread (max of the two stds). Exit 0; the last line counts the rows outside."""
+    from riskrank.evaluation.compare import compare as compare_files
+    from riskrank.tables import text_table
+
+    rows, notes = compare_files(before, after)
+    if metrics != "all":
+        wanted = [m.strip() for m in metrics.split(",") if m.strip()]
+        rows = [r for r in rows if r.metric in wanted]
+    if as_json:
+        click.echo(json.dumps({"rows": [r.to_dict() for r in rows], "notes": notes}, indent=2))
+        return
+    for n in notes:
+        click.echo(f"note: {n}")
+    click.echo(text_table(["split", "method", "metric", "before", "after", "diff", "seed spread", "within"],
+                          [[r.split, r.method, r.metric, f"{r.before:.4f}", f"{r.after:.4f}", f"{r.diff:+.4f}",
+                            f"{r.spread:.4f}", "yes" if r.within else "NO"] for r in rows]))
+    outside = sum(not r.within for r in rows)
+    click.echo(f"{len(rows)} figures compared; {outside} outside the seed spread")
 
 
 # -- retrieve -----------------------------------------------------------------------------------

@@ -5,8 +5,8 @@ own validated lambda; graph smoothing runs on the candidate-induced subgraph."""
 
 from __future__ import annotations
 
+from riskrank.evaluation.runner import EvalRun
 from riskrank.experiments.common import HEADERS, PAPER_COLUMNS, cell
-from riskrank.experiments.runner import EvalRun
 from riskrank.tables import markdown_table
 
 ROWS = ("mmr", "ce-minilm-ft", "top100/core", "top100/core+graph", "top100/core+graph+rule", "core", "core+graph", "core+graph+rule")

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from riskrank.experiments.runner import EvalRun
+from riskrank.evaluation.runner import EvalRun
 
 #: Lower is better for these metrics (arrows and "best" in the tables).
 LOWER_IS_BETTER = {"rvr@5", "srr@5", "safe_rvr@5"}
@@ -34,7 +34,7 @@ def cell(run: EvalRun, split: str, method: str, metric: str, std: bool = True) -
 
 
 def run_seed_independent(run: EvalRun, method: str) -> bool:
-    from riskrank.experiments.methods import parse_method
+    from riskrank.evaluation.methods import parse_method
 
     try:
         return parse_method(method).seed_independent

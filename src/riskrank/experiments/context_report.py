@@ -3,7 +3,7 @@
 ``riskrank reproduce --context`` runs only the methods this report reads (``dense``, the
 trained pipelines ``rel_only``, ``core``, ``core+graph``, ``core+graph+rule``, the two context
 methods and each pipeline's lambda sweep; no cross-encoder), through the same
-:class:`~riskrank.experiments.runner.Runner` as the full reproduction, and writes
+:class:`~riskrank.evaluation.runner.Runner` as the full reproduction, and writes
 ``context.md``, ``context.json`` and ``context_<split>.png``:
 
 - the Table 5 extension: NDCG@5, Safe-RVR@5, NeedRisk-Hit@5 and RVR@5, mean ± std over seeds
@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
+from riskrank.evaluation.runner import DEFAULT_SEEDS, EvalRun
 from riskrank.experiments import table7_stress
 from riskrank.experiments.common import HEADERS, f3, per_query_mean
 from riskrank.experiments.reproduce import open_report, run_or_reuse
-from riskrank.experiments.runner import DEFAULT_SEEDS, EvalRun
 from riskrank.extras import requires
 from riskrank.fileio import atomic_write_bytes, write_json
 from riskrank.metrics import bootstrap_ci, max_gold_risk, paired_test

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from riskrank.evaluation.runner import EvalRun
 from riskrank.experiments.common import BASELINES, mean
-from riskrank.experiments.runner import EvalRun
 from riskrank.extras import requires
 
 #: lambda in logit units (the p_risky penalty of riskrank's head: docs/architecture.md); the

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from riskrank.evaluation.runner import EvalRun
 from riskrank.experiments.common import f3, subset_summary
-from riskrank.experiments.runner import EvalRun
 from riskrank.extras import requires
 from riskrank.tables import markdown_table
 

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from riskrank.datasets import load_benchmark
+from riskrank.evaluation.runner import DEFAULT_SEEDS, EvalRun, Runner
 from riskrank.experiments import (
     appendix_e2_top100,
     figure3_lambda,
@@ -30,7 +31,6 @@ from riskrank.experiments import (
     table8_qualitative,
 )
 from riskrank.experiments.common import f3, mean
-from riskrank.experiments.runner import DEFAULT_SEEDS, EvalRun, Runner
 from riskrank.extras import requires
 from riskrank.fileio import atomic_write_bytes, write_json
 from riskrank.first_stage import Fusion

@@ -4,8 +4,8 @@ difference) and a paired randomisation (sign-flip) test, 10,000 resamples each."
 
 from __future__ import annotations
 
+from riskrank.evaluation.runner import EvalRun
 from riskrank.experiments.common import f3, is_ours, per_query_mean, strongest_baseline
-from riskrank.experiments.runner import EvalRun
 from riskrank.metrics import paired_test
 from riskrank.tables import markdown_table
 

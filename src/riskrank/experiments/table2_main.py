@@ -6,6 +6,7 @@ paper prints it."""
 
 from __future__ import annotations
 
+from riskrank.evaluation.runner import EvalRun
 from riskrank.experiments.common import (
     HEADERS,
     PAPER_COLUMNS,
@@ -15,7 +16,6 @@ from riskrank.experiments.common import (
     rel_change,
     strongest_baseline,
 )
-from riskrank.experiments.runner import EvalRun
 from riskrank.tables import markdown_table
 
 BASELINE_ROWS = ("bm25", "dense", "hybrid", "mmr", "ce-minilm-ft", "risk_label_penalty")

@@ -6,8 +6,8 @@ and, once, the rule filter on predicted levels fitted in-sample beside cross-fit
 
 from __future__ import annotations
 
+from riskrank.evaluation.runner import EvalRun
 from riskrank.experiments.common import HEADERS, cell
-from riskrank.experiments.runner import EvalRun
 from riskrank.tables import markdown_table
 
 CHAIN = (

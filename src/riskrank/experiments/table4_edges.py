@@ -4,8 +4,8 @@ risk co-occurrence), the full four-type graph."""
 
 from __future__ import annotations
 
+from riskrank.evaluation.runner import EvalRun
 from riskrank.experiments.common import HEADERS, cell
-from riskrank.experiments.runner import EvalRun
 from riskrank.tables import markdown_table
 
 #: The paper's alpha per dataset (Section 4.4); the ablation holds it fixed.

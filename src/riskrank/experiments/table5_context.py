@@ -3,8 +3,8 @@ NeedRisk-Hit@5 on high-risk queries (a gold tool r >= 3)."""
 
 from __future__ import annotations
 
+from riskrank.evaluation.runner import EvalRun
 from riskrank.experiments.common import HEADERS, cell
-from riskrank.experiments.runner import EvalRun
 from riskrank.tables import markdown_table
 
 ROWS = (("trained f_rel", "rel_only"), ("+ risk", "core"), ("+ graph", "core+graph"), ("+ rules", "core+graph+rule"),

@@ -3,8 +3,8 @@ candidates; RVR@5 and SRR@5 measure the risk of that candidate set."""
 
 from __future__ import annotations
 
+from riskrank.evaluation.runner import EvalRun
 from riskrank.experiments.common import HEADERS, PAPER_COLUMNS, cell
-from riskrank.experiments.runner import EvalRun
 from riskrank.tables import markdown_table
 
 ROWS = (("BM25", "bm25"), ("dense encoder", "dense"), ("dense + fine-tuned MiniLM cross-encoder (top-20 rescored)", "ce-minilm-ft"),

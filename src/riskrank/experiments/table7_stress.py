@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from riskrank.evaluation.runner import EvalRun
 from riskrank.experiments.common import HEADERS, f3
-from riskrank.experiments.runner import EvalRun
 from riskrank.metrics import max_gold_risk
 from riskrank.risk import RISKY_LEVEL
 from riskrank.tables import markdown_table

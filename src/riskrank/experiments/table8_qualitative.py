@@ -4,7 +4,7 @@ retained in the filtered top-5, the five risk levels in rank order, and the defe
 
 from __future__ import annotations
 
-from riskrank.experiments.runner import EvalRun
+from riskrank.evaluation.runner import EvalRun
 from riskrank.risk import RISKY_LEVEL
 from riskrank.tables import markdown_table
 

@@ -40,8 +40,8 @@ from riskrank.contamination import seen_mask
 from riskrank.datasets import Benchmark, QuerySet, crossfit_folds
 from riskrank.encoder import Encoder
 from riskrank.errors import RiskrankError
-from riskrank.experiments.baselines import mmr_rerank
-from riskrank.experiments.methods import MethodSpec, parse_methods
+from riskrank.evaluation.baselines import mmr_rerank
+from riskrank.evaluation.methods import MethodSpec, parse_methods
 from riskrank.first_stage import PRIOR_FUSION, Fusion, LexicalEvidence, LexicalIndex, rank, top_m
 from riskrank.graph import EDGE_TYPES, GraphConfig, ToolGraph
 from riskrank.metrics import METRICS, evaluate, query_subsets, tool_query_counts
@@ -259,7 +259,7 @@ class Runner:
 
     def _check_zero_shot(self) -> None:
         """Every method asked can run without training, before any data is encoded."""
-        from riskrank.experiments.cross_encoder import FT_METHOD
+        from riskrank.evaluation.cross_encoder import FT_METHOD
 
         trained = [s.name for s in self.specs if s.trained]
         if trained and self.checkpoint is None:
@@ -510,7 +510,7 @@ class Runner:
     def _cross_encoder(self, spec: MethodSpec, split: str, idx: np.ndarray, cand: np.ndarray, fold: _Fold) -> np.ndarray:
         """A cross-encoder rescoring the top-20 of the dense top-100 (cross_encoder.DEFAULT_DEPTH; the rest keep dense order); ``ce-minilm-ft`` is fine-tuned on this
         fold's training queries (once, first seed; cached on disk by the split's fingerprint)."""
-        from riskrank.experiments.cross_encoder import (
+        from riskrank.evaluation.cross_encoder import (
             FT_METHOD,
             cross_encoder_rank,
             hard_negatives_from_scores,

@@ -3,7 +3,7 @@ have them) training queries and audited risk labels, through the same runner and
 contract as the benchmarks.
 
 - With training queries, the trained methods train on them exactly as on a benchmark's
-  training split (:class:`~riskrank.experiments.runner.Runner`: a validation slice of them
+  training split (:class:`~riskrank.evaluation.runner.Runner`: a validation slice of them
   chooses every setting, the heads train once per seed); they may not overlap the queries.
 - Without them, the trained methods are evaluated zero-shot from a checkpoint, by default
   the shipped base model (:func:`riskrank.base.resolve_checkpoint`, as every surface
@@ -33,8 +33,8 @@ from riskrank.datasets.base import Benchmark
 from riskrank.datasets.user import QueryFile, read_labels, read_queries
 from riskrank.encoder import Encoder
 from riskrank.errors import DataError, RiskrankError
-from riskrank.experiments.methods import parse_methods
-from riskrank.experiments.runner import DEFAULT_SEEDS, EvalRun, Runner
+from riskrank.evaluation.methods import parse_methods
+from riskrank.evaluation.runner import DEFAULT_SEEDS, EvalRun, Runner
 from riskrank.registry import ToolRegistry
 
 #: The methods a registry evaluation runs when none are named: the baselines, then (with a
