@@ -12,7 +12,8 @@ or a new parameter's name), 4 host tools per text (seeded). The texts were writt
 same hand as the patterns: recall here is an optimistic figure; an attacker who reads the
 patterns writes around them (docs/trust.md says what the scan cannot catch).
 
-Cost: the time to scan every benign tool, per 100 tools. A measurement: exits 0.
+Cost: the time to scan every benign tool, per 100 tools (median and best of ``--repeats``
+passes, with the machine's load). A measurement: exits 0.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import copy
 import json
 import os
 import random
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -126,7 +128,8 @@ def doc_table(artefact: dict[str, Any]) -> str:
               f"| {artefact['recall']:.3f} |", "",
               f"Benign: {b['n']:,} real MCP tools; {b['poisoned']} poisoned ({b['poisoned'] / b['n']:.2%}), "
               f"{b['suspicious']} suspicious ({b['suspicious'] / b['n']:.2%}), {b['clean']:,} clean. "
-              f"Cost: {artefact['ms_per_100_tools']:.2f} ms per 100 tools."]
+              f"Cost: {artefact['ms_per_100_tools']:.2f} ms per 100 tools (median of {artefact['repeats']} passes, "
+              f"best {artefact['best_ms_per_100_tools']:.2f}; 1-minute load {artefact['load_1min']:.2f})."]
     return "\n".join(lines)
 
 
@@ -136,12 +139,17 @@ def main() -> None:
     default = os.environ.get("RISKRANK_MIRROR", str(here.parent / "shared" / "datasets")) + "/mcp-annotated/tools.json"
     ap.add_argument("--benign", default=default)
     ap.add_argument("--hosts", type=int, default=4, help="Host tools per attack text.")
+    ap.add_argument("--repeats", type=int, default=5, help="Passes over the benign tools for the cost.")
     ap.add_argument("--json", dest="json_out", default=None)
     args = ap.parse_args()
     benign = json.loads(Path(args.benign).read_text(encoding="utf-8"))["tools"]
-    t0 = time.perf_counter()
-    benign_scans = [scan_tool(t) for t in benign]
-    per_100_ms = (time.perf_counter() - t0) * 1000 / len(benign) * 100
+    times = []
+    for _ in range(args.repeats):  # the machine is shared: the median and the best of several passes
+        t0 = time.perf_counter()
+        benign_scans = [scan_tool(t) for t in benign]
+        times.append((time.perf_counter() - t0) * 1000 / len(benign) * 100)
+    per_100_ms, best_ms = statistics.median(times), min(times)
+    load = os.getloadavg()[0]
     rng = random.Random(7)
     rows, fams = [], {}
     for fam, (source, attacks) in FAMILIES.items():
@@ -163,13 +171,15 @@ def main() -> None:
     print(f"\nall families: recall {recall:.3f} over {n_p} poisoned definitions")
     print(f"benign ({len(benign)} real MCP tools): {counts['poisoned']} poisoned ({counts['poisoned'] / len(benign):.2%}), "
           f"{counts['suspicious']} suspicious ({counts['suspicious'] / len(benign):.2%}), {counts['clean']} clean")
-    print(f"cost: {per_100_ms:.2f} ms per 100 tools (one process, this machine)")
+    print(f"cost: {per_100_ms:.2f} ms per 100 tools (median of {args.repeats} passes; best {best_ms:.2f}; "
+          f"1-minute load {load:.2f})")
     if args.json_out:
         write_json(args.json_out, {
             "families": fams, "recall": recall, "n_poisoned": n_p,
             "benign": {"source": "mcp-annotated/tools.json", "n": len(benign), **counts,
                        "flagged": [s.to_dict() for s in benign_scans if s.verdict != "clean"]},
-            "ms_per_100_tools": round(per_100_ms, 2)})
+            "ms_per_100_tools": round(per_100_ms, 2), "best_ms_per_100_tools": round(best_ms, 2),
+            "load_1min": round(load, 2), "repeats": args.repeats})
         print(f"wrote {args.json_out}")
 
 

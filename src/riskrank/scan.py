@@ -48,25 +48,25 @@ _PATTERN_TEXT: tuple[tuple[str, str, tuple[tuple[str, ...], ...], str], ...] = (
     ("instruction", "poisoned", (('prompt',),), r"\b(?:reveal|print|repeat|output|send|include|leak|share)\b.{0,40}?\b(?:your|the)\s+(?:system|developer)\s+prompt\b"),
     ("instruction", "poisoned", (('otherwise', 'else'),), r"\b(?:otherwise|or\s+else)\b.{0,40}\b(?:the\s+)?(?:application|system|tool|server)\s+will\s+(?:crash|fail|break)\b.{0,60}\b(?:data\s+(?:will\s+be\s+)?lost|user)"),
     ("ordering", "suspicious", (('always',),), r"\balways\s+(?:call|use|run|invoke)\s+this\s+(?:tool\s+)?(?:first|before)"),
-    ("ordering", "suspicious", (('before', 'prior'),), r"\b(?:before|prior\s+to)\s+(?:using|calling|invoking|running)\s+(?:any|the\s+other|another|other)\s+tools?\b"),
+    ("ordering", "suspicious", (('before', 'prior'), ('using', 'calling', 'invoking', 'running'), ('tool', 'tools')), r"\b(?:before|prior\s+to)\s+(?:using|calling|invoking|running)\s+(?:any|the\s+other|another|other)\s+tools?\b"),
     ("concealment", "poisoned", (('tell', 'telling', 'mention', 'mentioning', 'inform', 'informing', 'notify', 'notifying', 'alert', 'alerting', 'reveal', 'revealing', 'disclose', 'disclosing'),), r"\b(?:do\s+not|don'?t|never|without)\s+(?:tell(?:ing)?|mention(?:ing)?|inform(?:ing)?|notify(?:ing)?|alert(?:ing)?|reveal(?:ing)?|disclos(?:e|ing))\s+(?:this\s+|it\s+|anything\s+|that\s+)?(?:to\s+)?(?:the\s+)?users?(?:\s+(?:about|that\s+you|of\s+this|anything|this|it)\b|\s*[.,;:)!]|\s*$)"),
     ("concealment", "poisoned", (('tell', 'mention', 'inform', 'reveal', 'disclose'),), r"\b(?:do\s+not|don'?t|never)\s+(?:tell|mention|inform|reveal|disclose)\b.{0,30}?\b(?:this|it|that\s+you)\b.{0,30}?\b(?:to\s+)?(?:the\s+)?users?\b"),
     ("concealment", "poisoned", (('hide', 'conceal', 'keep'),), r"\b(?:hide|conceal|keep)\s+(?:this|it|these|them)\s+(?:secret\s+)?from\s+the\s+users?\b"),
     ("concealment", "poisoned", (('must', 'should'), ('not', 'never')), r"\bthe\s+users?\s+(?:must|should)\s+(?:not|never)\s+(?:know|see|be\s+told|notice|find\s+out)\b"),
     ("concealment", "poisoned", (('silently', 'secretly', 'covertly', 'quietly', 'discreetly'),), r"\b(?:silently|secretly|covertly|quietly|discreetly)\s+(?:send|forward|copy|upload|read|include|add|pass|call|bcc|cc)\b"),
-    ("exfiltration", "poisoned", (('conversation', 'history', 'previous', 'prompt', 'context'),), r"\b(?:pass|send|include|put|add|attach|append|provide|forward|post|upload)\b.{0,60}?\b(?:the\s+(?:whole\s+|entire\s+|full\s+)?(?:conversation|chat\s+history|message\s+history|previous\s+messages|system\s+prompt|context\s+window))"),
+    ("exfiltration", "poisoned", (('conversation', 'chat', 'message', 'messages', 'prompt', 'window'), ('pass', 'send', 'include', 'put', 'add', 'attach', 'append', 'provide', 'forward', 'post', 'upload')), r"\b(?:pass|send|include|put|add|attach|append|provide|forward|post|upload)\b.{0,60}?\b(?:the\s+(?:whole\s+|entire\s+|full\s+)?(?:conversation|chat\s+history|message\s+history|previous\s+messages|system\s+prompt|context\s+window))"),
     ("exfiltration", "poisoned", (('ssh', 'aws', 'gcloud', 'cursor', 'env', 'id_rsa', 'id_ed25519', 'id_ecdsa', 'netrc', 'npmrc', 'pypirc', 'credentials', 'shadow', 'bash_history', 'kube'),), r"\b(?:read|cat|open|load)\b.{0,20}?[`'\"]?~?/?(?:\.ssh/(?!\S*\.pub\b)|\.aws/|\.config/gcloud|\.cursor/mcp\.json|\.env\b|id_(?:rsa|ed25519|ecdsa)(?!\.pub)\b|\.netrc|\.npmrc|\.pypirc|\.git-credentials|/etc/shadow|\.bash_history|\.kube/config)"),
     ("exfiltration", "poisoned", (('curl', 'wget'),), r"\b(?:curl|wget)\b[^\n|]{0,200}\|\s*(?:ba|z|da)?sh\b"),
     ("exfiltration", "poisoned", (('@',),), r"\b(?:send|forward|copy|bcc|cc|redirect)\b.{0,60}?\b(?:to|at)\s+[\w.+-]+@[\w-]+\.[\w.]+"),
     ("exfiltration", "poisoned", (('content', 'contents'),), r"\b(?:pass|send|put|include|provide)\s+(?:its|their|the|this|that)\s+(?:full\s+|entire\s+)?contents?\s+(?:as|in|into)\b"),
-    ("exfiltration", "poisoned", (("'", '"', '`'), ('key', 'keys', 'secret', 'secrets', 'token', 'tokens', 'credential', 'credentials', 'password', 'passwords', 'conversation', 'history')), r"\b(?:key|secret|token|credential|password|conversation|history)s?\b.{0,40}?\b(?:as|in|into)\s+(?:the\s+)?[`'\"]\w+[`'\"]\s*(?:parameter|argument|field)?"),
-    ("shadowing", "poisoned", (('tool',), ('when', 'whenever', 'if'), ('use', 'uses', 'call', 'calls', 'invoke', 'invokes', 'run', 'runs')), r"\b(?:when|whenever|if)\s+(?:the\s+user|you|the\s+(?:ai|assistant|agent|model))\s+(?:uses?|calls?|invokes?|runs?)\s+(?:the\s+|any\s+)?(?:other\s+)?[`'\"]?[\w-]+[`'\"]?\s+tool\b.{0,80}?\b(?:must|always|also|instead|first)\b"),
+    ("exfiltration", "poisoned", (('key', 'keys', 'secret', 'secrets', 'token', 'tokens', 'credential', 'credentials', 'password', 'passwords', 'conversation', 'history'), ("'", '"', '`'), ('as', 'in', 'into')), r"\b(?:key|secret|token|credential|password|conversation|history)s?\b.{0,40}?\b(?:as|in|into)\s+(?:the\s+)?[`'\"]\w+[`'\"]\s*(?:parameter|argument|field)?"),
+    ("shadowing", "poisoned", (('tool',), ('when', 'whenever', 'if'), ('use', 'uses', 'call', 'calls', 'invoke', 'invokes', 'run', 'runs')), r"\b(?:when|whenever|if)\s+(?:the\s+user|you|the\s+(?:ai|assistant|agent|model))\s+(?:uses?|calls?|invokes?|runs?)\s+(?:the\s+|any\s+)?(?:other\s+)?(?:[`'\"]?[\w-]+[`'\"]?\s+){1,3}tool\b.{0,80}?\b(?:must|always|also|instead|first)\b"),
     ("shadowing", "poisoned", (('deprecated', 'broken', 'disabled', 'unsafe', 'compromised', 'replaced'),), r"\b(?:the\s+)?[`'\"]?[\w-]+[`'\"]?\s+(?:tool|server)\s+(?:is|has\s+been)\s+(?:deprecated|broken|disabled|unsafe|compromised|replaced)\b"),
     ("shadowing", "poisoned", (('replaces', 'supersedes', 'wraps'),), r"\b(?:this\s+tool\s+)?(?:replaces|supersedes|wraps)\s+(?:the\s+)?[`'\"]?[\w-]+[`'\"]?\s+(?:tool|server)\b"),
     ("shadowing", "poisoned", (('sent', 'forwarded', 'routed', 'copied', 'redirected'),), r"\b(?:all|every|any)\s+(?:other\s+)?(?:tools?|emails?|messages?|calls?)\s+(?:must|should)\s+(?:be\s+)?(?:sent|forwarded|routed|copied|redirected)\b"),
-    ("shadowing", "suspicious", (('instead', 'rather', 'place'),), r"\b(?:instead\s+of|rather\s+than|in\s+place\s+of)\s+(?:the\s+|using\s+the\s+|calling\s+the\s+)?[`'\"]?[\w-]+[`'\"]?\s+(?:tool|server)\b"),
+    ("shadowing", "suspicious", (('instead', 'rather', 'place'), ('tool', 'server')), r"\b(?:instead\s+of|rather\s+than|in\s+place\s+of)\s+(?:the\s+|using\s+the\s+|calling\s+the\s+)?[`'\"]?[\w-]+[`'\"]?\s+(?:tool|server)\b"),
     ("exfiltration", "poisoned", (('content', 'contents', 'data', 'text', 'value'), ('ssh', 'aws', 'env', 'secret', 'secrets', 'private', 'credential', 'credentials', 'password', 'passwords', 'token', 'tokens')), r"\b(?:contents?|data|text|value)\s+(?:from|of)\s+(?:reading\s+)?(?:the\s+)?(?:users?\s+)?(?:ssh|aws|env|secrets?|private|credentials?|passwords?|tokens?)\b"),
-    ("secret", "suspicious", (('ssh', 'id_rsa', 'id_ed25519', 'id_ecdsa', 'rsa', 'ed25519', 'ecdsa', 'cursor', 'aws'),), r"~/\.ssh\b|\bid_(?:rsa|ed25519|ecdsa)\b|\.cursor/mcp\.json|~/\.aws/credentials"),
+    ("secret", "suspicious", (('ssh', 'id_rsa', 'id_ed25519', 'id_ecdsa', 'rsa', 'ed25519', 'ecdsa', 'cursor', 'credentials'),), r"~/\.ssh\b|\bid_(?:rsa|ed25519|ecdsa)\b|\.cursor/mcp\.json|~/\.aws/credentials"),
 )
 #: (kind, verdict, gate, pattern): the pattern runs only when every gate group shares a word
 #: with the text (set tests cost far less than the patterns; a gate lists every word form its
@@ -76,8 +76,27 @@ PATTERNS: tuple[tuple[str, str, tuple[frozenset[str], ...], re.Pattern[str]], ..
     for kind, verdict, gate, text in _PATTERN_TEXT)
 
 
+#: First gate word -> the patterns it opens: a text tries only the patterns its words open.
+_OPENS: dict[str, list[int]] = {}
+for _i, (_k, _v, _gate, _rx) in enumerate(PATTERNS):
+    for _w in _gate[0]:
+        _OPENS.setdefault(_w, []).append(_i)
+_OPEN_WORDS = frozenset(_OPENS)
+
 #: The words a text holds (and the punctuation some gates need), found in one pass.
+_SPECIAL = "<@~'\"`"
+_SPLIT = str.maketrans({c: (f" {c} " if c in _SPECIAL else " ") for c in map(chr, range(128))
+                       if not (c.isalnum() or c == "_")})
+
+
 _TOKENS = re.compile(r"\w+|[<@~'\"`]")
+
+
+def _words(low: str) -> set[str]:
+    """The words of a lower-cased text (and the punctuation some gates need): split on ASCII
+    punctuation when the text is ASCII (fast), else on Unicode's word boundaries, so that
+    quotes or dashes from other scripts cannot glue a gate word to its neighbour."""
+    return set(low.translate(_SPLIT).split()) if low.isascii() else set(_TOKENS.findall(low))
 
 
 #: Invisible characters by what they can hide: tag characters spell ASCII no one sees, bidi
@@ -171,9 +190,11 @@ def scan_text(text: str, field: str) -> list[Finding]:
                 out.append(Finding("invisible", verdict, field, shown))
         plain = _TAGS.sub("", text)
     seen: set[tuple[str, str]] = set()
-    found = set(_TOKENS.findall(plain.lower()))
-    for kind, verdict, gate, rx in PATTERNS:
-        if (kind, verdict) in seen or any(found.isdisjoint(group) for group in gate):
+    found = _words(plain.lower())
+    opened = sorted({i for w in found.intersection(_OPEN_WORDS) for i in _OPENS[w]})
+    for i in opened:
+        kind, verdict, gate, rx = PATTERNS[i]
+        if (kind, verdict) in seen or any(found.isdisjoint(group) for group in gate[1:]):
             continue
         hit = rx.search(plain)
         if hit:
