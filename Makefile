@@ -38,8 +38,9 @@ demo: $(STAMP)
 	$(BIN)/riskrank demo
 
 # riskrank-base, the heads shipped in the wheel (docs/base-model.md). SOURCE_DATE_EPOCH pins the
-# sidecar's time stamp, and one thread pins the float reductions' order: the same versions
-# rebuild the same sha256 for every file only at the same thread count (BASE_THREADS).
+# sidecar's time stamp and BASE_THREADS the thread count (float reductions may depend on it;
+# here 1 and 2 threads built identical files). The shipped files predate the current code: a
+# rebuild differs from them (docs/base-model.md says how).
 BASE_MODEL    := src/riskrank/base/model
 BASE_TRANSFER := benchmarks/results/transfer_lobo.json
 BASE_EPOCH    ?= 1764547200
