@@ -686,27 +686,6 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(rows + (ann_rows if len(ann_rows) > 3 else []) + (bm_rows if len(bm_rows) > 3 else []))
 
 
-def doc_table(report: dict[str, Any]) -> str:
-    """The Markdown table docs/benchmarks.md quotes, rendered from the report (a test compares
-    them): one row per synthetic size and real registry, with where its heads came from."""
-    def heads(r: dict[str, Any]) -> str:
-        h = str(r.get("heads", ""))
-        return "random heads" if h.startswith("random") else ("base-model heads" if "base" in h else "trained heads")
-
-    rows = [(f"synthetic-{n}", r) for n, r in report.get("sizes", {}).items()]
-    rows += [(f"{name} ({heads(r)})", r) for name, r in report.get("registries", {}).items()]
-    out = ["| registry | tools | heads ms | graph ms | rules ms | riskrank p50 / p95 ms | naive p50 ms | speed-up "
-           "| qps (batches of 32) | graph build s | peak RSS MB |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for label, r in rows:
-        st = r["stage_ms_p50"]
-        naive_ms = f"{r['naive_total_ms_p50']:.1f}" if r.get("naive_total_ms_p50") else "-"
-        speed = f"{r['speedup']:.0f}x" if r.get("speedup") else "-"
-        out.append(f"| {label} | {r['n_tools']:,} | {st['heads']:.2f} | {st['graph']:.2f} | {st['rules']:.2f} "
-                   f"| {r['total_ms_p50']:.2f} / {r['total_ms_p95']:.2f} | {naive_ms} | {speed} | {r['qps']:,.0f} "
-                   f"| {r['graph_build_s']:.1f} | {r['peak_rss_mb']:,.0f} |")
-    return "\n".join(out)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="2032,4076,100000,1000000", help="synthetic registry sizes (comma-separated; '' for none)")

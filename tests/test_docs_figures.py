@@ -82,3 +82,12 @@ def test_the_trust_scan_table_is_its_artefact():
     artefact = json.loads((ROOT / "benchmarks/results/trust_scan.json").read_text())
     assert trust_scan.doc_table(artefact) in (ROOT / "docs/trust.md").read_text(), (
         "docs/trust.md's scan table differs from benchmarks/results/trust_scan.json")
+
+
+def test_the_scale_table_is_its_artefact():
+    import bench_scale
+
+    artefact = json.loads((ROOT / "benchmarks/results/scale_small.json").read_text())
+    assert bench_scale.table(artefact) in (ROOT / "docs/benchmarks.md").read_text(), (
+        "docs/benchmarks.md's committed scale table differs from benchmarks/results/scale_small.json")
+    assert all("checkpoint" in r["heads"] for r in artefact["registries"].values())
