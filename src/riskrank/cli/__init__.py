@@ -13,6 +13,7 @@ graph stats), :mod:`.experiments` (reproduce, demo), :mod:`.audit` (audit, agree
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -57,8 +58,16 @@ for _command in (data.data, library.evaluate, library.compare, library.retrieve,
     main.add_command(_command)
 
 
+def _quiet_child_watcher(record: logging.LogRecord) -> bool:
+    """asyncio's child watcher warns "Unknown child process pid N" when a child (an upstream
+    server that fails at once) exits before it is registered; the failure itself is reported
+    in riskrank's own one line, so that race's second line is dropped."""
+    return not str(record.msg).startswith("Unknown child process pid")
+
+
 def run() -> int:
     """Entry point with the error policy: RiskrankError -> one line, exit 2."""
+    logging.getLogger("asyncio").addFilter(_quiet_child_watcher)
     try:
         main.main(standalone_mode=False)
     except click.exceptions.Abort:
