@@ -207,7 +207,7 @@ def heads_model(checkpoint: str | None, dim: int, lexical: bool):
     import torch
 
     from riskrank.first_stage import LEXICAL_FEATURES, PRIOR_FUSION, Fusion
-    from riskrank.heads import DualHead
+    from riskrank.training.modules import DualHead
 
     if checkpoint:
         from riskrank.checkpoint import load_checkpoint

@@ -25,8 +25,8 @@ import torch
 
 from riskrank.first_stage import BM25Retriever, lexical_text, task_words, words
 from riskrank.graph import GraphConfig, ToolGraph
-from riskrank.heads import DualHead
 from riskrank.rules import UNKNOWN_RISK_AS, RuleConfig
+from riskrank.training.modules import DualHead
 
 
 # -- heads --------------------------------------------------------------------------------------

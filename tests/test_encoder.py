@@ -4,7 +4,9 @@ cache hit that never loads the model, and two processes sharing one cache."""
 from __future__ import annotations
 
 import hashlib
+import json
 import multiprocessing as mp
+import shutil
 import sqlite3
 
 import numpy as np
@@ -220,7 +222,7 @@ def test_onnx_backend_gives_the_same_embeddings(tmp_path):
     texts = ["  padded   text with spaces ", "Delete ALL files in /var/log older than 30 days!", "word " * 400,
              "émigré café naïve — unicode ✓", "short", "wire $200 to Alice"]
     onnx = Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, backend="onnx")
-    torch_enc = Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False)
+    torch_enc = Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, backend="torch")
     a, b = onnx.encode(texts), torch_enc.encode(texts)
     assert a.dtype == np.float32 and a.shape == b.shape
     np.testing.assert_allclose(a, b, atol=1e-5)  # truncation, padding, unicode, batches by length
@@ -232,14 +234,50 @@ def test_onnx_backend_gives_the_same_embeddings(tmp_path):
     exported[0].write_bytes(b"not a model")
     with pytest.raises(RiskrankError, match="exported encoder"):
         Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, backend="onnx").encode(["x"])
-    # auto falls back to PyTorch with a warning where ONNX cannot serve.
+    # auto, for a model NumPy does not run, falls back to PyTorch with a warning where ONNX cannot serve.
     with pytest.warns(UserWarning, match="using PyTorch"):
         auto = Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, backend="auto")
+        auto.numpy_backend = lambda: None
         np.testing.assert_allclose(auto.encode(texts[:1]), b[:1], atol=1e-6)
     assert auto.backend == "torch"
     ok = Encoder(None, cache_dir=tmp_path / "fresh", use_cache=False, progress=False, backend="auto")
+    ok.numpy_backend = lambda: None
     ok.encode(["x"])
     assert ok.backend == "onnx"  # auto reports what it runs
+
+
+def test_numpy_backend_gives_sentence_transformers_embeddings(tmp_path):
+    """The NumPy forward pass (the servers' default) against sentence-transformers on the
+    bundled model: truncation at 256 tokens, padding, unicode, batches sorted by length."""
+    texts = ["  padded   text with spaces ", "Delete ALL files in /var/log older than 30 days!", "word " * 400,
+             "émigré café naïve — unicode ✓ 🚀", "short", "wire $200 to Alice", "x"]
+    ref = Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, backend="torch").encode(texts)
+    enc = Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False)  # auto
+    got = enc.encode(texts)
+    assert enc.backend == "numpy" and enc._model is None  # sentence-transformers never loaded
+    assert got.dtype == np.float32 and got.shape == ref.shape
+    np.testing.assert_allclose(got, ref, atol=1e-5)
+    np.testing.assert_allclose(enc.numpy_backend().encode(texts, batch_size=2), ref, atol=1e-5)
+
+
+def test_numpy_backend_refuses_what_it_cannot_run(tmp_path):
+    from riskrank.encoder import _bundled_path
+    from riskrank.numpy_encoder import NumpyEncoder, UnsupportedModel
+
+    folder = tmp_path / "model"
+    shutil.copytree(_bundled_path(), folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**cfg, "model_type": "roberta"}))
+    with pytest.raises(UnsupportedModel, match="roberta"):
+        NumpyEncoder(folder)
+    with pytest.raises(RiskrankError, match="numpy encoder backend cannot run"):
+        Encoder(str(folder), cache_dir=tmp_path, use_cache=False, progress=False, backend="numpy").encode(["x"])
+    (folder / "config.json").write_text(json.dumps(cfg))
+    (folder / "model.safetensors").write_bytes(b"\x00" * 64)
+    with pytest.raises(RiskrankError, match="cannot read the encoder's weights"):
+        NumpyEncoder(folder)
+    with pytest.raises(RiskrankError, match="runs on the CPU"):
+        Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, backend="numpy", device="cuda").encode(["x"])
 
 
 def test_unknown_backend():
@@ -251,6 +289,7 @@ def test_auto_backend_falls_back_on_any_export_failure(tmp_path):
     (tmp_path / "onnx").write_text("a file where the export folder should be")
     with pytest.warns(UserWarning, match="using PyTorch"):
         enc = Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, backend="auto")
+        enc.numpy_backend = lambda: None  # as for a model the NumPy pass does not run
         assert enc.encode(["hello world"]).shape == (1, 384)
     assert enc.backend == "torch"
     with pytest.raises(RiskrankError, match="onnx encoder backend failed"):

@@ -12,7 +12,8 @@ import torch
 import naive
 from riskrank.errors import RiskrankError
 from riskrank.first_stage import LEXICAL_FEATURES, RelevanceInputs, rank
-from riskrank.heads import DualHead, HeadScorer
+from riskrank.heads import HeadScorer
+from riskrank.training.modules import DualHead
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 

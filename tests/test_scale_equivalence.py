@@ -15,8 +15,9 @@ import naive
 from riskrank.ann import ANNRetriever
 from riskrank.first_stage import LEXICAL_FEATURES, RelevanceInputs, rank, top_m
 from riskrank.graph import NORMALISATIONS, GraphConfig, ToolGraph
-from riskrank.heads import DualHead, HeadScorer
+from riskrank.heads import HeadScorer
 from riskrank.rules import RuleConfig, RuleFilter
+from riskrank.training.modules import DualHead
 
 SEEDS = st.integers(0, 2**32 - 1)
 

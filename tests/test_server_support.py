@@ -60,9 +60,9 @@ def make_checkpoint(path: Path, registry_path: Path | str | None = None, encoder
     import torch
 
     from riskrank.checkpoint import save_checkpoint
-    from riskrank.heads import DualHead
     from riskrank.registry import ToolRegistry
     from riskrank.training import TrainConfig, TrainResult
+    from riskrank.training.modules import DualHead
 
     encoder = encoder or HashEncoder()
     reg = ToolRegistry.load(registry_path or demo_registry_path())

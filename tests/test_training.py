@@ -13,7 +13,7 @@ import torch
 
 from riskrank.checkpoint import SIDECAR, WEIGHTS, load_checkpoint, save_checkpoint
 from riskrank.errors import CheckpointError, RiskrankError
-from riskrank.heads import HeadScorer
+from riskrank.heads import HeadScorer, as_weights
 from riskrank.training import (
     TrainConfig,
     choose_lambda,
@@ -35,8 +35,9 @@ def train(data, **kw):
 
 
 def states_equal(a, b) -> bool:
-    sa, sb = a.state_dict(), b.state_dict()
-    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+    """The same arrays under the same names (a training module or the loaded HeadWeights)."""
+    sa, sb = as_weights(a).arrays, as_weights(b).arrays
+    return sa.keys() == sb.keys() and all(np.array_equal(sa[k], sb[k]) for k in sa)
 
 
 # -- seeds -----------------------------------------------------------------------------------

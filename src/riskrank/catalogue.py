@@ -70,6 +70,26 @@ class ArtefactSpec:
         heads = self.checkpoint != NO_CHECKPOINT and (self.checkpoint is not None or default_checkpoint() is not None)
         return self.mode or safe_default_mode(heads)
 
+    def announced(self, encoder_identity: str | None) -> tuple[str, str, float | None]:
+        """(mode, fill, relevance floor) that a catalogue of this spec serves, known before any
+        tool is: a gateway describes ``find_tools`` with them while its upstreams start. The
+        same values as the loaded retriever's (:meth:`riskrank.pipeline.RiskAwareRetriever.relevance_floor`);
+        a bad checkpoint is its error here, before anything serves."""
+        from riskrank.base import resolve_checkpoint
+        from riskrank.checkpoint import load_checkpoint
+        from riskrank.modes import default_min_score
+
+        path, _ = resolve_checkpoint(self.checkpoint, encoder_identity)
+        mode = self.mode or safe_default_mode(path is not None)
+        stages = parse_mode(mode)
+        if stages.heads and path is None:
+            raise RiskrankError(f"mode {mode} needs a checkpoint (the learned heads)")
+        floor = self.min_score
+        if floor is None:
+            inference = load_checkpoint(path, encoder_identity=encoder_identity).inference if stages.heads and path else {}
+            floor = default_min_score(stages.heads, encoder_identity or "", inference, stages.relevance)
+        return mode, self.fill, None if floor is None or floor == float("-inf") else float(floor)
+
     def to_dict(self) -> dict[str, Any]:
         return {"registry": self.registry, "checkpoint": self.checkpoint, "mode": self.mode,
                 "risk_source": self.risk_source, "fill_levels": self.fill_levels, "candidates": self.candidates,

@@ -64,7 +64,7 @@ from riskrank.errors import CheckpointError, RiskrankError
 from riskrank.fileio import DIR_MODE, atomic_writer, dumps, loads_strict, read_regular_file, show
 from riskrank.first_stage import FUSION_RULES, LEXICAL_FEATURES, NORMS, Fusion
 from riskrank.graph import NORMALISATIONS, ToolGraph
-from riskrank.heads import DESIGNS, PENALTIES, DualHead
+from riskrank.heads import DESIGNS, PENALTIES, HeadWeights, as_weights
 from riskrank.modes import MAX_LAMBDA
 
 WEIGHTS = "heads.safetensors"
@@ -312,7 +312,7 @@ class Checkpoint:
     """Loaded (or freshly trained) heads and their sidecar; ``path`` is the directory it was
     loaded from, None for one that lives only in memory."""
 
-    model: DualHead
+    model: HeadWeights
     meta: dict[str, Any]
     path: Path | None = None
     graph_bytes: bytes | None = field(default=None, repr=False)
@@ -356,7 +356,9 @@ class TrainResult:
     trained with, the validated lambda, the history and validation records, counts and timing;
     the artefact type lives here, with the checkpoint, so that loading one needs no training code."""
 
-    model: DualHead
+    model: Any
+    """The trained heads (a :class:`riskrank.training.modules.DualHead`; anything with
+    ``weights() -> HeadWeights``: the checkpoint, part of the engine, imports no PyTorch)."""
     config: Any
     """The :class:`riskrank.training.TrainConfig` it was trained with (typed loosely: the
     checkpoint, part of the engine, imports no training code)."""
@@ -380,14 +382,14 @@ class TrainResult:
 def sidecar(result: TrainResult, *, encoder: dict[str, Any], registry_fingerprint: str,
             training_data: dict[str, Any] | None = None, inference: dict[str, Any] | None = None) -> dict[str, Any]:
     """The sidecar of a training result (without the sha256s, which saving adds)."""
+    heads = as_weights(result.model)
     return {
         "format": FORMAT,
         "riskrank_version": __version__,
         "created": _created(),
         "encoder": encoder,
-        "head": {"design": result.model.design, "dim": result.model.dim, "hidden": result.model.hidden,
-                 "rank": result.model.rank, "parameters": result.model.n_parameters(),
-                 "lexical": list(result.model.lexical), "penalty": result.model.penalty},
+        "head": {"design": heads.design, "dim": heads.dim, "hidden": heads.hidden, "rank": heads.rank,
+                 "parameters": heads.n_parameters(), "lexical": list(heads.lexical), "penalty": heads.penalty},
         "inference": {"lam": result.lam, **(inference or {})},
         **({"risk_head": dict(result.risk_quality)} if result.risk_quality else {}),
         **({"need_head": need_info(result.need_head)} if result.need_head is not None else {}),
@@ -415,7 +417,7 @@ def need_info(head: NeedHead) -> dict[str, Any]:
 
 def in_memory(result: TrainResult, **meta: Any) -> Checkpoint:
     """A checkpoint around a training result, no files involved (``meta``: as :func:`sidecar`)."""
-    return Checkpoint(result.model, sidecar(result, **meta), need_head=result.need_head)
+    return Checkpoint(as_weights(result.model), sidecar(result, **meta), need_head=result.need_head)
 
 
 # -- saving: one atomic commit --------------------------------------------------------------------------
@@ -427,15 +429,14 @@ def save_checkpoint(
     ``checkpoint.json`` with their sha256s into a staging directory, then put it in place of
     directory ``path`` in one step (module docstring). ``path`` may not exist, be empty, or
     hold a checkpoint (which is replaced); a directory holding anything else is refused."""
-    from safetensors.torch import save
+    from safetensors.numpy import save
 
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise CheckpointError(f"{path}: exists and is not a directory")
     if path.is_dir() and any(path.iterdir()) and not is_checkpoint_dir(path):
         raise CheckpointError(f"{path}: a directory holding other files, not a checkpoint; not overwritten")
-    state = {k: v.detach().contiguous() for k, v in result.model.state_dict().items()}
-    blob = save(state)
+    blob = save(dict(as_weights(result.model).arrays))
     meta = sidecar(result, encoder=encoder, registry_fingerprint=registry_fingerprint, training_data=training_data,
                    inference=inference)
     meta["weights_sha256"] = hashlib.sha256(blob).hexdigest()
@@ -451,9 +452,7 @@ def save_checkpoint(
                 graph.to_npz(staging / GRAPH_FILE)
                 files[GRAPH_FILE] = _sha256_file(staging / GRAPH_FILE)
             if result.need_head is not None:
-                from safetensors.numpy import save as save_np
-
-                need_blob = save_np({k: np.ascontiguousarray(v) for k, v in result.need_head.arrays().items()})
+                need_blob = save({k: np.ascontiguousarray(v) for k, v in result.need_head.arrays().items()})
                 with atomic_writer(staging / NEED_FILE) as fh:
                     fh.write(need_blob)
                 files[NEED_FILE] = hashlib.sha256(need_blob).hexdigest()
@@ -569,7 +568,7 @@ def load_checkpoint(path: str | Path, *, encoder_identity: str | None = None, di
     missing, torn, tampered or out-of-range part is a :class:`CheckpointError` naming the
     file and the problem."""
     from safetensors import SafetensorError
-    from safetensors.torch import load
+    from safetensors.numpy import load
 
     path = Path(path)
     if not path.is_dir():
@@ -612,15 +611,14 @@ def load_checkpoint(path: str | Path, *, encoder_identity: str | None = None, di
     except (SafetensorError, ValueError) as exc:
         raise CheckpointError(f"{weights}: cannot load head weights ({str(exc).splitlines()[0][:160]})") from None
     try:
-        model = DualHead(ck_dim, head["design"], head["hidden"], head["rank"], lexical=tuple(head.get("lexical", ())),
-                         penalty=head.get("penalty", "paper"))
-        model.load_state_dict(state, strict=True)
+        model = HeadWeights.from_state(ck_dim, head["design"], head["hidden"], head["rank"], tuple(head.get("lexical", ())),
+                                       head.get("penalty", "paper"), state)
     except (RuntimeError, ValueError) as exc:
         # the weights passed their sha256, so it is the sidecar's head block that is wrong
         shape = {k: head[k] for k in ("design", "dim", "hidden", "rank", "lexical", "penalty") if k in head}
         raise CheckpointError(f"{side}: head {shape} does not fit the weights in {WEIGHTS} "
                               f"({str(exc).splitlines()[-1].strip()[:120]})") from None
-    return Checkpoint(model.eval(), meta, path, graph_bytes, _verified_need_head(path, meta, ck_dim))
+    return Checkpoint(model, meta, path, graph_bytes, _verified_need_head(path, meta, ck_dim))
 
 
 def _verified_need_head(path: Path, meta: Mapping[str, Any], dim: int) -> NeedHead | None:

@@ -39,6 +39,14 @@ from riskrank.errors import RiskrankError
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
 _BUNDLED_ALIASES = {"default", "all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2", "minilm"}
 ENV_CACHE = "RISKRANK_CACHE"
+#: The encoder's forward pass: ``numpy`` (:mod:`riskrank.numpy_encoder`, no PyTorch), ``torch``
+#: (sentence-transformers), ``onnx`` (ONNX Runtime on a graph exported with PyTorch), or
+#: ``auto``: NumPy where it runs the model (a local BERT folder on the CPU, the default encoder
+#: among them), else ONNX Runtime where installed and able, else PyTorch.
+BACKENDS = ("auto", "numpy", "torch", "onnx")
+#: Intra-op threads set by :func:`limit_threads` (None: the libraries' defaults); applied to
+#: PyTorch and ONNX Runtime when they load.
+THREADS: int | None = None
 
 
 def default_cache_dir() -> Path:
@@ -282,14 +290,14 @@ class Encoder:
         batch_size: int = 64,
         device: str = "cpu",
         progress: bool = True,
-        backend: str = "torch",
+        backend: str = "auto",
     ) -> None:
-        from riskrank.onnx_backend import BACKENDS
-
         if backend not in BACKENDS:
             raise RiskrankError(f"unknown encoder backend {backend!r}; choose from {', '.join(BACKENDS)}")
+        #: The forward pass asked for; once resolved (first encode or :meth:`warm`), the one run.
         self.backend = backend
         self._onnx = None
+        self._numpy: Any = None
         self._cache_dir = Path(cache_dir or default_cache_dir())
         self.display_name, self.folder = resolve_model(name_or_path)
         self.identity = model_identity(self.display_name, self.folder)
@@ -308,8 +316,12 @@ class Encoder:
             if self._model is None:
                 if self.folder is not None:
                     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                import torch
                 from sentence_transformers import SentenceTransformer
                 from transformers.utils import logging as hf_logging
+
+                if THREADS is not None:
+                    torch.set_num_threads(THREADS)
 
                 hf_logging.disable_progress_bar()  # the per-load "Loading weights" bar is noise
                 source, revision = (str(self.folder), None) if self.folder is not None else split_revision(self.display_name)
@@ -335,7 +347,7 @@ class Encoder:
     @property
     def dim(self) -> int:
         """Embedding dimension, from the cache's model metadata when the model is not loaded."""
-        if self._known_dim() is None:
+        if self._known_dim() is None and self.numpy_backend() is None:
             _ = self.model
         assert self._dim is not None
         return self._dim
@@ -387,14 +399,48 @@ class Encoder:
             raise RiskrankError("the task/query text is empty")
         return self.encode([text], store=store)[0]
 
+    def numpy_backend(self) -> Any:
+        """The NumPy forward pass (``backend="numpy"``, or ``"auto"`` where it runs the
+        model), loaded on first use; None where another backend runs."""
+        if self._numpy is not None or self.backend not in ("auto", "numpy"):
+            return self._numpy
+        with self._lock:
+            if self._numpy is not None or self.backend not in ("auto", "numpy"):
+                return self._numpy
+            from riskrank.numpy_encoder import NumpyEncoder, UnsupportedModel
+
+            try:
+                if self.folder is None or self.device != "cpu":
+                    raise UnsupportedModel("it runs a local model folder on the CPU" if self.device == "cpu"
+                                           else f"it runs on the CPU, not {self.device!r}")
+                self._numpy = NumpyEncoder(self.folder)
+            except UnsupportedModel as exc:
+                if self.backend == "numpy":
+                    raise RiskrankError(f"the numpy encoder backend cannot run {self.display_name}: {exc}") from None
+                return None  # auto: ONNX Runtime or PyTorch
+            self.backend = "numpy"
+            self._dim = self._numpy.dim
+            if self.cache is not None:
+                self.cache.put_meta(self.identity, {"dim": self._dim, "name": self.display_name})
+        return self._numpy
+
+    def warm(self) -> None:
+        """Load the forward pass now and run it once (a cache hit never loads it, so the
+        first new query would pay for the load)."""
+        fwd = self.numpy_backend() or self.onnx_backend()
+        if fwd is not None:
+            fwd.encode(["warm up"])
+        else:
+            self.model.encode(["warm up"], convert_to_numpy=True)
+
     def onnx_backend(self):
         """The ONNX Runtime forward pass (``backend="onnx"``, or ``"auto"`` when the model and
         the device allow it; ``auto`` falls back to PyTorch, with a warning, where not)."""
-        if self._onnx is not None or self.backend == "torch":
+        if self._onnx is not None or self.backend in ("torch", "numpy"):
             return self._onnx
         model = self.model
         with self._lock:
-            if self._onnx is not None or self.backend == "torch":
+            if self._onnx is not None or self.backend in ("torch", "numpy"):
                 return self._onnx
             if self.device != "cpu":
                 if self.backend == "onnx":
@@ -404,7 +450,7 @@ class Encoder:
             from riskrank.onnx_backend import OnnxEncoderBackend
 
             try:
-                self._onnx = OnnxEncoderBackend(model, self.identity, self._cache_dir)
+                self._onnx = OnnxEncoderBackend(model, self.identity, self._cache_dir, THREADS)
             except Exception as exc:  # auto: any export/load failure means PyTorch, never a dead server
                 if self.backend == "onnx":
                     raise RiskrankError(f"the onnx encoder backend failed: {exc}") from None
@@ -415,14 +461,14 @@ class Encoder:
         return self._onnx
 
     def _encode_model(self, texts: list[str], desc: str) -> np.ndarray:
-        model = self.model
         show = self.progress and len(texts) > 4 * self.batch_size
-        onnx = self.onnx_backend()
-        if onnx is not None:
-            vecs = onnx.encode(texts, self.batch_size, desc=desc if show else None)
+        fwd = self.numpy_backend() or self.onnx_backend()
+        if fwd is not None:
+            vecs = fwd.encode(texts, self.batch_size, desc=desc if show else None)
         else:
             import torch
 
+            model = self.model
             with torch.inference_mode():
                 vecs = model.encode(
                     texts,
@@ -492,17 +538,16 @@ class BatchingEncoder:
 
     def warm(self) -> None:
         """Load the model now (a cache hit never loads it, so the first new query would)."""
-        model = getattr(self.inner, "model", None)
-        if model is not None and hasattr(model, "encode"):
+        if hasattr(self.inner, "warm"):
             with self._lock:
-                # The ONNX forward pass, when the encoder runs one, is exported (first time) and loaded now.
-                onnx = self.inner.onnx_backend() if hasattr(self.inner, "onnx_backend") else None
-                if onnx is not None:
-                    onnx.encode(["warm up"])
-                else:
-                    model.encode(["warm up"], convert_to_numpy=True)
+                self.inner.warm()
 
-    def encode(self, texts: Sequence[str], *, desc: str = "encoding") -> Any:
+    def encode(self, texts: Sequence[str], *, desc: str = "encoding", store: bool = False) -> Any:
+        """``store=False`` (live tasks): batched with concurrent requests, read from the
+        embedding cache but not added to it. ``store=True`` (a registry's tools): encoded at
+        once and kept in the cache, so a restart over the same tools encodes nothing."""
+        if store:
+            return self.inner.encode(list(texts), desc=desc)  # the inner encoder stores by default
         fut: concurrent.futures.Future = concurrent.futures.Future()
         self._queue.put((list(texts), fut))
         with self._lock:
@@ -542,6 +587,15 @@ class BatchingEncoder:
             start += len(texts)
 
 
+def encode_tools(encoder: Any, texts: Sequence[str]) -> np.ndarray:
+    """A registry's tool embeddings, kept in the embedding cache where the encoder has one
+    (``store=True``: a serving front batches and does not store live tasks, but tools it
+    must, or every restart re-encodes the registry)."""
+    if "store" in inspect.signature(encoder.encode).parameters:
+        return encoder.encode(list(texts), desc="encoding tools", store=True)
+    return encoder.encode(list(texts), desc="encoding tools")
+
+
 def _settle(fut: concurrent.futures.Future, fn: Callable, arg: Any) -> None:
     try:
         fut.set_result(fn(arg))
@@ -557,10 +611,14 @@ def limit_threads(threads: int) -> None:
     (measured here with 2 CPUs under load: a [1, 384] x [384, 2032] product took 20 ms with 2
     OpenBLAS threads and 0.3 ms with one; a MiniLM query 1,000 ms with 2 torch threads and
     100 ms with one). Concurrency comes from batching requests instead. Only the CLI calls
-    this: a library must not change its host's thread pools."""
-    import torch
+    this: a library must not change its host's thread pools. PyTorch's pool is set only when
+    something has imported it (the NumPy forward pass runs on the BLAS threads)."""
+    import sys
 
-    torch.set_num_threads(threads)
+    global THREADS
+    THREADS = int(threads)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
     try:  # a dependency of scikit-learn, so present; the BLAS limit is an optimisation only
         from threadpoolctl import threadpool_limits
     except ImportError:  # pragma: no cover
@@ -568,10 +626,10 @@ def limit_threads(threads: int) -> None:
     threadpool_limits(threads)
 
 
-def make_encoder(encoder: Any = None, device: str = "cpu", threads: int | None = None, backend: str = "torch") -> BatchingEncoder:
+def make_encoder(encoder: Any = None, device: str = "cpu", threads: int | None = None, backend: str = "auto") -> BatchingEncoder:
     """A :class:`BatchingEncoder` over ``encoder`` (an Encoder-like object, or a name/folder);
-    ``threads``: see :func:`limit_threads`; ``backend``: the encoder's forward pass (``auto``
-    uses ONNX Runtime where the model allows it: half the latency, the same embeddings)."""
+    ``threads``: see :func:`limit_threads`; ``backend``: the encoder's forward pass
+    (:data:`BACKENDS`; ``auto`` runs NumPy where it can: no PyTorch import, the same embeddings)."""
     if threads is not None:
         limit_threads(threads)
     if encoder is None or isinstance(encoder, str):

@@ -26,7 +26,6 @@ from riskrank.errors import RiskrankError
 from riskrank.extras import requires
 from riskrank.fileio import atomic_write_bytes
 
-BACKENDS = ("torch", "onnx", "auto")
 MAX_EXPORT_DIFF = 1e-4
 """Largest element-wise difference from PyTorch's embeddings accepted after an export."""
 _PROBE = [

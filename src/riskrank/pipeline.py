@@ -54,7 +54,7 @@ from riskrank.base import NAME as BASE_NAME
 from riskrank.base import NO_CHECKPOINT, default_checkpoint, resolve_checkpoint
 from riskrank.checkpoint import Checkpoint, TrainResult, in_memory, load_checkpoint, save_checkpoint
 from riskrank.context import ContextDecisions, NeedHead, apply_context
-from riskrank.encoder import Encoder
+from riskrank.encoder import Encoder, encode_tools
 from riskrank.errors import CheckpointError, RiskrankError
 from riskrank.first_stage import (
     DEFAULT_TOP_M,
@@ -213,7 +213,7 @@ class RiskAwareRetriever:
             checkpoint = load_checkpoint(checkpoint, encoder_identity=self.encoder.identity)
         self.checkpoint = checkpoint
         if tool_emb is None:
-            tool_emb = self.encoder.encode(registry.texts(tool_template), desc="encoding tools")
+            tool_emb = encode_tools(self.encoder, registry.texts(tool_template))
         tool_emb = np.ascontiguousarray(tool_emb, dtype=np.float32)
         if tool_emb.shape[0] != len(registry):
             raise RiskrankError(f"tool embeddings have {tool_emb.shape[0]} rows for {len(registry)} tools")

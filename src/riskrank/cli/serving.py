@@ -25,6 +25,7 @@ from riskrank.serving.auth import (
     read_token,
 )
 from riskrank.serving.requests import Limits
+from riskrank.timeline import TIMELINE, mark
 
 
 def token_options(f: Callable) -> Callable:
@@ -56,9 +57,10 @@ def catalogue_options(f: Callable) -> Callable:
                      help="keyword: give unlabelled tools the keyword annotator's level (reads MCP annotations)."),
         click.option("--encoder", default=None, help="Encoder name or folder (must match the checkpoint's)."),
         click.option("--device", default="cpu", show_default=True, help="Encoder device (cpu, cuda)."),
-        click.option("--encoder-backend", type=click.Choice(["auto", "torch", "onnx"]), default="auto", show_default=True,
-                     help="Encoder forward pass: ONNX Runtime (same embeddings, ~2x faster on CPU; exported once "
-                          "and cached) or PyTorch; auto = ONNX where the model allows it."),
+        click.option("--encoder-backend", type=click.Choice(["auto", "numpy", "torch", "onnx"]), default="auto", show_default=True,
+                     help="Encoder forward pass: NumPy (no PyTorch import: starts in a fraction of a second), "
+                          "ONNX Runtime (exported once with PyTorch and cached) or PyTorch, all giving the same "
+                          "embeddings; auto = NumPy where it runs the model, else ONNX where it can, else PyTorch."),
         click.option("--threads", type=click.IntRange(1), default=1, show_default=True,
                      help="torch and BLAS threads per process (more help only long texts or very large registries)."),
         click.option("--candidates", type=click.IntRange(1), default=None,
@@ -89,6 +91,8 @@ def console_options(f: Callable) -> Callable:
                      help="The console's audit: the label file of `riskrank audit` (review queue, apply, agreement heat map)."),
         click.option("--review", type=click.Path(dir_okay=False), default=None, metavar="REVIEW.jsonl",
                      help="The review queue the console edits [default: beside --labels, LABELS.review.jsonl]."),
+        click.option("--verbose", is_flag=True,
+                     help="Print the start-up timeline on stderr: where the time to the first answer goes."),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -145,7 +149,7 @@ def serve_command(registry: str | None, checkpoint: str | None, mode: str | None
                   token_file: str | None, token_env: str, insecure: bool, admin_token_file: str | None,
                   reload_dirs: tuple[str, ...], max_registry_bytes: int, max_body_bytes: int, max_task_chars: int,
                   max_lambda: float, timeout_s: float, max_inflight: int, log_level: str, openapi_out: str | None,
-                  console: bool, labels: str | None, review: str | None) -> None:
+                  console: bool, labels: str | None, review: str | None, verbose: bool) -> None:
     """Serve risk-aware tool retrieval over HTTP (POST /v1/retrieve; docs/serving.md).
 
     A bearer token (from $RISKRANK_TOKEN or --token-file) is required unless the server
@@ -153,6 +157,7 @@ def serve_command(registry: str | None, checkpoint: str | None, mode: str | None
     token of its own, and reads only the served artefacts and files under --reload-dir.
     --console serves the operator's console at /console (docs/console.md).
     Needs the serve extra (pip install 'riskrank[serve]')."""
+    start_timeline(verbose)
     from riskrank.serving.http import (  # first: a missing extra fails before any work
         create_app,
         write_openapi,
@@ -183,7 +188,9 @@ def serve_command(registry: str | None, checkpoint: str | None, mode: str | None
     log(f"loading {spec.registry}" + (f" with checkpoint {checkpoint}" if checkpoint else ""))
     live = LiveCatalogue.from_spec(spec, encoder, reload_dirs=reload_dirs, max_registry_bytes=max_registry_bytes,
                                    device=device, threads=threads, backend=encoder_backend)
+    mark("catalogue loaded (levels, embeddings, indexes, probe query)")
     live.encoder.warm()
+    mark("encoder loaded")
     s = live.active.summary()
     if s.get("base_model"):
         log(f"no --checkpoint: the base model ({s['checkpoint']})")
@@ -194,7 +201,7 @@ def serve_command(registry: str | None, checkpoint: str | None, mode: str | None
     auth = "none (--insecure, loopback)" if token is None else f"bearer token from {token_file or '$' + token_env}"
     backend = getattr(live.encoder.inner, "backend", None)
     log(f"serving {s['n_tools']} tools, mode {s['mode']} (modes: {', '.join(s['modes'])}), encoder {s['encoder']}"
-        + (f" ({'ONNX Runtime' if backend == 'onnx' else 'PyTorch'})" if backend else "")
+        + (f" ({ {'onnx': 'ONNX Runtime', 'numpy': 'NumPy'}.get(backend, 'PyTorch') })" if backend else "")
         + (f", first stage {s['first_stage']} top-{s['candidates']}" if s.get("candidates") else ""))
     log(f"listening on http://{url_host}:{bound[1]}  auth: {auth}; admin endpoints: "
         + ("on (admin token" + (f", reloads from {', '.join(reload_dirs)})" if reload_dirs else ", reloads re-read the served artefacts)")
@@ -207,7 +214,16 @@ def serve_command(registry: str | None, checkpoint: str | None, mode: str | None
         log(f"console at http://{url_host}:{bound[1]}/console  auth: "
             + ("the admin token (log in at the page)" if admin_token else "none (no admin token: loopback only)"))
     server = uvicorn_server(app, sock, log_level)
+    mark("serving")
     server.run(sockets=[sock])
+
+
+def start_timeline(verbose: bool) -> None:
+    """Mark the end of the interpreter's start-up and riskrank's imports; ``--verbose`` echoes
+    the timeline from here on (:mod:`riskrank.timeline`)."""
+    mark("interpreter, imports and arguments")
+    if verbose:
+        TIMELINE.follow(log)
 
 
 def parse_min_score(value: str | None) -> float | None:
@@ -279,7 +295,7 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
                 token_env: str, insecure: bool, console: bool, labels: str | None, review: str | None,
                 console_host: str | None, console_port: int | None, admin_token_file: str | None,
                 confirm_by: str | None, confirm_timeout: float, call_timeout: float, max_argument_bytes: int,
-                max_result_bytes: int, state_dir: str | None, scan_results: str) -> None:
+                max_result_bytes: int, state_dir: str | None, scan_results: str, verbose: bool) -> None:
     """Serve risk-aware tool search over MCP (stdio, or streamable HTTP), alone or as a gateway.
 
     The catalogue is --registry (default: the bundled demo registry), or, as a gateway, the
@@ -293,6 +309,7 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
     mcp 1.x or 2.x)."""
     import os
 
+    start_timeline(verbose)
     from riskrank.serving import mcp_compat
 
     mcp_compat.sdk_major()  # first: a missing extra fails before any work

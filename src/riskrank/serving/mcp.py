@@ -54,6 +54,7 @@ from riskrank.serving.gateway.confirm import (
 from riskrank.serving.gateway.core import (
     INSTRUCTIONS,
     Gateway,
+    View,
     _Catalogues,
     build_view,
     pipeline_sentence,
@@ -68,6 +69,7 @@ from riskrank.serving.gateway.policy import (
 from riskrank.serving.gateway.upstreams import UpstreamManager
 from riskrank.serving.listen import uvicorn_server
 from riskrank.serving.requests import Limits
+from riskrank.timeline import mark
 
 
 def build_server(gateway: Gateway) -> Any:
@@ -113,6 +115,64 @@ def console_host(gateway: Gateway, audit_log: str | None = None) -> ConsoleHost:
                        audit_log=Path(audit_log) if audit_log else None, max_k=gateway.limits.max_k, audit=gateway.audit)
 
 
+#: Beyond ``--startup-timeout``: how long a ``find_tools`` during start-up waits for the first
+#: catalogue (the upstreams' start, then levels, embeddings and indexes).
+FIRST_CATALOGUE_GRACE_S = 30.0
+#: The first catalogue waits this long for every upstream; a slower one joins it when it is up.
+FIRST_CATALOGUE_WAIT_S = 5.0
+
+
+async def start_upstreams(tg: Any, manager: UpstreamManager, keeper: _Catalogues, gateway: Gateway, encoder: Any,
+                          echo: Callable[[str], None], audit_log: str | None) -> None:
+    """Start the upstreams while the gateway already answers: the first catalogue is built
+    once every server is up or has failed its first start, or after
+    :data:`FIRST_CATALOGUE_WAIT_S` from what is up then (a slow server joins through the
+    keeper when it is up; ``find_tools`` lists it under ``upstreams_starting`` meanwhile). When
+    every server fails its first start, the gateway exits with the first reason, as before."""
+    import anyio
+    import anyio.to_thread
+
+    all_started = anyio.Event()
+
+    async def start_all() -> None:
+        await tg.start(manager.run)
+        mark("upstreams up")
+        all_started.set()
+
+    tg.start_soon(start_all)
+    with anyio.move_on_after(FIRST_CATALOGUE_WAIT_S):
+        await all_started.wait()
+    if not manager.live():
+        await all_started.wait()  # none up yet: the first one, or every failure (run() raises)
+    keeper.dirty = anyio.Event()  # what is up now is in this build; later changes mark it again
+    view = await keeper.build()
+    gateway.view = view
+    if hasattr(encoder, "warm"):
+        await anyio.to_thread.run_sync(encoder.warm)  # the first find_tools must not wait for the model
+        mark("encoder loaded")
+    keeper.audit_upstreams(view)
+    tg.start_soon(keeper.keep)
+    tg.start_soon(keeper.watch_pins)
+    gateway.set_ready()
+    mark("first catalogue ready")
+    echo(_serving_line(gateway, manager, audit_log))
+
+
+def _serving_line(gateway: Gateway, manager: UpstreamManager | None, audit_log: str | None) -> str:
+    view = gateway.view
+    cat = view.catalogue
+    n_tools = len(cat.registry) if cat is not None else 0
+    fill = cat.retriever.rule_config.fill if cat is not None else "safe"
+    floor = cat.retriever.relevance_floor() if cat is not None else None
+    policy = gateway.policy
+    return (f"find_tools over {n_tools} tools ({len(view.not_offered)} never offered by {policy.source}: "
+            f"max_level {policy.max_level}, confirm_level {policy.confirm_level}); mode {gateway.mode}: "
+            f"{pipeline_sentence(gateway.mode, fill, floor)}"
+            + ("; call_tool forwards to " + ", ".join(repr(u) for u in manager.upstreams) if gateway.forward and manager else "")
+            + (f"; audit log {audit_log}" if audit_log else "")
+            + (f"; starting: {', '.join(manager.starting())}" if manager and manager.starting() else ""))
+
+
 async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfig] | None = None,
               policy: Policy | None = None, audit_log: str | None = None, forward: bool = True, k: int = 5,
               transport: str = "stdio", sock: Any = None, token: str | None = None, startup_timeout: float = 30.0,
@@ -150,6 +210,8 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
             graceful: list[bool] = []  # set once uvicorn serves: a signal then lets it shut down itself
             tg.start_soon(_on_signal, tg.cancel_scope, stop, echo, graceful)
             manager, keeper = None, None
+            gw_kw = dict(policy=policy, audit=audit, broker=broker, default_k=k, forward=forward, limits=limits,
+                         call_limits=call_limits, scan_results=scan_results)
             if upstreams:
                 spec = dataclasses.replace(spec, fill_levels="keyword")
                 keeper_ref: list[_Catalogues] = []
@@ -160,32 +222,26 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
                                                  if pins.broken else ""))
                 keeper = _Catalogues(None, manager, spec, encoder, policy, audit, echo, pins)
                 keeper_ref.append(keeper)
-                await tg.start(manager.run)
-                view = await keeper.build()
+                # Answer early: initialize and tools/list (find_tools, call_tool) do not wait for
+                # the upstreams; find_tools waits for the first catalogue (start_upstreams).
+                announced = await anyio.to_thread.run_sync(lambda: spec.announced(getattr(encoder, "identity", None)))
+                gateway = Gateway(View(None, 0), manager=manager, announced=announced,
+                                  ready_wait_s=startup_timeout + FIRST_CATALOGUE_GRACE_S, **gw_kw)
+                gateway.starting()
+                keeper.gateway = gateway
+                tg.start_soon(start_upstreams, tg, manager, keeper, gateway, encoder, echo, audit_log)
             else:
                 registry = await anyio.to_thread.run_sync(lambda: ToolRegistry.load(spec.registry))
                 view = await anyio.to_thread.run_sync(lambda: build_view(registry, spec, encoder, policy, 1))
-            if hasattr(encoder, "warm"):
-                await anyio.to_thread.run_sync(encoder.warm)  # the first find_tools must not wait for the model
-            gateway = Gateway(view, policy=policy, manager=manager, audit=audit, broker=broker, default_k=k, forward=forward,
-                              limits=limits, call_limits=call_limits, scan_results=scan_results)
+                if hasattr(encoder, "warm"):
+                    await anyio.to_thread.run_sync(encoder.warm)  # the first find_tools must not wait for the model
+                    mark("encoder loaded")
+                gateway = Gateway(view, **gw_kw)
+                echo(_serving_line(gateway, None, audit_log))
             if console is not None:
                 console_app = make_console(gateway)
-            if keeper is not None:
-                keeper.gateway = gateway
-                keeper.audit_upstreams(view)
-                tg.start_soon(keeper.keep)
-                tg.start_soon(keeper.watch_pins)
-            cat = view.catalogue
-            n_tools = len(cat.registry) if cat is not None else 0
-            fill = cat.retriever.rule_config.fill if cat is not None else spec.fill
-            floor = cat.retriever.relevance_floor() if cat is not None else None
-            echo(f"find_tools over {n_tools} tools ({len(view.not_offered)} never offered by {policy.source}: "
-                 f"max_level {policy.max_level}, confirm_level {policy.confirm_level}); mode {gateway.mode}: "
-                 f"{pipeline_sentence(gateway.mode, fill, floor)}"
-                 + ("; call_tool forwards to " + ", ".join(repr(u) for u in manager.upstreams) if gateway.forward and manager else "")
-                 + (f"; audit log {audit_log}" if audit_log else ""))
             server = build_server(gateway)
+            mark("serving")
             if transport == "stdio":
                 if console_app is not None:
                     console_sock.listen(128)  # connections wait in the backlog until the server runs
@@ -195,6 +251,9 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
                     tg.start_soon(_stop_http, console_http, stop)
                     tg.start_soon(lambda: console_http.serve(sockets=[console_sock]))
                 await mcp_compat.serve_stdio(server)
+                # The client left during start-up: finish it first, so a server that fails its
+                # first start is still reported (one line, exit 2) rather than a silent exit.
+                await gateway.wait_ready()
             else:
                 host, port = sock.getsockname()[:2]
                 app = Gate(mcp_compat.streamable_http_app(server, host), token=token)

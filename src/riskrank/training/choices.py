@@ -23,7 +23,7 @@ from riskrank.first_stage import (
     top_m,
 )
 from riskrank.graph import NORMALISATIONS, ToolGraph
-from riskrank.heads import DualHead, HeadScorer
+from riskrank.heads import HeadScorer
 from riskrank.metrics import ndcg_at_k, rvr_at_k
 from riskrank.pipeline import final_order
 from riskrank.risk import label_risk
@@ -38,6 +38,7 @@ from riskrank.training.config import (
     parse_selection,
     validation_split,
 )
+from riskrank.training.modules import DualHead
 
 
 def _se(v: np.ndarray | None) -> float:

@@ -23,10 +23,10 @@ from riskrank.first_stage import (
     relevance_inputs,
     top_m,
 )
-from riskrank.heads import DualHead
 from riskrank.risk import normalised_risk
 from riskrank.training.choices import _val_ndcg, choose_fusion, choose_inference
 from riskrank.training.config import TrainConfig, split_validation
+from riskrank.training.modules import DualHead
 from riskrank.training.risk import _score, crossfit_risk, risk_quality, train_risk_head
 
 

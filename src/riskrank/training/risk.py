@@ -11,9 +11,9 @@ import numpy as np
 import torch
 
 from riskrank.errors import RiskrankError
-from riskrank.heads import RiskHead
 from riskrank.risk import RISKY_LEVEL, level_from_score, normalised_risk
 from riskrank.training.config import TrainConfig
+from riskrank.training.modules import RiskHead
 
 
 # -- the risk heads --------------------------------------------------------------------------------

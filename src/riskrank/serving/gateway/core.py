@@ -59,6 +59,7 @@ from riskrank.serving.gateway.policy import (
 )
 from riskrank.serving.gateway.upstreams import UpstreamManager, describe
 from riskrank.serving.requests import ApiError, Limits, check_k, check_lambda, check_task
+from riskrank.timeline import mark
 
 INSTRUCTIONS = (
     "This server searches a tool catalogue with risk-aware ranking. Describe your task to find_tools and act only "
@@ -166,11 +167,13 @@ def build_view(registry: ToolRegistry, spec: ArtefactSpec, encoder: Any, policy:
     confirmed)."""
     pins = {t.name: lvl for t in registry if (lvl := policy.pinned_level(t.name)) is not None}
     audit = audit_tools(spec, encoder, registry, pins)
+    mark(f"levels of {len(registry)} tools resolved (model files, tool embeddings, risk head, keywords)", once=True)
     lv = audit.levels
     levels = {t.name: (int(lv.levels[i]), lv.provenance[i]) for i, t in enumerate(registry)}
     not_offered = {n: code for n, (lvl, _) in levels.items() if (code := policy.refusal(n, lvl)) is not None}
     offered = [t.name for t in registry if t.name not in not_offered]
     cat = load_catalogue(spec, encoder, generation, audit=audit.subset(offered)) if offered else None
+    mark("catalogue built (lexical index, tool graph, probe query)", once=True)
     rows = {t.name: {"name": t.name, "description": t.description, "level": int(lv.levels[i]), "provenance": lv.provenance[i],
                      "evidence": list(lv.evidence[i]), "permissions": sorted(t.permissions),
                      "annotations": dict(t.annotations) if t.annotations else None,
@@ -237,8 +240,16 @@ class Gateway:
     def __init__(self, view: View, *, policy: Policy | None = None, manager: UpstreamManager | None = None,
                  audit: AuditLog | None = None, broker: ConfirmationBroker | None = None, limits: Limits | None = None,
                  default_k: int = 5, forward: bool = True, call_limits: CallLimits | None = None,
-                 scan_results: str = "off") -> None:
-        self.view = view
+                 scan_results: str = "off", announced: tuple[str, str, float | None] | None = None,
+                 ready_wait_s: float = 30.0) -> None:
+        #: (mode, fill, floor) of the spec (:meth:`ArtefactSpec.announced`): what ``tools/list``
+        #: describes before the first catalogue exists (the upstreams still starting).
+        self.announced = announced
+        #: How long a ``find_tools`` during start-up waits for the first catalogue.
+        self.ready_wait_s = ready_wait_s
+        self.is_ready = True
+        self._ready_event: Any = None
+        self._view = view
         self.call_limits = call_limits or CallLimits()
         if scan_results not in SCAN_RESULTS:
             raise RiskrankError(f"scan_results must be one of {', '.join(SCAN_RESULTS)}, got {scan_results!r}")
@@ -254,15 +265,57 @@ class Gateway:
         self.default_k = default_k
         self.forward = forward and manager is not None
         self.exposure: collections.OrderedDict[str, Exposure] = collections.OrderedDict()
-        spec = view.catalogue.spec if view.catalogue is not None else None
-        self.mode = view.catalogue.retriever.mode if view.catalogue is not None else (spec.served_mode if spec else "dense+rule")
+        self._described_by_catalogue = False
+        self._announce()
+
+    @property
+    def view(self) -> View:
+        """The current :class:`View`; replaced whole (the first one with a catalogue fixes the
+        mode and the descriptions ``tools/list`` gives)."""
+        return self._view
+
+    @view.setter
+    def view(self, view: View) -> None:
+        self._view = view
+        if view.catalogue is not None and not self._described_by_catalogue:
+            self._announce()
+
+    def _announce(self) -> None:
+        cat = self._view.catalogue
+        if cat is not None:
+            self.mode = cat.retriever.mode
+            self._described_by_catalogue = True
+        else:
+            self.mode = self.announced[0] if self.announced else "dense+rule"
         self._descriptions = self._describe()
+
+    def starting(self) -> None:
+        """Serve before the first catalogue: ``find_tools`` waits for :meth:`set_ready` (at
+        most ``ready_wait_s``), ``initialize`` and ``tools/list`` do not."""
+        self.is_ready = False
+
+    def set_ready(self) -> None:
+        self.is_ready = True
+        if self._ready_event is not None:
+            self._ready_event.set()
+
+    async def wait_ready(self) -> None:
+        import anyio
+
+        if self.is_ready:
+            return
+        if self._ready_event is None:
+            self._ready_event = anyio.Event()
+        with anyio.move_on_after(self.ready_wait_s):
+            await self._ready_event.wait()
 
     # -- the two tools -----------------------------------------------------------------------------
     def _describe(self) -> tuple[str, str]:
         cat = self.view.catalogue
-        fill = cat.retriever.rule_config.fill if cat is not None else "safe"
-        floor = cat.retriever.relevance_floor() if cat is not None else None
+        if cat is not None:
+            fill, floor = cat.retriever.rule_config.fill, cat.retriever.relevance_floor()
+        else:
+            fill, floor = (self.announced[1], self.announced[2]) if self.announced else ("safe", None)
         p = self.policy
         find = (
             "Find the tools for a task in a large tool catalogue; call it before acting, and use only the tools it "
@@ -294,6 +347,7 @@ class Gateway:
         return {"type": "object", "properties": props, "required": ["task"], "additionalProperties": False}
 
     async def list_tools(self) -> list[dict[str, Any]]:
+        mark("first tools/list answered", once=True)
         find, call = self._descriptions
         tools = [{"name": "find_tools", "title": "Find tools (risk-aware)", "description": find,
                   "inputSchema": self._find_schema(),
@@ -337,12 +391,15 @@ class Gateway:
         cat = view.catalogue
         policy = {"max_level": self.policy.max_level, "confirm_level": self.policy.confirm_level,
                   "not_offered": len(view.not_offered)}
+        starting = self.manager.starting() if self.manager is not None else []
         if cat is None:
+            why = ("the upstream servers are still starting: " + ", ".join(starting) if starting and not self.manager.live()
+                   else "every upstream server is down" if self.manager and not self.manager.live()
+                   else next(iter(view.withdrawn.values())) if view.withdrawn
+                   else "the policy offers none of the catalogue's tools")
             return {"task": task, "mode": self.mode, "k": k, "tools": [], "withheld": [], "policy": policy,
-                    "note": "no tool is available: " + ("every upstream server is down" if self.manager and not self.manager.live()
-                                                       else next(iter(view.withdrawn.values())) if view.withdrawn
-                                                       else "the policy offers none of the catalogue's tools"),
-                    "catalogue": {"n_tools": 0, "generation": view.generation}}
+                    "note": "no tool is available: " + why, "catalogue": {"n_tools": 0, "generation": view.generation},
+                    **({"upstreams_starting": starting} if starting else {})}
         cat.check_request(choice.get("mode"), choice.get("risk_source"))
         res = cat.retriever.retrieve(task, k=min(k, len(cat.registry)), mode=choice.get("mode"), lam=choice.get("lambda"),
                                      risk_source=choice.get("risk_source"))
@@ -351,11 +408,14 @@ class Gateway:
         out["catalogue"] = {"source": cat.spec.registry, "n_tools": len(cat.registry), "generation": view.generation}
         if self.manager is not None:
             out["upstreams_down"] = self.manager.down()
+            if starting:
+                out["upstreams_starting"] = starting
         return out
 
     async def find_tools(self, arguments: dict[str, Any], call: Any) -> Any:
         import anyio.to_thread
 
+        await self.wait_ready()  # during start-up: the first catalogue, or what is up after ready_wait_s
         try:
             out = await anyio.to_thread.run_sync(lambda: self.find(arguments))
         except RiskrankError as exc:
@@ -372,6 +432,7 @@ class Gateway:
         except AuditLogError as exc:
             self._expose(call.session_key, Exposure(out["task"], frozenset(), time.monotonic()))
             return _error(exc)
+        mark("first find_tools answered", once=True)
         return mcp_compat.tool_result(json.dumps(out, separators=(",", ":")), structured=out)
 
     def _expose(self, key: str, exposure: Exposure) -> None:

@@ -36,6 +36,7 @@ from typing import Any
 from riskrank.errors import RiskrankError
 from riskrank.serving import mcp_compat
 from riskrank.serving.gateway.config import UpstreamConfig
+from riskrank.timeline import mark
 
 _NOT_NAME = re.compile(r"[^A-Za-z0-9_-]")
 MAX_PUBLIC_NAME = 64
@@ -239,6 +240,7 @@ class UpstreamManager:
                             up.down_since = 0.0
                             self.log(f"upstream {up.name!r}: up, {len(up.tools)} tools, {len(up.resources)} resources, "
                                      f"{len(up.prompts)} prompts{away}")
+                            mark(f"upstream {up.name!r} spawned, initialized and listed its tools", once=True)
                             ready()
                             failure = await self._watch(up, session, changed_box=box, why=why)
                     except Exception as exc:  # one line for any failure to start or to answer
@@ -308,7 +310,12 @@ class UpstreamManager:
         return [u for u in self.upstreams.values() if u.state == "up"]
 
     def down(self) -> list[str]:
-        return [u.name for u in self.upstreams.values() if u.state != "up"]
+        """The servers that are not up, once started (or failed to): a restart, a failed start."""
+        return [u.name for u in self.upstreams.values() if u.state not in ("up", "starting")]
+
+    def starting(self) -> list[str]:
+        """The servers still in their first start (the gateway serves before they are up)."""
+        return [u.name for u in self.upstreams.values() if u.state == "starting"]
 
     def _names(self, attr: str) -> dict[tuple[str, str], str]:
         """(server, name) -> public name, over every name each server has ever listed."""

@@ -1,0 +1,179 @@
+"""The frozen encoder's forward pass in NumPy: the serving path's encoder, with no PyTorch.
+
+An MCP client starts the gateway every time it starts, and importing PyTorch with
+sentence-transformers costs seconds before the first ``tools/list`` (docs/benchmarks.md has
+the start-up timeline). The encoder riskrank serves is frozen, small (all-MiniLM-L6-v2: six
+BERT layers at 384 dimensions) and only ever run forward, so this module runs it from the
+model folder's own files: ``model.safetensors`` read by ``safetensors.numpy``, the tokenizer
+by the ``tokenizers`` library from ``tokenizer.json`` (the same Rust tokenizer
+sentence-transformers calls), the layers as float32 BLAS products. Its embeddings equal
+sentence-transformers' to ~1e-6 (``tests/test_encoder.py`` holds them to it on the bundled
+model).
+
+Supported: a sentence-transformers folder of a BERT ``Transformer`` (absolute positions, GELU),
+mean ``Pooling`` and optionally ``Normalize``, with a ``tokenizer.json``: the default encoder
+and most MiniLM/BERT sentence encoders. Anything else raises :class:`UnsupportedModel` and
+the caller uses PyTorch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from riskrank.errors import RiskrankError
+
+
+class UnsupportedModel(RiskrankError):
+    """The folder holds a model this forward pass does not implement (use PyTorch)."""
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UnsupportedModel(f"{path.parent}: no {path.name}") from None
+    except (OSError, ValueError) as exc:
+        raise RiskrankError(f"{path}: unreadable ({exc})") from None
+
+
+def _check_modules(folder: Path) -> None:
+    mods = _json(folder / "modules.json")
+    kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in mods] if isinstance(mods, list) else []
+    if kinds[:2] != ["Transformer", "Pooling"] or kinds[2:] not in ([], ["Normalize"]) or mods[0].get("path", "") != "":
+        raise UnsupportedModel(f"{folder}: modules {' + '.join(kinds) or '?'}; the NumPy encoder runs Transformer + mean Pooling")
+    pool = _json(folder / (mods[1].get("path") or "1_Pooling") / "config.json")
+    others = [k for k, v in pool.items() if k.startswith("pooling_mode_") and v and k != "pooling_mode_mean_tokens"]
+    if not pool.get("pooling_mode_mean_tokens") or others:
+        raise UnsupportedModel(f"{folder}: pooling {others or 'not mean'}; the NumPy encoder does mean pooling")
+
+
+class NumpyEncoder:
+    """``SentenceTransformer(folder).encode(texts, normalize_embeddings=True)`` in NumPy (module
+    docstring). Thread-safe: one forward pass at a time (BLAS threads do the parallel work)."""
+
+    def __init__(self, folder: str | Path) -> None:
+        from safetensors.numpy import load_file
+        from tokenizers import Tokenizer
+
+        folder = Path(folder)
+        _check_modules(folder)
+        cfg = _json(folder / "config.json")
+        st = _json(folder / "sentence_bert_config.json") if (folder / "sentence_bert_config.json").exists() else {}
+        if cfg.get("model_type") != "bert" or cfg.get("hidden_act", "gelu") != "gelu" \
+                or cfg.get("position_embedding_type", "absolute") != "absolute":
+            raise UnsupportedModel(f"{folder}: a {cfg.get('model_type')!r} model with {cfg.get('hidden_act')!r}; "
+                                   "the NumPy encoder runs BERT with GELU and absolute positions")
+        if not (folder / "tokenizer.json").is_file():
+            raise UnsupportedModel(f"{folder}: no tokenizer.json")
+        weights = sorted(folder.glob("*.safetensors"))
+        if len(weights) != 1:
+            raise UnsupportedModel(f"{folder}: {len(weights)} safetensors files; the NumPy encoder reads one")
+        self.layers_n = int(cfg["num_hidden_layers"])
+        self.heads = int(cfg["num_attention_heads"])
+        self.dim = int(cfg["hidden_size"])
+        self.eps = float(cfg.get("layer_norm_eps", 1e-12))
+        self.max_length = int(st.get("max_seq_length") or cfg.get("max_position_embeddings", 512))
+        try:
+            w = load_file(str(weights[0]))
+        except Exception as exc:
+            raise RiskrankError(f"{weights[0]}: cannot read the encoder's weights ({exc})") from None
+        prefix = "bert." if "bert.embeddings.word_embeddings.weight" in w else ""
+        try:
+            self.w = self._arrays(w, prefix)
+        except KeyError as exc:
+            raise UnsupportedModel(f"{weights[0]}: no tensor {exc} (not a BERT checkpoint)") from None
+        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        # as sentence-transformers calls it: longest-first truncation at max_seq_length, padding
+        # to the batch's longest text (done here, so the mask is ours)
+        self.tokenizer.enable_truncation(self.max_length)
+        self.tokenizer.no_padding()
+        self._lock = threading.Lock()
+
+    def _arrays(self, w: dict[str, np.ndarray], p: str) -> dict[str, Any]:
+        f = lambda k: np.ascontiguousarray(w[p + k], dtype=np.float32)  # noqa: E731
+        out: dict[str, Any] = {"word": f("embeddings.word_embeddings.weight"), "pos": f("embeddings.position_embeddings.weight"),
+                               "type": f("embeddings.token_type_embeddings.weight"),
+                               "ln": (f("embeddings.LayerNorm.weight"), f("embeddings.LayerNorm.bias")), "layers": []}
+        for i in range(self.layers_n):
+            a = f"encoder.layer.{i}."
+            # Q, K and V as one [d, 3d] product (weights stored transposed for x @ W)
+            qkv = np.concatenate([f(a + f"attention.self.{n}.weight") for n in ("query", "key", "value")]).T
+            out["layers"].append({
+                "qkv": (np.ascontiguousarray(qkv), np.concatenate([f(a + f"attention.self.{n}.bias") for n in ("query", "key", "value")])),
+                "o": (np.ascontiguousarray(f(a + "attention.output.dense.weight").T), f(a + "attention.output.dense.bias")),
+                "ln1": (f(a + "attention.output.LayerNorm.weight"), f(a + "attention.output.LayerNorm.bias")),
+                "up": (np.ascontiguousarray(f(a + "intermediate.dense.weight").T), f(a + "intermediate.dense.bias")),
+                "down": (np.ascontiguousarray(f(a + "output.dense.weight").T), f(a + "output.dense.bias")),
+                "ln2": (f(a + "output.LayerNorm.weight"), f(a + "output.LayerNorm.bias")),
+            })
+        return out
+
+    def _norm(self, x: np.ndarray, ln: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        mu = x.mean(-1, keepdims=True)
+        x = x - mu
+        var = np.mean(x * x, axis=-1, keepdims=True)
+        x *= 1.0 / np.sqrt(var + self.eps)
+        x *= ln[0]
+        x += ln[1]
+        return x
+
+    def _forward(self, ids: np.ndarray, types: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        from scipy.special import erf
+
+        b, n = ids.shape
+        h, d = self.heads, self.dim
+        hd = d // h
+        w = self.w
+        x = w["word"][ids] + w["pos"][:n][None] + w["type"][types]
+        x = self._norm(x, w["ln"])
+        neg = ((1.0 - mask) * np.finfo(np.float32).min)[:, None, None, :].astype(np.float32)  # [b, 1, 1, n]
+        scale = np.float32(1.0 / math.sqrt(hd))
+        for layer in w["layers"]:
+            qkv = x @ layer["qkv"][0] + layer["qkv"][1]  # [b, n, 3d]
+            qkv = qkv.reshape(b, n, 3, h, hd).transpose(2, 0, 3, 1, 4)  # [3, b, h, n, hd]
+            att = (qkv[0] @ qkv[1].transpose(0, 1, 3, 2)) * scale + neg  # [b, h, n, n]
+            att -= att.max(-1, keepdims=True)
+            np.exp(att, out=att)
+            att /= att.sum(-1, keepdims=True)
+            ctx = (att @ qkv[2]).transpose(0, 2, 1, 3).reshape(b, n, d)
+            x = self._norm(ctx @ layer["o"][0] + layer["o"][1] + x, layer["ln1"])
+            up = x @ layer["up"][0] + layer["up"][1]
+            up *= 0.5 * (1.0 + erf(up * np.float32(1 / math.sqrt(2))))  # exact GELU, as BERT's
+            x = self._norm(up @ layer["down"][0] + layer["down"][1] + x, layer["ln2"])
+        m = mask[..., None]
+        emb = (x * m).sum(1) / np.maximum(m.sum(1), 1e-9)
+        return emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+
+    def encode(self, texts: list[str], batch_size: int = 64, desc: str | None = None) -> np.ndarray:
+        """Unit-norm float32 embeddings [len(texts), dim]; texts batched by length (short
+        padding), a progress bar when ``desc`` is given."""
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+        with self._lock:
+            encs = self.tokenizer.encode_batch(list(texts))
+            order = np.argsort([-len(e.ids) for e in encs], kind="stable")
+            out = np.empty((len(texts), self.dim), np.float32)
+            starts = range(0, len(texts), batch_size)
+            if desc:
+                from tqdm.auto import tqdm
+
+                starts = tqdm(starts, desc=desc, unit="batch", leave=False)
+            for a in starts:
+                idx = order[a : a + batch_size]
+                n = max(len(encs[i].ids) for i in idx)
+                ids = np.zeros((len(idx), n), np.int64)
+                types = np.zeros((len(idx), n), np.int64)
+                mask = np.zeros((len(idx), n), np.float32)
+                for j, i in enumerate(idx):
+                    e = encs[i]
+                    ids[j, : len(e.ids)] = e.ids
+                    types[j, : len(e.ids)] = e.type_ids
+                    mask[j, : len(e.ids)] = 1.0
+                out[idx] = self._forward(ids, types, mask)
+        return out
