@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--request-mode", default=None, help="Mode each request asks for [default: the server's].")
     p.add_argument("--encoder", default=None)
     p.add_argument("--threads", type=int, default=None, help="torch threads in the server.")
-    p.add_argument("--encoder-backend", default=None, choices=["auto", "torch", "onnx"],
+    p.add_argument("--encoder-backend", default=None, choices=["auto", "numpy", "torch", "onnx"],
                    help="The server's encoder forward pass [default: the server's, auto].")
     p.add_argument("--clients", default="1,8", help="Comma-separated concurrency levels.")
     p.add_argument("--requests", type=int, default=200, help="Timed requests per level.")

@@ -106,8 +106,8 @@ def test_reduced_build_is_deterministic_and_loads(tmp_path, monkeypatch, encoder
         out.append(save_base(built, tmp_path / name))
     assert _digests(out[0]) == _digests(out[1])
     ck = load_checkpoint(out[0], encoder_identity=encoder.identity)
-    head = ck.model.relevance_head
-    assert float(head.v.weight.detach().abs().sum()) == 0.0 and float(head.l2.weight.detach().abs().sum()) == 0.0
+    arrays = ck.model.arrays
+    assert not arrays["relevance_head.v.weight"].any() and not arrays["relevance_head.l2.weight"].any()
     card = json.loads((out[0] / base.CARD_JSON).read_text())
     assert card["name"] == "riskrank-base" and card["training_data"][0]["benchmark"] == "demo"
     assert "zero_shot_settings" in card["rules"] and set(card["inference"]["pipelines"]) >= {"core", "core+graph+rule"}

@@ -290,6 +290,7 @@ def test_console_in_a_streamable_http_gateway(tmp_path, browser):
         r = httpx.post(mcp, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers={"Authorization": f"Bearer {admin}"})
         assert r.status_code == 401  # nor does the admin token open the MCP endpoint
         browser.login(url, "erin", token=admin)
+        wait_for_line(errlog, "find_tools over")  # the gateway serves while its upstream starts; then the catalogue
         browser.get(url + "/catalogue")
         assert "read_notes" in browser.names("#tools tbody tr")
         cookie = next(c for c in browser.driver.get_cookies() if c["name"].startswith("riskrank_console_"))

@@ -320,3 +320,30 @@ def test_an_unpinned_hub_encoder_is_one_warning(tmp_path, monkeypatch, caplog, n
     assert len(lines) == (1 if warned else 0)
     if warned:
         assert f"{name}@COMMIT" in lines[0] and "\n" not in lines[0]
+
+
+# -- a cache that cannot be used costs speed, never an answer ---------------------------------------
+def test_unusable_cache_directory_falls_back_to_computing(tmp_path, caplog):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the cache directory should be")
+    enc = Encoder(None, cache_dir=blocker / "cache", progress=False)
+    ref = Encoder(None, cache_dir=tmp_path / "ok", use_cache=False, progress=False).encode(["delete a file"])
+    with caplog.at_level("WARNING", logger="riskrank.encoder"):
+        np.testing.assert_allclose(enc.encode(["delete a file"]), ref, atol=1e-6)
+    assert enc.cache is None
+    assert "cannot be opened" in caplog.text and "computing embeddings without it" in caplog.text
+
+
+def test_cache_that_cannot_be_written_warns_once_and_still_reads(tmp_path, caplog, monkeypatch):
+    enc = Encoder(None, cache_dir=tmp_path, progress=False)
+    first = enc.encode(["read a file"])  # stored
+
+    def full(*args, **kwargs):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(EmbeddingCache, "put_many", full)
+    with caplog.at_level("WARNING", logger="riskrank.encoder"):
+        enc.encode(["write a file"])
+        enc.encode(["move a file"])
+    assert caplog.text.count("cannot be written") == 1  # said once
+    np.testing.assert_array_equal(enc.encode(["read a file"]), first)  # reading still works

@@ -560,3 +560,39 @@ def test_one_bad_upstream_does_not_deny_the_others(bins, tmp_path):
     from riskrank.serving.gateway.upstreams import leaf
 
     assert isinstance(leaf(info.value), UpstreamError) and "'dies'" in str(leaf(info.value))
+
+
+def test_answers_before_a_slow_upstream_and_imports_no_torch(bins, tmp_path):
+    """An upstream that never answers does not hold the session: initialize and tools/list are
+    answered while it starts, find_tools answers over the memory server's tools and names the
+    slow one under upstreams_starting. The whole serving path (start, tools/list, find_tools)
+    runs without importing PyTorch: the encoder and the heads run in NumPy."""
+    (tmp_path / "servers.json").write_text(json.dumps({"mcpServers": {
+        "memory": {"command": str(bins / "mcp-server-memory"), "env": {"MEMORY_FILE_PATH": str(tmp_path / "memory.jsonl")}},
+        "slow": {"command": "sleep", "args": ["301"]},
+    }}))
+    report = ("import atexit, sys; atexit.register(lambda: sys.stderr.write("
+              "'torch imported: %s\\n' % ('torch' in sys.modules))); from riskrank.cli import entry; entry()")
+    gw = mcp_compat.ServerTarget(command=sys.executable, args=("-c", report, "mcp", "--config", str(tmp_path / "servers.json"),
+                                                               "--startup-timeout", "60", "--verbose"), env=gateway_env())
+
+    async def go() -> tuple[list, dict]:
+        with anyio.fail_after(GUARD_S), (tmp_path / "gw.err").open("w") as err:
+            async with mcp_compat.open_session(gw, errlog=err) as s:
+                tools = [t["name"] for t in await mcp_compat.list_all(s, "tools")]
+                return tools, payload(await s.call_tool("find_tools", {"task": "create entities in the knowledge graph"}))
+
+    before = processes_matching(["sleep", "301"])
+    tools, found = anyio.run(go)
+    deadline = time.monotonic() + GUARD_S  # the gateway may still be stopping its children: its last line comes at exit
+    while "torch imported" not in (err := (tmp_path / "gw.err").read_text()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert tools == ["find_tools", "call_tool"]
+    assert found["tools"] and {t["name"] for t in found["tools"]} <= {
+        "create_entities", "create_relations", "add_observations", "read_graph", "search_nodes", "open_nodes"}
+    assert found["upstreams_starting"] == ["slow"] and found["upstreams_down"] == []
+    # the timeline: tools/list was answered before the first catalogue was ready
+    stages = [line.split(") ", 1)[1] for line in err.splitlines() if "start-up" in line and " s (+" in line]
+    assert stages.index("first tools/list answered") < stages.index("first catalogue ready"), stages
+    assert "torch imported: False" in err, err[-2000:]
+    assert processes_matching(["sleep", "301"]) <= before  # the slow child did not outlive the gateway

@@ -304,7 +304,8 @@ class Encoder:
         self.batch_size = batch_size
         self.device = device
         self.progress = progress
-        self.cache = EmbeddingCache(self._cache_dir / "embeddings.sqlite") if use_cache else None
+        self._cache_warned = self._cache_readonly = False
+        self.cache = self._open_cache() if use_cache else None
         self._model = None
         self._dim: int | None = None
         self._lock = threading.Lock()
@@ -340,8 +341,7 @@ class Encoder:
                 if dim is None:
                     dim = int(self._model.encode(["x"], convert_to_numpy=True).shape[1])
                 self._dim = int(dim)
-                if self.cache is not None:
-                    self.cache.put_meta(self.identity, {"dim": self._dim, "name": self.display_name})
+                self._store(lambda c: c.put_meta(self.identity, {"dim": self._dim, "name": self.display_name}))
             return self._model
 
     @property
@@ -370,8 +370,8 @@ class Encoder:
             todo = [by_key[k] for k in missing]
             vecs = self._encode_model(todo, desc)
             found.update(zip(missing, vecs, strict=True))
-            if self.cache is not None and store:
-                self.cache.put_many(self.identity, list(zip(missing, vecs, strict=True)))
+            if store:
+                self._store(lambda c: c.put_many(self.identity, list(zip(missing, vecs, strict=True))))
         out = np.stack([found[k] for k in keys]).astype(np.float32, copy=False)
         if out.shape[1] != self.dim:
             raise RiskrankError(f"embeddings for {self.identity} have dimension {out.shape[1]}, expected {self.dim}")
@@ -382,14 +382,47 @@ class Encoder:
         record of it; rows that disagree with each other (no record) cost a model load."""
         if self.cache is None:
             return {}
-        found = self.cache.get_many(self.identity, keys, dim=self._known_dim())
-        if len({v.shape[0] for v in found.values()}) > 1:
-            found = self.cache.get_many(self.identity, keys, dim=self.dim)
+        try:
+            found = self.cache.get_many(self.identity, keys, dim=self._known_dim())
+            if len({v.shape[0] for v in found.values()}) > 1:
+                found = self.cache.get_many(self.identity, keys, dim=self.dim)
+        except (RiskrankError, OSError, sqlite3.Error) as exc:
+            self._cache_failed(exc, "cannot be read")
+            return {}
         return found
+
+    # A cache that cannot be opened, read or written (read-only, full, locked by another
+    # process past the busy timeout) costs speed, never an answer: one warning, then the
+    # embeddings are computed (and, where only writing fails, still read).
+    def _open_cache(self) -> EmbeddingCache | None:
+        try:
+            return EmbeddingCache(self._cache_dir / "embeddings.sqlite")
+        except (RiskrankError, OSError, sqlite3.Error) as exc:
+            self._cache_failed(exc, "cannot be opened")
+            return None
+
+    def _store(self, write: Callable[[EmbeddingCache], None]) -> None:
+        if self.cache is None or self._cache_readonly:
+            return
+        try:
+            write(self.cache)
+        except (RiskrankError, OSError, sqlite3.Error) as exc:
+            self._cache_readonly = True
+            self._cache_failed(exc, "cannot be written")
+
+    def _cache_failed(self, exc: BaseException, what: str) -> None:
+        if not self._cache_warned:
+            self._cache_warned = True
+            _log.warning("riskrank: the embedding cache in %s %s (%s); computing embeddings without it", self._cache_dir,
+                         what, str(exc).splitlines()[0][:200])
 
     def _known_dim(self) -> int | None:
         if self._dim is None and self.cache is not None:
-            meta = self.cache.get_meta(self.identity)
+            try:
+                meta = self.cache.get_meta(self.identity)
+            except (RiskrankError, OSError, sqlite3.Error) as exc:
+                self._cache_failed(exc, "cannot be read")
+                meta = None
             if meta:
                 self._dim = int(meta["dim"])
         return self._dim
@@ -420,8 +453,7 @@ class Encoder:
                 return None  # auto: ONNX Runtime or PyTorch
             self.backend = "numpy"
             self._dim = self._numpy.dim
-            if self.cache is not None:
-                self.cache.put_meta(self.identity, {"dim": self._dim, "name": self.display_name})
+            self._store(lambda c: c.put_meta(self.identity, {"dim": self._dim, "name": self.display_name}))
         return self._numpy
 
     def warm(self) -> None:

@@ -269,6 +269,8 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
                 tg.start_soon(_stop_http, http, stop)
                 graceful.append(True)
                 await http.serve(sockets=[sock])
+            if manager is not None:
+                manager.kill_starting()  # a server still in its first start holds nothing worth a graceful stop
             tg.cancel_scope.cancel()
     except BaseException as group:
         exc = _leaf(group)

@@ -367,6 +367,7 @@ class Gateway:
         if name == "find_tools":
             return await self.find_tools(arguments, call)
         if name == "call_tool" and self.forward:
+            await self.wait_ready()  # during start-up: decided against the first catalogue, as find_tools
             return await self.forward_call(arguments, call)
         return _refusal("unknown_tool", f"this server has {' and '.join(t['name'] for t in await self.list_tools())}, not {name!r}")
 

@@ -313,6 +313,11 @@ class UpstreamManager:
         """The servers that are not up, once started (or failed to): a restart, a failed start."""
         return [u.name for u in self.upstreams.values() if u.state not in ("up", "starting")]
 
+    def kill_starting(self) -> None:
+        """SIGKILL the process group of every server still in its first start (the gateway is
+        stopping): the SDK's graceful stop would wait seconds for a child that never answered."""
+        mcp_compat.kill_process_groups([p for u in self.upstreams.values() if u.state == "starting" for p in u.pids])
+
     def starting(self) -> list[str]:
         """The servers still in their first start (the gateway serves before they are up)."""
         return [u.name for u in self.upstreams.values() if u.state == "starting"]
