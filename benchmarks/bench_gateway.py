@@ -16,6 +16,7 @@ Desktop, Cursor) starts it, with the SDK's own client, in one run:
   difference);
 - **concurrency**: the gateway over streamable HTTP, 1, 4, 8 and 16 clients, each with its own
   session, each sending ``find_tools`` back to back: p50/p95 latency and errors;
+- **``riskrank retrieve``** on the filesystem server's ``tools/list`` dump, warm: wall seconds;
 - **give up and stop**: ``--upstream 'sleep 301' --startup-timeout 2`` to the exit (code, and
   whether a ``sleep`` is left), SIGTERM to the exit (children left).
 
@@ -198,6 +199,20 @@ def give_up_and_stop(config: Path, cache: Path) -> dict[str, float]:
             "sigterm_exit_s": stop_s, "children_left": len(left)}
 
 
+def retrieve_wall(cache: Path, runs: int) -> list[float]:
+    """Wall seconds of ``riskrank retrieve`` on the filesystem server's tools/list dump (warm)."""
+    registry = Path(__file__).resolve().parents[1] / "examples" / "registries" / "mcp_filesystem_tools_list.json"
+    argv = [sys.executable, *ENTRY, "retrieve", "--registry", str(registry), "show me the size and permissions of notes.txt",
+            "--mode", "rule"]
+    subprocess.run(argv, env=gateway_env(cache), capture_output=True, check=True, timeout=300)  # warms the cache
+    out = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        subprocess.run(argv, env=gateway_env(cache), capture_output=True, check=True, timeout=300)
+        out.append(time.perf_counter() - t)
+    return out
+
+
 def timeline(err_path: Path) -> list[list]:
     """(seconds, stage) from a --verbose start's stderr."""
     out = []
@@ -222,7 +237,42 @@ async def bench(ns: argparse.Namespace, root: Path) -> dict:
     overhead = await call_overhead(config, cache, ns.calls)
     conc = await concurrency(config, cache, [1, 4, 8, 16], ns.per_client)
     return {"upstreams_alone_s": alone, "cold": cold, "warm": warm, "timeline_warm": tl, "call_overhead": overhead,
-            "concurrency": conc, "stop": give_up_and_stop(config, cache)}
+            "concurrency": conc, "stop": give_up_and_stop(config, cache), "retrieve_wall_s": retrieve_wall(cache, ns.runs)}
+
+
+def _span(xs: list[float]) -> str:
+    return f"{statistics.median(xs):.2f} ({min(xs):.2f}–{max(xs):.2f})"
+
+
+def doc_table(res: dict) -> str:
+    """The docs' start-up, overhead and concurrency tables of one run (docs/benchmarks.md; a
+    test renders them again from the committed artefact)."""
+    alone = res["upstreams_alone_s"]
+    lines = [f"Start, spawn to answer, seconds: median (min–max) of {res['runs']} runs; {res['cpus']} CPUs, load average "
+             f"{res['load_average']['before'][0]:.2f} before, {res['load_average']['after'][0]:.2f} after.", "",
+             "| | `initialize` | `tools/list` | first `find_tools` |", "|---|---:|---:|---:|",
+             f"| the three upstreams alone (spawned in parallel, each `initialize` + `tools/list`) | | {_span(alone)} | |"]
+    for kind, what in (("cold", "gateway, cold (empty cache)"), ("warm", "gateway, warm (same cache)")):
+        r = res[kind]
+        lines.append(f"| {what} | {_span([x['initialize_s'] for x in r])} | {_span([x['tools_list_s'] for x in r])} | "
+                     f"{_span([x['first_find_tools_s'] for x in r])} |")
+    lines += ["", "The gateway's own timeline of the last warm start (`--verbose`):", "", "| s | stage |", "|---:|---|"]
+    lines += [f"| {t:.2f} | {stage} |" for t, stage in res["timeline_warm"]]
+    o = res["call_overhead"]
+    lines += ["", f"Call overhead, `read_graph` of the memory server, {o['calls']} calls each: direct p50 "
+                  f"{o['direct_p50_ms']:.2f} ms, through the gateway {o['gateway_p50_ms']:.2f} ms: "
+                  f"**{o['overhead_p50_ms']:.2f} ms** added.", "",
+              "| clients (streamable HTTP, one session each) | `find_tools` | p50 ms | p95 ms | errors |",
+              "|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['clients']} | {r['requests']} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {r['errors']} |"
+              for r in res["concurrency"]]
+    lines += ["", f"`riskrank retrieve --registry examples/registries/mcp_filesystem_tools_list.json \"show me the size and "
+                  f"permissions of notes.txt\" --mode rule`, warm cache, wall: {_span(res['retrieve_wall_s'])} s."]
+    st = res["stop"]
+    lines += ["", f"`--upstream 'sleep 301' --startup-timeout 2`: exit {st['timeout_rc']} after {st['timeout_exit_s']:.2f} s, "
+                  f"{st['sleep_left']} `sleep` left; SIGTERM: exit after {st['sigterm_exit_s']:.2f} s, "
+                  f"{st['children_left']} children left."]
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -232,6 +282,7 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=50, help="calls per side for the overhead")
     ap.add_argument("--per-client", type=int, default=20, help="find_tools per client in the concurrency test")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--doc", action="store_true", help="also print the docs' markdown tables")
     ns = ap.parse_args()
     ns.bins = Path(ns.servers_bin or Path(os.environ.get("RISKRANK_CI_CACHE") or Path.home() / ".cache" / "riskrank-ci")
                    / "npm" / "node_modules" / ".bin")
@@ -266,6 +317,8 @@ def main() -> int:
           f"({res['cpus']} CPUs)")
     if ns.json:
         write_json(ns.json, res)
+    if ns.doc:
+        print("\n" + doc_table(res))
     return 0
 
 

@@ -144,6 +144,22 @@ def run_level(url: str, texts: list[str], clients: int, body: dict, pid: int | N
     }
 
 
+def doc_table(out: dict) -> str:
+    """The docs' concurrency table of one run (docs/benchmarks.md; a test renders it again
+    from the committed artefact)."""
+    env = out["environment"]
+    lines = [f"`POST /v1/retrieve`, {out['n_tools']:,} tools, `{out['mode']}`, k {out['k']}, every query new to the cache; "
+             f"server ready (warm cache) in {env['server_startup_s']} s; {env['cpus']} CPUs, load average "
+             f"{env['load_avg_before'][0]} before, {env['load_avg_after'][0]} after.", "",
+             "| clients | requests | errors | p50 ms | p95 ms | p99 ms | req/s | server CPU ms/req |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in out["results"]:
+        cpu = "-" if r["server_cpu_ms_per_request"] is None else f"{r['server_cpu_ms_per_request']:.1f}"
+        lines.append(f"| {r['clients']} | {r['requests']} | {r['errors']} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | "
+                     f"{r['p99_ms']:.1f} | {r['throughput_rps']:.1f} | {cpu} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", default=os.environ.get("RISKRANK_DATA"), help="Data directory / mirror (<owner>/<repo>/<path> layout).")

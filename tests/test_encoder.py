@@ -218,46 +218,55 @@ def test_array_encoder_empty_batch():
     assert enc.encode([]).shape == (0, 2)
 
 
-def test_onnx_backend_gives_the_same_embeddings(tmp_path):
-    texts = ["  padded   text with spaces ", "Delete ALL files in /var/log older than 30 days!", "word " * 400,
-             "émigré café naïve — unicode ✓", "short", "wire $200 to Alice"]
-    onnx = Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, backend="onnx")
-    torch_enc = Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, backend="torch")
-    a, b = onnx.encode(texts), torch_enc.encode(texts)
-    assert a.dtype == np.float32 and a.shape == b.shape
-    np.testing.assert_allclose(a, b, atol=1e-5)  # truncation, padding, unicode, batches by length
-    exported = list((tmp_path / "onnx").glob("*.onnx"))
-    assert len(exported) == 1
-    # A second encoder reuses the export; a corrupt export is a clear error, not a crash.
-    again = Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, backend="onnx")
-    np.testing.assert_allclose(again.encode(texts[:2]), b[:2], atol=1e-5)
-    exported[0].write_bytes(b"not a model")
+MIXED = ["  padded   text with spaces ", "Delete ALL files in /var/log older than 30 days!", "word " * 400,
+         "émigré café naïve — unicode ✓ 🚀", "short", "wire $200 to Alice", "x"]
+
+
+def test_torch_free_backends_give_sentence_transformers_embeddings(tmp_path):
+    """ONNX Runtime on the graph riskrank builds from the weights (the default) and the NumPy
+    pass, against sentence-transformers on the bundled model: truncation at 256 tokens,
+    padding, unicode, batches sorted by length; neither loads sentence-transformers."""
+    ref = Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, backend="torch").encode(MIXED)
+    for backend, runs in (("auto", "onnx"), ("onnx", "onnx"), ("numpy", "numpy")):
+        enc = Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, backend=backend)
+        got = enc.encode(MIXED)
+        assert enc.backend == runs and enc._model is None  # sentence-transformers never loaded
+        assert got.dtype == np.float32 and got.shape == ref.shape
+        np.testing.assert_allclose(got, ref, atol=1e-5)
+        np.testing.assert_allclose(enc.torch_free_backend().encode(MIXED, batch_size=2), ref, atol=1e-5)
+    built = list((tmp_path / "onnx").glob("bert-*.onnx"))
+    assert len(built) == 1  # built once, reused
+    # A damaged graph is rebuilt (it is checked against the NumPy pass on every load).
+    built[0].write_bytes(b"not a model")
+    again = Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False)
+    np.testing.assert_allclose(again.encode(MIXED[:2]), ref[:2], atol=1e-5)
+    assert again.backend == "onnx" and built[0].stat().st_size > 1_000_000
+
+
+def test_exported_onnx_for_models_the_graph_builder_does_not_run(tmp_path):
+    """Models riskrank's graph does not cover (simulated: no torch-free pass) export once with
+    PyTorch; a corrupt export is a clear error; auto falls back to PyTorch with a warning."""
+    b = Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, backend="torch").encode(MIXED)
+
+    def exported(backend: str, cache) -> Encoder:
+        enc = Encoder(None, cache_dir=cache, use_cache=False, progress=False, backend=backend)
+        enc.torch_free_backend = lambda: None  # as for a model the graph builder does not run
+        return enc
+
+    np.testing.assert_allclose(exported("onnx", tmp_path).encode(MIXED), b, atol=1e-5)
+    files = list((tmp_path / "onnx").glob("encoder-*.onnx"))
+    assert len(files) == 1
+    np.testing.assert_allclose(exported("onnx", tmp_path).encode(MIXED[:2]), b[:2], atol=1e-5)  # reused
+    files[0].write_bytes(b"not a model")
     with pytest.raises(RiskrankError, match="exported encoder"):
-        Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, backend="onnx").encode(["x"])
-    # auto, for a model NumPy does not run, falls back to PyTorch with a warning where ONNX cannot serve.
+        exported("onnx", tmp_path).encode(["x"])
     with pytest.warns(UserWarning, match="using PyTorch"):
-        auto = Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, backend="auto")
-        auto.numpy_backend = lambda: None
-        np.testing.assert_allclose(auto.encode(texts[:1]), b[:1], atol=1e-6)
+        auto = exported("auto", tmp_path)
+        np.testing.assert_allclose(auto.encode(MIXED[:1]), b[:1], atol=1e-6)
     assert auto.backend == "torch"
-    ok = Encoder(None, cache_dir=tmp_path / "fresh", use_cache=False, progress=False, backend="auto")
-    ok.numpy_backend = lambda: None
+    ok = exported("auto", tmp_path / "fresh")
     ok.encode(["x"])
     assert ok.backend == "onnx"  # auto reports what it runs
-
-
-def test_numpy_backend_gives_sentence_transformers_embeddings(tmp_path):
-    """The NumPy forward pass (the servers' default) against sentence-transformers on the
-    bundled model: truncation at 256 tokens, padding, unicode, batches sorted by length."""
-    texts = ["  padded   text with spaces ", "Delete ALL files in /var/log older than 30 days!", "word " * 400,
-             "émigré café naïve — unicode ✓ 🚀", "short", "wire $200 to Alice", "x"]
-    ref = Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, backend="torch").encode(texts)
-    enc = Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False)  # auto
-    got = enc.encode(texts)
-    assert enc.backend == "numpy" and enc._model is None  # sentence-transformers never loaded
-    assert got.dtype == np.float32 and got.shape == ref.shape
-    np.testing.assert_allclose(got, ref, atol=1e-5)
-    np.testing.assert_allclose(enc.numpy_backend().encode(texts, batch_size=2), ref, atol=1e-5)
 
 
 def test_numpy_backend_refuses_what_it_cannot_run(tmp_path):
@@ -285,15 +294,30 @@ def test_unknown_backend():
         Encoder(None, backend="tensorrt")
 
 
-def test_auto_backend_falls_back_on_any_export_failure(tmp_path):
+def test_auto_backend_falls_back_on_any_export_failure(tmp_path, caplog, monkeypatch):
     (tmp_path / "onnx").write_text("a file where the export folder should be")
+    with caplog.at_level("WARNING", logger="riskrank.encoder"):  # the graph cannot be kept: built in memory
+        enc = Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, backend="auto")
+        assert enc.encode(["hello world"]).shape == (1, 384)
+    assert enc.backend == "onnx" and "rebuilt at each start" in caplog.text
+    from riskrank.numpy_encoder import OnnxBertEncoder
+
+    def broken(self, threads):
+        raise RuntimeError("no session today")
+
+    monkeypatch.setattr(OnnxBertEncoder, "_session", broken)
+    with pytest.warns(UserWarning, match="using NumPy"):  # ONNX Runtime fails: NumPy serves
+        enc = Encoder(None, cache_dir=tmp_path / "other", use_cache=False, progress=False, backend="auto")
+        assert enc.encode(["hello world"]).shape == (1, 384)
+    assert enc.backend == "numpy"
+    with pytest.raises(RiskrankError, match="onnx encoder backend failed"):  # asked for by name: the error
+        Encoder(None, cache_dir=tmp_path / "other", use_cache=False, progress=False, backend="onnx").encode(["hello world"])
+    monkeypatch.undo()
     with pytest.warns(UserWarning, match="using PyTorch"):
         enc = Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, backend="auto")
-        enc.numpy_backend = lambda: None  # as for a model the NumPy pass does not run
+        enc.torch_free_backend = lambda: None  # as for a model the graph builder does not run
         assert enc.encode(["hello world"]).shape == (1, 384)
     assert enc.backend == "torch"
-    with pytest.raises(RiskrankError, match="onnx encoder backend failed"):
-        Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, backend="onnx").encode(["hello world"])
     with pytest.raises(RiskrankError, match="runs on the CPU"):
         Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, backend="onnx", device="meta").onnx_backend()
 

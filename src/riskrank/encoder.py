@@ -39,10 +39,11 @@ from riskrank.errors import RiskrankError
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
 _BUNDLED_ALIASES = {"default", "all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2", "minilm"}
 ENV_CACHE = "RISKRANK_CACHE"
-#: The encoder's forward pass: ``numpy`` (:mod:`riskrank.numpy_encoder`, no PyTorch), ``torch``
-#: (sentence-transformers), ``onnx`` (ONNX Runtime on a graph exported with PyTorch), or
-#: ``auto``: NumPy where it runs the model (a local BERT folder on the CPU, the default encoder
-#: among them), else ONNX Runtime where installed and able, else PyTorch.
+#: The encoder's forward pass: ``onnx`` (ONNX Runtime; for a BERT folder on a graph built from
+#: its weights, :mod:`riskrank.numpy_encoder`, else exported once with PyTorch), ``numpy`` (the
+#: same model in NumPy), ``torch`` (sentence-transformers), or ``auto``: for a local BERT
+#: folder on the CPU (the default encoder among them) ONNX Runtime where installed, else NumPy,
+#: neither importing PyTorch; for other models ONNX Runtime's export where it can, else PyTorch.
 BACKENDS = ("auto", "numpy", "torch", "onnx")
 #: Intra-op threads set by :func:`limit_threads` (None: the libraries' defaults); applied to
 #: PyTorch and ONNX Runtime when they load.
@@ -347,7 +348,7 @@ class Encoder:
     @property
     def dim(self) -> int:
         """Embedding dimension, from the cache's model metadata when the model is not loaded."""
-        if self._known_dim() is None and self.numpy_backend() is None:
+        if self._known_dim() is None and self.torch_free_backend() is None:
             _ = self.model
         assert self._dim is not None
         return self._dim
@@ -432,34 +433,50 @@ class Encoder:
             raise RiskrankError("the task/query text is empty")
         return self.encode([text], store=store)[0]
 
-    def numpy_backend(self) -> Any:
-        """The NumPy forward pass (``backend="numpy"``, or ``"auto"`` where it runs the
-        model), loaded on first use; None where another backend runs."""
-        if self._numpy is not None or self.backend not in ("auto", "numpy"):
+    def torch_free_backend(self) -> Any:
+        """The forward pass that needs no PyTorch, loaded on first use: ONNX Runtime on a graph
+        built from the model folder's own weights (``backend="onnx"``, or ``"auto"`` where
+        onnxruntime is installed), else NumPy (``"numpy"``, or ``"auto"`` without it or when the
+        graph fails, with a warning). None where the model is not one they run (a hub name,
+        another architecture, a GPU) or PyTorch was asked for."""
+        if self._numpy is not None or self.backend not in ("auto", "numpy", "onnx"):
             return self._numpy
         with self._lock:
-            if self._numpy is not None or self.backend not in ("auto", "numpy"):
+            if self._numpy is not None or self.backend not in ("auto", "numpy", "onnx"):
                 return self._numpy
-            from riskrank.numpy_encoder import NumpyEncoder, UnsupportedModel
+            from riskrank.numpy_encoder import NumpyEncoder, OnnxBertEncoder, UnsupportedModel
 
             try:
                 if self.folder is None or self.device != "cpu":
                     raise UnsupportedModel("it runs a local model folder on the CPU" if self.device == "cpu"
                                            else f"it runs on the CPU, not {self.device!r}")
-                self._numpy = NumpyEncoder(self.folder)
+                fwd, kind = None, "numpy"
+                if self.backend in ("auto", "onnx") and _has_onnxruntime():
+                    try:
+                        fwd, kind = OnnxBertEncoder(self.folder, self.identity, self._cache_dir), "onnx"
+                    except UnsupportedModel:
+                        raise
+                    except Exception as exc:  # any build/load failure: NumPy serves (auto), or the error (onnx)
+                        if self.backend == "onnx":
+                            raise RiskrankError(f"the onnx encoder backend failed: {exc}") from None
+                        warnings.warn(f"encoder: using NumPy, not ONNX Runtime ({exc})", stacklevel=2)
+                if fwd is None:
+                    if self.backend == "onnx":
+                        return None  # not installed: the exported graph, which says so
+                    fwd = NumpyEncoder(self.folder)
             except UnsupportedModel as exc:
                 if self.backend == "numpy":
                     raise RiskrankError(f"the numpy encoder backend cannot run {self.display_name}: {exc}") from None
-                return None  # auto: ONNX Runtime or PyTorch
-            self.backend = "numpy"
-            self._dim = self._numpy.dim
+                return None  # auto/onnx: the exported graph or PyTorch
+            self._numpy, self.backend = fwd, kind
+            self._dim = fwd.dim
             self._store(lambda c: c.put_meta(self.identity, {"dim": self._dim, "name": self.display_name}))
         return self._numpy
 
     def warm(self) -> None:
         """Load the forward pass now and run it once (a cache hit never loads it, so the
         first new query would pay for the load)."""
-        fwd = self.numpy_backend() or self.onnx_backend()
+        fwd = self.torch_free_backend() or self.onnx_backend()
         if fwd is not None:
             fwd.encode(["warm up"])
         else:
@@ -468,11 +485,11 @@ class Encoder:
     def onnx_backend(self):
         """The ONNX Runtime forward pass (``backend="onnx"``, or ``"auto"`` when the model and
         the device allow it; ``auto`` falls back to PyTorch, with a warning, where not)."""
-        if self._onnx is not None or self.backend in ("torch", "numpy"):
+        if self._onnx is not None or self.backend in ("torch", "numpy") or self._numpy is not None:
             return self._onnx
         model = self.model
         with self._lock:
-            if self._onnx is not None or self.backend in ("torch", "numpy"):
+            if self._onnx is not None or self.backend in ("torch", "numpy") or self._numpy is not None:
                 return self._onnx
             if self.device != "cpu":
                 if self.backend == "onnx":
@@ -494,7 +511,7 @@ class Encoder:
 
     def _encode_model(self, texts: list[str], desc: str) -> np.ndarray:
         show = self.progress and len(texts) > 4 * self.batch_size
-        fwd = self.numpy_backend() or self.onnx_backend()
+        fwd = self.torch_free_backend() or self.onnx_backend()
         if fwd is not None:
             vecs = fwd.encode(texts, self.batch_size, desc=desc if show else None)
         else:
@@ -617,6 +634,12 @@ class BatchingEncoder:
         for texts, fut in batch:
             fut.set_result(np.ascontiguousarray(vecs[start : start + len(texts)]))
             start += len(texts)
+
+
+def _has_onnxruntime() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("onnxruntime") is not None and importlib.util.find_spec("onnx") is not None
 
 
 def encode_tools(encoder: Any, texts: Sequence[str]) -> np.ndarray:

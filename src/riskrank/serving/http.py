@@ -365,7 +365,7 @@ Active = Annotated[Catalogue, Depends(active_catalogue)]
 def retrieve_dict(cat: Catalogue, task: str, k: int, **options: Any) -> dict[str, Any]:
     """``POST /v1/retrieve``'s answer for a checked request (blocking): the console's search
     box runs this too."""
-    res = cat.retriever.retrieve(task, k=k, **options)
+    res = cat.retrieve(task, k=k, **options)
     return cat.result_dict(res)
 
 

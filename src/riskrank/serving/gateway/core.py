@@ -402,7 +402,7 @@ class Gateway:
                     "note": "no tool is available: " + why, "catalogue": {"n_tools": 0, "generation": view.generation},
                     **({"upstreams_starting": starting} if starting else {})}
         cat.check_request(choice.get("mode"), choice.get("risk_source"))
-        res = cat.retriever.retrieve(task, k=min(k, len(cat.registry)), mode=choice.get("mode"), lam=choice.get("lambda"),
+        res = cat.retrieve(task, k=min(k, len(cat.registry)), mode=choice.get("mode"), lam=choice.get("lambda"),
                                      risk_source=choice.get("risk_source"))
         out = cat.result_dict(res, view.needs_confirmation)
         out["policy"] = policy
