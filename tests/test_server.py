@@ -350,7 +350,7 @@ def test_internal_errors_hide_their_details():
         def boom(*a, **kw):
             raise RuntimeError("secret internal detail")
 
-        svc.active.retriever.retrieve = boom
+        svc.active.retriever.retrieve_many = boom  # what the server calls (batched)
         resp = c.post("/v1/retrieve", headers=AUTH, json={"task": "anything"})
         err = error(resp, 500, "internal_error")
         assert "secret" not in err["message"]

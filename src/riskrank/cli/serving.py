@@ -62,7 +62,8 @@ def catalogue_options(f: Callable) -> Callable:
                           "ONNX Runtime (exported once with PyTorch and cached) or PyTorch, all giving the same "
                           "embeddings; auto = NumPy where it runs the model, else ONNX where it can, else PyTorch."),
         click.option("--threads", type=click.IntRange(1), default=1, show_default=True,
-                     help="torch and BLAS threads per process (more help only long texts or very large registries)."),
+                     help="BLAS (scoring) and PyTorch threads per process (more help only very large registries); "
+                          "ONNX Runtime's encoder uses its own (the cores, at most 4, parked when idle)."),
         click.option("--candidates", type=click.IntRange(1), default=None,
                      help="Rerank the first stage's top-M tools instead of the full pool [default: full pool]."),
         click.option("--first-stage", type=click.Choice(FIRST_STAGES), default="exact", show_default=True,
