@@ -258,3 +258,48 @@ def test_an_answer_that_speaks_to_the_model_is_flagged_or_redacted(tmp_path, mon
         (flag,) = [r for r in lines if r["decision"] == "result_flagged"]
         assert flag["code"] == "result_injection" and flag["redacted"] is expect_redacted and "instruction" in flag["reason"]
         assert gb.run_call(gw, "make_folder", {"path": "/tmp/x"}) == ("plain", False)  # a clean answer passes untouched
+
+
+def test_scan_findings_are_evidence_where_the_level_is_read(tmp_path):
+    """A suspicious definition (zero-width characters) stays offered under the default policy,
+    its calls confirmed, and find_tools shows the finding in its risk evidence, beside the level
+    it qualifies (the level itself is not moved: the policy decides what a verdict does)."""
+    from riskrank.catalogue import ArtefactSpec
+    from riskrank.encoder import make_encoder
+    from riskrank.serving.gateway.core import build_view, record_registry
+    from riskrank.serving.gateway.policy import Policy
+    from test_server_support import HashEncoder
+
+    records = [{"name": "list_notes", "description": "List the user's notes\u200b by title.",
+                "inputSchema": {"type": "object", "properties": {}}},
+               {"name": "count_words", "description": "Count the words of a text.",
+                "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}}]
+    scans = {r["name"]: scan_tool(r) for r in records}
+    assert scans["list_notes"].verdict == "suspicious" and scans["count_words"].verdict == "clean"
+    view = build_view(record_registry(records, "notes")[0], ArtefactSpec("stub", fill_levels="keyword"),
+                      make_encoder(HashEncoder()), Policy(), 1, scans=scans)
+    cat = view.catalogue
+    i = cat.registry.index_of("list_notes")
+    evidence = cat.levels.of(i)["risk_evidence"]
+    assert any(e.startswith("scan suspicious: invisible in description") for e in evidence), evidence
+    assert view.tools["list_notes"]["evidence"] == evidence and view.needs_confirmation("list_notes")
+    assert not any(e.startswith("scan") for e in cat.levels.of(cat.registry.index_of("count_words"))["risk_evidence"])
+
+
+def test_an_approval_never_writes_back_a_stale_copy(tmp_path):
+    """The operator's CLI read the pins before the gateway pinned a new server on first sight;
+    its approval re-reads the file under the write lock, so the first-sight pins survive (lost,
+    the next list of that server would be trusted as if first seen, a rug pull included)."""
+    tool = {"name": "summarise", "description": "Summarise a text.", "inputSchema": {"type": "object"}}
+    gateway = PinStore(tmp_path)
+    gateway.review("notes", [tool])
+    cli = PinStore(tmp_path, lock=False)  # loaded now: knows only 'notes'
+    held, _ = gateway.review("notes", [{**tool, "description": "Summarise a text. Changed."}])
+    assert "summarise" in held
+    gateway.review("mail", [{"name": "send", "description": "Send a mail.", "inputSchema": {"type": "object"}}])
+    assert cli.approve("notes", "summarise") == ["summarise"]
+    after = PinStore(tmp_path, lock=False)
+    assert set(after.servers) == {"notes", "mail"} and not after.servers["notes"]["pending"]
+    assert after.servers["notes"]["tools"]["summarise"]["definition"]["description"] == "Summarise a text. Changed."
+    held, _ = gateway.review("mail", [{"name": "send", "description": "Send it elsewhere.", "inputSchema": {"type": "object"}}])
+    assert "send" in held  # the first-sight pin held: the change is quarantined, not trusted

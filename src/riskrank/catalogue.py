@@ -239,6 +239,11 @@ class ToolAudit:
     """The loaded :class:`~riskrank.checkpoint.Checkpoint`, or None (no heads)."""
     note: str | None = None
 
+    def with_evidence(self, extra: dict[str, list[str]]) -> ToolAudit:
+        """The audit with ``extra`` evidence lines on the named tools (levels unchanged)."""
+        return ToolAudit(self.registry, self.levels.with_evidence([extra.get(t.name, []) for t in self.registry]),
+                         self.tool_emb, self.checkpoint, self.note)
+
     def subset(self, names: list[str]) -> ToolAudit:
         idx = [self.registry.index_of(n) for n in names]
         return ToolAudit(self.registry.subset(names), self.levels.subset(idx), self.tool_emb[idx], self.checkpoint, self.note)

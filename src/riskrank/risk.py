@@ -318,6 +318,12 @@ class ToolLevels:
         return {"risk_level": int(self.levels[index]), "risk_provenance": self.provenance[index],
                 "risk_evidence": list(self.evidence[index])}
 
+    def with_evidence(self, extra: Sequence[Sequence[str]]) -> ToolLevels:
+        """The same levels with more evidence per tool (the definition scan's findings, say):
+        what moved or qualifies a level is said where the level is read."""
+        return ToolLevels(self.levels.copy(), self.provenance,
+                          tuple((*ev, *more) for ev, more in zip(self.evidence, extra, strict=True)))
+
     def subset(self, indices: Sequence[int]) -> ToolLevels:
         idx = [int(i) for i in indices]
         return ToolLevels(self.levels[idx].copy(), tuple(self.provenance[i] for i in idx), tuple(self.evidence[i] for i in idx))

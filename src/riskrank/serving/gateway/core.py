@@ -167,6 +167,12 @@ def build_view(registry: ToolRegistry, spec: ArtefactSpec, encoder: Any, policy:
     confirmed)."""
     pins = {t.name: lvl for t in registry if (lvl := policy.pinned_level(t.name)) is not None}
     audit = audit_tools(spec, encoder, registry, pins)
+    # The scan's findings join each tool's evidence where its level is read (find_tools, the
+    # call-time check, the audit log, the console); the policy decides what the verdict does.
+    found = {name: [f"scan {f.verdict}: {f.kind} in {f.field}: {f.evidence}" for f in sc.findings]
+             for name, sc in (scans or {}).items() if sc.findings}
+    if found:
+        audit = audit.with_evidence(found)
     mark(f"levels of {len(registry)} tools resolved (model files, tool embeddings, risk head, keywords)", once=True)
     lv = audit.levels
     levels = {t.name: (int(lv.levels[i]), lv.provenance[i]) for i, t in enumerate(registry)}
@@ -183,7 +189,6 @@ def build_view(registry: ToolRegistry, spec: ArtefactSpec, encoder: Any, policy:
             for i, t in enumerate(registry)}
     for name, sc in (scans or {}).items():
         if name in rows and sc.findings:
-            rows[name]["evidence"] += [f"scan {f.verdict}: {f.kind} in {f.field}: {f.evidence}" for f in sc.findings]
             rows[name]["scan"] = sc.verdict
     return View(cat, generation, levels, routes or {}, not_offered, skipped or {}, rows, withdrawn or {}, held or {})
 

@@ -21,6 +21,7 @@ the directory's lock (``pins.lock``) for its life; a second gets a clear error.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import fcntl
 import hashlib
@@ -28,6 +29,7 @@ import json
 import os
 import time
 import unicodedata
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,10 @@ from riskrank.fileio import atomic_write_bytes
 FORMAT = "riskrank-pins/1"
 PINS_FILE = "pins.json"
 LOCK_FILE = "pins.lock"
+#: Held for each read-modify-write of the pin file, by the gateway and by the CLI alike.
+WRITE_LOCK_FILE = "pins.write.lock"
+#: How long a write waits for another process's write (each takes milliseconds).
+WRITE_LOCK_WAIT_S = 10.0
 #: The parts of a definition a pin covers (what the model reads, and what the gateway rates).
 PINNED_KEYS = ("name", "title", "description", "inputSchema", "annotations")
 
@@ -150,6 +156,28 @@ class PinStore:
         self.servers = self._load()
         return True
 
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One read-modify-write at a time across processes (the gateway's review, the
+        operator's approve and reset): the file is re-read under the lock, so neither side
+        writes back a stale copy over the other's change (a lost first-sight pin would let the
+        next list be trusted as if first seen)."""
+        fd = os.open(self.dir / WRITE_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            deadline = time.monotonic() + WRITE_LOCK_WAIT_S
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise PinError(f"{self.path}: another process has been writing it for {WRITE_LOCK_WAIT_S:g} s") from None
+                    time.sleep(0.01)
+            self.refresh()
+            yield
+        finally:
+            os.close(fd)
+
     def close(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
@@ -185,7 +213,10 @@ class PinStore:
     def review(self, upstream: str, tools: list[dict[str, Any]], *, first_seen: str = "trust") -> tuple[dict[str, str], list[str]]:
         """Compare ``upstream``'s listed ``tools`` (its own names) with the pins: returns
         (held: own name -> reason, events: one line per pin decision for the audit log)."""
-        self.refresh()
+        with self._writing():
+            return self._review(upstream, tools, first_seen)
+
+    def _review(self, upstream: str, tools: list[dict[str, Any]], first_seen: str) -> tuple[dict[str, str], list[str]]:
         if self.broken is not None:
             why = f"quarantined: the pin store is not trusted ({self.broken}); run riskrank pins reset after checking it"
             return {str(t.get("name")): why for t in tools}, []
@@ -237,6 +268,10 @@ class PinStore:
     def approve(self, upstream: str, name: str | None = None) -> list[str]:
         """Pin what ``upstream`` lists now for ``name`` (every held tool when None); returns
         the names approved."""
+        with self._writing():
+            return self._approve(upstream, name)
+
+    def _approve(self, upstream: str, name: str | None) -> list[str]:
         entry = self.servers.get(upstream)
         if entry is None:
             raise PinError(f"no server {upstream!r} in {self.path} (servers: {', '.join(sorted(self.servers)) or 'none'})")
@@ -253,6 +288,10 @@ class PinStore:
     def reset(self, upstream: str | None = None) -> None:
         """Forget the pins of ``upstream`` (every server when None; a broken store is replaced):
         the next list pins afresh under the policy's ``first_seen``."""
+        with self._writing():
+            self._reset(upstream)
+
+    def _reset(self, upstream: str | None) -> None:
         if upstream is None:
             self.servers, self.broken = {}, None
         elif upstream in self.servers:
