@@ -92,3 +92,45 @@ def test_normal_clients_keep_alive_and_slow_answers_are_served(server):
         assert request(c).startswith(b"HTTP/1.1 200")
         assert request(c).startswith(b"HTTP/1.1 200")  # the same connection, the next request
         assert request(c, "/slow").startswith(b"HTTP/1.1 200")  # longer than the read deadline
+
+
+def test_a_flood_of_posts_is_refused_at_once_not_queued():
+    """Gate's max_inflight (the MCP endpoint's bound): of 40 concurrent POSTs at a limit of 8,
+    8 reach the app and the rest are answered 503 overloaded with Retry-After at once."""
+    import anyio
+    import httpx
+
+    from riskrank.serving.auth import Gate
+
+    entered = 0
+    release = anyio.Event()
+
+    async def slow(scope, receive, send):
+        nonlocal entered
+        entered += 1
+        await release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    gate = Gate(slow, token=None, max_inflight=8)
+
+    async def main() -> list[httpx.Response]:
+        out: list[httpx.Response] = []
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gate), base_url="http://x") as c:
+            async def one() -> None:
+                out.append(await c.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(40):
+                    tg.start_soon(one)
+                with anyio.fail_after(30):
+                    while len(out) < 32:  # the refusals come back while 8 are held
+                        await anyio.sleep(0.01)
+                release.set()
+        return out
+
+    responses = anyio.run(main)
+    codes = sorted(r.status_code for r in responses)
+    assert codes == [200] * 8 + [503] * 32 and entered == 8 and gate.inflight == 0
+    refused = next(r for r in responses if r.status_code == 503)
+    assert refused.headers["retry-after"] == "1" and refused.json()["error"]["code"] == "overloaded"

@@ -84,11 +84,16 @@ class Gate:
     """ASGI middleware in front of everything: bearer auth, then the body-size limit.
 
     Auth runs before routing, so a caller without the token gets the same 401 for every
-    path, existing or not. Bodies are buffered up to the limit, then replayed to the app."""
+    path, existing or not. Bodies are buffered up to the limit, then replayed to the app.
+    ``max_inflight``: at most this many POSTs at once (the MCP endpoint's calls); one more is
+    answered 503 ``overloaded`` with ``Retry-After: 1`` at once, so a flood queues nothing."""
 
-    def __init__(self, app: Any, *, token: str | None, admin_token: str | None = None, max_body_bytes: int = 64 * 1024) -> None:
+    def __init__(self, app: Any, *, token: str | None, admin_token: str | None = None, max_body_bytes: int = 64 * 1024,
+                 max_inflight: int | None = None) -> None:
         check_distinct_tokens(token, admin_token)
         self.app = app
+        self.max_inflight = max_inflight
+        self.inflight = 0
         self.token = token.encode() if token else None
         self.admin_token = admin_token.encode() if admin_token else None
         self.max_body = max_body_bytes
@@ -154,7 +159,18 @@ class Gate:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
-        await self.app(scope, replay, send)
+        if self.max_inflight is None or scope.get("method") != "POST":
+            await self.app(scope, replay, send)
+            return
+        if self.inflight >= self.max_inflight:
+            await _send_json(send, 503, ApiError(503, "overloaded", f"more than {self.max_inflight} requests in flight; "
+                                                                    "retry later").body(), {"retry-after": "1"})
+            return
+        self.inflight += 1
+        try:
+            await self.app(scope, replay, send)
+        finally:
+            self.inflight -= 1
 
 
 def _is_json(content_type: bytes | None) -> bool:

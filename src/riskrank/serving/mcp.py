@@ -256,13 +256,14 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
                 await gateway.wait_ready()
             else:
                 host, port = sock.getsockname()[:2]
-                app = Gate(mcp_compat.streamable_http_app(server, host), token=token)
+                sock.listen(128)  # before the URL is announced: a client connecting at once waits in the backlog
+                app = Gate(mcp_compat.streamable_http_app(server, host), token=token,
+                           max_inflight=(limits or Limits()).max_inflight)
                 echo(f"streamable HTTP at http://{host}:{port}/mcp  auth: {'bearer token' if token else 'none (--insecure, loopback)'}")
                 if console_app is not None:
                     from riskrank.serving.console.app import with_console
 
                     app = with_console(app, console_app)
-                    sock.listen(128)
                     echo(f"console at {_url(sock)}/console  {_console_auth(console)}")
                 http = uvicorn_server(app, sock, "warning", lifespan="on", extra="mcp")
                 http.capture_signals = contextlib.nullcontext  # signals are _on_signal's: it stops the upstreams too

@@ -666,7 +666,9 @@ class _Catalogues:
             for line in events:
                 self.echo(f"pins: {line}")
                 self.audit.write(tool=None, decision="pins", code="pin_change", reason=line, upstream=up_name)
-            held.update({public[n]: ("quarantined", why) for n, why in quarantined.items() if n in public})
+            # the refusal is "quarantined: <why>": the code is not said twice
+            held.update({public[n]: ("quarantined", why.removeprefix("quarantined: ")) for n, why in quarantined.items()
+                         if n in public})
         scans = {r["name"]: self._scan({**r, "name": routes[r["name"]][1]}) for r in mine}
         for name, sc in scans.items():
             mark = sc.verdict + ":" + sc.reason()
@@ -678,7 +680,7 @@ class _Catalogues:
                                  action=action, findings=[f.to_dict() for f in sc.findings])
             action = {"poisoned": self.policy.on_poisoned, "suspicious": self.policy.on_suspicious}.get(sc.verdict)
             if action == "withhold" and name not in held:
-                held[name] = (sc.verdict, f"{sc.verdict}: the definition of {name!r} speaks to the model ({sc.reason()}); "
+                held[name] = (sc.verdict, f"the definition of {name!r} speaks to the model ({sc.reason()}); "
                                           "withheld by the policy")
         return held, scans
 

@@ -94,8 +94,9 @@ class Change:
             return (f"quarantined: {self.upstream!r} listed a new tool {self.name!r} after its tools were pinned; "
                     "an operator must approve it (riskrank pins approve)")
         fields = sorted(k for k in PINNED_KEYS if (self.pinned or {}).get(k) != self.seen.get(k))
-        return (f"quarantined: {self.upstream!r} changed its tool {self.name!r} since it was pinned "
-                f"({', '.join(fields) or 'its definition'} differ); an operator must approve the change (riskrank pins approve)")
+        what = f"changed: {', '.join(fields)}" if fields else "its definition changed"
+        return (f"quarantined: {self.upstream!r} changed its tool {self.name!r} since it was pinned ({what}); "
+                "an operator must approve the change (riskrank pins approve)")
 
     def diff(self) -> str:
         """A unified diff of the pinned definition against the one listed now."""
