@@ -8,7 +8,9 @@ filesystem and memory MCP servers (npm, from riskrank's CI cache; installed ther
 if missing), with the bundled encoder. A scripted agent (the official MCP client, no LLM)
 finds and calls tools; an operator in headless Chromium (Debian's chromium and
 chromium-driver) approves one waiting call and denies another, reviews a tool of the audit,
-and each page is photographed, the approvals page while a third call waits on it.
+and each page is photographed, the approvals page while a third call waits on it. The Changes
+page is photographed in a second run, a rug pull: tests/trust_upstream.py pinned in one
+session, serving a changed tool in the next.
 
 The audit behind the review queue is of the same servers' tools, voted by three scripted
 annotators (tests/console_support.py's personas, derived from the keyword annotator): their
@@ -153,6 +155,42 @@ async def session(paths: dict[str, Path], out: Path, browser: Browser) -> None:
             await anyio.to_thread.run_sync(pages)
 
 
+async def changes(root: Path, out: Path, browser: Browser) -> None:
+    """The Changes page of a rug pull: tests/trust_upstream.py (a FastMCP notes server) pinned
+    in one session, then serving a changed ``summarise`` in the next; photographed while the
+    change waits for approval."""
+    import os
+
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+
+    def argv(variant: str) -> list[str]:
+        servers = {"mcpServers": {"notes": {"command": sys.executable, "args": [str(ROOT / "tests" / "trust_upstream.py")],
+                                            "env": {"TRUST_VARIANT": variant, "PYTHONPATH": os.pathsep.join(sys.path)}}}}
+        (root / "servers.json").write_text(json.dumps(servers))
+        return riskrank_argv("mcp", "--config", str(root / "servers.json"), "--policy", str(write_policy(root / "policy.json")),
+                             "--state-dir", str(root / "state"), "--audit-log", str(root / "audit.jsonl"), "--console",
+                             "--console-port", "0")
+
+    for variant in ("honest", "changed"):
+        cmd = argv(variant)
+        errlog = root / f"gateway-{variant}.err"
+        target = mcp_compat.ServerTarget(command=cmd[0], args=tuple(cmd[1:]), env=python_env())
+        with anyio.fail_after(GUARD_S * 2), errlog.open("w") as err:
+            async with mcp_compat.open_session(target, errlog=err) as s:
+                await s.call_tool("find_tools", {"task": "summarise my note"})
+                if variant == "changed":
+                    url = await anyio.to_thread.run_sync(console_url, errlog)
+
+                    def shoot(url: str) -> None:
+                        browser.login(url, OPERATOR)
+                        browser.wait_for(url + "/changes", "article.change")
+                        browser.shot(out / "changes.png", max_height=1400)
+
+                    await anyio.to_thread.run_sync(shoot, url)
+
+
 def main(argv: list[str]) -> int:
     out = Path(argv[1]) if len(argv) > 1 else ROOT / "docs" / "console"
     why = browser_missing()
@@ -172,6 +210,8 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     with Browser(width=1360, height=900) as browser:
         anyio.run(session, paths, out, browser)
+    with Browser(width=1360, height=900) as browser:
+        anyio.run(changes, Path(tempfile.gettempdir()) / "riskrank-console-changes", out, browser)
     for png in sorted(out.glob("*.png")):
         print(f"wrote {png.relative_to(ROOT) if png.is_relative_to(ROOT) else png}")
     return 0
