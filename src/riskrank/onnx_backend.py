@@ -1,4 +1,6 @@
-"""ONNX Runtime forward pass for the frozen encoder: the same embeddings, about twice as fast.
+"""ONNX Runtime over a graph exported with PyTorch: the encoder backend for models that
+:mod:`riskrank.numpy_encoder` does not run (it builds BERT encoders' graphs itself, with no
+PyTorch; this exporter needs PyTorch once per model).
 
 A served query is encoded one at a time, and on this project's 2-core machine PyTorch's eager
 forward pass of all-MiniLM-L6-v2 costs ~35 ms for a 30-token task, most of a request's time.
