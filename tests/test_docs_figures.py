@@ -121,3 +121,13 @@ def test_the_startup_tables_are_their_artefacts():
     eight = next(r for r in s["results"] if r["clients"] == 8)
     assert eight["p95_ms"] <= 150.0 and eight["errors"] == 0
     assert eight["p50_ms"] > 60.0 or "p50 **missed**" not in doc  # the doc says missed only while it is
+
+
+def test_the_quantisation_figures_are_their_artefact():
+    r = json.loads((ROOT / "benchmarks/results/encoder_quantisation.json").read_text())
+    f, sp = r["fidelity"], r["speed"]
+    doc = (ROOT / "docs/benchmarks.md").read_text()
+    for figure in (f"{sp['int8, 1 thread']['query_p50_ms']:.1f} ms against {sp['float32, 1 thread']['query_p50_ms']:.1f} ms",
+                   f"{f['tool_cosine_mean']:.3f} on average (down to {f['tool_cosine_min']:.3f})",
+                   f"top-5 overlap of {f['dense_top5_overlap_mean']:.3f}"):
+        assert figure in doc, figure
