@@ -183,7 +183,7 @@ class NumpyEncoder:
 
 # -- the same graph in ONNX Runtime, built from the same weights (no PyTorch) -----------------------------
 #: Bumped when the graph below changes: a cached graph of another version is rebuilt.
-GRAPH_VERSION = 1
+GRAPH_VERSION = 2
 #: Largest element-wise difference from the NumPy forward pass accepted for a built graph.
 MAX_GRAPH_DIFF = 1e-4
 _PROBE = ["delete the old log files on the build server",
@@ -255,7 +255,7 @@ class OnnxBertEncoder(NumpyEncoder):
             return name
 
         def node(op: str, inputs: list[str], out: str, **attrs: Any) -> str:
-            nodes.append(helper.make_node(op, inputs, [out], **attrs))
+            nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
             return out
 
         def norm(x: str, ln: tuple[np.ndarray, np.ndarray], name: str) -> str:
