@@ -68,3 +68,35 @@ def test_a_batch_of_tasks_ranks_like_each_task(demo_fitted):
     alone = [[t.name for t in r.retrieve(task, k=5).tools] for task in tasks]
     together = [[t.name for t in res.tools] for res in r.retrieve_many(tasks, k=5)]
     assert together == alone
+
+
+def test_batches_are_cut_by_size():
+    """With ``size`` (the encoder's: texts per request), a call holds at most ``max_items`` of
+    it; a request larger than that runs alone."""
+    calls: list[list[int]] = []
+    gate = threading.Event()
+
+    def run(key, items):
+        calls.append([len(x) for x in items])
+        gate.wait(5)
+        return [len(x) for x in items]
+
+    b = Batcher(run, max_items=4, size=len)
+    first = threading.Thread(target=b.submit, args=(None, ["first"]))
+    first.start()
+    while not calls:  # the first request runs alone and holds the lock
+        time.sleep(0.01)
+    requests = [["a", "b"], ["c"], ["d", "e"], ["f"] * 6, ["g"]]
+    out: dict[int, int] = {}
+    threads = []
+    for i, r in enumerate(requests):  # queued in this order while the lock is held
+        t = threading.Thread(target=lambda i=i, r=r: out.__setitem__(i, b.submit(None, r)))
+        t.start()
+        threads.append(t)
+        while b._queue.qsize() < i + 1:
+            time.sleep(0.01)
+    gate.set()
+    for t in [first, *threads]:
+        t.join(10)
+    assert out == {i: len(r) for i, r in enumerate(requests)}
+    assert calls == [[1], [2, 1], [2], [6], [1]]

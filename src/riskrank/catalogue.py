@@ -114,17 +114,18 @@ class Catalogue:
     checkpoint: str | None = None
     """The checkpoint loaded: the spec's, or the base model's when the spec names none."""
     notes: list[str] = field(default_factory=list)
-    _batcher: Any = field(default=None, repr=False, compare=False)
+    _batcher: Any = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        from riskrank.batching import Batcher
+
+        # made here, not on first use: two first requests at once must share one batcher
+        self._batcher = Batcher(lambda key, tasks: self.retriever.retrieve_many(list(tasks), key[0], **dict(key[1])))
 
     def retrieve(self, task: str, k: int = 5, **options: Any) -> Any:
         """``retriever.retrieve(task, k, **options)``, batched with concurrent callers' tasks of
         the same settings (:class:`riskrank.batching.Batcher`): what the servers call."""
-        from riskrank.batching import Batcher
-
-        if self._batcher is None:
-            self._batcher = Batcher(lambda key, tasks: self.retriever.retrieve_many(list(tasks), key[0], **dict(key[1])))
-        key = (k, tuple(sorted(options.items())))
-        return self._batcher.submit(key, task)
+        return self._batcher.submit((k, tuple(sorted(options.items()))), task)
 
     @property
     def levels(self) -> ToolLevels:

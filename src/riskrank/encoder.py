@@ -16,14 +16,12 @@ For servers, :class:`BatchingEncoder` encodes concurrent requests' tasks in one 
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import hashlib
 import inspect
 import json
 import logging
 import os
-import queue
 import sqlite3
 import threading
 import time
@@ -559,7 +557,8 @@ class ArrayEncoder:
 
 # -- serving: one model, many concurrent requests ---------------------------------------------
 class BatchingEncoder:
-    """An encoder front that encodes concurrent requests' texts in one batch.
+    """An encoder front that encodes concurrent requests' texts in one batch
+    (:class:`riskrank.batching.Batcher`, the same mechanism the servers' retrievals use).
 
     Each caller enqueues its texts, then takes the model lock; whoever holds it encodes
     everything queued so far (its own texts included) in one batch and hands the others their
@@ -571,6 +570,8 @@ class BatchingEncoder:
     ``display_name``)."""
 
     def __init__(self, encoder: Any, max_batch: int = 64) -> None:
+        from riskrank.batching import Batcher
+
         self.inner = encoder
         # Live queries are read from the embedding cache but not added to it: a long-running
         # server would otherwise grow the shared cache without bound.
@@ -578,8 +579,8 @@ class BatchingEncoder:
         self.identity = encoder.identity
         self.display_name = getattr(encoder, "display_name", encoder.identity)
         self.max_batch = max_batch
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._lock = threading.Lock()
+        # One request's texts per item; at most max_batch texts per model call.
+        self._batcher = Batcher(self._encode_group, max_items=max_batch, size=len)
 
     @property
     def dim(self) -> int:
@@ -588,7 +589,7 @@ class BatchingEncoder:
     def warm(self) -> None:
         """Load the model now (a cache hit never loads it, so the first new query would)."""
         if hasattr(self.inner, "warm"):
-            with self._lock:
+            with self._batcher.lock:
                 self.inner.warm()
 
     def encode(self, texts: Sequence[str], *, desc: str = "encoding", store: bool = False) -> Any:
@@ -597,43 +598,16 @@ class BatchingEncoder:
         once and kept in the cache, so a restart over the same tools encodes nothing."""
         if store:
             return self.inner.encode(list(texts), desc=desc)  # the inner encoder stores by default
-        fut: concurrent.futures.Future = concurrent.futures.Future()
-        self._queue.put((list(texts), fut))
-        with self._lock:
-            if not fut.done():  # nobody took it yet: encode everything waiting, ours included
-                pending = []
-                while True:
-                    try:
-                        pending.append(self._queue.get_nowait())
-                    except queue.Empty:
-                        break
-                self._encode_batches(pending)
-        return fut.result()
+        return self._batcher.submit(None, list(texts))
 
-    def _encode_batches(self, pending: list) -> None:
-        batch: list = []
-        for item in pending:
-            if batch and sum(len(t) for t, _ in batch) + len(item[0]) > self.max_batch:
-                self._encode_each(batch)
-                batch = []
-            batch.append(item)
-        if batch:
-            self._encode_each(batch)
-
-    def _encode_each(self, batch: list) -> None:
-        try:
-            vecs = self.inner.encode([t for texts, _ in batch for t in texts], **self._encode_kw)
-        except BaseException as exc:
-            if len(batch) == 1:
-                batch[0][1].set_exception(exc)
-                return
-            for texts, fut in batch:  # one bad request must not fail its batch-mates
-                _settle(fut, self.inner.encode, texts)
-            return
-        start = 0
-        for texts, fut in batch:
-            fut.set_result(np.ascontiguousarray(vecs[start : start + len(texts)]))
+    def _encode_group(self, key: Any, requests: Sequence[list[str]]) -> list[np.ndarray]:
+        """Every request's texts through the model in one call, split back per request."""
+        vecs = self.inner.encode([t for texts in requests for t in texts], **self._encode_kw)
+        out, start = [], 0
+        for texts in requests:
+            out.append(np.ascontiguousarray(vecs[start : start + len(texts)]))
             start += len(texts)
+        return out
 
 
 def _has_onnxruntime() -> bool:
@@ -649,13 +623,6 @@ def encode_tools(encoder: Any, texts: Sequence[str]) -> np.ndarray:
     if "store" in inspect.signature(encoder.encode).parameters:
         return encoder.encode(list(texts), desc="encoding tools", store=True)
     return encoder.encode(list(texts), desc="encoding tools")
-
-
-def _settle(fut: concurrent.futures.Future, fn: Callable, arg: Any) -> None:
-    try:
-        fut.set_result(fn(arg))
-    except BaseException as exc:
-        fut.set_exception(exc)
 
 
 def limit_threads(threads: int) -> None:

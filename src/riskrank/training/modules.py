@@ -10,7 +10,7 @@ import math
 import torch
 from torch import nn
 
-from riskrank.heads import DESIGNS, PENALTIES, HeadWeights
+from riskrank.heads import HeadWeights, state_shapes
 
 
 class RiskHead(nn.Module):
@@ -87,17 +87,12 @@ class ResidualRelevanceHead(nn.Module):
 class DualHead(nn.Module):
     """The relevance head and the risk heads. ``lexical`` names the lexical features the
     residual head reads (empty: the dense head); ``penalty`` is what lambda multiplies
-    (:data:`PENALTIES`; ``p_risky`` adds the classifier head)."""
+    (:data:`riskrank.heads.PENALTIES`; ``p_risky`` adds the classifier head)."""
 
     def __init__(self, dim: int, design: str = "residual", hidden: int = 64, rank: int = 64, *,
                  lexical: tuple[str, ...] = (), penalty: str = "paper") -> None:
         super().__init__()
-        if design not in DESIGNS:
-            raise ValueError(f"unknown head design {design!r}; choose from {', '.join(DESIGNS)}")
-        if penalty not in PENALTIES:
-            raise ValueError(f"unknown risk penalty {penalty!r}; choose from {', '.join(PENALTIES)}")
-        if design == "paper" and (lexical or penalty != "paper"):
-            raise ValueError("the paper design reads no lexical evidence and keeps the paper's penalty")
+        state_shapes(dim, design, hidden, rank, len(lexical), penalty)  # the head block's checks, in one place
         self.dim, self.design, self.hidden, self.rank = dim, design, hidden, rank
         self.lexical, self.penalty = tuple(lexical), penalty
         self.relevance_head: nn.Module = (
