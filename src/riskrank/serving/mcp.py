@@ -160,14 +160,11 @@ async def start_upstreams(tg: Any, manager: UpstreamManager, keeper: _Catalogues
 
 def _serving_line(gateway: Gateway, manager: UpstreamManager | None, audit_log: str | None) -> str:
     view = gateway.view
-    cat = view.catalogue
-    n_tools = len(cat.registry) if cat is not None else 0
-    fill = cat.retriever.rule_config.fill if cat is not None else "safe"
-    floor = cat.retriever.relevance_floor() if cat is not None else None
+    n_tools = len(view.catalogue.registry) if view.catalogue is not None else 0
     policy = gateway.policy
     return (f"find_tools over {n_tools} tools ({len(view.not_offered)} never offered by {policy.source}: "
             f"max_level {policy.max_level}, confirm_level {policy.confirm_level}); mode {gateway.mode}: "
-            f"{pipeline_sentence(gateway.mode, fill, floor)}"
+            f"{pipeline_sentence(gateway.mode, gateway.fill, gateway.floor)}"
             + ("; call_tool forwards to " + ", ".join(repr(u) for u in manager.upstreams) if gateway.forward and manager else "")
             + (f"; audit log {audit_log}" if audit_log else "")
             + (f"; starting: {', '.join(manager.starting())}" if manager and manager.starting() else ""))

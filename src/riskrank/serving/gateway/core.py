@@ -286,12 +286,14 @@ class Gateway:
             self._announce()
 
     def _announce(self) -> None:
+        """The pipeline the gateway describes (``mode``, ``fill``, ``floor``): the catalogue's
+        once there is one, the spec's before; and the descriptions built from it."""
         cat = self._view.catalogue
         if cat is not None:
-            self.mode = cat.retriever.mode
+            self.mode, self.fill, self.floor = cat.retriever.mode, cat.retriever.rule_config.fill, cat.retriever.relevance_floor()
             self._described_by_catalogue = True
         else:
-            self.mode = self.announced[0] if self.announced else "dense+rule"
+            self.mode, self.fill, self.floor = self.announced if self.announced else ("dense+rule", "safe", None)
         self._descriptions = self._describe()
 
     def starting(self) -> None:
@@ -316,15 +318,10 @@ class Gateway:
 
     # -- the two tools -----------------------------------------------------------------------------
     def _describe(self) -> tuple[str, str]:
-        cat = self.view.catalogue
-        if cat is not None:
-            fill, floor = cat.retriever.rule_config.fill, cat.retriever.relevance_floor()
-        else:
-            fill, floor = (self.announced[1], self.announced[2]) if self.announced else ("safe", None)
         p = self.policy
         find = (
             "Find the tools for a task in a large tool catalogue; call it before acting, and use only the tools it "
-            f"returns. Returns at most k tools ranked by: {pipeline_sentence(self.mode, fill, floor)}. Each tool comes "
+            f"returns. Returns at most k tools ranked by: {pipeline_sentence(self.mode, self.fill, self.floor)}. Each tool comes "
             "with its input_schema and its risk level (1 safe .. 5 critical) with the evidence for it. Tools the "
             f"server's policy never allows (above risk level {p.max_level}, or denied) are never offered"
             + (f"; tools of level {p.confirm_level} or more need the user's confirmation when called" if p.confirm_level <= 5 else "")
