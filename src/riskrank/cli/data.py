@@ -12,7 +12,8 @@ from riskrank.errors import RiskrankError
 
 @click.group()
 def data() -> None:
-    """Benchmark data: fetch UltraTool, Seal-Tools and the released risk labels."""
+    """Benchmark data: fetch UltraTool, Seal-Tools, the released risk labels and the training
+    corpora (BFCL, APIBench, API-Bank, ToolAlpaca)."""
 
 
 @data.command("fetch")

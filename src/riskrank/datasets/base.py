@@ -72,11 +72,27 @@ class QuerySet:
 
 
 @dataclass
+class Negatives:
+    """Queries that no tool of the registry answers (BFCL's irrelevance entries): data for
+    abstention ("expose nothing"), kept apart from the splits because a QuerySet holds only
+    queries with at least one gold tool and every metric assumes one."""
+
+    name: str
+    ids: list[str]
+    texts: list[str]
+    meta: list[dict] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+
+@dataclass
 class Benchmark:
     """A registry, its evaluation splits and (when it exists) a separate training split.
 
     ``train`` is None when the training split is absent (UltraTool without dev.json): the
-    protocol is then k-fold cross-fitting over the evaluation queries.
+    protocol is then k-fold cross-fitting over the evaluation queries. ``negatives`` holds
+    the queries without a fitting tool, where a corpus has them (None elsewhere).
     """
 
     name: str
@@ -85,6 +101,7 @@ class Benchmark:
     train: QuerySet | None
     protocol: str
     notes: list[str] = field(default_factory=list)
+    negatives: Negatives | None = None
 
     @property
     def eval_splits(self) -> list[str]:

@@ -71,7 +71,10 @@ class ManifestEntry:
     """One benchmark file: where it comes from and how to recognise a good copy.
 
     ``sha256`` and ``bytes`` are ``None`` when the hash/size is not pinned (files too large
-    to mirror whose exact upstream copy was never hashed here).
+    to mirror whose exact upstream copy was never hashed here). ``corpus`` names the
+    training corpus a file belongs to (``bfcl``, ``apibench``, ``apibank``, ``toolalpaca``;
+    None for the benchmark files), so a loader can list its files from the manifest;
+    ``license`` is the upstream license as stated there.
     """
 
     repo: str
@@ -81,6 +84,8 @@ class ManifestEntry:
     sha256: str | None
     mirrored: bool
     note: str | None = None
+    corpus: str | None = None
+    license: str | None = None
 
     @property
     def rel_path(self) -> str:
@@ -129,6 +134,8 @@ def load_manifest(path: str | Path | None = None) -> list[ManifestEntry]:
                 sha256=None if rec.get("sha256") is None else str(rec["sha256"]).lower(),
                 mirrored=bool(rec.get("mirrored", True)),
                 note=rec.get("note"),
+                corpus=None if rec.get("corpus") is None else str(rec["corpus"]),
+                license=None if rec.get("license") is None else str(rec["license"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise DataError(f"manifest {mpath}: files[{i}] is malformed ({exc!r})") from None
@@ -375,7 +382,9 @@ def _write_verified(
                 f"{entry.rel_path}: size mismatch from {origin} "
                 f"(expected {entry.bytes} bytes, got {size}); not written"
             )
-        if size == 0:
+        if size == 0 and entry.sha256 is None:
+            # an empty file is refused unless the manifest pins it empty (its sha256 matched
+            # above: one API-Bank dialogue file is empty upstream)
             raise DataError(f"{entry.rel_path}: empty file from {origin}; not written")
 
 
