@@ -51,7 +51,13 @@ import numpy as np
 from riskrank.ann import ANNRetriever
 from riskrank.base import AUTO as BASE_AUTO
 from riskrank.base import NAME as BASE_NAME
-from riskrank.base import NO_CHECKPOINT, default_checkpoint, resolve_checkpoint
+from riskrank.base import (
+    NO_CHECKPOINT,
+    default_checkpoint,
+    default_level_model_dir,
+    is_base_checkpoint,
+    resolve_checkpoint,
+)
 from riskrank.checkpoint import Checkpoint, TrainResult, in_memory, load_checkpoint, save_checkpoint
 from riskrank.context import ContextDecisions, NeedHead, apply_context
 from riskrank.encoder import Encoder, encode_tools
@@ -70,6 +76,7 @@ from riskrank.first_stage import (
 )
 from riskrank.graph import NORMALISATIONS, GraphConfig, ToolGraph
 from riskrank.heads import HeadScorer, sigmoid_
+from riskrank.levels import LevelModel, load_level_model
 from riskrank.modes import (
     FIRST_STAGES,
     MAX_K,
@@ -189,6 +196,7 @@ class RiskAwareRetriever:
         fill_levels: str = "none",
         level_pins: dict[str, int] | None = None,
         tool_levels: ToolLevels | None = None,
+        level_model: LevelModel | str | None = BASE_AUTO,
     ) -> None:
         self.registry = registry
         # MCP hints only raise an unlabelled tool's level unless the operator trusts its servers.
@@ -265,6 +273,7 @@ class RiskAwareRetriever:
         if tool_levels is not None and len(tool_levels) != len(registry):
             raise RiskrankError(f"tool_levels has {len(tool_levels)} entries for {len(registry)} tools")
         self._tool_levels: ToolLevels | None = tool_levels
+        self.level_model = self._resolve_level_model(level_model)
         self.risk_source = self._check_risk_source(risk_source)
         self.rule_config = rule_config or RuleConfig()
         self.graph_config = graph_config or GraphConfig(normalisation=self.normalisation)
@@ -276,6 +285,28 @@ class RiskAwareRetriever:
         self.label_risk = label_risk(registry.risk_levels)
 
     # -- construction helpers --------------------------------------------------------------
+    def _resolve_level_model(self, level_model: LevelModel | str | None) -> LevelModel | None:
+        """The level model unaudited tools are served at: given, or (``auto``) the shipped one
+        beside the shipped base model on its encoder; None keeps the checkpoint's risk head
+        with the keyword rule (a checkpoint trained on a user's own audited tools)."""
+        if level_model is None or isinstance(level_model, LevelModel):
+            model = level_model
+        elif level_model == BASE_AUTO:
+            folder = default_level_model_dir()
+            if folder is None or self.checkpoint is None or not is_base_checkpoint(self.checkpoint.path):
+                return None
+            model = load_level_model(folder)
+        else:
+            model = load_level_model(level_model)
+        if model is not None:
+            if model.encoder_identity and model.encoder_identity != self.encoder.identity:
+                if level_model == BASE_AUTO:
+                    return None
+                raise CheckpointError(f"the level model was trained on encoder {model.encoder_identity!r}, not {self.encoder.identity!r}")
+            if model.dim != self.tool_emb.shape[1]:
+                raise CheckpointError(f"the level model expects {model.dim}-d embeddings, got {self.tool_emb.shape[1]}-d")
+        return model
+
     @classmethod
     def from_paths(cls, registry: str | Path, checkpoint: str | Path | None = None, **kwargs: Any) -> RiskAwareRetriever:
         """Load a registry file and (optionally) a checkpoint directory."""
@@ -384,6 +415,12 @@ class RiskAwareRetriever:
         filter reads under ``risk_source="labels"``, what every result shows as
         ``risk_level``, and what a gateway checks a call at."""
         if self._tool_levels is None:
+            if self.level_model is not None:
+                parts = self.level_model.parts(self.tool_emb)
+                self._tool_levels = resolve_tool_levels(
+                    self.registry, head_levels=level_from_score(parts.score), head_scores=parts.score,
+                    trust_annotations=self.trust_annotations, pins=self.level_pins, level_parts=parts)
+                return self._tool_levels
             learned = self.scorer is not None and self.risk_head_learned
             self._tool_levels = resolve_tool_levels(
                 self.registry, head_levels=level_from_score(self.scorer.level_score) if learned else None,

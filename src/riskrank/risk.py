@@ -238,6 +238,31 @@ def keyword_level(
     return level, evidence
 
 
+#: Running commands or code is a system-level permission by the rubric (L4): a tool whose name
+#: or description says it runs them is served at least at :data:`SYSTEM_FLOOR`, whatever a
+#: model says. Narrower than the permission categories (whose "command", "cli" or "python"
+#: also name documentation and read-only listings): a run/execute verb with its object, or
+#: an unambiguous shell word.
+SYSTEM_PATTERNS = (
+    r"(?:execut\w*|run|runs|running|invok\w*|spawn\w*|launch\w*) " + _GAP
+    + r"(?:shell |terminal |system |bash |os |arbitrary |python |javascript |js |sql |cli )?"
+    + r"(?:commands?|code|scripts?|programs?|snippets?|binar\w+)\b",
+    r"(?:bash|zsh|powershell|sudo|subprocess\w*)\b", r"shell commands?\b", r"terminal commands?\b",
+    r"eval\b", r"exec\b", r"code execution\b", r"run_code\b",
+)
+_SYSTEM_RX = re.compile(r"\b(?:" + "|".join(SYSTEM_PATTERNS) + ")")
+SYSTEM_FLOOR = 4
+
+
+def rubric_floor(name: str, description: str) -> tuple[int, str | None]:
+    """The lowest level the rubric allows a tool that runs commands or code (L4), with the
+    words that say so; else 1 and None."""
+    m = _SYSTEM_RX.search(normalise_text(split_name(name) + " " + description))
+    if m is None:
+        return 1, None
+    return SYSTEM_FLOOR, f"runs commands or code ({m.group(0)!r}): a system-level permission, at least L{SYSTEM_FLOOR}"
+
+
 def read_only_contradicted(text: str, categories: frozenset[str]) -> bool:
     """Whether a tool's normalised name + description contradicts a ``readOnlyHint``: a
     state-changing or destructive verb, or a category other than credential handling and
@@ -284,7 +309,7 @@ FILL_LEVELS = ("none", "keyword")
 PROVENANCE = {
     "policy": "pinned by the operator's policy (wins over every other source)",
     "audited": "risk_level given in the registry (an audit)",
-    "predicted": "unaudited; the risk head's level, combined with keyword evidence and MCP annotations (hints only raise unless trusted)",
+    "predicted": "unaudited; the level model's (or a checkpoint's risk head combined with keyword evidence), then MCP annotations (hints only raise unless trusted)",
     "keyword": "unaudited; the keyword annotator's level (name, description, MCP annotations) or, with a risk head, keywords that rate it higher",
     "annotation": "unaudited; MCP annotations set the level (destructiveHint raises; a readOnlyHint lowers only with trust_annotations)",
     "unlabelled": "no level from any source: treated as L5 (fail closed)",
@@ -332,6 +357,7 @@ class ToolLevels:
 def resolve_tool_levels(
     tools: Sequence[Any], *, head_levels: np.ndarray | None = None, head_scores: np.ndarray | None = None,
     fill_keyword: bool = False, trust_annotations: bool = False, pins: Mapping[str, int] | None = None,
+    level_parts: Any = None,
 ) -> ToolLevels:
     """Each tool's level, in order of trust, with its provenance and evidence (``tools``:
     objects with ``name``, ``description``, ``risk_level``, ``annotations``, as
@@ -342,7 +368,11 @@ def resolve_tool_levels(
     3. with a learned risk head (``head_levels`` [N] 1..5, ``head_scores`` [N] its (r - 1) / 4
        regression, shown in the evidence): the head's level combined with the keyword
        evidence (the higher of the two: ``predicted``, or ``keyword`` when the keywords rate
-       it higher) and its MCP annotations (``annotation`` when a hint moved the level);
+       it higher) and its MCP annotations (``annotation`` when a hint moved the level); with
+       the level model's outputs (``level_parts``, :class:`riskrank.levels.LevelParts`, whose
+       score ``head_levels`` and ``head_scores`` are) the level is the model's alone: keyword
+       hits are evidence but do not raise it (they cost the served level 0.2 of AUC on real
+       MCP tools, docs/base-model.md);
     4. without one, with ``fill_keyword``: the keyword annotator's level (``keyword``);
     5. else the fail-closed level: MCP hints set it (``annotation``), or L5 (``unlabelled``).
 
@@ -362,7 +392,7 @@ def resolve_tool_levels(
             why = [f"audited: L{tool.risk_level}"] + ([tool.reason] if getattr(tool, "reason", None) else [])
         elif head_levels is not None:
             level, source, why = _head_level(tool, int(head_levels[i]), float(head_scores[i]) if head_scores is not None else None,
-                                             trust_annotations)
+                                             trust_annotations, None if level_parts is None else level_parts.evidence(i))
         elif fill_keyword:
             level, why = keyword_level(tool.name, tool.description, dict(tool.annotations or {}), trust_annotations=trust_annotations)
             source = "keyword"
@@ -376,11 +406,22 @@ def resolve_tool_levels(
     return ToolLevels(np.asarray(levels, dtype=np.int8), tuple(provenance), tuple(evidence))
 
 
-def _head_level(tool: Any, head: int, score: float | None, trust_annotations: bool) -> tuple[int, str, list[str]]:
+def _head_level(tool: Any, head: int, score: float | None, trust_annotations: bool,
+                model: str | None = None) -> tuple[int, str, list[str]]:
     kw, hits = keyword_level(tool.name, tool.description, None)
-    why = [f"risk head: L{head}" + (f" (score {score:.2f})" if score is not None else "")]
-    why += [f"keyword {h}" for h in hits] or ["keyword: no risk keyword"]
-    level, source = (head, "predicted") if head >= kw else (kw, "keyword")
+    if model is not None:
+        # the level model's level; keywords are shown, not added, except the rubric's floor
+        why = [f"{model} -> L{head}"]
+        why += [f"keyword {h} (evidence; does not set the level)" for h in hits] or ["keyword: no risk keyword"]
+        level, source = head, "predicted"
+        floor, reason = rubric_floor(tool.name, tool.description)
+        if level < floor:
+            level, source = floor, "keyword"
+            why.append(f"{reason}: raises L{head} to L{floor}")
+    else:
+        why = [f"risk head: L{head}" + (f" (score {score:.2f})" if score is not None else "")]
+        why += [f"keyword {h}" for h in hits] or ["keyword: no risk keyword"]
+        level, source = (head, "predicted") if head >= kw else (kw, "keyword")
     ann = tool.annotations or {}
     if ann.get("destructiveHint") is True:
         if level < 4:

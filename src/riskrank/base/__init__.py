@@ -29,6 +29,21 @@ NO_CHECKPOINT = "none"
 AUTO = "auto"
 
 
+#: The shipped level model (package data): what level an unaudited tool is served at.
+LEVELS_DIR = Path(__file__).with_name("levels")
+
+
+def default_level_model_dir() -> Path | None:
+    """The shipped level model's directory, or None where this installation has none."""
+    return LEVELS_DIR if (LEVELS_DIR / "levels.json").is_file() else None
+
+
+def is_base_checkpoint(path: str | Path | None) -> bool:
+    """Whether ``path`` is the shipped base model's directory."""
+    base = default_checkpoint()
+    return path is not None and base is not None and Path(path).resolve() == base.resolve()
+
+
 def default_checkpoint() -> Path | None:
     """The base model's checkpoint directory, or None when this installation has none (a
     source tree where ``make base-model`` has not run)."""
