@@ -18,7 +18,7 @@ ifneq ($(DATA_SOURCE),upstream)
 export RISKRANK_MIRROR ?= $(DATA_SOURCE)
 endif
 
-.PHONY: venv data demo test test-slow lint imports lock clean console-shots base-model transfer
+.PHONY: venv data demo test test-slow lint imports lock clean console-shots base-model transfer loco
 
 # Everything installs from the lock (constraints.txt): the exact versions riskrank is tested with.
 $(STAMP): pyproject.toml constraints.txt
@@ -55,6 +55,17 @@ transfer: $(STAMP) data
 	$(BIN)/python benchmarks/transfer_lobo.py --seeds 42,123,777 --direction 'sealtools->ultratool' --out benchmarks/results/lobo_seal.json
 	$(BIN)/python benchmarks/transfer_lobo.py --seeds 42,123,777 --direction 'ultratool->sealtools' --out benchmarks/results/lobo_ultra.json
 	$(BIN)/python benchmarks/transfer_lobo.py --summarise benchmarks/results/lobo_seal.json benchmarks/results/lobo_ultra.json --out $(BASE_TRANSFER)
+
+# Leave one corpus out (six registries, each held out in turn; minutes per build, seed 42 of
+# every registry first): the "Leave one corpus out" tables of docs/base-model.md. Two processes.
+LOCO_SEEDS ?= 42,123,777
+loco: $(STAMP) data
+	$(BIN)/python benchmarks/transfer_loco.py --seeds $(LOCO_SEEDS) --held-out ultratool --held-out bfcl --held-out apibank \
+		--out benchmarks/results/loco_a.json & \
+	$(BIN)/python benchmarks/transfer_loco.py --seeds $(LOCO_SEEDS) --held-out sealtools --held-out apibench --held-out toolalpaca \
+		--out benchmarks/results/loco_b.json; wait
+	$(BIN)/python benchmarks/transfer_loco.py --summarise benchmarks/results/loco_a.json benchmarks/results/loco_b.json \
+		--out benchmarks/results/loco.json
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks tools

@@ -40,6 +40,8 @@ from typing import Any
 
 import numpy as np
 
+from riskrank.fileio import atomic_write_text
+
 DIRECTIONS = {"sealtools->ultratool": ("sealtools", "ultratool", "test"),
               "ultratool->sealtools": ("ultratool", "sealtools", "test_in")}
 TARGET_RATIO, RVR_RATIO, TARGET_AUC = 1.03, 0.8, 0.80
@@ -82,8 +84,10 @@ def context_record(built: Any) -> dict:
             "need_head": {k: v for k, v in rec.get("need_head", {}).items() if k != "grid"}}
 
 
-def need_auc(ck: Any, registry: Any, emb: np.ndarray, q_emb: np.ndarray, texts: list[str], gold: list, encoder: Any) -> dict:
-    """The need head on held-out queries: AUC of its need against "a gold tool has r >= 3"."""
+def need_auc(ck: Any, registry: Any, emb: np.ndarray, q_emb: np.ndarray, texts: list[str], gold: list, encoder: Any,
+             levels: np.ndarray | None = None) -> dict:
+    """The need head on held-out queries: AUC of its need against "a gold tool has r >= 3"
+    (``levels``: the reference levels of r; default the registry's audited ones)."""
     from riskrank.pipeline import RiskAwareRetriever
     from riskrank.rules import PAPER_FILL
     from riskrank.training import need_labels
@@ -91,7 +95,7 @@ def need_auc(ck: Any, registry: Any, emb: np.ndarray, q_emb: np.ndarray, texts: 
     r = RiskAwareRetriever(registry, encoder=encoder, checkpoint=ck, tool_emb=emb, progress=False)
     b = r.rank_batch(q_emb, mode=CONTEXT_MODES[0], fill=PAPER_FILL, lexical=r.lexical_index.evidence(texts), top=5)
     keep = [i for i, g in enumerate(gold) if len(g)]
-    y = need_labels([gold[i] for i in keep], registry.risk_levels)
+    y = need_labels([gold[i] for i in keep], registry.risk_levels if levels is None else levels)
     need = np.asarray(b.context.need)[keep]
     tau = float(b.context.tau)
     out: dict = {"n": len(keep), "n_need": int(y.sum()), "tau": tau, "flagged": float((need >= tau).mean()),
@@ -150,9 +154,7 @@ def run(seeds: list[int], directions: list[str], out: Path, epochs: int, max_que
             row["seconds"] = round(time.perf_counter() - t0, 1)
             done["runs"][tag] = row
             out.parent.mkdir(parents=True, exist_ok=True)
-            tmp = out.with_suffix(".tmp")
-            tmp.write_text(json.dumps(done, indent=1))
-            tmp.replace(out)
+            atomic_write_text(out, json.dumps(done, indent=1))
             m = row[tgt]["methods"]
             print(f"{tag}: " + ", ".join(f"{k} {v['ndcg@5']:.3f}/{v['rvr@5']:.3f}" for k, v in m.items())
                   + f"; AUC {row[tgt]['risk']['auc_p_risky']:.3f} ({row['seconds']}s)", flush=True)

@@ -354,3 +354,47 @@ def test_the_library_names_the_base_model(encoder):
     for none in (None, "none"):
         with pytest.raises(RiskrankError, match="riskrank-base"):
             RiskAwareRetriever(reg, encoder=r.encoder, checkpoint=none).retrieve("delete the old log files", mode="rule")
+
+
+def test_union_renames_look_alike_names():
+    """Two sources whose tool names differ only by case (``translate``, ``Translate``) make one
+    union registry: the later source's name gets its source appended, as a shared name does."""
+    from riskrank.training.base_model import Source, union_registry
+
+    a = _reg([{"name": "translate", "description": "translate a text"}, {"name": "get_weather", "description": "the forecast"}])
+    b = _reg([{"name": "Translate", "description": "translate words"}, {"name": "get_weather", "description": "weather"}])
+    union, owner = union_registry([Source("a", a, [], [], "all"), Source("b", b, [], [], "all")])
+    assert [t.name for t in union] == ["translate", "get_weather", "Translate@b", "get_weather@b"]
+    assert owner.tolist() == [0, 0, 1, 1]
+
+
+def test_a_source_without_audited_levels(tmp_path, encoder, demo, torch_single_thread):
+    """A source whose tools nobody audited builds: its reference levels (what the choices
+    read) are the keyword annotator's, never 0 (not risky in RVR, L5 in the rule filter); and
+    the retriever in memory holds the zero-shot heads its saved files hold, while
+    ``residual_model`` keeps the heads as fitted."""
+    from riskrank.checkpoint import load_checkpoint
+    from riskrank.risk import keyword_levels
+    from riskrank.training.base_model import (
+        BaseConfig,
+        Source,
+        build_base,
+        reference_levels,
+        save_base,
+    )
+
+    plain = demo.registry.with_risk_levels({t.name: None for t in demo.registry})
+    assert plain.n_unlabelled == len(plain)
+    ref = reference_levels(plain)
+    assert (ref > 0).all() and np.array_equal(ref, keyword_levels(plain))
+    assert reference_levels(demo.registry) is demo.registry.risk_levels
+    texts, gold = list(demo.train.texts), list(demo.train.gold)
+    built = build_base([Source("demo", demo.registry, texts, gold, "train"), Source("plain", plain, texts[:30], gold[:30], "all")],
+                       BaseConfig(seed=3, epochs=2), encoder=encoder)
+    assert built.card["training_data"][1]["n_audited_tools"] == 0
+    out = save_base(built, tmp_path / "m")
+    saved = load_checkpoint(out, encoder_identity=encoder.identity).model.arrays
+    mem = built.retriever.checkpoint.model.arrays
+    assert set(saved) == set(mem) and all(np.array_equal(saved[k], mem[k]) for k in saved)
+    assert not mem["relevance_head.v.weight"].any()
+    assert set(built.residual_model.arrays) == set(mem)

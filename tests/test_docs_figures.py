@@ -133,3 +133,40 @@ def test_the_quantisation_figures_are_their_artefact():
                    f"float32, {sp['int8 weights, 1 thread']['query_p50_ms']:.1f} ms, a cosine of {w['tool_cosine_mean']:.3f} "
                    f"(down to {w['tool_cosine_min']:.3f}) and a top-5 overlap of {w['dense_top5_overlap_mean']:.3f}"):
         assert figure in doc, figure
+
+
+def test_the_leave_one_corpus_out_tables_are_their_artefact():
+    """docs/base-model.md's "Leave one corpus out" tables are benchmarks/results/loco.json's
+    summary rendered again, the summary is its runs' (recomputed), and the caps and the build
+    times the section quotes are the artefact's."""
+    import transfer_loco
+
+    artefact = json.loads((ROOT / "benchmarks/results/loco.json").read_text())
+    doc = (ROOT / "docs/base-model.md").read_text()
+    section = doc[doc.index("## Leave one corpus out"):doc.index("## Serving")]
+    summary = transfer_loco.summarise_runs({"runs": artefact["runs"], "caps": artefact.get("caps")})
+    assert json.loads(json.dumps(summary)) == artefact["summary"], "loco.json's summary is not its runs': rerun --summarise"
+    tables = transfer_loco.doc_tables(artefact["summary"])
+    assert tables == artefact["table_md"] and tables in section, (
+        "docs/base-model.md's leave-one-corpus-out tables differ from benchmarks/results/loco.json: paste its table_md")
+    caps = artefact["caps"]
+    assert f"{caps['max_queries_per_source']:,} training queries per source" in section
+    assert f"{caps['max_eval_queries']:,} held-out queries" in section
+    build = [r["build_seconds"] for r in artefact["runs"].values()]
+    total = [r["seconds"] for r in artefact["runs"].values()]
+    assert f"{_span(build, '{:.0f}')} s per build" in section and f"{_span(total, '{:.0f}')} s per run" in section
+    figures = re.findall(r"\d+\.\d{3}", tables)
+    print(f"docs/base-model.md: {len(figures)} leave-one-corpus-out figures checked against benchmarks/results/loco.json")
+    assert len(figures) > 50
+
+
+def test_the_level_model_tables_are_their_artefact():
+    """docs/base-model.md's level-model tables are benchmarks/results/risk_levels.json rendered,
+    and the levels it ships are the ones that study saved."""
+    import risk_levels
+
+    artefact = json.loads((ROOT / "benchmarks/results/risk_levels.json").read_text())
+    assert risk_levels.table_md(artefact) in (ROOT / "docs/base-model.md").read_text(), (
+        "docs/base-model.md's level-model tables differ from benchmarks/results/risk_levels.json")
+    shipped = json.loads((ROOT / "src/riskrank/base/levels/levels.json").read_text())
+    assert {k: shipped[k] for k in ("n_audited", "n_annotated", "seed")} == {k: artefact["saved"][k] for k in ("n_audited", "n_annotated", "seed")}

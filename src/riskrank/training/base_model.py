@@ -97,15 +97,30 @@ class BaseConfig:
 
 
 # -- 1. data ------------------------------------------------------------------------------
-def _manifest_files(repos: Sequence[str]) -> list[dict[str, Any]]:
+def _manifest_files(name: str) -> list[dict[str, Any]]:
+    """The mirrored files (repository, commit, path, sha256) of benchmark ``name``: the
+    manifest entries tagged with its name (``corpus``: one repository can hold two corpora),
+    else those of its repositories (:data:`_REPOS`; of the risk-label repository, its
+    benchmark's folder only)."""
     from importlib.resources import files
 
     manifest = json.loads(files("riskrank.datasets").joinpath("manifest.json").read_text(encoding="utf-8"))
-    return [{k: f[k] for k in ("repo", "commit", "path", "sha256")} for f in manifest["files"]
-            if f["repo"] in repos and f.get("mirrored") and f.get("sha256")]
+    out = []
+    for f in manifest["files"]:
+        if not (f.get("mirrored") and f.get("sha256")):
+            continue
+        if "corpus" in f:
+            ok = f["corpus"] == name
+        else:
+            ok = f["repo"] in _REPOS.get(name, ()) and (not f["repo"].startswith("qli447") or f["path"].startswith(_LABELS[name]))
+        if ok:
+            out.append({k: f[k] for k in ("repo", "commit", "path", "sha256")})
+    return out
 
 
-#: The repositories each benchmark's files come from (registry, queries, risk labels).
+#: The repositories the audited benchmarks' files come from (registry, queries, risk labels);
+#: the corpora without audited levels (bfcl, apibench, apibank, toolalpaca) are found by the
+#: ``corpus`` tag of their manifest entries.
 _REPOS = {"ultratool": ("JoeYing1019/UltraTool", "qli447/risk-aware-tool-retrieval-release"),
           "sealtools": ("fairyshine/Seal-Tools", "qli447/risk-aware-tool-retrieval-release")}
 _LABELS = {"ultratool": "data/ultratool/", "sealtools": "data/sealtools/"}
@@ -127,22 +142,29 @@ def load_sources(benchmarks: Sequence[str] = BENCHMARKS, data_dir: str | Path | 
             qs = b.splits[split]
             notes.append(f"{name} has no training split in this data directory: the base model trains on its {split} "
                          f"queries ({len(qs)}); an evaluation of the base model on them is contaminated")
-        files = [f for f in _manifest_files(_REPOS.get(name, ())) if not f["repo"].startswith("qli447") or f["path"].startswith(_LABELS[name])]
+        files = _manifest_files(name)
+        if b.registry.n_unlabelled:
+            notes.append(f"{b.registry.n_unlabelled} of its {len(b.registry)} tools have no audited risk level: the risk heads "
+                         "do not train on them, and the build's choices read the keyword annotator's level for them")
         out.append(Source(name, b.registry, list(qs.texts), [np.asarray(g, np.int64) for g in qs.gold], qs.name, files, notes))
     return out
 
 
 def union_registry(sources: Sequence[Source]) -> tuple[ToolRegistry, np.ndarray]:
     """One registry of every source's tools, in order, and each tool's source index. A name
-    two sources share keeps its text (the embedding and the lexical evidence are of the
-    text) and gets the source's name appended, so the union has unique names."""
+    two sources share, or one that looks like an earlier source's (``translate`` and
+    ``Translate``: :func:`riskrank.names.skeleton`, as the registry compares names), keeps its
+    text (the embedding and the lexical evidence are of the text) and gets the source's name
+    appended, so the union has unique names."""
+    from riskrank.names import skeleton
+
     tools: list[Tool] = []
     owner: list[int] = []
     seen: set[str] = set()
     for s, src in enumerate(sources):
         for t in src.registry:
-            name = t.name if t.name not in seen else f"{t.name}@{src.name}"
-            seen.add(name)
+            name = t.name if skeleton(t.name) not in seen else f"{t.name}@{src.name}"
+            seen.add(skeleton(name))
             tools.append(t if name == t.name else Tool(name, t.description, t.parameters, t.risk_level, t.permissions,
                                                        t.annotations, t.reason, dict(t.extra)))
             owner.append(s)
@@ -188,11 +210,13 @@ def drop_embedding_residual(model: Any) -> None:
 # -- evaluation on one registry (the card and the transfer study) -------------------------------
 def evaluate_modes(checkpoint: Any, registry: ToolRegistry, tool_emb: np.ndarray, query_emb: np.ndarray,
                    texts: Sequence[str], gold: Sequence[np.ndarray], encoder: Any,
-                   modes: Sequence[str] = REPORT_MODES) -> dict[str, dict[str, np.ndarray]]:
+                   modes: Sequence[str] = REPORT_MODES, reference_levels: np.ndarray | None = None) -> dict[str, dict[str, np.ndarray]]:
     """Per-query metrics of each mode of ``checkpoint`` on a registry it may never have seen
-    (its ToolGraph: semantic and permission edges only; the rule filter reads the registry's
-    audited levels, ``_pred`` the risk head's predictions), with the paper's fill policy as the
-    experiments use it."""
+    (its ToolGraph: semantic and permission edges only; the rule filter reads the levels the
+    retriever serves: the registry's audited ones, the risk head's with the keyword evidence
+    for an unaudited tool; ``_pred`` the risk head's predictions), with the paper's fill policy
+    as the experiments use it. The metrics' risk levels are the registry's audited ones, or
+    ``reference_levels`` [N] (:func:`reference_levels` for a registry without audits)."""
     from riskrank.pipeline import RiskAwareRetriever
 
     r = RiskAwareRetriever(registry, encoder=encoder, checkpoint=checkpoint, tool_emb=tool_emb, progress=False)
@@ -206,8 +230,30 @@ def evaluate_modes(checkpoint: Any, registry: ToolRegistry, tool_emb: np.ndarray
         if mode.endswith("_pred"):
             name, kw["risk_source"] = mode.removesuffix("_pred"), "predicted"
         b = r.rank_batch(query_emb, mode=name, **kw)
-        out[mode] = evaluate(b.order, list(gold), registry.risk_levels)
+        out[mode] = evaluate(b.order, list(gold), registry.risk_levels if reference_levels is None else reference_levels)
     return out
+
+
+def reference_levels(registry: ToolRegistry) -> np.ndarray:
+    """The levels a metric or a choice measures risk with [N]: the audited level of each
+    audited tool, the keyword annotator's (:func:`riskrank.risk.keyword_levels`, independent of
+    any risk head) of each unaudited one. An unaudited level 0 would otherwise count as "not
+    risky" in RVR and the need labels, and as L5 (fail closed) in the rule filter."""
+    from riskrank.risk import keyword_levels
+
+    levels = registry.risk_levels
+    if not (levels == 0).any():
+        return levels
+    return np.where(levels > 0, levels, keyword_levels(registry)).astype(levels.dtype)
+
+
+def with_reference_levels(registry: ToolRegistry) -> ToolRegistry:
+    """``registry`` with :func:`reference_levels` as its levels (itself when every tool is
+    audited): what the build's choices read, never what a risk head trains on."""
+    levels = reference_levels(registry)
+    if levels is registry.risk_levels:
+        return registry
+    return registry.with_risk_levels({t.name: int(lv) for t, lv in zip(registry, levels, strict=True) if t.risk_level is None})
 
 
 def risk_agreement(checkpoint: Any, registry: ToolRegistry, tool_emb: np.ndarray) -> dict[str, Any]:
@@ -245,6 +291,9 @@ class Built:
     card: dict[str, Any]
     encoder: Any
     tool_emb: dict[str, np.ndarray]
+    #: The heads before step 4 (the embedding residual kept, with the in-domain residual
+    #: weight): what the zero-shot form is measured against; never saved.
+    residual_model: Any = None
 
 
 def build_base(sources: Sequence[Source], cfg: BaseConfig | None = None, *, encoder: Any = None, progress: bool = False) -> Built:
@@ -278,31 +327,43 @@ def build_base(sources: Sequence[Source], cfg: BaseConfig | None = None, *, enco
     texts = [t for s in sources for t in s.texts]
     gold = [g + offsets[i] for i, s in enumerate(sources) for g in s.gold]
     tcfg = TrainConfig(seed=cfg.seed, epochs=cfg.epochs, fusion=fusion.to_dict())
-    r = fit_retriever(union, texts, gold, encoder=enc, train_config=tcfg, progress=progress)
+    # The choices measure risk (RVR@5, the rule filter, the need labels) with every tool's
+    # level: an unaudited tool's is the keyword annotator's (reference_levels). The risk heads
+    # train on the audited tools only (an unaudited level 0 is excluded from their losses).
+    choice_union = with_reference_levels(union)
+    r = fit_retriever(union, texts, gold, encoder=enc, train_config=tcfg, progress=progress, choice_registry=choice_union)
     result = r.training
     in_domain = {k: v for k, v in r.checkpoint.meta["inference"].items()}
+    residual_model = r.checkpoint.model  # a copy of the heads as fitted (the checkpoint's weights)
     # 4 + 5. the zero-shot form and its settings, on the same validation queries
     drop_embedding_residual(result.model)
     rcfg = result.config
     _, va = validation_split(len(gold), rcfg)
     u_emb = np.vstack([tool_emb[s.name] for s in sources])
     q_emb = enc.encode(texts, desc="encoding queries")
-    graph0 = ToolGraph.build(u_emb, [], union.risk_levels, union.permissions, GraphConfig())
+    graph0 = ToolGraph.build(u_emb, [], choice_union.risk_levels, union.permissions, GraphConfig())
     zs_record: dict[str, Any] = {}
-    chosen = choose_inference(q_emb[va], [gold[i] for i in va], u_emb, union.risk_levels, rcfg, model=result.model, graph=graph0,
-                              record=zs_record, lexical=r.lexical_index.evidence([texts[i] for i in va]), fusion=fusion,
-                              perm_counts=union.perm_counts, predicted_levels=predicted_levels_of(result, union))
+    chosen = choose_inference(q_emb[va], [gold[i] for i in va], u_emb, choice_union.risk_levels, rcfg, model=result.model,
+                              graph=graph0, record=zs_record, lexical=r.lexical_index.evidence([texts[i] for i in va]),
+                              fusion=fusion, perm_counts=union.perm_counts, predicted_levels=predicted_levels_of(result, union))
     # the context stage in the same zero-shot form: need head, then tau/margin/lambdas per context pipeline
     zs_choice: dict[str, Any] = {"alpha": chosen["alpha"], "normalisation": chosen["normalisation"],
                                  "pipelines": dict(chosen["pipelines"])}
     tr, _ = validation_split(len(gold), rcfg)
-    fit_context(result, graph0, zs_choice, u_emb, q_emb, gold, tr, va, union, rcfg, lexical=r.lexical_index.evidence(texts),
+    fit_context(result, graph0, zs_choice, u_emb, q_emb, gold, tr, va, choice_union, rcfg, lexical=r.lexical_index.evidence(texts),
                 fusion=fusion, prepare=drop_embedding_residual, graph_gold=False, need_feature_sets=BASE_NEED_FEATURES)
     # The retriever's checkpoint was made by the normal fit, with the in-domain need head: the
     # zero-shot one replaces it, as it does in the saved files (``result`` is what is saved).
     from riskrank.checkpoint import need_info
 
     r.checkpoint.need_head = result.need_head
+    # Likewise the heads: the retriever's checkpoint holds a copy of the weights as fitted;
+    # the zero-shot ones (what ``save`` writes) replace them, so the retriever in memory ranks
+    # as the saved files do.
+    from riskrank.heads import HeadScorer, as_weights
+
+    r.checkpoint.model = as_weights(result.model)
+    r.scorer = HeadScorer(r.checkpoint.model, r.tool_emb)
     if result.need_head is not None:
         r.checkpoint.meta["need_head"] = need_info(result.need_head)
     inference = {"fusion": fusion.to_dict(), "lam": chosen["lam"], "alpha": chosen["alpha"],
@@ -323,7 +384,7 @@ def build_base(sources: Sequence[Source], cfg: BaseConfig | None = None, *, enco
     ck = in_memory(result, encoder=r.checkpoint.meta["encoder"], registry_fingerprint=union.fingerprint(), inference=inference)
     val_metrics = validation_metrics(ck, sources, va, q_emb, tool_emb, enc)
     card = _card(sources, cfg, result, inference, in_domain, record, val_metrics, r.checkpoint.meta["encoder"])
-    return Built(r, card, enc, tool_emb)
+    return Built(r, card, enc, tool_emb, residual_model)
 
 
 def validation_metrics(ck: Any, sources: Sequence[Source], va: np.ndarray, q_emb: np.ndarray, tool_emb: dict[str, np.ndarray],
@@ -338,15 +399,23 @@ def validation_metrics(ck: Any, sources: Sequence[Source], va: np.ndarray, q_emb
         if not rows:
             continue
         local = [j - start for j in rows]
-        pq = evaluate_modes(ck, s.registry, tool_emb[s.name], q_emb[rows], [s.texts[j] for j in local], [s.gold[j] for j in local], encoder)
+        ref = reference_levels(s.registry)
+        pq = evaluate_modes(ck, s.registry, tool_emb[s.name], q_emb[rows], [s.texts[j] for j in local], [s.gold[j] for j in local], encoder,
+                            reference_levels=ref)
         out[s.name] = {"n_queries": len(local), "methods": summarise(pq)}
+        if ref is not s.registry.risk_levels:
+            out[s.name]["levels"] = "unaudited tools: the keyword annotator's levels"
     return out
 
 
 def _capped(s: Source, n: int | None) -> Source:
+    """At most ``n`` of the source's queries, evenly spaced over them (a corpus's queries come
+    grouped by file or category, so the first ``n`` would be one group's)."""
     if n is None or len(s.texts) <= n:
         return s
-    return Source(s.name, s.registry, s.texts[:n], s.gold[:n], s.split, s.files, [*s.notes, f"capped at the first {n} queries"])
+    keep = np.unique(np.linspace(0, len(s.texts) - 1, n).round().astype(np.int64))
+    return Source(s.name, s.registry, [s.texts[i] for i in keep], [s.gold[i] for i in keep], s.split, s.files,
+                  [*s.notes, f"capped at {len(keep)} of its {len(s.texts)} queries, evenly spaced"])
 
 
 #: What the validation slice is, said plainly: UltraTool has no training split in this data, so

@@ -37,6 +37,7 @@ def fit(
     tool_emb: np.ndarray, query_emb: np.ndarray, gold: Sequence[np.ndarray], registry: ToolRegistry, cfg: TrainConfig,
     graph_config: GraphConfig | None = None, *, alpha_grid: Sequence[float] = DEFAULT_ALPHA_GRID,
     normalisations: Sequence[str] = NORMALISATIONS, progress: bool = True, lexical: LexicalEvidence | None = None,
+    choice_registry: ToolRegistry | None = None,
 ) -> tuple[TrainResult, ToolGraph, dict[str, Any]]:
     """Fusion, heads, ToolGraph and every validation choice on precomputed embeddings (and
     the queries' lexical evidence, for the hybrid head): the queries are split by query
@@ -45,8 +46,16 @@ def fit(
     the graph is built from the training part's gold tools only; and
     :func:`choose_inference` makes every other choice on the validation part.
 
+    ``choice_registry``: the same tools with the levels the choices measure risk with (RVR@5,
+    the rule filter, the need labels, the graph's risk edges) where ``registry`` leaves tools
+    unaudited (level 0: the heads train on the audited tools only, and a choice reading 0 would
+    count the tool as not risky in RVR and as L5 in the rule filter); default ``registry``.
+
     Returns (the heads with their lambda, the graph, the inference settings: fusion, alpha,
     normalisation, pipelines, ...)."""
+    creg = registry if choice_registry is None else choice_registry
+    if len(creg) != len(registry):
+        raise RiskrankError(f"choice_registry has {len(creg)} tools, the registry {len(registry)}")
     cfg = cfg.resolved(has_lexical=lexical is not None)
     graph_config = graph_config or GraphConfig()
     t0 = time.perf_counter()
@@ -69,12 +78,12 @@ def fit(
         val_lexical=lexical.rows(va) if lexical is not None and len(va) else None, fusion=fusion,
     )
     result.validation.update(record)
-    graph = ToolGraph.build(tool_emb, [gold[i] for i in tr], registry.risk_levels, registry.permissions, graph_config)
+    graph = ToolGraph.build(tool_emb, [gold[i] for i in tr], creg.risk_levels, registry.permissions, graph_config)
     choice: dict[str, Any] = {"alpha": 0.1, "normalisation": graph_config.normalisation}
     if fusion is not None:
         choice["fusion"] = fusion.to_dict()
     if len(va):
-        chosen = choose_inference(query_emb[va], [gold[i] for i in va], tool_emb, registry.risk_levels, cfg,
+        chosen = choose_inference(query_emb[va], [gold[i] for i in va], tool_emb, creg.risk_levels, cfg,
                                   model=result.model, graph=graph, alpha_grid=alpha_grid, normalisations=normalisations,
                                   record=result.validation, lexical=lexical.rows(va) if lexical is not None else None,
                                   fusion=fusion, perm_counts=registry.perm_counts,
@@ -84,7 +93,7 @@ def fit(
                        "min_score": chosen["min_score"]})
         if "residual_weight" in chosen:
             choice["residual_weight"] = chosen["residual_weight"]
-        fit_context(result, graph, choice, tool_emb, query_emb, gold, tr, va, registry, cfg, lexical=lexical, fusion=fusion)
+        fit_context(result, graph, choice, tool_emb, query_emb, gold, tr, va, creg, cfg, lexical=lexical, fusion=fusion)
     result.validation["graph_choice"] = {"alpha": choice["alpha"], "normalisation": choice["normalisation"]}
     result.seconds = time.perf_counter() - t0
     return result, graph, choice
@@ -122,6 +131,7 @@ def fit_retriever(
     normalisations: Sequence[str] = NORMALISATIONS,
     tool_template: str = DEFAULT_TOOL_TEMPLATE,
     progress: bool = True,
+    choice_registry: ToolRegistry | None = None,
 ) -> RiskAwareRetriever:
     """Encode (texts, gold) of ``registry``, compute their lexical evidence, and :func:`fit` on
     them: the fusion, the heads, the ToolGraph of the training part, lambda and alpha per
@@ -135,7 +145,8 @@ def fit_retriever(
     gold = [np.asarray(g, dtype=np.int64) for g in gold]
     index = LexicalIndex.from_registry(registry)
     result, graph, choice = fit(tool_emb, query_emb, gold, registry, cfg, graph_config, alpha_grid=alpha_grid,
-                                normalisations=normalisations, progress=progress, lexical=index.evidence(list(texts)))
+                                normalisations=normalisations, progress=progress, lexical=index.evidence(list(texts)),
+                                choice_registry=choice_registry)
     data = {"queries_fingerprint": gold_fingerprint(list(texts), gold), "n_queries": len(texts),
             "query_sha256": query_digests(texts)}
     return RiskAwareRetriever.from_training(registry, enc, tool_emb, result, graph, choice, training_data=data,

@@ -1,0 +1,309 @@
+"""Leave one corpus out: riskrank-base built on five registries, evaluated zero-shot on the sixth.
+
+The six registries are UltraTool and Seal-Tools (audited risk levels) and four corpora without
+audited levels (BFCL, APIBench, API-Bank, ToolAlpaca: ``risk_level`` None). For each registry
+held out in turn and each seed, the base model is built exactly as the shipped one
+(:func:`riskrank.training.base_model.build_base` over :func:`load_sources` of the other five:
+minimax fusion, the heads, the zero-shot form and its settings chosen on the sources'
+validation queries) and ranks the held-out registry's queries (UltraTool ``test``, Seal-Tools
+``test_in``, a corpus's ``all``) on a registry it never saw, in every mode of ``REPORT_MODES``
+and both context modes (:mod:`transfer_lobo`'s).
+
+Risk on a registry without audited levels: RVR@5 and the need labels (a gold tool has r >= 3)
+read the keyword annotator's levels (:func:`riskrank.training.base_model.reference_levels`),
+which no head produced; ``+rule`` reads what the retriever serves (the risk head's level with
+the keyword evidence for an unaudited tool). Per run: NDCG@5, RVR@5 (and the context metrics)
+per mode, the need head's AUC with the count of risky tasks, and lever (a): ``core+graph`` (and
+``rel_only``, ``core+graph+rule``) with the relevance head's embedding residual kept, at the
+in-domain residual weight and at weight 1, beside the shipped zero-shot form that drops it.
+
+Caps (stated in the JSON): ``--max-queries`` training queries per source (evenly spaced over
+them, as ``BaseConfig.max_queries`` cuts them) and ``--max-eval`` held-out queries (a sample seeded by
+:data:`EVAL_SAMPLE_SEED`, the same for every training seed).
+
+    python benchmarks/transfer_loco.py --seeds 42 --held-out bfcl --out benchmarks/results/loco_bfcl.json
+    python benchmarks/transfer_loco.py --summarise benchmarks/results/loco_*.json --out benchmarks/results/loco.json
+
+Per-run results are written as they finish (``--out``; a rerun skips the finished runs). Give
+each process its own ``--out``; ``--summarise`` merges them, adds the summary and the markdown
+tables (:func:`doc_tables`: what docs/base-model.md shows) and prints them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from riskrank.fileio import atomic_write_text
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from transfer_lobo import CONTEXT_MODES, METRICS, _mean_std, context_record, need_auc
+
+#: The six registries and the queries a held-out one is evaluated on.
+REGISTRIES = {"ultratool": "test", "sealtools": "test_in", "bfcl": "all", "apibench": "all", "apibank": "all",
+              "toolalpaca": "all"}
+#: The targets (means over seeds): core+graph NDCG@5 >= 1.0 x max(bm25, dense) on every held-out
+#: registry and >= 1.10 x on average; core+graph+rule >= 0.97 x at RVR@5 <= 0.8 x dense; the
+#: need head's AUC >= 0.80 wherever there are at least 20 risky tasks.
+CG_RATIO, CG_MEAN_RATIO, RULE_RATIO, RVR_RATIO, TARGET_AUC, MIN_RISKY = 1.0, 1.10, 0.97, 0.8, 0.80, 20
+#: The held-out sample's seed (independent of the training seed: every seed sees the same queries).
+EVAL_SAMPLE_SEED = 0
+#: The caps: training queries per source, held-out queries evaluated. At 500 per source (about
+#: 2,000 training queries over a union of 5,800-7,900 tools) a build had passed 8 minutes still
+#: in the first of its two context-stage choices (their grid costs queries x tools), so 100.
+MAX_QUERIES, MAX_EVAL = 100, 1000
+#: The modes lever (a) evaluates with the embedding residual kept.
+LEVER_MODES = ("rel_only", "core+graph", "core+graph+rule")
+
+
+def eval_sample(n: int, cap: int | None) -> np.ndarray:
+    """The held-out queries evaluated: all of them, or ``cap`` drawn without replacement by
+    :data:`EVAL_SAMPLE_SEED`, in their order."""
+    if cap is None or n <= cap:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(EVAL_SAMPLE_SEED).choice(n, size=cap, replace=False))
+
+
+def with_residual(ck: Any, residual_model: Any, weight: float | None) -> Any:
+    """``ck`` with the heads as fitted (the embedding residual kept), at the in-domain residual
+    weight (``weight`` None) or at ``weight``; every inference setting is the zero-shot one."""
+    from riskrank.heads import HeadWeights
+
+    model = residual_model
+    if weight is not None:
+        arrays = dict(model.arrays)
+        arrays["relevance_head.residual_weight"] = np.full_like(arrays["relevance_head.residual_weight"], weight)
+        model = HeadWeights(model.dim, model.design, model.hidden, model.rank, model.lexical, model.penalty, arrays)
+    return dataclasses.replace(ck, model=model)
+
+
+def code_state() -> dict:
+    """The commit and a sha256 of the package's source files as this process read them (a
+    working tree others edit: runs of different processes may differ)."""
+    import hashlib
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for f in sorted((root / "src" / "riskrank").rglob("*.py")):
+        h.update(f.relative_to(root).as_posix().encode())
+        h.update(f.read_bytes())
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        head = None
+    return {"commit": head, "source_sha256": h.hexdigest()}
+
+
+def _complete(row: dict | None, modes: tuple[str, ...]) -> bool:
+    return bool(row) and all(m in row["held_out"]["methods"] for m in modes) and "lever_a" in row["held_out"]
+
+
+def run(seeds: list[int], held_out: list[str], out: Path, epochs: int, max_queries: int | None, max_eval: int | None,
+        registries: list[str]) -> None:
+    import torch
+
+    from riskrank.datasets import load_benchmark
+    from riskrank.training.base_model import (
+        REPORT_MODES,
+        BaseConfig,
+        build_base,
+        evaluate_modes,
+        load_sources,
+        reference_levels,
+        risk_agreement,
+        summarise,
+        with_reference_levels,
+    )
+
+    torch.set_num_threads(1)
+    code = code_state()
+    modes = (*REPORT_MODES, *CONTEXT_MODES)
+    done = json.loads(out.read_text()) if out.exists() else {"runs": {}}
+    done["caps"] = {"max_queries_per_source": max_queries, "max_eval_queries": max_eval, "eval_sample_seed": EVAL_SAMPLE_SEED,
+                    "epochs": epochs, "registries": registries}
+    benches: dict[str, Any] = {}
+    for seed in seeds:  # seed-major: every held-out registry of the first seed before the next seed
+        for name in held_out:
+            split = REGISTRIES.get(name, "test")
+            tag = f"{name}|{seed}"
+            if _complete(done["runs"].get(tag), modes):
+                continue
+            t0 = time.perf_counter()
+            others = [r for r in registries if r != name]
+            built = build_base(load_sources(others), BaseConfig(seed=seed, epochs=epochs, max_queries=max_queries))
+            build_s = time.perf_counter() - t0
+            enc, ck = built.encoder, built.retriever.checkpoint
+            bench = benches[name] = benches.get(name) or load_benchmark(name)
+            qs = bench.splits[split]
+            keep = eval_sample(len(qs), max_eval)
+            texts, gold = [qs.texts[i] for i in keep], [np.asarray(qs.gold[i]) for i in keep]
+            reg = bench.registry
+            ref = reference_levels(reg)
+            audited = ref is reg.risk_levels
+            emb = enc.encode(reg.texts(), desc="tools")
+            q_emb = enc.encode(texts, desc="queries")
+            pq = evaluate_modes(ck, reg, emb, q_emb, texts, gold, enc, modes=modes, reference_levels=ref)
+            subsets = {k: int(np.isfinite(np.asarray(pq["core"][k], dtype=np.float64)).sum()) for k in ("safe_rvr@5", "needrisk_hit@5")}
+            lever: dict[str, Any] = {"in_domain_residual_weight": float(built.residual_model.arrays["relevance_head.residual_weight"]),
+                                     "zero_shot_residual_weight": ck.meta["inference"].get("residual_weight"),
+                                     # 0: the fit kept its initial (zero) residual, e.g. early-stopped at epoch 0
+                                     "residual_abs_sum": float(sum(np.abs(built.residual_model.arrays[k]).sum() for k in
+                                                                   ("relevance_head.v.weight", "relevance_head.l2.weight"))),
+                                     "best_epoch": built.retriever.training.validation.get("best_epoch")}
+            for key, w in (("kept_in_domain_weight", None), ("kept_weight_1", 1.0)):
+                lever[key] = summarise(evaluate_modes(with_residual(ck, built.residual_model, w), reg, emb, q_emb, texts, gold, enc,
+                                                      modes=LEVER_MODES, reference_levels=ref))
+            row = {"held_out": {"name": name, "split": split, "n_queries": len(qs), "n_evaluated": len(keep),
+                                "levels": "audited" if audited else "keyword annotator (no audited levels)",
+                                "n_subsets": subsets, "methods": summarise(pq),
+                                "need": need_auc(ck, reg, emb, q_emb, texts, gold, enc, levels=ref),
+                                "risk": risk_agreement(ck, reg if audited else with_reference_levels(reg), emb),
+                                "lever_a": lever},
+                   "sources": [{"name": d["benchmark"], "split": d["split"], "n_queries": d["n_queries"], "n_tools": d["n_tools"],
+                                "n_audited_tools": d["n_audited_tools"]} for d in built.card["training_data"]],
+                   "seed": seed, "fusion": ck.meta["inference"]["fusion"], "pipelines": ck.meta["inference"]["pipelines"],
+                   "context": context_record(built), "build_seconds": round(build_s, 1), "code": code}
+            row["seconds"] = round(time.perf_counter() - t0, 1)
+            done["runs"][tag] = row
+            out.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(out, json.dumps(done, indent=1))
+            m = row["held_out"]["methods"]
+            print(f"{tag}: " + ", ".join(f"{k} {v['ndcg@5']:.3f}/{v['rvr@5']:.3f}" for k, v in m.items())
+                  + f"; need AUC {row['held_out']['need']['auc']} ({row['held_out']['need']['n_need']} risky); "
+                  f"kept core+graph {lever['kept_weight_1']['core+graph']['ndcg@5']:.3f} ({row['seconds']}s)", flush=True)
+
+
+def summarise_runs(doc: dict) -> dict:
+    """Per held-out registry, means (and std) over seeds, and the verdicts against the targets;
+    then the mean core+graph ratio over the held-out registries."""
+    out: dict = {"held_out": {}}
+    names = [n for n in REGISTRIES if any(t.startswith(n + "|") for t in doc["runs"])]
+    names += sorted({t.split("|")[0] for t in doc["runs"]} - set(names))
+    for name in names:
+        runs = [r for t, r in sorted(doc["runs"].items()) if t.split("|")[0] == name]
+        h = [r["held_out"] for r in runs]
+        methods = [m for m in h[0]["methods"] if all(m in x["methods"] for x in h)]
+        agg = {m: {k: _mean_std([x["methods"][m].get(k) for x in h]) for k in METRICS} for m in methods}
+        base_mode = max(("bm25", "dense"), key=lambda m: agg[m]["ndcg@5"][0])
+        base = agg[base_mode]["ndcg@5"][0]
+        limit = RVR_RATIO * agg["dense"]["rvr@5"][0]
+        cg, rule = agg["core+graph"], agg["core+graph+rule"]
+        need = {k: _mean_std([x["need"].get(k) for x in h]) for k in ("auc", "flagged", "recall_at_tau")}
+        n_need = [x["need"]["n_need"] for x in h]
+        lever = {}
+        for key in ("kept_in_domain_weight", "kept_weight_1"):
+            lever[key] = {m: {k: _mean_std([x["lever_a"][key][m].get(k) for x in h]) for k in ("ndcg@5", "rvr@5")} for m in LEVER_MODES}
+        lever["in_domain_residual_weight"] = [x["lever_a"]["in_domain_residual_weight"] for x in h]
+        auc = need["auc"][0]
+        out["held_out"][name] = {
+            "seeds": sorted(r["seed"] for r in runs), "split": h[0]["split"], "n_queries": h[0]["n_queries"],
+            "n_evaluated": h[0]["n_evaluated"], "levels": h[0]["levels"], "n_subsets": h[0]["n_subsets"],
+            "methods": agg, "baseline": base, "baseline_mode": base_mode, "rvr_limit": limit,
+            "core_graph_ratio": cg["ndcg@5"][0] / base, "met_core_graph": cg["ndcg@5"][0] >= CG_RATIO * base - 1e-12,
+            "rule_ratio": rule["ndcg@5"][0] / base,
+            "met_rule": rule["ndcg@5"][0] >= RULE_RATIO * base - 1e-12 and rule["rvr@5"][0] <= limit + 1e-12,
+            "need_head": {**need, "auc_min": min((x["need"]["auc"] for x in h if x["need"]["auc"] is not None), default=None),
+                          "n_need": n_need, "n": [x["need"]["n"] for x in h],
+                          "applies": min(n_need) >= MIN_RISKY,
+                          "met": (auc is not None and auc >= TARGET_AUC) if min(n_need) >= MIN_RISKY else None},
+            "risk": {k: _mean_std([x["risk"].get(k) for x in h]) for k in ("auc_p_risky", "auc_level", "kappa_quadratic")},
+            "lever_a": lever,
+            "seconds": [r["seconds"] for r in runs], "build_seconds": [r["build_seconds"] for r in runs],
+            "sources": runs[0]["sources"],
+        }
+    ratios = [b["core_graph_ratio"] for b in out["held_out"].values()]
+    out["mean_core_graph_ratio"] = float(np.mean(ratios)) if ratios else None
+    out["met_core_graph_mean"] = bool(ratios) and float(np.mean(ratios)) >= CG_MEAN_RATIO - 1e-12
+    out["met_core_graph_every"] = bool(ratios) and all(b["met_core_graph"] for b in out["held_out"].values())
+    out["caps"] = doc.get("caps")
+    return out
+
+
+def _cell(v: tuple[float | None, float | None]) -> str:
+    return "n/a" if v[0] is None else f"{v[0]:.3f}"
+
+
+def _met(x: bool | None) -> str:
+    return "n/a" if x is None else ("**met**" if x else "**missed**")
+
+
+def doc_tables(summary: dict) -> str:
+    """The markdown of docs/base-model.md's "Leave one corpus out": every mode per held-out
+    registry (NDCG@5 / RVR@5), the targets, lever (a) and the need head."""
+    modes = ("bm25", "dense", "hybrid", "rel_only", "core", "core+graph", "core+graph+rule", "core+graph+rule_pred", *CONTEXT_MODES)
+    hs = summary["held_out"]
+    lines = ["| held out (queries evaluated; levels; seeds) | " + " | ".join(f"`{m}`" for m in modes) + " |",
+             "|---|" + "---|" * len(modes)]
+    for name, b in hs.items():
+        where = f"{name} `{b['split']}` ({b['n_evaluated']:,}; {'audited' if b['levels'] == 'audited' else 'keyword'}; " \
+                f"{','.join(map(str, b['seeds']))})"
+        lines.append(f"| {where} | " + " | ".join(f"{_cell(b['methods'][m]['ndcg@5'])} / {_cell(b['methods'][m]['rvr@5'])}"
+                                                 for m in modes) + " |")
+    t = ["| held out | max(bm25, dense) | `core+graph` ≥ 1.0 × | `core+graph+rule` ≥ 0.97 × at RVR@5 ≤ 0.8 × dense "
+         "| need AUC ≥ 0.80 (risky tasks) |", "|---|---|---|---|---|"]
+    for name, b in hs.items():
+        m = b["methods"]
+        rule = m["core+graph+rule"]
+        nh = b["need_head"]
+        risky = "/".join(str(n) for n in sorted(set(nh["n_need"])))
+        need = "n/a" if nh["auc"][0] is None else f"{nh['auc'][0]:.3f} (min {nh['auc_min']:.3f}; {risky} risky)"
+        need += ": " + (_met(nh["met"]) if nh["applies"] else "under 20 risky tasks")
+        t.append(f"| {name} | {b['baseline']:.3f} ({b['baseline_mode']}) | {m['core+graph']['ndcg@5'][0]:.3f} = "
+                 f"{b['core_graph_ratio']:.3f} ×: {_met(b['met_core_graph'])} | {rule['ndcg@5'][0]:.3f} = {b['rule_ratio']:.3f} ×, "
+                 f"RVR@5 {rule['rvr@5'][0]:.3f} vs {b['rvr_limit']:.3f}: {_met(b['met_rule'])} | {need} |")
+    mean = summary["mean_core_graph_ratio"]
+    t.append(f"| mean over the held-out registries | | {mean:.3f} × (target ≥ 1.10 ×): {_met(summary['met_core_graph_mean'])} | | |")
+    lv = ["| held out | `core+graph` zero-shot (residual dropped, shipped) | residual kept, in-domain weight | residual kept, weight 1 "
+          "| kept (weight 1) − dropped |", "|---|---|---|---|---|"]
+    for name, b in hs.items():
+        z = b["methods"]["core+graph"]["ndcg@5"][0]
+        ki = b["lever_a"]["kept_in_domain_weight"]["core+graph"]["ndcg@5"][0]
+        k1 = b["lever_a"]["kept_weight_1"]["core+graph"]["ndcg@5"][0]
+        w = "/".join(f"{x:g}" for x in sorted(set(b["lever_a"]["in_domain_residual_weight"])))
+        lv.append(f"| {name} | {z:.3f} | {ki:.3f} (weight {w}) | {k1:.3f} | {k1 - z:+.3f} |")
+    return "\n".join(lines) + "\n\n" + "\n".join(t) + "\n\n" + "\n".join(lv)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", default="42,123,777")
+    ap.add_argument("--held-out", choices=[*REGISTRIES, "demo"], action="append",
+                    help="Run these held-out registries (default: all six).")
+    ap.add_argument("--registries", default=",".join(REGISTRIES),
+                    help="The registries of the study (smoke runs: a subset, e.g. ultratool,sealtools,demo).")
+    ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument("--max-queries", type=int, default=MAX_QUERIES, help="Training queries per source (evenly spaced).")
+    ap.add_argument("--max-eval", type=int, default=MAX_EVAL, help="Held-out queries evaluated (a seeded sample).")
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/loco.json"))
+    ap.add_argument("--summarise", type=Path, nargs="+", default=None,
+                    help="Merge these per-run files into --out, add the summary and the tables, print the tables.")
+    a = ap.parse_args()
+    if a.summarise:
+        doc: dict = {"runs": {}}
+        for f in a.summarise:
+            part = json.loads(f.read_text())
+            doc["runs"].update(part["runs"])
+            doc.setdefault("caps", part.get("caps"))
+        s = summarise_runs(doc)
+        md = doc_tables(s)
+        print(md)
+        doc["summary"] = s
+        doc["table_md"] = md
+        tmp = a.out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc, indent=1))
+        tmp.replace(a.out)
+        return
+    registries = a.registries.split(",")
+    run([int(s) for s in a.seeds.split(",")], a.held_out or registries, a.out, a.epochs, a.max_queries, a.max_eval, registries)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
