@@ -88,7 +88,7 @@ async def run(root: Path, bins: Path, echo=print) -> list[dict]:
     argv = [sys.executable, "-c", "from riskrank.cli import entry; entry()", "mcp", "--config", str(servers),
             "--policy", str(policy), "--audit-log", str(audit)]
     env = {"HF_HUB_OFFLINE": "1", **{k: os.environ[k] for k in ("RISKRANK_CACHE", "RISKRANK_HOME") if k in os.environ}}
-    answers = iter(["accept", "accept", "decline"])
+    answers = iter(["accept", "decline"])
 
     async def user(context, params):  # the person behind the client, asked through elicitation
         question = mcp_compat.wire(params)["message"]

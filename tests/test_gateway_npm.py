@@ -413,7 +413,7 @@ def test_a_dead_upstream_is_removed_and_restarted(setup, bins):
 
 def test_the_example_agent_loop(bins, tmp_path):
     """examples/gateway_agent.py, the transcript docs/serving.md shows: filesystem and memory
-    behind the gateway with the bundled encoder; approve two confirmations, decline one."""
+    behind the gateway with the bundled encoder; approve one confirmation, decline one."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("gateway_agent", Path(__file__).resolve().parents[1] / "examples" / "gateway_agent.py")
@@ -434,10 +434,11 @@ def test_the_example_agent_loop(bins, tmp_path):
     forget = by_task["delete the entity Alice from the knowledge graph with delete_entities"]
     assert forget["result"].startswith("not_exposed: 'delete_entities'") and "delete_entities" not in forget["offered"]
     audit = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
-    # read_text_file is L3 (the base model's level, shown and enforced alike): asked and approved.
+    # read_text_file is L2 (the level model's level, shown and enforced alike): no confirmation;
+    # create_entities is L3 (a state change): asked, approved for Alice and declined for Bob.
     read = by_task["read the log file old.log"]
     assert not read["error"] and read["tool"] == "read_text_file"
-    assert [r["tool"] for r in audit if r.get("confirmed")] == ["read_text_file", "create_entities"]
+    assert [r["tool"] for r in audit if r.get("confirmed")] == ["create_entities"]
     assert any("user answers: decline" in x for x in lines)
 
 

@@ -440,6 +440,10 @@ def _head_level(tool: Any, head: int, score: float | None, trust_annotations: bo
             why.append(f"mcp: readOnlyHint (trusted) caps the level at L{_READ_ONLY_CAP}")
         else:
             why.append("mcp: readOnlyHint (trusted; agrees)")
+    elif ann.get("readOnlyHint") is False and level < 3:
+        # the server itself says the tool changes state: a persistent write is L3 by the rubric
+        level, source = 3, "annotation"
+        why.append("mcp: readOnlyHint false (the server says it changes state) raises the level to L3")
     if ann.get("openWorldHint") is True and level < 2:
         level, source = 2, "annotation"
         why.append("mcp: openWorldHint raises the level to L2")
