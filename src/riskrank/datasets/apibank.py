@@ -27,6 +27,7 @@ from pathlib import Path
 
 from riskrank.datasets.base import Benchmark
 from riskrank.datasets.corpora import (
+    Pairs,
     ToolPool,
     corpus_file,
     corpus_paths,
@@ -142,21 +143,16 @@ def _dialogue(path: Path) -> tuple[str, list[str]]:
 def load_apibank(data_dir: Path) -> Benchmark:
     pool = ToolPool(f"{data_dir}/{APIS}")
     undocumented = _read_apis(corpus_file(data_dir, APIS), pool)
-    ids: list[str] = []
-    texts: list[str] = []
-    gold: list[list[str]] = []
-    meta: list[dict] = []
+    pairs = Pairs()
     for rel in corpus_paths("apibank", SAMPLES):
         path = corpus_file(data_dir, rel)
         level_dir, _, stem = rel.split(SAMPLES, 1)[1].removesuffix(".jsonl").partition("/")
         text, calls = _dialogue(path)
-        ids.append(f"{level_dir}/{stem}")
-        texts.append(text)
-        gold.append(calls if text else [])
-        meta.append({"level": LEVELS.get(level_dir), "file": f"{level_dir}/{stem}.jsonl"})
-    n_silent = sum(1 for g in gold if not g)
-    notes = [f"{len(ids):,} dialogues; {n_silent} make no API call other than {SEARCHER} (or have no User turn): skipped"]
+        pairs.add(f"{level_dir}/{stem}", text, calls if text else [],
+                  {"level": LEVELS.get(level_dir), "file": f"{level_dir}/{stem}.jsonl"})
+    n_silent = sum(1 for g in pairs.gold if not g)
+    notes = [f"{len(pairs.ids):,} dialogues; {n_silent} make no API call other than {SEARCHER} (or have no User turn): skipped"]
     if undocumented:
         notes.append(f"{len(undocumented)} API(s) without a description in api_info ({', '.join(undocumented)}): "
                      "the name's words stand in")
-    return pairs_benchmark("apibank", pool, ids, texts, gold, meta, notes)
+    return pairs_benchmark("apibank", pool, pairs, notes)

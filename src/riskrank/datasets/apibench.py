@@ -29,6 +29,7 @@ from typing import Any
 
 from riskrank.datasets.base import Benchmark
 from riskrank.datasets.corpora import (
+    Pairs,
     ToolPool,
     corpus_file,
     pairs_benchmark,
@@ -81,10 +82,7 @@ def _add_doc(pool: ToolPool, doc: Any, where: str) -> str:
 
 def load_apibench(data_dir: Path) -> Benchmark:
     pool = ToolPool(f"{data_dir}/{ROOT}")
-    ids: list[str] = []
-    texts: list[str] = []
-    gold: list[list[str]] = []
-    meta: list[dict] = []
+    pairs = Pairs()
     for split in SPLITS:
         path = corpus_file(data_dir, split_file(split))
         for lineno, rec in read_records(path):
@@ -95,10 +93,8 @@ def load_apibench(data_dir: Path) -> Benchmark:
             if text is None:
                 raise DataError(f"{where}: 'code' holds no instruction (expected '###Instruction: ...')")
             name = _add_doc(pool, rec.get("api_data"), f"{where}: api_data")
-            ids.append(f"{split}-{lineno - 1}")
-            texts.append(text)
-            gold.append([name])
-            meta.append({"split": split, "framework": rec["api_data"]["framework"].strip()})  # checked by _add_doc
+            # the framework was checked by _add_doc
+            pairs.add(f"{split}-{lineno - 1}", text, [name], {"split": split, "framework": rec["api_data"]["framework"].strip()})
     n_from_queries = len(pool)
     for rel in DOCS:
         path = corpus_file(data_dir, rel)
@@ -106,4 +102,4 @@ def load_apibench(data_dir: Path) -> Benchmark:
             _add_doc(pool, rec, f"{path}: line {lineno}")
     notes = [f"{n_from_queries:,} tools come from the query lines' embedded docs, {len(pool) - n_from_queries:,} more "
              "from the API doc files (calls no query names)"]
-    return pairs_benchmark("apibench", pool, ids, texts, gold, meta, notes)
+    return pairs_benchmark("apibench", pool, pairs, notes)

@@ -26,6 +26,7 @@ from typing import Any
 
 from riskrank.datasets.base import Benchmark, Negatives
 from riskrank.datasets.corpora import (
+    Pairs,
     ToolPool,
     corpus_file,
     pairs_benchmark,
@@ -78,14 +79,10 @@ def _answers(path: Path) -> dict[str, list[str]]:
 
 def load_bfcl(data_dir: Path) -> Benchmark:
     pool = ToolPool(f"{data_dir}/{ROOT}")
-    ids: list[str] = []
-    texts: list[str] = []
-    gold: list[list[str]] = []
-    meta: list[dict] = []
+    pairs = Pairs()
     neg_ids: list[str] = []
     neg_texts: list[str] = []
     neg_meta: list[dict] = []
-    unresolved: list[int] = []
     n_unanswered = 0
     for category in CATEGORIES:
         path = corpus_file(data_dir, question_file(category))
@@ -114,11 +111,7 @@ def load_bfcl(data_dir: Path) -> Benchmark:
                 truth = answers.get(entry_id, [])
                 names = [offered[n] for n in truth if n in offered]
                 n_unanswered += entry_id not in answers
-            unresolved.append(len(truth) - len(names))
-            ids.append(entry_id)
-            texts.append(text)
-            gold.append(names)
-            meta.append(info)
+            pairs.add(entry_id, text, names, info, unresolved=len(truth) - len(names))
     notes = [f"{n_unanswered:,} entries have no answer line: skipped"] if n_unanswered else []
     negatives = Negatives(IRRELEVANCE, neg_ids, neg_texts, neg_meta)
-    return pairs_benchmark("bfcl", pool, ids, texts, gold, meta, notes, unresolved=unresolved, negatives=negatives)
+    return pairs_benchmark("bfcl", pool, pairs, notes, negatives=negatives)

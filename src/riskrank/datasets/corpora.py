@@ -20,6 +20,7 @@ refuses as two tools) are numbered the same way.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -160,12 +161,30 @@ class ToolPool:
         return out
 
 
-def pairs_benchmark(name: str, pool: ToolPool, ids: list[str], texts: list[str], gold_names: list[list[str]],
-                    meta: list[dict], notes: list[str], *, unresolved: list[int] | None = None,
+@dataclass
+class Pairs:
+    """The (query, gold tool names) pairs a loader reads, in its order, with each pair's meta
+    and how many of its gold names the loader itself could not map (see :func:`pairs_benchmark`)."""
+
+    ids: list[str] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    gold: list[list[str]] = field(default_factory=list)
+    meta: list[dict] = field(default_factory=list)
+    unresolved: list[int] = field(default_factory=list)
+
+    def add(self, pair_id: str, text: str, gold: list[str], meta: dict, unresolved: int = 0) -> None:
+        self.ids.append(pair_id)
+        self.texts.append(text)
+        self.gold.append(gold)
+        self.meta.append(meta)
+        self.unresolved.append(unresolved)
+
+
+def pairs_benchmark(name: str, pool: ToolPool, pairs: Pairs, notes: list[str], *,
                     negatives: Negatives | None = None) -> Benchmark:
     """The corpus as a Benchmark: one query set ``all`` of every pair, also its training set.
 
-    Gold names are mapped by :func:`build_gold`. ``unresolved[i]`` counts the gold names of
+    Gold names are mapped by :func:`build_gold`. ``pairs.unresolved[i]`` counts the gold names of
     query ``i`` that the loader could not map to a tool itself (a BFCL function its entry did
     not offer, an undocumented ToolAlpaca action); they and every name not in the registry are
     dropped and counted, never replaced by a guess, and a query left with no gold tool is
@@ -173,7 +192,7 @@ def pairs_benchmark(name: str, pool: ToolPool, ids: list[str], texts: list[str],
     notes describe).
     """
     registry = pool.registry()
-    unresolved = unresolved or [0] * len(texts)
+    ids, texts, gold_names, meta, unresolved = pairs.ids, pairs.texts, pairs.gold, pairs.meta, pairs.unresolved
     gold, kept = build_gold(gold_names, registry)
     qs = QuerySet("all", [ids[i] for i in kept], [texts[i] for i in kept], gold, [meta[i] for i in kept],
                   n_skipped=len(texts) - len(kept))

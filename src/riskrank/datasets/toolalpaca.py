@@ -27,7 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from riskrank.datasets.base import Benchmark
-from riskrank.datasets.corpora import ToolPool, corpus_file, pairs_benchmark, read_json, text_field
+from riskrank.datasets.corpora import (
+    Pairs,
+    ToolPool,
+    corpus_file,
+    pairs_benchmark,
+    read_json,
+    text_field,
+)
 from riskrank.errors import DataError
 
 ROOT = "tangqiaoyu/ToolAlpaca/data"
@@ -55,11 +62,7 @@ def summary(doc: str) -> str:
 
 def load_toolalpaca(data_dir: Path) -> Benchmark:
     pool = ToolPool(f"{data_dir}/{ROOT}")
-    ids: list[str] = []
-    texts: list[str] = []
-    gold: list[list[str]] = []
-    meta: list[dict] = []
-    unresolved: list[int] = []
+    pairs = Pairs()
     n_optional = 0
     undocumented: Counter[str] = Counter()
     for which, rel in FILES.items():
@@ -96,14 +99,10 @@ def load_toolalpaca(data_dir: Path) -> Benchmark:
                 n_optional += sum(a.startswith(OPTIONAL) for a in actions)
                 actions = list(dict.fromkeys(a.removeprefix(OPTIONAL).strip() for a in actions))
                 names = [known[a] for a in actions if a in known]
-                unresolved.append(len(actions) - len(names))
                 undocumented.update(f"{api}.{a}" for a in actions if a not in known)
-                ids.append(f"{which}-{e}-{i}")
-                texts.append(text.strip())
-                gold.append(names)
-                meta.append({"set": which, "api": api})
+                pairs.add(f"{which}-{e}-{i}", text.strip(), names, {"set": which, "api": api}, unresolved=len(actions) - len(names))
     notes = [f"{n_optional} golden steps marked [Optional] count as gold"] if n_optional else []
     if undocumented:
         notes.append("golden actions that are not documented functions of their API: "
                      + ", ".join(f"{a} ({n})" for a, n in sorted(undocumented.items())))
-    return pairs_benchmark("toolalpaca", pool, ids, texts, gold, meta, notes, unresolved=unresolved)
+    return pairs_benchmark("toolalpaca", pool, pairs, notes)
