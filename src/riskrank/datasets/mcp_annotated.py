@@ -14,7 +14,6 @@ it is counted and gets no label. Within a server, a name seen twice keeps its fi
 from __future__ import annotations
 
 import json
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -114,6 +113,3 @@ def load_annotated(path: str | Path | None = None) -> AnnotatedTools:
         notes.append(f"{contradictory} tools declare readOnlyHint and destructiveHint both true: no label")
     return AnnotatedTools(tools, servers, hints, weak, notes)
 
-
-def server_counts(data: AnnotatedTools) -> dict[str, int]:
-    return dict(Counter(data.servers).most_common())
