@@ -12,6 +12,7 @@ extra           brings                                      for
 ``ann``         faiss-cpu                                   ``--first-stage ann`` (IVF index)
 ``repro``       matplotlib                                  figures of ``reproduce``, heat maps
 ``console``     starlette, jinja2, uvicorn, matplotlib      ``--console`` (the operator's pages)
+``teams``       psycopg (binary, pool), pyjwt (crypto)      ``--state postgresql://``, JWT clients
 ``all``         all of the above
 ``frameworks``  fastmcp, openai-agents, langchain,          ToolGuard's LangChain hooks, and the
                 langgraph (with mcp 2.x)                    tests of every framework hook
@@ -28,7 +29,7 @@ from collections.abc import Iterator
 
 from riskrank.errors import RiskrankError
 
-EXTRAS = ("serve", "mcp", "onnx", "ann", "repro", "console", "frameworks")
+EXTRAS = ("serve", "mcp", "onnx", "ann", "repro", "console", "teams", "frameworks")
 
 
 class MissingExtraError(RiskrankError):
