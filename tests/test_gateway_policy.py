@@ -64,7 +64,7 @@ def test_servers_file_formats(tmp_path):
     ({"mcpServers": {"a": {"command": "${TOOLS}/server"}}}, "mcpServers.a.command: variable substitution"),
     ({"mcpServers": {"a": {"url": "http://h/${TEAM}/mcp"}}}, "mcpServers.a.url: variable substitution"),
     ({"mcpServers": {"a": {"command": "sh", "env": {"RISKRANK_TOKEN": "x"}}}}, "env.RISKRANK_TOKEN: riskrank's own secret"),
-    ({"mcpServers": {"a": {"type": "sse", "url": "http://h/sse"}}}, "mcpServers.a.type: 'sse' is not supported"),
+    ({"mcpServers": {"a": {"type": "websocket", "url": "ws://h/mcp"}}}, "mcpServers.a.type: must be 'stdio', 'http' or 'sse'"),
     ({"mcpServers": {"a": {"url": "ftp://h"}}}, "mcpServers.a.url: an http server needs a url"),
     ({"mcpServers": {"a b": {"command": "sh"}}}, "mcpServers.a b: a server name is"),
     ({"mcpServers": {"a": {"command": "sh", "disabled": True}}}, "every server is disabled"),

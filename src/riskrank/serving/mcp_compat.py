@@ -22,9 +22,11 @@ confirmation               ``elicit_form`` mid-call                    the same 
 server capabilities        ``get_server_capabilities()``               ``server_capabilities`` property
 =========================  ==========================================  ==========================================
 
-Common to both and used as is: ``mcp.types``, ``ClientSession`` over ``stdio_client`` or
-``streamable_http_client``, ``session.call_tool(..., progress_callback=)``, the list and read
-calls, ``stdio_server``. Traps the SDKs set, and what this module does about them:
+Common to both and used as is: ``mcp.types``, ``ClientSession`` over ``stdio_client``,
+``streamable_http_client`` or ``sse_client`` (with an HTTP client of the SDK's own httpx
+flavour, built here so that it carries the upstream's TLS choice),
+``session.call_tool(..., progress_callback=)``, the list and read calls, ``stdio_server``.
+Traps the SDKs set, and what this module does about them:
 
 - ``CallToolResult(content=[], is_error=True)`` is accepted by 1.x and leaves
   ``isError=False``: every result here is built from wire names.
@@ -113,9 +115,13 @@ def as_call_result(value: Any) -> Any:
 
 
 # -- client side: talking to upstream servers ------------------------------------------------------
+#: ``ServerTarget.transport`` of a URL: the streamable HTTP transport, or the older HTTP+SSE one.
+URL_TRANSPORTS = ("streamable-http", "sse")
+
+
 @dataclass(frozen=True)
 class ServerTarget:
-    """How to reach one MCP server: a command (stdio) or a URL (streamable HTTP)."""
+    """How to reach one MCP server: a command (stdio) or a URL (streamable HTTP or SSE)."""
 
     command: str | None = None
     args: tuple[str, ...] = ()
@@ -123,12 +129,73 @@ class ServerTarget:
     """Added to the SDK's safe default environment; the only other variables the child sees."""
     cwd: str | None = None
     url: str | None = None
-    headers: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """Sent with every request. Values may be credentials (read from the environment), so they
+    are left out of ``repr`` and :meth:`describe`: a log line or a traceback never shows them."""
+    transport: str = "streamable-http"
+    """For a URL: one of :data:`URL_TRANSPORTS`."""
+    verify: bool = True
+    """For https: check the server's certificate (off only by an explicit, logged opt-out)."""
+    ca_file: str | None = None
+    """For https: trust this PEM bundle (a private CA) instead of the default trust store."""
 
     def describe(self) -> str:
+        """What error lines name: the command line, or the URL without userinfo, query or
+        fragment (which can carry credentials)."""
         import shlex
 
-        return self.url or shlex.join([self.command or "", *self.args])
+        if self.url:
+            from urllib.parse import urlsplit
+
+            parts = urlsplit(self.url)
+            host = parts.netloc.rpartition("@")[2]
+            return ("sse " if self.transport == "sse" else "") + f"{parts.scheme}://{host}{parts.path}"
+        return shlex.join([self.command or "", *self.args])
+
+
+@dataclass
+class HttpTrace:
+    """The last HTTP response a remote server sent (status and reason): 2.x's streamable HTTP
+    client turns a 401 into a JSON-RPC error that says only "Server returned an error
+    response", so the status is taken from the wire, where both majors see it."""
+
+    status: int | None = None
+    reason: str = ""
+
+
+def _http_client_factory(target: ServerTarget, trace: HttpTrace | None = None) -> Callable[..., Any]:
+    """An ``httpx_client_factory`` for the SDK's HTTP transports that is the SDK's own
+    ``create_mcp_http_client`` (its timeouts, its httpx flavour: ``httpx`` in 1.x, ``httpx2``
+    in 2.x) plus the target's TLS choice, which that function does not take: the default
+    trust store, a private CA's bundle (``ca_file``), or no verification (``verify=False``).
+    Every response's status is noted in ``trace``."""
+    import ssl
+
+    from mcp.shared import _httpx_utils as sdk_http
+
+    httpx = getattr(sdk_http, "httpx2", None) or sdk_http.httpx
+    verify: Any = True
+    if not target.verify:
+        verify = False
+    elif target.ca_file:
+        verify = ssl.create_default_context(cafile=target.ca_file)
+
+    def factory(headers: dict[str, str] | None = None, timeout: Any = None, auth: Any = None) -> Any:
+        if timeout is None:
+            timeout = httpx.Timeout(sdk_http.MCP_DEFAULT_TIMEOUT, read=sdk_http.MCP_DEFAULT_SSE_READ_TIMEOUT)
+        kwargs: Json = {"timeout": timeout, "verify": verify}
+        if trace is not None:
+            async def note(response: Any) -> None:
+                trace.status, trace.reason = response.status_code, str(getattr(response, "reason_phrase", "") or "")
+
+            kwargs["event_hooks"] = {"response": [note]}
+        if headers is not None:
+            kwargs["headers"] = headers
+        if auth is not None:
+            kwargs["auth"] = auth
+        return httpx.AsyncClient(**kwargs)
+
+    return factory
 
 
 def default_environment() -> dict[str, str]:
@@ -178,24 +245,31 @@ def kill_process_groups(pids: list[int]) -> None:
 async def open_session(
     target: ServerTarget, *, elicitation_callback: Any = None,
     message_handler: Callable[[Any], Awaitable[None]] | None = None, errlog: Any = None,
-    children: list[int] | None = None,
+    children: list[int] | None = None, http_trace: HttpTrace | None = None,
 ) -> AsyncIterator[Any]:
-    """An initialised ``ClientSession`` to one server, over stdio or streamable HTTP, with the
-    handshake both majors and every server speak. A stdio child runs with
+    """An initialised ``ClientSession`` to one server, over stdio, streamable HTTP or SSE, with
+    the handshake both majors and every server speak. A stdio child runs with
     :func:`default_environment` plus ``target.env`` (the SDK merges them); its stderr goes to
-    ``errlog`` (a file with a descriptor); its pid is appended to ``children``. Both SDKs
-    hand server notifications *and* transport errors (an unparseable stdout line) to
-    ``message_handler``."""
+    ``errlog`` (a file with a descriptor); its pid is appended to ``children``. A URL
+    server's last HTTP status goes to ``http_trace`` (what a failure was answered with).
+    Both SDKs hand server notifications *and* transport errors (an unparseable stdout line)
+    to ``message_handler``."""
     sdk_major()
     from mcp import ClientSession
 
     async with AsyncExitStack() as stack:
-        if target.url:
-            # create_mcp_http_client: in both majors, on the httpx flavour each uses.
-            from mcp.client.streamable_http import streamable_http_client
-            from mcp.shared._httpx_utils import create_mcp_http_client
+        if target.url and target.transport == "sse":
+            # sse_client takes the same arguments in both majors; the factory brings the TLS choice.
+            from mcp.client.sse import sse_client
+            from mcp.shared._httpx_utils import MCP_DEFAULT_TIMEOUT
 
-            http = await stack.enter_async_context(create_mcp_http_client(headers=dict(target.headers)))
+            read, write = await stack.enter_async_context(sse_client(
+                target.url, headers=dict(target.headers), timeout=MCP_DEFAULT_TIMEOUT,
+                httpx_client_factory=_http_client_factory(target, http_trace)))
+        elif target.url:
+            from mcp.client.streamable_http import streamable_http_client
+
+            http = await stack.enter_async_context(_http_client_factory(target, http_trace)(headers=dict(target.headers)))
             streams = await stack.enter_async_context(streamable_http_client(target.url, http_client=http))
             read, write = streams[0], streams[1]  # 1.x yields a third value (the session id getter)
         else:
@@ -234,6 +308,28 @@ def quiet_stdio_parse_errors() -> None:
     logger = logging.getLogger("mcp.client.stdio")
     if not any(type(f).__name__ == "_Drop" for f in logger.filters):
         logger.addFilter(_Drop())
+
+
+#: What the SDKs' HTTP client transports log, with a traceback, when a remote server goes away
+#: (both majors): the gateway says it once, in one line, when the session fails.
+_HTTP_TRANSPORT_NOISE = ("Error in sse_reader", "Error in post_writer", "Encountered SSE exception",
+                         "Session termination failed")
+
+
+def quiet_http_transport_errors() -> None:
+    """Drop the SDKs' tracebacks for a remote server that went away or refused a request (a
+    killed server, a 401): they would reach this process's stderr through logging's
+    last-resort handler, once per task, while the caller already reports the failure."""
+    import logging
+
+    class _DropHttp(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return not record.getMessage().startswith(_HTTP_TRANSPORT_NOISE)
+
+    for name in ("mcp.client.sse", "mcp.client.streamable_http"):
+        logger = logging.getLogger(name)
+        if not any(type(f).__name__ == "_DropHttp" for f in logger.filters):
+            logger.addFilter(_DropHttp())
 
 
 def bad_line(exc: BaseException) -> str | None:
@@ -356,10 +452,14 @@ class CallCtx:
     through MCP elicitation."""
 
     def __init__(self, session: Any, request_id: Any, progress_token: Any, capabilities: Any, *,
-                 protocol_version: str | None = None, params: Any = None, session_key: str = "stdio") -> None:
+                 protocol_version: str | None = None, params: Any = None, session_key: str = "stdio",
+                 client: dict[str, Any] | None = None) -> None:
         self.session, self.request_id, self.progress_token = session, request_id, progress_token
         self.capabilities, self.protocol_version, self.params = capabilities, protocol_version, params
         self.session_key = session_key
+        #: Who the gate found the caller to be (``name``, ``policy``, ``via``; see
+        #: :mod:`riskrank.serving.auth`); None over stdio.
+        self.client = client
 
     @property
     def wants_progress(self) -> bool:
@@ -415,16 +515,26 @@ def _header(request: Any, name: str) -> str | None:
     return headers.get(name) if headers is not None else None
 
 
+def _client(request: Any) -> dict[str, Any] | None:
+    """The identity the gate put on the request's ASGI scope (None over stdio)."""
+    scope = getattr(request, "scope", None)
+    return scope.get("riskrank.client") if isinstance(scope, dict) else None
+
+
 def _session_key(request: Any, modern: bool) -> str:
     """Whose call: one client per process over stdio (no HTTP request); over streamable HTTP
-    the MCP session id, and on 2026-07-28 (no sessions) the bearer token's digest."""
+    the MCP session id, and on 2026-07-28 (no sessions) the bearer token's digest. A named
+    client's key starts with its name: a session id presented with another client's token is
+    another key (one client cannot call through what another's find_tools exposed)."""
     if request is None:
         return "stdio"
+    who = (_client(request) or {}).get("name")
+    prefix = f"{who}/" if who else ""
     sid = _header(request, "mcp-session-id")
     if sid and not modern:
-        return f"http-{sid}"
+        return f"{prefix}http-{sid}"
     auth = _header(request, "authorization")
-    return "token-" + hashlib.sha256(auth.encode()).hexdigest()[:16] if auth else "http-anonymous"
+    return prefix + ("token-" + hashlib.sha256(auth.encode()).hexdigest()[:16] if auth else "http-anonymous")
 
 
 def build_server(name: str, version: str, instructions: str | None, handlers: Handlers, *, title: str | None = None) -> Any:
@@ -489,7 +599,8 @@ def _build_v2(name: str, version: str, instructions: str | None, h: Handlers, ti
     async def on_call_tool(ctx: Any, params: Any) -> Any:
         modern = ctx.protocol_version in MODERN_PROTOCOLS
         call = CallCtx(ctx.session, ctx.request_id, token(params), ctx.session.client_capabilities,
-                       protocol_version=ctx.protocol_version, params=params, session_key=_session_key(ctx.request, modern))
+                       protocol_version=ctx.protocol_version, params=params, session_key=_session_key(ctx.request, modern),
+                       client=_client(ctx.request))
         try:
             return as_call_result(await h.call_tool(params.name, params.arguments or {}, call))
         except InputRequired as ir:
@@ -519,7 +630,7 @@ def _build_v1(name: str, version: str, instructions: str | None, h: Handlers) ->
         token = getattr(rc.meta, "progressToken", None) if rc.meta is not None else None
         caps = rc.session.client_params.capabilities if rc.session.client_params else None
         call = CallCtx(rc.session, rc.request_id, token, caps, params=req.params,
-                       session_key=_session_key(rc.request, False))
+                       session_key=_session_key(rc.request, False), client=_client(rc.request))
         return t.ServerResult(as_call_result(await h.call_tool(req.params.name, req.params.arguments or {}, call)))
 
     R[t.ListToolsRequest] = list_tools

@@ -2,16 +2,19 @@
 
 :class:`UpstreamManager` runs one supervisor task per server:
 
-- **start**: the connection (a child process over stdio, or streamable HTTP), ``initialize``
-  and the listing of its tools, resources, resource templates and prompts must finish within
-  ``startup_timeout`` seconds, else one line says which server did not answer (the first
-  start of every server must succeed: a gateway never serves with a server silently
-  missing). A child's stderr goes into a small ring buffer, never onto this process's stdio
-  (the stdio transport), and its last line explains a failed start.
+- **start**: the connection (a child process over stdio, or a URL over streamable HTTP or
+  SSE, with its headers and TLS choice), ``initialize`` and the listing of its tools,
+  resources, resource templates and prompts must finish within ``startup_timeout`` seconds,
+  else one line says which server did not answer (the first start of every server must
+  succeed: a gateway never serves with a server silently missing). A child's stderr goes
+  into a small ring buffer, never onto this process's stdio (the stdio transport), and its
+  last line explains a failed start.
 - **watch**: a ping every ``ping_interval`` seconds; ``notifications/*/list_changed`` from the
   server re-lists it at once.
 - **restart**: a server that stops answering is marked down (its tools leave the catalogue
-  at once) and restarted after 0.5 s, doubling up to 30 s (back to 0.5 s after 60 s up).
+  at once) and restarted after 0.5 s, doubling up to 30 s (back to 0.5 s after 60 s up). A
+  URL server is the same: a remote server that goes away (its event stream closes, a ping
+  cannot connect) is down, and reconnected on the same schedule until it answers again.
 - **stop**: cancelling the manager's task shuts every session down through the SDK and then
   kills what is left of each child's process group (no orphans, npx's grandchildren
   included).
@@ -35,7 +38,7 @@ from typing import Any
 
 from riskrank.errors import RiskrankError
 from riskrank.serving import mcp_compat
-from riskrank.serving.gateway.config import UpstreamConfig
+from riskrank.serving.gateway.config import UpstreamConfig, remote_warnings
 from riskrank.timeline import mark
 
 _NOT_NAME = re.compile(r"[^A-Za-z0-9_-]")
@@ -81,8 +84,25 @@ def describe(exc: BaseException) -> str:
         return "the connection closed (did the process exit?)"
     if type(exc).__name__ == "ValidationError":  # pydantic: stdout that is not JSON-RPC
         return "its stdout is not MCP JSON-RPC (is it an MCP server?)"
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    if type(exc).__name__ == "HTTPStatusError" and isinstance(status, int):
+        # The status, not httpx's sentence: that one names the full URL (a query can hold a token).
+        return refused(status, str(getattr(exc.response, "reason_phrase", "") or ""))  # type: ignore[attr-defined]
     text = (str(exc) or type(exc).__name__).strip().splitlines()
-    return text[0][:200] if text else type(exc).__name__
+    line = text[0][:200] if text else type(exc).__name__
+    if "CERTIFICATE_VERIFY_FAILED" in line:
+        line += " (its certificate is not trusted: tls.ca_file names a private CA's certificates)"
+    return line
+
+
+#: What 2.x's streamable HTTP client makes of an HTTP error status it has no JSON-RPC error for.
+_HTTP_STAND_IN = "Server returned an error response"
+
+
+def refused(status: int, reason: str) -> str:
+    """One line for a remote server's HTTP refusal; a 401 or 403 points at the credentials."""
+    hint = " (are its headers or headersFromEnv right?)" if status in (401, 403) else ""
+    return f"the server answered HTTP {status} {reason}".rstrip() + hint
 
 
 @dataclass
@@ -107,6 +127,8 @@ class Upstream:
     stderr_tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=STDERR_LINES))
     bad_stdout: str | None = None
     pids: list[int] = field(default_factory=list)
+    http: mcp_compat.HttpTrace = field(default_factory=mcp_compat.HttpTrace)
+    """A URL server's last HTTP status, which explains a failure the SDK reports without it."""
 
     @property
     def name(self) -> str:
@@ -127,6 +149,7 @@ class UpstreamManager:
         self.log, self.on_change = log, on_change
         self.generation = 0
         mcp_compat.quiet_stdio_parse_errors()
+        mcp_compat.quiet_http_transport_errors()
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def run(self, *, task_status: Any = None) -> None:
@@ -136,6 +159,9 @@ class UpstreamManager:
         cancelled."""
         import anyio
 
+        for up in self.upstreams.values():  # an exposed remote server is said once, at start
+            for line in remote_warnings(up.config):
+                self.log(line)
         async with anyio.create_task_group() as tg:
             async with anyio.create_task_group() as starting:
                 for up in self.upstreams.values():
@@ -202,6 +228,7 @@ class UpstreamManager:
         box = [changed]
         up.bad_stdout = None
         up.stderr_tail.clear()
+        up.http = mcp_compat.HttpTrace()
 
         async def on_message(message: Any) -> None:
             if isinstance(message, Exception):
@@ -213,6 +240,9 @@ class UpstreamManager:
                 box[0].set()
 
         def why(exc: BaseException) -> str:
+            status = up.http.status
+            if str(leaf(exc)) == _HTTP_STAND_IN and status is not None and status >= 400:
+                return refused(status, up.http.reason)
             text = (f"it printed {up.bad_stdout!r}, which is not MCP JSON-RPC (is it an MCP server?)"
                     if up.bad_stdout else describe(exc))
             return text + (f"; its stderr ends: {up.stderr_tail[-1][:160]!r}" if up.stderr_tail else "")
@@ -230,7 +260,7 @@ class UpstreamManager:
                 with anyio.CancelScope(deadline=anyio.current_time() + self.startup_timeout) as deadline:
                     try:
                         async with mcp_compat.open_session(up.config.target, errlog=errlog, message_handler=on_message,
-                                                           children=up.pids) as session:
+                                                           children=up.pids, http_trace=up.http) as session:
                             await self._list(up, session)
                             deadline.deadline = float("inf")  # started: the rest of its life is unbounded
                             started = True
