@@ -120,3 +120,21 @@ def torch_single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A PostgreSQL server's URL: $RISKRANK_TEST_POSTGRES, else a throwaway cluster started
+    for this session and stopped at its end (tests/postgres_support.py). Skips without
+    PostgreSQL or psycopg, and fails instead under CI=true."""
+    import postgres_support
+
+    postgres_support.need_psycopg()
+    if os.environ.get(postgres_support.ENV_URL):
+        yield os.environ[postgres_support.ENV_URL]
+        return
+    cluster = postgres_support.start_cluster()
+    try:
+        yield cluster.url
+    finally:
+        cluster.remove()

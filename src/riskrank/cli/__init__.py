@@ -19,7 +19,7 @@ import sys
 
 import click
 
-from riskrank.cli import audit, data, experiments, library, serving, trust
+from riskrank.cli import audit, data, experiments, library, serving, state, trust
 from riskrank.errors import RiskrankError
 
 EXIT_USAGE = 2
@@ -54,8 +54,9 @@ def main() -> None:
 
 for _command in (data.data, library.evaluate, library.compare, library.retrieve, library.train, library.graph, experiments.reproduce,
                  experiments.demo, audit.audit_command, audit.agreement_command, serving.serve_command,
-                 serving.mcp_command, trust.pins_group, trust.scan_command):
+                 serving.mcp_command, trust.pins_group, trust.scan_command, trust.clients_group):
     main.add_command(_command)
+main.add_command(state.state_group)
 
 
 def _quiet_child_watcher(record: logging.LogRecord) -> bool:
