@@ -288,6 +288,15 @@ def parse_min_score(value: str | None) -> float | None:
 @click.option("--state-dir", type=click.Path(file_okay=False), default=None,
               help="Keep the pins of the upstreams' tool definitions here (trust on first use): a tool a pinned server "
                    "changes or adds is quarantined until approved (riskrank pins approve; docs/trust.md).")
+@click.option("--state", "state_url", default=None, metavar="STORE",
+              help="Keep the audit log, approvals, pins and exposures in a state store: postgresql://USER@HOST/DB "
+                   "(replicas share it; needs the teams extra), a directory (SQLite), or 'sqlite' (SQLite in "
+                   "--state-dir). Without it: --audit-log's JSONL and --state-dir's pins file (docs/teams.md).")
+@click.option("--replica", default=None, metavar="NAME",
+              help="This process's name on audit lines and approvals, with --state [default: HOST:PID].")
+@click.option("--clients", "clients_file", type=click.Path(dir_okay=False), default=None, metavar="CLIENTS.json",
+              help="Over streamable HTTP: each client's token digest and the named policy of --policy it gets, and "
+                   "optionally OAuth bearer JWTs (docs/teams.md); re-read when it changes.")
 def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, risk_source: str, fill_levels: str,
                 encoder: str | None, device: str, encoder_backend: str, threads: int | None, candidates: int | None,
                 first_stage: str, trust_annotations: bool, fill: str, min_score: str | None, config_file: str | None,
@@ -296,7 +305,8 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
                 token_env: str, insecure: bool, console: bool, labels: str | None, review: str | None,
                 console_host: str | None, console_port: int | None, admin_token_file: str | None,
                 confirm_by: str | None, confirm_timeout: float, call_timeout: float, max_argument_bytes: int,
-                max_result_bytes: int, state_dir: str | None, scan_results: str, verbose: bool) -> None:
+                max_result_bytes: int, state_dir: str | None, scan_results: str, state_url: str | None,
+                replica: str | None, clients_file: str | None, verbose: bool) -> None:
     """Serve risk-aware tool search over MCP (stdio, or streamable HTTP), alone or as a gateway.
 
     The catalogue is --registry (default: the bundled demo registry), or, as a gateway, the
@@ -320,7 +330,7 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
     from riskrank.encoder import make_encoder
     from riskrank.serving.gateway.config import (
         ConfigError,
-        load_policy,
+        load_policies,
         load_servers,
         upstream_from_command,
     )
@@ -338,11 +348,14 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
     upstreams = load_servers(config_file, secret_names=secret_names, problems=problems) if config_file is not None else []
     if upstream is not None:
         upstreams.append(upstream_from_command(upstream))
-    policy = load_policy(policy_file)
+    policies = load_policies(policy_file)
+    if clients_file is not None and transport != "streamable-http":
+        raise RiskrankError("--clients names the callers of a streamable-HTTP gateway: add --transport streamable-http "
+                            "(over stdio the one caller is the process that started it)")
     sock, token = None, None
     if transport == "streamable-http":
         token = read_token(token_file, token_env)
-        check_bind(host, token, insecure)
+        check_bind(host, token, insecure, clients=clients_file is not None)
     gateway_forwards = gateway if forward is None else forward
     if transport == "streamable-http" and (console_host is not None or console_port is not None):
         raise RiskrankError("--console-host and --console-port are for stdio; over streamable HTTP the console is at /console "
@@ -352,11 +365,27 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
     confirm_by = confirm_by or ("console" if console and gateway_forwards else "elicitation")
     if confirm_by == "console" and not console:
         raise RiskrankError("--confirm-by console needs --console (the page where an operator approves calls)")
-    if console and gateway_forwards and not audit_log:
-        raise RiskrankError("--console on a gateway needs --audit-log FILE: the call log reads it, and every operator "
-                            "decision is recorded there")
+    if state_url is not None and audit_log:
+        raise RiskrankError("--state keeps the audit log in the store: drop --audit-log (riskrank state export writes it "
+                            "as JSONL or CSV)")
+    if replica is not None and state_url is None:
+        raise RiskrankError("--replica names this process in a shared state store: add --state")
+    if console and gateway_forwards and not audit_log and state_url is None:
+        raise RiskrankError("--console on a gateway needs --audit-log FILE (or --state STORE): the call log reads it, and "
+                            "every operator decision is recorded there")
     admin_token = read_token(admin_token_file, ADMIN_TOKEN_ENV) if console else None
     check_distinct_tokens(token, admin_token)
+    clients = None
+    if clients_file is not None:
+        from pathlib import Path
+
+        from riskrank.serving.gateway.clients import ClientBook, token_digest
+
+        reserved = {token_digest(t): role for t, role in ((token, "bearer token"), (admin_token, "admin token")) if t}
+        clients = ClientBook(Path(clients_file), policies, reserved, log=log)
+        log(f"clients: {len(clients.clients)} from {clients_file} ("
+            + ", ".join(f"{c.name}: {c.policy}" for c in clients.clients)
+            + ("; and OAuth bearer tokens" if clients.oauth is not None else "") + ")")
     console_host = console_host or "127.0.0.1"
     console_opts = console_setup(console, host if transport == "streamable-http" else console_host, admin_token, labels, review,
                                  state_dir)
@@ -382,17 +411,39 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
     spec = ArtefactSpec(registry or ("" if gateway else demo_registry(announce=True)), checkpoint, mode, risk_source,
                         fill_levels, candidates, first_stage, trust_annotations=trust_annotations, fill=fill,
                         min_score=parse_min_score(min_score))
-    pins = None
-    if state_dir is not None:
+    pins, store = None, None
+    if state_url is not None:
+        import dataclasses
+        import socket
+
+        from riskrank.serving.gateway.pins import StorePinStore
+        from riskrank.serving.gateway.store import open_store
+
+        if state_url == "sqlite":
+            if state_dir is None:
+                raise RiskrankError("--state sqlite keeps the store in --state-dir: give --state-dir DIR")
+            state_url = state_dir
+        store = open_store(state_url)  # unreachable, or at an older schema: one line, before anything starts
+        store.check()
+        replica = replica or f"{socket.gethostname()}:{os.getpid()}"
+        log(f"state: {store.url} ({store.backend}); replica {replica}")
+        pins = StorePinStore(store) if gateway else None
+        if console_opts is not None:
+            console_opts = dataclasses.replace(console_opts, state_store=store)
+    elif state_dir is not None:
         if not gateway:
             raise RiskrankError("--state-dir keeps the pins of upstream servers: give --config SERVERS.json or --upstream CMD")
         from riskrank.serving.gateway.pins import PinStore
 
         pins = PinStore(state_dir)  # a second gateway on one directory fails here, in one line
     enc = make_encoder(encoder, device=device, threads=threads, backend=encoder_backend)
-    anyio.run(lambda: run(spec, enc, upstreams=upstreams or None, policy=policy, audit_log=audit_log,
-                          forward=gateway_forwards, k=k, transport=transport, sock=sock, token=token,
-                          startup_timeout=startup_timeout, echo=log, console=console_opts, console_sock=console_sock,
-                          confirm_by=confirm_by, confirm_timeout=confirm_timeout,
-                          call_limits=CallLimits(call_timeout, max_argument_bytes, max_result_bytes), pins=pins,
-                          scan_results=scan_results))
+    try:
+        anyio.run(lambda: run(spec, enc, upstreams=upstreams or None, policies=policies, clients=clients,
+                              audit_log=audit_log, forward=gateway_forwards, k=k, transport=transport, sock=sock,
+                              token=token, startup_timeout=startup_timeout, echo=log, console=console_opts,
+                              console_sock=console_sock, confirm_by=confirm_by, confirm_timeout=confirm_timeout,
+                              call_limits=CallLimits(call_timeout, max_argument_bytes, max_result_bytes), pins=pins,
+                              scan_results=scan_results, store=store, replica=replica or "gateway"))
+    finally:
+        if store is not None:
+            store.close()

@@ -154,3 +154,63 @@ def scan_command(path: str, as_json: bool, startup_timeout: float) -> None:
                 click.echo(f"{s.verdict:<10} {s.name}: {s.reason()}")
         click.echo(f"{len(scans)} tools: " + ", ".join(f"{counts[v]} {v}" for v in VERDICTS))
     sys.exit(1 if counts["poisoned"] else 0)
+
+
+@click.group("clients")
+def clients_group() -> None:
+    """The clients file of a streamable-HTTP gateway (--clients): each client's token digest and
+    the named policy it gets. A running gateway re-reads the file when it changes."""
+
+
+@clients_group.command("add")
+@click.argument("name")
+@click.option("--clients", "clients_file", type=click.Path(dir_okay=False), required=True, metavar="CLIENTS.json",
+              help="The clients file (created if missing; written atomically).")
+@click.option("--policy", "policy_name", default=None, help="The named policy the client gets (with --rotate: kept).")
+@click.option("--policies", "policy_file", type=click.Path(dir_okay=False, exists=True), default=None, metavar="POLICY.json",
+              help="Check the policy name against the gateway's policy file.")
+@click.option("--rotate", is_flag=True, help="Give an existing client a second token (remove the old digest later).")
+@click.option("--token-stdin", is_flag=True, help="Read the token from stdin instead of making one (16+ characters).")
+def clients_add(name: str, clients_file: str, policy_name: str | None, policy_file: str | None, rotate: bool,
+                token_stdin: bool) -> None:
+    """Add client NAME with a new token (printed once on stdout; only its sha256 is kept)."""
+    from pathlib import Path
+
+    from riskrank.serving.gateway.clients import add_client
+    from riskrank.serving.gateway.config import load_policies
+
+    if not rotate and not policy_name:
+        raise RiskrankError("give --policy NAME: the named policy of the gateway's policy file this client gets")
+    token = sys.stdin.readline().strip() if token_stdin else None
+    policies = load_policies(policy_file) if policy_file else None
+    made = add_client(Path(clients_file), name, policy_name or "", token=token, rotate=rotate, policies=policies)
+    click.echo(f"{'rotated' if rotate else 'added'} {name!r} in {clients_file}; its token (shown once):", err=True)
+    if token is None:
+        click.echo(made)
+
+
+@clients_group.command("list")
+@click.option("--clients", "clients_file", type=click.Path(dir_okay=False, exists=True), required=True, metavar="CLIENTS.json")
+@click.option("--policies", "policy_file", type=click.Path(dir_okay=False, exists=True), default=None, metavar="POLICY.json",
+              help="Check every client's policy against the gateway's policy file.")
+def clients_list(clients_file: str, policy_file: str | None) -> None:
+    """Each client, its policy and how many tokens it has (a rotation in progress has two)."""
+    from pathlib import Path
+
+    from riskrank.fileio import loads_strict
+    from riskrank.serving.gateway.clients import read_clients_file
+    from riskrank.serving.gateway.config import ConfigError, Policies, load_policies
+    from riskrank.serving.gateway.policy import Policy
+
+    policies = load_policies(policy_file) if policy_file else None
+    if policies is None:  # no policy file to check against: accept every name the file uses
+        data = loads_strict(Path(clients_file).read_text(encoding="utf-8-sig"), clients_file, ConfigError)
+        raw = data.get("clients", {}) if isinstance(data, dict) else {}
+        names = {str(e.get("policy")) for e in raw.values() if isinstance(e, dict)} if isinstance(raw, dict) else set()
+        names = names or {"default"}
+        policies = Policies({n: Policy() for n in names}, next(iter(sorted(names))))
+    clients, oauth = read_clients_file(Path(clients_file), policies, {})
+    for c in clients.values():
+        click.echo(f"{c.name}\t{c.policy}\t{len(c.digests)} token(s)")
+    if oauth is not None:
+        click.echo(f"oauth\t{oauth.get('issuer')}\tdefault policy {oauth.get('default_policy', policies.default)}")

@@ -7,6 +7,9 @@ ASGI middleware in front of the HTTP API and of MCP's streamable-HTTP transport.
   the bearer token (a client of the API must not be able to swap what every other client is
   served); a server started without an admin token has no admin endpoints at all;
 - only a loopback bind with ``--insecure`` runs without a token;
+- with a clients file (:mod:`riskrank.serving.gateway.clients`) each client's own token, or
+  an OAuth JWT, names it and its policy (``scope["riskrank.client"]``); the shared bearer
+  token still works, as the default policy's caller;
 - bodies are limited in size (and must be JSON) before any application code reads them.
 
 Standard library only: the gate wraps any ASGI app.
@@ -30,6 +33,9 @@ ADMIN_TOKEN_ENV = "RISKRANK_ADMIN_TOKEN"
 MIN_TOKEN_CHARS = 16
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json"})
 ADMIN_PREFIX = "/v1/admin/"
+#: Where an OAuth client finds this resource's authorization server (RFC 9728), when the
+#: clients file takes OAuth tokens.
+RESOURCE_METADATA_PATH = "/.well-known/oauth-protected-resource"
 
 
 def is_loopback(host: str) -> bool:
@@ -62,11 +68,14 @@ def read_token(token_file: str | None, env: str | None) -> str | None:
     return value
 
 
-def check_bind(host: str, token: str | None, insecure: bool) -> None:
-    """A token is required unless the server is bound to loopback and ``--insecure`` is given."""
+def check_bind(host: str, token: str | None, insecure: bool, *, clients: bool = False) -> None:
+    """A token is required unless the server is bound to loopback and ``--insecure`` is given
+    (a clients file counts: each client then has a token of its own)."""
     if insecure and not is_loopback(host):
         raise RiskrankError(f"--insecure is allowed only on a loopback address (127.0.0.1, ::1, localhost), not {host!r}")
-    if token is None and not insecure:
+    if insecure and clients:
+        raise RiskrankError("--insecure and --clients contradict each other: with a clients file every caller has a token")
+    if token is None and not insecure and not clients:
         raise RiskrankError(
             f"no bearer token: set ${TOKEN_ENV} or pass --token-file FILE "
             "(or, on a loopback address only, --insecure to run without one)"
@@ -89,9 +98,13 @@ class Gate:
     answered 503 ``overloaded`` with ``Retry-After: 1`` at once, so a flood queues nothing."""
 
     def __init__(self, app: Any, *, token: str | None, admin_token: str | None = None, max_body_bytes: int = 64 * 1024,
-                 max_inflight: int | None = None) -> None:
+                 max_inflight: int | None = None, clients: Any = None, log: Callable[[str], None] | None = None) -> None:
         check_distinct_tokens(token, admin_token)
         self.app = app
+        #: The clients file (:class:`riskrank.serving.gateway.clients.ClientBook`): a
+        #: client's own token (or OAuth JWT) names it and its policy; None: the bearer token only.
+        self.clients = clients
+        self.log = log or (lambda line: None)
         self.max_inflight = max_inflight
         self.inflight = 0
         self.token = token.encode() if token else None
@@ -104,24 +117,54 @@ class Gate:
         required = self.admin_token if (self.admin_token and path.startswith(ADMIN_PREFIX)) else self.token
         if required is None:
             return True
-        given = b""
-        for key, value in scope.get("headers", ()):
-            if key == b"authorization":
-                scheme, _, cred = value.partition(b" ")
-                if scheme.lower() == b"bearer":
-                    given = cred.strip()
-                break
-        return hmac.compare_digest(given, required)
+        return hmac.compare_digest(_bearer(scope), required)
+
+    async def _identify(self, scope: dict, path: str) -> dict[str, Any] | None:
+        """Who the request is (``scope["riskrank.client"]``), or None (a 401): a client's own
+        token, then the shared bearer token, then an OAuth JWT (validated off the loop: the
+        issuer's keys may be fetched). The admin paths take the admin token only."""
+        if self.clients is None or (self.admin_token and path.startswith(ADMIN_PREFIX)):
+            ok = self._authorised(scope, path)
+            return {"name": None, "policy": None, "via": "bearer" if self.token else "none"} if ok else None
+        given = _bearer(scope)
+        try:
+            text = given.decode("ascii")
+        except UnicodeDecodeError:
+            text = ""
+        if text and (ident := self.clients.lookup(text)) is not None:
+            return ident.to_scope()
+        if self.token is not None and hmac.compare_digest(given, self.token):
+            return {"name": None, "policy": None, "via": "bearer"}
+        if text and self.clients.oauth is not None and text.count(".") == 2:
+            import anyio.to_thread
+
+            try:
+                ident = await anyio.to_thread.run_sync(self.clients.validate_jwt, text)
+            except RiskrankError as exc:
+                self.log(f"401 {scope.get('method', '')} {path}: OAuth token refused: {exc}")
+                return None
+            return ident.to_scope()
+        self.log(f"401 {scope.get('method', '')} {path}: " + ("no bearer token" if not given else "unknown token"))
+        return None
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         path = scope.get("path", "")
-        if path not in PUBLIC_PATHS and not self._authorised(scope, path):
-            await _send_json(send, 401, ApiError(401, "unauthorized", "missing or invalid bearer token").body(),
-                             {"www-authenticate": 'Bearer realm="riskrank"'})
+        oauth = self.clients.oauth if self.clients is not None else None
+        if path == RESOURCE_METADATA_PATH and oauth is not None:
+            await _send_json(send, 200, oauth.resource_metadata(_origin(scope) + "/mcp"))
             return
+        if path not in PUBLIC_PATHS:
+            ident = await self._identify(scope, path)
+            if ident is None:
+                challenge = 'Bearer realm="riskrank"' + (
+                    f', resource_metadata="{_origin(scope)}{RESOURCE_METADATA_PATH}"' if oauth is not None else "")
+                await _send_json(send, 401, ApiError(401, "unauthorized", "missing or invalid bearer token").body(),
+                                 {"www-authenticate": challenge})
+                return
+            scope["riskrank.client"] = ident
         headers = dict(scope.get("headers", ()))
         length = headers.get(b"content-length")
         has_body = length not in (None, b"0") or b"chunked" in headers.get(b"transfer-encoding", b"").lower()
@@ -171,6 +214,21 @@ class Gate:
             await self.app(scope, replay, send)
         finally:
             self.inflight -= 1
+
+
+def _bearer(scope: dict) -> bytes:
+    """The credential of the request's ``Authorization: Bearer`` header (empty without one)."""
+    for key, value in scope.get("headers", ()):
+        if key == b"authorization":
+            scheme, _, cred = value.partition(b" ")
+            return cred.strip() if scheme.lower() == b"bearer" else b""
+    return b""
+
+
+def _origin(scope: dict) -> str:
+    """The origin a client reached this server at (its Host header), for the OAuth metadata."""
+    host = dict(scope.get("headers", ())).get(b"host", b"").decode("latin-1") or "localhost"
+    return f"{scope.get('scheme', 'http')}://{host}"
 
 
 def _is_json(content_type: bytes | None) -> bool:

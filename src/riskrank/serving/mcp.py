@@ -44,19 +44,20 @@ from riskrank.registry import ToolRegistry
 from riskrank.serving import mcp_compat
 from riskrank.serving.auth import Gate
 from riskrank.serving.console.host import ConsoleHost, ConsoleOptions
-from riskrank.serving.gateway.auditlog import AuditLog
-from riskrank.serving.gateway.config import UpstreamConfig
+from riskrank.serving.gateway.auditlog import AuditLog, StoreAuditLog
+from riskrank.serving.gateway.config import Policies, UpstreamConfig
 from riskrank.serving.gateway.confirm import (
     ConfirmationBroker,
     ElicitationBroker,
     OperatorBroker,
+    StoreBroker,
 )
 from riskrank.serving.gateway.core import (
     INSTRUCTIONS,
     Gateway,
     View,
     _Catalogues,
-    build_view,
+    build_views,
     pipeline_sentence,
 )
 from riskrank.serving.gateway.limits import (
@@ -78,7 +79,7 @@ def build_server(gateway: Gateway) -> Any:
 
 
 # -- the console's view of a gateway ------------------------------------------------------------------------
-def console_host(gateway: Gateway, audit_log: str | None = None) -> ConsoleHost:
+def console_host(gateway: Gateway, audit_log: Any = None) -> ConsoleHost:
     """What the console shows of ``gateway``: its tools (offered or not), ``find_tools``'s own
     payload for the search box (:meth:`Gateway.find`: the same code, no exposure, no audit
     line), the relevance-only ranking beside it, its operator broker and its audit log."""
@@ -110,9 +111,40 @@ def console_host(gateway: Gateway, audit_log: str | None = None) -> ConsoleHost:
                 for t in res.tools]
 
     kind = "gateway" if gateway.manager is not None else "search server"
-    broker = gateway.broker if isinstance(gateway.broker, OperatorBroker) else None
+    broker = gateway.broker if isinstance(gateway.broker, OperatorBroker | StoreBroker) else None
     return ConsoleHost(kind, describe, tools, search, baseline, broker=broker,
-                       audit_log=Path(audit_log) if audit_log else None, max_k=gateway.limits.max_k, audit=gateway.audit)
+                       audit_log=Path(audit_log) if isinstance(audit_log, str) else audit_log, max_k=gateway.limits.max_k,
+                       audit=gateway.audit)
+
+
+def with_probes(app: Any, gateway: Gateway, store: Any = None) -> Any:
+    """``app`` with ``GET /healthz`` (the process answers) and ``GET /readyz`` (200 once the
+    first catalogue serves and, with a state store, the store answers at its schema; else 503
+    with the reason): what a load balancer in front of replicas polls. A replica whose store
+    is away still serves find_tools, and refuses every call (its decision cannot be logged)."""
+    import json
+
+    async def probed(scope: dict, receive: Any, send: Any) -> None:
+        path = scope.get("path") if scope["type"] == "http" and scope.get("method") in ("GET", "HEAD") else None
+        if path not in ("/healthz", "/readyz"):
+            await app(scope, receive, send)
+            return
+        body: dict[str, Any] = {"status": "ok"}
+        status = 200
+        if path == "/readyz":
+            import anyio.to_thread
+
+            health = await anyio.to_thread.run_sync(store.health) if store is not None else None
+            ready = gateway.is_ready and (health is None or health.get("ok"))
+            status = 200 if ready else 503
+            body = {"status": "ready" if ready else "not_ready", "catalogue": gateway.is_ready,
+                    **({"state": health} if health is not None else {})}
+        raw = json.dumps(body).encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]})
+        await send({"type": "http.response.body", "body": raw})
+
+    return probed
 
 
 #: Beyond ``--startup-timeout``: how long a ``find_tools`` during start-up waits for the first
@@ -171,17 +203,24 @@ def _serving_line(gateway: Gateway, manager: UpstreamManager | None, audit_log: 
 
 
 async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfig] | None = None,
-              policy: Policy | None = None, audit_log: str | None = None, forward: bool = True, k: int = 5,
+              policy: Policy | None = None, policies: Policies | None = None, clients: Any = None,
+              audit_log: str | None = None, forward: bool = True, k: int = 5,
               transport: str = "stdio", sock: Any = None, token: str | None = None, startup_timeout: float = 30.0,
               limits: Limits | None = None, echo: Callable[[str], None] = print, console: ConsoleOptions | None = None,
               console_sock: Any = None, confirm_by: str = "elicitation", confirm_timeout: float = 120.0,
-              call_limits: CallLimits | None = None, pins: PinStore | None = None, scan_results: str = "off") -> None:
+              call_limits: CallLimits | None = None, pins: PinStore | None = None, scan_results: str = "off",
+              store: Any = None, replica: str = "gateway") -> None:
     """Load the catalogue (a registry, or the upstream servers), then serve until the client
     goes away or SIGTERM/SIGINT (which stop every upstream child first).
 
     ``pins``: the pin store of the upstreams' definitions (:mod:`.gateway.pins`, opened on
     ``--state-dir``): a changed or new tool of a pinned server is quarantined until an
     operator approves it.
+
+    ``store``: the state store (:mod:`.gateway.store`, ``--state``): the audit log, the
+    approvals (any replica's console decides a call held at any other), the pins and the
+    exposures live there, shared by every replica on one database; ``replica`` names this
+    process on its lines. The caller opens and closes it.
 
     ``console``: serve the operator's console too, at ``/console`` of the streamable-HTTP app,
     or (over stdio) on a loopback listener of its own, ``console_sock``. ``confirm_by``:
@@ -191,24 +230,30 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
     import anyio.to_thread
 
     mcp_compat.sdk_major()  # a missing SDK is the extra's one-line error, before anything starts
-    policy = policy or Policy()
-    audit = AuditLog(audit_log)
-    broker: ConfirmationBroker = (OperatorBroker(confirm_timeout, audit=audit) if confirm_by == "console"
-                                  else ElicitationBroker())
+    policies = policies or Policies({"default": policy or Policy()})
+    policy = policies.default_policy
+    audit = AuditLog(audit_log) if store is None else StoreAuditLog(store)
+    broker: ConfirmationBroker
+    if confirm_by == "console":
+        broker = (OperatorBroker(confirm_timeout, audit=audit) if store is None
+                  else StoreBroker(store, confirm_timeout, audit=audit, replica=replica))
+    else:
+        broker = ElicitationBroker()
     console_app = None
     if console is not None:
         # first: a missing extra fails before anything starts
         from riskrank.serving.console.app import create_console
 
-        make_console: Callable[[Gateway], Any] = lambda gw: create_console(console_host(gw, audit_log), console)  # noqa: E731
+        log_source = store if store is not None else audit_log
+        make_console: Callable[[Gateway], Any] = lambda gw: create_console(console_host(gw, log_source), console)  # noqa: E731
     try:
         async with anyio.create_task_group() as tg:
             stop = anyio.Event()
             graceful: list[bool] = []  # set once uvicorn serves: a signal then lets it shut down itself
             tg.start_soon(_on_signal, tg.cancel_scope, stop, echo, graceful)
             manager, keeper = None, None
-            gw_kw = dict(policy=policy, audit=audit, broker=broker, default_k=k, forward=forward, limits=limits,
-                         call_limits=call_limits, scan_results=scan_results)
+            gw_kw = dict(policies=policies, audit=audit, broker=broker, default_k=k, forward=forward, limits=limits,
+                         call_limits=call_limits, scan_results=scan_results, state=store)
             if upstreams:
                 spec = dataclasses.replace(spec, fill_levels="keyword")
                 keeper_ref: list[_Catalogues] = []
@@ -217,7 +262,7 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
                 if pins is not None:
                     echo(f"pins: {pins.path}" + (f" is NOT trusted ({pins.broken}): every upstream tool is quarantined"
                                                  if pins.broken else ""))
-                keeper = _Catalogues(None, manager, spec, encoder, policy, audit, echo, pins)
+                keeper = _Catalogues(None, manager, spec, encoder, policy, audit, echo, pins, policies)
                 keeper_ref.append(keeper)
                 # Answer early: initialize and tools/list (find_tools, call_tool) do not wait for
                 # the upstreams; find_tools waits for the first catalogue (start_upstreams).
@@ -229,7 +274,7 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
                 tg.start_soon(start_upstreams, tg, manager, keeper, gateway, encoder, echo, audit_log)
             else:
                 registry = await anyio.to_thread.run_sync(lambda: ToolRegistry.load(spec.registry))
-                view = await anyio.to_thread.run_sync(lambda: build_view(registry, spec, encoder, policy, 1))
+                view = await anyio.to_thread.run_sync(lambda: build_views(registry, spec, encoder, policies, 1))
                 if hasattr(encoder, "warm"):
                     await anyio.to_thread.run_sync(encoder.warm)  # the first find_tools must not wait for the model
                     mark("encoder loaded")
@@ -254,9 +299,10 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
             else:
                 host, port = sock.getsockname()[:2]
                 sock.listen(128)  # before the URL is announced: a client connecting at once waits in the backlog
-                app = Gate(mcp_compat.streamable_http_app(server, host), token=token,
-                           max_inflight=(limits or Limits()).max_inflight)
-                echo(f"streamable HTTP at http://{host}:{port}/mcp  auth: {'bearer token' if token else 'none (--insecure, loopback)'}")
+                app = Gate(with_probes(mcp_compat.streamable_http_app(server, host), gateway, store), token=token,
+                           max_inflight=(limits or Limits()).max_inflight, clients=clients, log=echo)
+                auth = ", ".join([*(["bearer token"] if token else []), *(["clients file"] if clients is not None else [])])
+                echo(f"streamable HTTP at http://{host}:{port}/mcp  auth: {auth or 'none (--insecure, loopback)'}")
                 if console_app is not None:
                     from riskrank.serving.console.app import with_console
 

@@ -186,7 +186,7 @@ class Console:
     def pages(self) -> list[tuple[str, str]]:
         return [(slug, title) for slug, title in PAGES
                 if (slug != "approvals" or self.host.broker is not None) and (slug != "log" or self.host.audit_log is not None)
-                and (slug != "changes" or self.options.state_dir is not None)]
+                and (slug != "changes" or self.options.state_dir is not None or self.options.state_store is not None)]
 
     def render(self, request: Request, template: str, status: int = 200, **ctx: Any) -> HTMLResponse:
         _, session = self.session_of(request)
@@ -387,8 +387,10 @@ class Console:
 
     # -- changes: the pin store's held tools ------------------------------------------------------------
     def _pins(self) -> Any:
-        from riskrank.serving.gateway.pins import PinStore
+        from riskrank.serving.gateway.pins import PinStore, StorePinStore
 
+        if self.options.state_store is not None:
+            return StorePinStore(self.options.state_store)  # every replica reads the same pins
         if self.options.state_dir is None:
             return None
         return PinStore(self.options.state_dir, lock=False)  # the gateway holds the lock; it watches the file

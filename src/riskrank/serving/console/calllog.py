@@ -22,7 +22,8 @@ from urllib.parse import urlencode
 from riskrank.serving.gateway.auditlog import read_records
 
 #: The table's columns, and the CSV's (the audit log's required fields first).
-COLUMNS = ("time", "task", "tool", "level", "decision", "code", "reason", "decided_by", "note", "upstream", "session")
+COLUMNS = ("time", "task", "tool", "level", "decision", "code", "reason", "decided_by", "note", "upstream", "session",
+           "client")
 #: Decisions the gateway writes (the filter's choices; others are shown as they come).
 DECISIONS = ("found", "allowed", "refused", "pending", "failed", "upstream_up", "upstream_down")
 MAX_QUERY_CHARS = 200

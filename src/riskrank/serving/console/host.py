@@ -66,3 +66,6 @@ class ConsoleOptions:
     page_size: int = 50
     state_dir: Path | None = None
     """The gateway's ``--state-dir`` (its pin store): the Changes page reads and approves there."""
+    state_store: Any = None
+    """The gateway's state store (``--state``), when it keeps its state there: the pins, the
+    approvals and the call log are read from it (every replica's)."""

@@ -64,8 +64,9 @@ class AuditLog:
             except OSError as exc:
                 raise AuditLogError(f"--audit-log {self.path}: cannot open it for appending: {exc.strerror or exc}") from None
 
-    def line(self, **fields: Any) -> bytes:
-        """One record as its line: the required fields first, then the rest."""
+    def record(self, **fields: Any) -> dict[str, Any]:
+        """One record: the required fields first, then the rest; long fields cut when the
+        whole would exceed :data:`MAX_LINE_BYTES`. JSON values only (what a line holds)."""
         rec = {"time": now_iso(), **{k: fields.pop(k, None) for k in self.REQUIRED[1:]}}
         if "code" in fields:
             rec["code"] = fields.pop("code")
@@ -74,7 +75,11 @@ class AuditLog:
         if len(data.encode()) > MAX_LINE_BYTES:
             rec = {k: (_cut(v) if k not in self.REQUIRED else v) for k, v in rec.items()}
             data = json.dumps(rec, separators=(",", ":"), ensure_ascii=False, default=str)
-        return (data + "\n").encode()
+        return json.loads(data)
+
+    def line(self, **fields: Any) -> bytes:
+        """One record as its line."""
+        return (json.dumps(self.record(**fields), separators=(",", ":"), ensure_ascii=False) + "\n").encode()
 
     def write(self, **fields: Any) -> None:
         """Append one record, durably (blocking: a write and an fsync)."""
@@ -104,6 +109,51 @@ class AuditLog:
             self._fd = None
 
 
+class StoreAuditLog(AuditLog):
+    """The audit log in the gateway's state store (:mod:`riskrank.serving.gateway.store`):
+    the same records, each committed (durably, before :meth:`write` returns) as one row, so
+    every replica on one database writes one log and an operator's console reads all of it.
+    A store that cannot take a record raises :class:`AuditLogError`: the call it records is
+    refused (fail closed)."""
+
+    def __init__(self, store: Any) -> None:
+        super().__init__(None)
+        self.store = store
+
+    def write(self, **fields: Any) -> None:
+        from riskrank.serving.gateway.store import StoreError
+
+        rec = self.record(**fields)
+        try:
+            self.store.append(rec)
+        except StoreError as exc:
+            raise AuditLogError(f"cannot append to the audit log in {self.store.url}: {exc}") from None
+
+    async def append(self, **fields: Any) -> None:
+        import anyio.to_thread
+
+        await anyio.to_thread.run_sync(lambda: self.write(**fields))
+
+    def close(self) -> None:
+        return  # the store is closed by whoever opened it
+
+
+#: Records read per query when a store's log is read (the console pages through it).
+STORE_PAGE = 500
+
+
+def _store_records(store: Any, newest_first: bool) -> Iterator[dict[str, Any]]:
+    cursor: int | None = None
+    while True:
+        rows = (store.records(newest_first=True, before=cursor, limit=STORE_PAGE) if newest_first
+                else store.records(after=cursor, limit=STORE_PAGE))
+        if not rows:
+            return
+        for row in rows:
+            yield {k: v for k, v in row.items() if k != "id"}
+        cursor = rows[-1]["id"]
+
+
 #: Bytes read per step when a log is read from its end.
 READ_BLOCK = 64 * 1024
 
@@ -116,13 +166,17 @@ def _record(raw: bytes) -> dict[str, Any] | None:
     return rec if isinstance(rec, dict) else None
 
 
-def read_records(path: str | Path, *, newest_first: bool = False) -> Iterator[dict[str, Any]]:
+def read_records(path: Any, *, newest_first: bool = False) -> Iterator[dict[str, Any]]:
     """The log's records, oldest first or (``newest_first``) read backwards from the end in
     blocks, so a page of the latest decisions costs what the page holds, not the whole file.
+    ``path`` may be a state store too (its rows, paged by id the same way).
 
     Only whole lines count: a last line without its newline (a writer is appending it) is
     left out, and so is a line that is not a JSON object (nothing here writes one). A
     missing file has no records."""
+    if hasattr(path, "records"):
+        yield from _store_records(path, newest_first)
+        return
     try:
         fh = open(path, "rb")  # noqa: SIM115 - closed in the finally below, across yields
     except FileNotFoundError:

@@ -7,13 +7,19 @@ others use (VS Code's ``servers`` spelling too)::
        "filesystem": {"command": "npx", "args": ["--offline", "-y", "@modelcontextprotocol/server-filesystem", "/srv"],
                       "env": {"npm_config_cache": "/var/cache/npm"}},
        "remote": {"url": "http://127.0.0.1:3001/mcp", "headers": {"X-Team": "ops"}},
+       "ops": {"type": "sse", "url": "https://mcp.ops.example/sse", "headersFromEnv": {"Authorization": "OPS_MCP_AUTH"},
+               "tls": {"ca_file": "/etc/ssl/ops-ca.pem"}},
        "old": {"command": "legacy-server", "disabled": true}}}
 
 A stdio server runs with the MCP SDK's safe default environment (HOME, LOGNAME, PATH, SHELL,
 TERM, USER) plus its ``env``, never this process's environment; riskrank's own secrets
-cannot be passed on. **Policy** (``--policy POLICY.json``): see :class:`Policy` and
-docs/serving.md. Every mistake is one line naming the file and the field; unknown keys,
-duplicate keys, bad globs and a command that is not on the child's PATH are mistakes.
+cannot be passed on. A URL server (``type`` ``http``, the default with a ``url``, or ``sse``)
+sends its ``headers`` and, for each ``headersFromEnv`` entry, a header whose value is the
+named variable of this process's environment, read once at start (a credential stays out of
+the file; the value is never shown); https is verified unless ``tls`` says otherwise.
+**Policy** (``--policy POLICY.json``): see :class:`Policy` and docs/serving.md. Every mistake
+is one line naming the file and the field; unknown keys, duplicate keys, bad globs and a
+command that is not on the child's PATH are mistakes.
 """
 
 from __future__ import annotations
@@ -51,8 +57,18 @@ class UpstreamConfig:
     target: ServerTarget
 
 
-SERVER_KEYS = {"command", "args", "env", "cwd", "url", "headers", "type", "transport", "disabled"}
+SERVER_KEYS = {"command", "args", "env", "cwd", "url", "headers", "headersFromEnv", "tls", "type", "transport", "disabled"}
 HTTP_TYPES = ("http", "streamable-http", "streamableHttp")
+#: ``type`` of an upstream over the older HTTP+SSE transport (a GET event stream, POSTed messages).
+SSE_TYPES = ("sse",)
+#: The keys only a URL server takes (a stdio server with one of them is a mistake).
+URL_KEYS = ("url", "headers", "headersFromEnv", "tls")
+TLS_KEYS = {"ca_file", "verify"}
+#: An HTTP header name (RFC 9110 ``token``) and an environment variable's name.
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,255}$")
+#: A header value HTTP can carry: visible ASCII, spaces and tabs (no line breaks).
+_HEADER_VALUE = re.compile(r"^[\x20-\x7e\t]+$")
 POLICY_KEYS = {"max_level", "confirm_level", "allow", "deny", "exposure_ttl_s", "client_choices", "levels", "preset",
                "untrusted", "call_timeouts", "on_poisoned", "on_suspicious", "first_seen"}
 #: What a scan verdict may do (``on_poisoned``, ``on_suspicious``), and a first connect (``first_seen``).
@@ -148,32 +164,132 @@ def _server(path: str | Path, key: str, name: str, entry: Any, secret_names: fro
     if kind is None:
         kind = "http" if "url" in entry else "stdio"
     if kind in HTTP_TYPES:
-        return UpstreamConfig(name, _http_target(entry, where))
+        return UpstreamConfig(name, _http_target(entry, where, secret_names, "streamable-http"))
+    if kind in SSE_TYPES:
+        return UpstreamConfig(name, _http_target(entry, where, secret_names, "sse"))
     if kind == "stdio":
         return UpstreamConfig(name, _stdio_target(entry, where, secret_names))
-    if kind == "sse":
-        raise ConfigError(f"{where}.type: 'sse' is not supported (the deprecated transport); use stdio or streamable HTTP")
-    raise ConfigError(f"{where}.type: must be 'stdio' or 'http', got {kind!r}")
+    raise ConfigError(f"{where}.type: must be 'stdio', 'http' or 'sse', got {kind!r}")
 
 
-def _http_target(entry: dict[str, Any], where: str) -> ServerTarget:
+def _http_target(entry: dict[str, Any], where: str, secret_names: frozenset[str], transport: str) -> ServerTarget:
+    """A URL server (streamable HTTP or SSE): its literal ``headers``, its ``headersFromEnv``
+    (values read from this process's environment now, at start) and its ``tls`` choice."""
+    what = "an sse" if transport == "sse" else "an http"
     url = entry.get("url")
     if not isinstance(url, str) or not re.match(r"^https?://[^\s/]+", url):
-        raise ConfigError(f"{where}.url: an http server needs a url (http://HOST[:PORT]/PATH)")
+        raise ConfigError(f"{where}.url: {what} server needs a url (http[s]://HOST[:PORT]/PATH)")
     _no_substitution(url, f"{where}.url")
     for key in ("command", "args", "env", "cwd"):
         if key in entry:
-            raise ConfigError(f"{where}.{key}: not used by an http server (it has a url)")
+            raise ConfigError(f"{where}.{key}: not used by {what} server (it has a url)")
     headers = _strings(entry.get("headers", {}), f"{where}.headers")
-    return ServerTarget(url=url, headers=headers)
+    headers.update(_headers_from_env(entry.get("headersFromEnv", {}), headers, f"{where}.headersFromEnv", secret_names))
+    verify, ca_file = _tls(entry.get("tls"), url, f"{where}.tls")
+    return ServerTarget(url=url, headers=headers, transport=transport, verify=verify, ca_file=ca_file)
+
+
+def _headers_from_env(value: Any, literal: dict[str, str], where: str, secret_names: frozenset[str]) -> dict[str, str]:
+    """``{"Header": "VARIABLE"}``: each header's value is that variable of this process's
+    environment, so a credential lives in the gateway's environment (a secret store, a unit's
+    ``EnvironmentFile``) and never in the servers file, nor anywhere an agent can reach. Every
+    error names the header and the variable, never the value; riskrank's own secrets
+    (``secret_names``) cannot be sent to an upstream."""
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise ConfigError(f"{where}: must be an object of header name -> environment variable name")
+    taken = {k.lower() for k in literal}
+    out: dict[str, str] = {}
+    for header, var in value.items():
+        at = f"{where}.{header}"
+        if not _HEADER_NAME.match(header):
+            raise ConfigError(f"{at}: {header!r} is not an HTTP header name")
+        if header.lower() in taken:
+            raise ConfigError(f"{at}: the header is given twice (in headers and in headersFromEnv); keep one")
+        taken.add(header.lower())
+        if not _ENV_NAME.match(var):
+            raise ConfigError(f"{at}: {var!r} is not an environment variable name (letters, digits, '_')")
+        if var in secret_names:
+            raise ConfigError(f"{at}: {var} is riskrank's own secret and cannot be sent to an upstream server")
+        secret = os.environ.get(var, "").strip()
+        if not secret:
+            raise ConfigError(f"{at}: the environment variable {var} is not set or is empty")
+        if not _HEADER_VALUE.match(secret):
+            raise ConfigError(f"{at}: the value of {var} cannot be an HTTP header (a line break or a non-ASCII character)")
+        out[header] = secret
+    return out
+
+
+def _tls(value: Any, url: str, where: str) -> tuple[bool, str | None]:
+    """``{"ca_file": PATH}`` (trust a private CA: the file must hold PEM certificates) or
+    ``{"verify": false}`` (the explicit opt-out the gateway warns about at start); verification
+    against the default trust store otherwise. Only an https url takes it: on http it would
+    read as protection that is not there."""
+    if value is None:
+        return True, None
+    if not url.lower().startswith("https://"):
+        raise ConfigError(f"{where}: the url is not https, so there is no TLS to configure")
+    if not isinstance(value, dict):
+        raise ConfigError(f'{where}: must be an object, {{"ca_file": "/path/ca.pem"}} or {{"verify": false}}')
+    unknown = sorted(set(value) - TLS_KEYS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown} (known: {', '.join(sorted(TLS_KEYS))})")
+    verify = value.get("verify", True)
+    if not isinstance(verify, bool):
+        raise ConfigError(f"{where}.verify: must be true or false")
+    ca_file = value.get("ca_file")
+    if ca_file is None:
+        return verify, None
+    if not verify:
+        raise ConfigError(f"{where}: give ca_file or verify false, not both")
+    if not isinstance(ca_file, str) or not Path(ca_file).is_file():
+        raise ConfigError(f"{where}.ca_file: must be an existing file (PEM certificates of the CA to trust)")
+    import ssl
+
+    try:
+        ssl.create_default_context(cafile=ca_file)
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        raise ConfigError(f"{where}.ca_file: {ca_file}: cannot load CA certificates from it: {exc}") from None
+    return True, ca_file
+
+
+def remote_warnings(config: UpstreamConfig) -> list[str]:
+    """The lines a gateway prints at start for a URL server that is reachable but exposed: TLS
+    verification switched off, or plain http to a host that is not this machine (its headers,
+    credentials included, and every call cross the network in clear)."""
+    target = config.target
+    if not target.url:
+        return []
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(target.url)
+    out = []
+    if parts.scheme == "https" and not target.verify:
+        out.append(f"warning: upstream {config.name!r}: TLS verification is off (tls.verify false): anyone on the "
+                   "network path can impersonate the server and read its headers")
+    if parts.scheme == "http" and not _is_loopback(parts.hostname or ""):
+        out.append(f"warning: upstream {config.name!r}: http://{parts.hostname} is not encrypted: its headers "
+                   "(credentials included) and every call cross the network in clear; use https")
+    return out
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host.lower() == "localhost" or host.lower().endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _stdio_target(entry: dict[str, Any], where: str, secret_names: frozenset[str]) -> ServerTarget:
     command = entry.get("command")
     if not isinstance(command, str) or not command.strip():
         raise ConfigError(f"{where}.command: a stdio server needs a command")
-    if "url" in entry or "headers" in entry:
-        raise ConfigError(f"{where}: give a command or a url, not both")
+    if any(key in entry for key in URL_KEYS):
+        extra = next(key for key in URL_KEYS if key in entry)
+        raise ConfigError(f"{where}.{extra}: not used by a stdio server (it has a command); give a command or a url, not both")
     args = entry.get("args", [])
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         raise ConfigError(f"{where}.args: must be a list of strings")
@@ -241,12 +357,77 @@ def _globs(value: Any, where: str) -> tuple[str, ...]:
     return tuple(check_glob(g, f"{where}[{i}]") for i, g in enumerate(value))
 
 
-def load_policy(path: str | Path | None) -> Policy:
-    """The policy file, or the default policy without one."""
+@dataclass(frozen=True)
+class Policies:
+    """The policy file's named policies and the one a caller without a client identity gets
+    (stdio, the shared bearer token, ``--insecure``): ``default``. A file of one flat policy is
+    ``{"default": it}``. A client's policy is looked up by name here and nowhere else, so no
+    request can name or widen one."""
+
+    named: dict[str, Policy]
+    default: str = "default"
+
+    @property
+    def default_policy(self) -> Policy:
+        return self.named[self.default]
+
+    def get(self, name: str | None) -> Policy:
+        """The policy ``name`` (None: the default); :class:`ConfigError` for a name the file lacks."""
+        if name is None:
+            return self.default_policy
+        try:
+            return self.named[name]
+        except KeyError:
+            raise ConfigError(f"no policy named {name!r} (the policy file has {', '.join(sorted(self.named))})") from None
+
+
+#: What a gateway-wide setting is: the trust of upstream definitions is one for every client
+#: (one pin store, one scan), so only the default policy may set these.
+GATEWAY_WIDE = ("on_poisoned", "on_suspicious", "first_seen")
+
+
+def load_policies(path: str | Path | None) -> Policies:
+    """The policy file as named policies: ``{"policies": {"NAME": {...}, ...}, "default": "NAME"}``,
+    or one flat policy (then named ``default``). Names follow the servers' rule (letters,
+    digits, ``_.-``); ``default`` must name one of them; the trust settings
+    (:data:`GATEWAY_WIDE`) may be set by the default policy only."""
     if path is None:
-        return Policy()
+        return Policies({"default": Policy()})
     data = _read_object(path, "policy")
-    where = str(path)
+    if "policies" not in data:
+        return Policies({"default": _policy(data, str(path))})
+    extra = sorted(set(data) - {"policies", "default"})
+    if extra:
+        raise ConfigError(f"{path}: unknown key(s) {extra} beside policies (a file of named policies holds policies and default)")
+    named_raw = data["policies"]
+    if not isinstance(named_raw, dict) or not named_raw:
+        raise ConfigError(f"{path}: policies: must be a non-empty object of policy name -> policy")
+    named = {}
+    for name, body in named_raw.items():
+        if not _NAME.match(name):
+            raise ConfigError(f"{path}: policies: {name!r} is not a policy name (letters, digits, '_', '.', '-'; at most 64)")
+        if not isinstance(body, dict):
+            raise ConfigError(f"{path}: policies.{name}: must be an object (a policy)")
+        named[name] = _policy(body, f"{path} policy {name!r}")
+    default = data.get("default")
+    if not isinstance(default, str) or default not in named:
+        raise ConfigError(f"{path}: default: must name one of the policies ({', '.join(sorted(named))}): what a caller "
+                          "without a client identity gets")
+    for name, body in named_raw.items():
+        wide = sorted(k for k in GATEWAY_WIDE if k in body and name != default)
+        if wide:
+            raise ConfigError(f"{path}: policies.{name}: {', '.join(wide)} apply to the whole gateway (one pin store, one "
+                              f"scan): set them in the default policy {default!r}")
+    return Policies(named, default)
+
+
+def load_policy(path: str | Path | None) -> Policy:
+    """The policy file's default policy (the default policy without one)."""
+    return load_policies(path).default_policy
+
+
+def _policy(data: dict[str, Any], where: str) -> Policy:
+    """One policy object of the policy file (``where`` names it in every error)."""
     unknown = sorted(set(data) - POLICY_KEYS)
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {unknown} (known: {', '.join(sorted(POLICY_KEYS))})")

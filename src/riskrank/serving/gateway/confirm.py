@@ -101,6 +101,8 @@ class ConfirmationRequest:
     provenance: str | None = None
     evidence: tuple[str, ...] = ()
     upstream: str | None = None
+    client: str | None = None
+    """The client's name (the clients file or its OAuth token), when the caller has one."""
 
     @property
     def digest(self) -> str:
@@ -156,6 +158,8 @@ class Pending:
     event: Any
     answer: Answer | None = None
     decided_at: float | None = None
+    replica: str | None = None
+    """The replica whose agent's call waits (a shared state store; None: this process)."""
 
     @property
     def waiting_s(self) -> float:
@@ -193,6 +197,7 @@ class OperatorBroker:
                 await self.audit.append(
                     task=request.task, tool=request.tool, level=request.level, provenance=request.provenance,
                     session=request.session, arguments=request.arguments, upstream=request.upstream, request=item.id,
+                    **({"client": request.client} if request.client else {}),
                     decision="pending", code="awaiting_operator",
                     reason=f"waiting up to {self.timeout_s:g} s for an operator to approve or deny it at the console")
         try:
@@ -225,3 +230,130 @@ class OperatorBroker:
 
     def find_recent(self, request_id: str) -> Pending | None:
         return next((p for p in self.recent if p.id == request_id), None)
+
+
+#: How often a call held for an operator looks for a decision taken at another replica: the
+#: bound on how long after an approval (at any replica's console) the call runs.
+POLL_S = 0.2
+
+
+def request_to_dict(request: ConfirmationRequest) -> dict[str, Any]:
+    """A request as the state store keeps it (JSON): every field, evidence as a list."""
+    return {**{f: getattr(request, f) for f in ConfirmationRequest.__dataclass_fields__}, "evidence": list(request.evidence)}
+
+
+def request_from_dict(data: dict[str, Any]) -> ConfirmationRequest:
+    known = {k: v for k, v in data.items() if k in ConfirmationRequest.__dataclass_fields__}
+    return ConfirmationRequest(**{**known, "evidence": tuple(known.get("evidence") or ())})
+
+
+def _pending_of(row: dict[str, Any]) -> Pending:
+    status = row["status"]
+    answer = None if status == "pending" else Answer(status, by=row.get("by"), note=row.get("note"))
+    return Pending(row["id"], request_from_dict(row["request"]), row["asked_at"], row["deadline"], None, answer,
+                   row.get("decided_at"), row.get("replica"))
+
+
+class _StorePending:
+    """``broker.pending`` of a :class:`StoreBroker`: the store's pending requests by id (what
+    the console looks an id up in), whichever replica holds the call."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def get(self, request_id: str, default: Any = None) -> Pending | None:
+        row = self.store.approval(request_id) if request_id else None
+        return _pending_of(row) if row is not None and row["status"] == "pending" else default
+
+    def __len__(self) -> int:
+        return len(self.store.pending())
+
+
+@dataclass
+class StoreBroker:
+    """:class:`OperatorBroker` over the gateway's state store, for replicas on one database:
+    a request is committed as pending before the call waits; any replica's console lists it
+    and decides it (an atomic update, so two operators cannot both decide it); the call held
+    here sees the decision within :data:`POLL_S` and runs only if it was ``accept``. A store
+    that cannot be reached refuses the confirmation (fail closed): the call does not run."""
+
+    store: Any
+    timeout_s: float = 120.0
+    audit: Any = None
+    replica: str = "gateway"
+    name: str = "console"
+
+    def __post_init__(self) -> None:
+        if not self.timeout_s > 0:
+            raise ValueError(f"the confirmation timeout must be > 0 seconds, got {self.timeout_s}")
+        self.pending = _StorePending(self.store)
+
+    @property
+    def recent(self) -> list[Pending]:
+        return [_pending_of(r) for r in self.store.decided(RECENT)]
+
+    async def confirm(self, request: ConfirmationRequest, call: Any) -> Answer:
+        import anyio
+        import anyio.to_thread
+
+        from riskrank.serving.gateway.store import StoreError
+
+        now = time.time()
+        rid = secrets.token_urlsafe(9)
+        try:
+            await anyio.to_thread.run_sync(lambda: self.store.put_pending(
+                rid, request_to_dict(request), replica=self.replica, client=request.client, asked_at=now,
+                deadline=now + self.timeout_s))
+        except StoreError as exc:
+            return Answer(UNSUPPORTED, note=f"the state store cannot hold the request ({exc})")
+        if self.audit is not None:
+            with contextlib.suppress(RiskrankError):
+                await self.audit.append(
+                    task=request.task, tool=request.tool, level=request.level, provenance=request.provenance,
+                    session=request.session, arguments=request.arguments, upstream=request.upstream, request=rid,
+                    **({"client": request.client} if request.client else {}), replica=self.replica,
+                    decision="pending", code="awaiting_operator",
+                    reason=f"waiting up to {self.timeout_s:g} s for an operator to approve or deny it at a console")
+        deadline = now + self.timeout_s
+        decided = False
+        try:
+            while True:
+                try:
+                    row = await anyio.to_thread.run_sync(self.store.approval, rid)
+                except StoreError:
+                    row = None  # the store is away for now: keep waiting until the deadline
+                if row is not None and row["status"] != "pending":
+                    decided = True
+                    return Answer(row["status"], by=row.get("by"), note=row.get("note"))
+                if time.time() >= deadline:
+                    break
+                await anyio.sleep(min(POLL_S, max(0.0, deadline - time.time())))
+        finally:
+            # Timed out, or the caller went away: close the request unless someone decided it.
+            if not decided:
+                with anyio.CancelScope(shield=True), contextlib.suppress(StoreError):
+                    await anyio.to_thread.run_sync(lambda: self.store.decide(
+                        rid, TIMEOUT, by=None, note=f"no operator decided within {self.timeout_s:g} s", at=time.time()))
+        try:
+            row = await anyio.to_thread.run_sync(self.store.approval, rid)
+        except StoreError as exc:
+            return Answer(TIMEOUT, note=f"the state store could not be read ({exc})")
+        if row is not None and row["status"] not in ("pending", TIMEOUT):
+            return Answer(row["status"], by=row.get("by"), note=row.get("note"))  # decided at the last moment
+        return Answer(TIMEOUT, note=f"no operator decided within {self.timeout_s:g} s")
+
+    def decide(self, request_id: str, approve: bool, by: str, note: str | None = None) -> Pending | None:
+        """Decide a pending request held at any replica (committed before this returns); None
+        when it is no longer pending."""
+        if not self.store.decide(request_id, ACCEPT if approve else DECLINE, by=by, note=note or None, at=time.time()):
+            return None
+        row = self.store.approval(request_id)
+        return _pending_of(row) if row is not None else None
+
+    def waiting(self) -> list[Pending]:
+        """Every replica's pending requests, oldest first."""
+        return [_pending_of(r) for r in self.store.pending()]
+
+    def find_recent(self, request_id: str) -> Pending | None:
+        row = self.store.approval(request_id)
+        return _pending_of(row) if row is not None and row["status"] != "pending" else None

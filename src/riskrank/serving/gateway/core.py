@@ -30,6 +30,7 @@ from riskrank.risk import RISKY_LEVEL, split_name
 from riskrank.scan import Scan, scan_result, scan_tool
 from riskrank.serving import mcp_compat
 from riskrank.serving.gateway.auditlog import AuditLog, AuditLogError
+from riskrank.serving.gateway.config import Policies
 from riskrank.serving.gateway.confirm import (
     ACCEPT,
     TIMEOUT,
@@ -92,6 +93,18 @@ def pipeline_sentence(mode: str, fill: str | None, floor: float | None) -> str:
     return what
 
 
+def _caller(call: Any) -> dict[str, Any] | None:
+    """The gate's identity of the caller of ``call`` (None over stdio, or from a test's stub)."""
+    return getattr(call, "client", None)
+
+
+def _who(client: dict[str, Any] | None) -> dict[str, Any]:
+    """The caller's name and policy on its audit lines (nothing for an unnamed caller)."""
+    if not client or not client.get("name"):
+        return {}
+    return {"client": client["name"], "policy": client.get("policy")}
+
+
 def _refusal(code: str, message: str) -> Any:
     """An ``isError`` result whose text starts with the stable code."""
     return mcp_compat.tool_result(f"{code}: {message}", is_error=True, structured={"error": {"code": code, "message": message}})
@@ -127,10 +140,25 @@ class View:
     pin change awaiting approval) or ``poisoned`` (the scan's verdict, withheld by policy).
     These are refused whether or not the caller's ``find_tools`` showed them."""
 
+    others: dict[str, View] = field(default_factory=dict)
+    """The same generation under each other named policy (:func:`build_views`): a client is
+    served the view of its own policy, never this one in its stead."""
+
     def needs_confirmation(self, name: str) -> bool:
         """Whether a call of ``name`` needs confirmation (what ``find_tools`` shows and the
         call-time check enforces, from one computation in :func:`build_view`)."""
         return bool(self.tools.get(name, {}).get("needs_confirmation", True))
+
+    def under(self, policy: str | None, default: str) -> View:
+        """The view a client with ``policy`` is served: this one for the default policy, its
+        own otherwise; a policy this generation was not built for sees nothing (fail closed)."""
+        if policy is None or policy == default:
+            return self
+        got = self.others.get(policy)
+        if got is None:
+            return View(None, self.generation, withdrawn={n: f"no catalogue was built for the policy {policy!r}"
+                                                          for n in self.levels})
+        return got
 
 
 def record_registry(records: list[dict[str, Any]], source: str) -> tuple[ToolRegistry, dict[str, str]]:
@@ -193,6 +221,17 @@ def build_view(registry: ToolRegistry, spec: ArtefactSpec, encoder: Any, policy:
     return View(cat, generation, levels, routes or {}, not_offered, skipped or {}, rows, withdrawn or {}, held or {})
 
 
+def build_views(registry: ToolRegistry, spec: ArtefactSpec, encoder: Any, policies: Policies, generation: int,
+                **kw: Any) -> View:
+    """:func:`build_view` under the default policy, with the view of every other named policy
+    in its ``others`` (blocking). Trust (``held``, ``withdrawn``, the scan) is the same for
+    all: the pin store and the scan are the gateway's, not a client's."""
+    view = build_view(registry, spec, encoder, policies.default_policy, generation, **kw)
+    view.others = {name: build_view(registry, spec, encoder, p, generation, **kw)
+                   for name, p in policies.named.items() if name != policies.default}
+    return view
+
+
 def _scan_confirms(policy: Policy, sc: Scan | None) -> bool:
     """Whether the scan's verdict on a tool makes each of its calls need confirmation."""
     return sc is not None and ((sc.verdict == "suspicious" and policy.on_suspicious == "confirm")
@@ -204,8 +243,10 @@ def withdrawn_view(previous: View, generation: int, why: str) -> View:
     withdrawn with ``why`` (fail closed: a tool is never served at a level that is no longer
     its server's word)."""
     names = set(previous.levels) | set(previous.withdrawn)
-    return View(None, generation, {}, {}, {}, {}, {}, {n: previous.withdrawn.get(n, why) if n in previous.held else why
-                                                        for n in names}, dict(previous.held))
+    out = View(None, generation, {}, {}, {}, {}, {}, {n: previous.withdrawn.get(n, why) if n in previous.held else why
+                                                       for n in names}, dict(previous.held))
+    out.others = {name: withdrawn_view(v, generation, why) for name, v in previous.others.items()}
+    return out
 
 
 def upstream_records(manager: UpstreamManager) -> tuple[list[dict[str, Any]], dict[str, tuple[str, str]]]:
@@ -246,7 +287,7 @@ class Gateway:
                  audit: AuditLog | None = None, broker: ConfirmationBroker | None = None, limits: Limits | None = None,
                  default_k: int = 5, forward: bool = True, call_limits: CallLimits | None = None,
                  scan_results: str = "off", announced: tuple[str, str, float | None] | None = None,
-                 ready_wait_s: float = 30.0) -> None:
+                 ready_wait_s: float = 30.0, policies: Policies | None = None, state: Any = None) -> None:
         #: (mode, fill, floor) of the spec (:meth:`ArtefactSpec.announced`): what ``tools/list``
         #: describes before the first catalogue exists (the upstreams still starting).
         self.announced = announced
@@ -260,7 +301,10 @@ class Gateway:
             raise RiskrankError(f"scan_results must be one of {', '.join(SCAN_RESULTS)}, got {scan_results!r}")
         #: ``--scan-results``: ``off``, ``flag`` (audit line) or ``redact`` (and a notice instead of a poisoned answer).
         self.scan_results = scan_results
-        self.policy = policy or Policy()
+        #: The named policies (a client's is looked up here by the name the gate found);
+        #: ``policy`` is the default one, what stdio and the shared bearer token get.
+        self.policies = policies or Policies({"default": policy or Policy()})
+        self.policy = self.policies.default_policy
         self.manager = manager
         self.audit = audit or AuditLog(None)
         self.broker = broker or ElicitationBroker()
@@ -270,6 +314,10 @@ class Gateway:
         self.default_k = default_k
         self.forward = forward and manager is not None
         self.exposure: collections.OrderedDict[str, Exposure] = collections.OrderedDict()
+        #: The state store (``--state``): exposures are written through to it, so a caller's
+        #: find_tools at one replica exposes its tools at every replica (a session-less client
+        #: behind a load balancer); None: this process's memory only.
+        self.state = state
         self._described_by_catalogue = False
         self._announce()
 
@@ -315,6 +363,12 @@ class Gateway:
             self._ready_event = anyio.Event()
         with anyio.move_on_after(self.ready_wait_s):
             await self._ready_event.wait()
+
+    def served(self, client: dict[str, Any] | None) -> tuple[str, Policy, View]:
+        """(policy name, policy, view) of a caller the gate identified (None: the default's).
+        A policy name the file lacks raises (the clients file was checked against it)."""
+        name = (client or {}).get("policy") or self.policies.default
+        return name, self.policies.get(name), self.view.under(name, self.policies.default)
 
     # -- the two tools -----------------------------------------------------------------------------
     def _describe(self) -> tuple[str, str]:
@@ -374,26 +428,28 @@ class Gateway:
         return _refusal("unknown_tool", f"this server has {' and '.join(t['name'] for t in await self.list_tools())}, not {name!r}")
 
     # -- find_tools ---------------------------------------------------------------------------------
-    def find(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        """The ``find_tools`` payload for these arguments; :class:`ApiError` on bad input (the
-        HTTP API's codes)."""
-        allowed = {"task", "k", *self.policy.client_choices}
+    def find(self, arguments: dict[str, Any], client: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The ``find_tools`` payload for these arguments, under the policy of ``client`` (the
+        gate's identity; None: the default policy); :class:`ApiError` on bad input (the HTTP
+        API's codes)."""
+        policy_name, pol, view = self.served(client)
+        allowed = {"task", "k", *pol.client_choices}
         extra = sorted(set(arguments) - allowed)
         if extra:
             raise ApiError(422, "invalid_request", f"unknown argument(s) {extra}: the server's policy fixes the ranking "
                                                    f"(mode {self.mode}); find_tools takes {', '.join(sorted(allowed))}")
         task = check_task(arguments.get("task"), self.limits)
         k = check_k(arguments.get("k", self.default_k), self.limits)
-        choice = {key: arguments[key] for key in self.policy.client_choices if arguments.get(key) is not None}
+        choice = {key: arguments[key] for key in pol.client_choices if arguments.get(key) is not None}
         for key, value in choice.items():
-            if value not in self.policy.client_choices[key]:
-                raise ApiError(422, f"invalid_{key}", f"{key}: this server allows {', '.join(map(str, self.policy.client_choices[key]))}")
+            if value not in pol.client_choices[key]:
+                raise ApiError(422, f"invalid_{key}", f"{key}: this server allows {', '.join(map(str, pol.client_choices[key]))}")
         if "lambda" in choice:
             check_lambda(choice["lambda"], self.limits)
-        view = self.view
         cat = view.catalogue
-        policy = {"max_level": self.policy.max_level, "confirm_level": self.policy.confirm_level,
-                  "not_offered": len(view.not_offered)}
+        policy = {"max_level": pol.max_level, "confirm_level": pol.confirm_level, "not_offered": len(view.not_offered)}
+        if len(self.policies.named) > 1:
+            policy["name"] = policy_name
         starting = self.manager.starting() if self.manager is not None else []
         if cat is None:
             why = ("the upstream servers are still starting: " + ", ".join(starting) if starting and not self.manager.live()
@@ -420,23 +476,57 @@ class Gateway:
 
         await self.wait_ready()  # during start-up: the first catalogue, or what is up after ready_wait_s
         try:
-            out = await anyio.to_thread.run_sync(lambda: self.find(arguments))
+            out = await anyio.to_thread.run_sync(lambda: self.find(arguments, _caller(call)))
         except RiskrankError as exc:
             return _error(exc)
         returned = [t["name"] for t in out["tools"]]
-        self._expose(call.session_key, Exposure(out["task"], frozenset(returned), time.monotonic()))
+        exposure = Exposure(out["task"], frozenset(returned), time.monotonic())
+        self._expose(call.session_key, exposure)
         try:
             await self.audit.append(
                 task=out["task"], tool="find_tools", decision="found", code="found",
                 reason=f"{len(returned)} returned, {len(out['withheld'])} withheld by the rule filter",
-                session=call.session_key, mode=out["mode"],
+                session=call.session_key, mode=out["mode"], **_who(_caller(call)),
                 returned=[[t["name"], t["risk_level"]] for t in out["tools"]],
                 withheld=[[w["name"], w["reasons"]] for w in out["withheld"]])
         except AuditLogError as exc:
             self._expose(call.session_key, Exposure(out["task"], frozenset(), time.monotonic()))
-            return _error(exc)
+            if self.state is None:
+                return _error(exc)
+            # A replica whose store is away still ranks (searching changes nothing), but
+            # exposes nothing: no call runs on a result that is not on record.
+            out["note"] = (f"the gateway's state store is unreachable ({exc}); these tools cannot be called until it is "
+                           "back: call find_tools again then")
+            return mcp_compat.tool_result(json.dumps(out, separators=(",", ":")), structured=out)
+        if self.state is not None:
+            await self._share_exposure(call.session_key, exposure)
         mark("first find_tools answered", once=True)
         return mcp_compat.tool_result(json.dumps(out, separators=(",", ":")), structured=out)
+
+    async def _share_exposure(self, key: str, exposure: Exposure) -> None:
+        """Write ``exposure`` through to the state store (best effort: this replica has it)."""
+        import anyio.to_thread
+
+        with contextlib.suppress(RiskrankError):
+            await anyio.to_thread.run_sync(lambda: self.state.put_exposure(key, exposure.task, sorted(exposure.names),
+                                                                           time.time()))
+
+    async def _exposure(self, key: str) -> Exposure | None:
+        """The caller's latest result: this replica's, else the store's (made at another
+        replica), its age carried over to this process's clock."""
+        got = self.exposure.get(key)
+        if got is not None or self.state is None:
+            return got
+        import anyio.to_thread
+
+        try:
+            row = await anyio.to_thread.run_sync(self.state.exposure, key)
+        except RiskrankError:
+            return None
+        if row is None:
+            return None
+        task, names, at = row
+        return Exposure(task, frozenset(names), time.monotonic() - max(0.0, time.time() - at))
 
     def _expose(self, key: str, exposure: Exposure) -> None:
         # Replace, never accumulate: a tool returned once is not callable after a later
@@ -460,14 +550,16 @@ class Gateway:
             # approved, logged and sent.
             check_arguments(name, args or {}, self.call_limits)
         except LimitError as exc:
-            return await self._refuse(Decision(exc.code, str(exc)), {"tool": name, "session": call.session_key})
+            return await self._refuse(Decision(exc.code, str(exc)), {"tool": name, "session": call.session_key,
+                                                                     **_who(_caller(call))})
         args = json.loads(json.dumps(args or {}, default=str))
-        view, key = self.view, call.session_key
-        exposure = self.exposure.get(key)
+        key = call.session_key
+        _, policy, view = self.served(_caller(call))
+        exposure = await self._exposure(key)
         level, provenance = view.levels.get(name, (None, None))
         rec: dict[str, Any] = {"task": exposure.task if exposure else None, "tool": name, "level": level,
-                               "provenance": provenance, "session": key, "arguments": args}
-        ttl = self.policy.exposure_ttl_s
+                               "provenance": provenance, "session": key, **_who(_caller(call)), "arguments": args}
+        ttl = policy.exposure_ttl_s
         exposed = exposure is not None and name in exposure.names
         expired = exposed and ttl is not None and time.monotonic() - exposure.at > ttl
         withdrawn = view.withdrawn.get(name)
@@ -480,7 +572,7 @@ class Gateway:
         session = up.session if up is not None else None  # held: the upstream may go down meanwhile
         if exposed and not expired and session is None:
             return await self._refuse(Decision("upstream_down", f"the server of {name!r} is not running; try again later"), rec)
-        decision = decide(self.policy, name, level or 5, exposed=exposed, expired=expired, upstream=route[0] if route else None)
+        decision = decide(policy, name, level or 5, exposed=exposed, expired=expired, upstream=route[0] if route else None)
         if not decision.allowed:
             return await self._refuse(decision, rec)
         upstream_name, tool = route
@@ -494,7 +586,7 @@ class Gateway:
             request = ConfirmationRequest(
                 session=key, task=rec["task"], tool=name, level=int(level or 5), arguments=args, bind=f"{key}:{digest}",
                 message=message, provenance=provenance, evidence=tuple(view.tools.get(name, {}).get("evidence", ())),
-                upstream=upstream_name)
+                upstream=upstream_name, client=(_caller(call) or {}).get("name"))
             try:
                 answer = await self.broker.confirm(request, call)
             except mcp_compat.InputRequired:
@@ -506,11 +598,11 @@ class Gateway:
             if answer.note:
                 who["note"] = answer.note
             if answer.action == UNSUPPORTED:
-                return await self._refuse(confirmation_refusal(self.policy, name, int(level or 5)), rec)
+                return await self._refuse(confirmation_refusal(policy, name, int(level or 5)), rec)
             if answer.action == TIMEOUT:
                 return await self._refuse(Decision(CONFIRMATION_REQUIRED, (
                     f"{name!r} is risk level {level} and needs an operator's approval (confirm_level "
-                    f"{self.policy.confirm_level}), but {answer.note or 'no operator decided in time'}; ask the operator "
+                    f"{policy.confirm_level}), but {answer.note or 'no operator decided in time'}; ask the operator "
                     "to watch the console's approvals page, then call it again")), rec, confirmation=TIMEOUT)
             if answer.action != ACCEPT:
                 whom = f"the operator {answer.by!r}" if answer.by else "the user"
@@ -526,7 +618,7 @@ class Gateway:
         except AuditLogError as exc:
             return _error(exc)
         progress = call.progress if call.wants_progress else None
-        timeout = self.policy.call_timeout(name, self.call_limits.timeout_s)
+        timeout = policy.call_timeout(name, self.call_limits.timeout_s)
         started = time.monotonic()
         try:
             with anyio.fail_after(timeout):
@@ -631,11 +723,15 @@ class _Catalogues:
     whenever the manager reports a change; the new view replaces the old one whole."""
 
     def __init__(self, gateway: Gateway | None, manager: UpstreamManager, spec: ArtefactSpec, encoder: Any,
-                 policy: Policy, audit: AuditLog, echo: Callable[[str], None], pins: PinStore | None = None) -> None:
+                 policy: Policy, audit: AuditLog, echo: Callable[[str], None], pins: PinStore | None = None,
+                 policies: Policies | None = None) -> None:
         import anyio
 
         self.gateway, self.manager, self.spec, self.encoder = gateway, manager, spec, encoder
-        self.policy, self.audit, self.echo, self.pins = policy, audit, echo, pins
+        self.policies = policies or Policies({"default": policy})
+        #: The default policy: its trust settings (first_seen, on_poisoned, on_suspicious) are the gateway's.
+        self.policy = self.policies.default_policy
+        self.audit, self.echo, self.pins = audit, echo, pins
         self.dirty = anyio.Event()
         self.seen: dict[str, str] = {}
         self.scan_seen: dict[str, str] = {}
@@ -711,7 +807,7 @@ class _Catalogues:
         records = [r for r in records if r["name"] not in withdrawn]
         source = "upstreams: " + ", ".join(u.name for u in self.manager.live())
         registry, skipped = record_registry(records, source)
-        return await anyio.to_thread.run_sync(lambda: build_view(registry, self.spec, self.encoder, self.policy, generation,
+        return await anyio.to_thread.run_sync(lambda: build_views(registry, self.spec, self.encoder, self.policies, generation,
                                                                  routes=routes, skipped=skipped, withdrawn=withdrawn,
                                                                  held=held, scans=scans))
 

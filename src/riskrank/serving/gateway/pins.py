@@ -193,6 +193,11 @@ class PinStore:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             self.broken = f"{self.path} cannot be read ({exc})"
             return {}
+        return self._servers(data)
+
+    def _servers(self, data: Any) -> dict[str, dict[str, Any]]:
+        """The servers of a pin document, or {} with :attr:`broken` set when it is not one
+        (another format, a failed checksum): such a store is never trusted."""
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             found = data.get("format") if isinstance(data, dict) else type(data).__name__
             self.broken = f"{self.path} is not a {FORMAT} pin store (format {found!r})"
@@ -304,3 +309,75 @@ class PinStore:
     def summary(self) -> list[dict[str, Any]]:
         return [{"upstream": up, "pinned": len(e.get("tools", {})), "awaiting": sorted(e.get("pending", {}))}
                 for up, e in sorted(self.servers.items())]
+
+
+#: Where the pins live in a state store (one document).
+STORE_KIND, STORE_KEY = "pins", "servers"
+
+
+class _LostRace(Exception):
+    """Another replica wrote the pins between this one's read and its write."""
+
+
+class StorePinStore(PinStore):
+    """The pins in the gateway's state store (:mod:`riskrank.serving.gateway.store`), shared
+    by every replica on one database: the same document (format tag, servers, checksum) as
+    ``pins.json``, written by compare-and-swap on its version. A write that loses the race to
+    another replica re-reads and redoes its review, so a pin approved at one replica holds at
+    every replica, and no replica writes back a stale copy over another's first-sight pins. A
+    store that cannot be reached mid-run is treated as unchanged until it answers again."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.dir = None  # type: ignore[assignment]
+        self.path = f"{store.url} (pins)"  # type: ignore[assignment]
+        self._lock_fd = None
+        self.broken = None
+        self._stamp = None
+        self.servers = self._load()
+
+    def stamp(self) -> Any:
+        from riskrank.serving.gateway.store import StoreError
+
+        try:
+            got = self.store.get_doc(STORE_KIND, STORE_KEY)
+        except StoreError:
+            return self._stamp
+        return None if got is None else got[0]
+
+    def _load(self) -> dict[str, dict[str, Any]]:
+        got = self.store.get_doc(STORE_KIND, STORE_KEY)
+        self._stamp = None if got is None else got[0]
+        return {} if got is None else self._servers(got[1])
+
+    def save(self) -> None:
+        if self.broken is not None:
+            return
+        doc = {"format": FORMAT, "servers": self.servers, "sha256": _checksum(self.servers)}
+        version = self.store.put_doc(STORE_KIND, STORE_KEY, doc, expect=self._stamp)
+        if version is None:
+            raise _LostRace
+        self._stamp = version
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        self.refresh()
+        yield
+
+    def _retry(self, step: Any) -> Any:
+        for _ in range(50):
+            try:
+                with self._writing():
+                    return step()
+            except _LostRace:
+                continue
+        raise PinError(f"{self.path}: the pins kept changing under this replica's write; try again")
+
+    def review(self, upstream: str, tools: list[dict[str, Any]], *, first_seen: str = "trust") -> tuple[dict[str, str], list[str]]:
+        return self._retry(lambda: self._review(upstream, tools, first_seen))
+
+    def approve(self, upstream: str, name: str | None = None) -> list[str]:
+        return self._retry(lambda: self._approve(upstream, name))
+
+    def reset(self, upstream: str | None = None) -> None:
+        self._retry(lambda: self._reset(upstream))

@@ -1,0 +1,199 @@
+"""Replicas on one state store: two ``riskrank mcp`` processes over streamable HTTP share the
+audit log, the approvals, the pins and the exposures of one database (SQLite in one
+directory on one machine, or PostgreSQL: a real server, see tests/postgres_support.py).
+
+An approval given at replica A's console releases the call held at replica B; every line of
+both replicas is in the one log, attributed to its client and operator; a replica killed with
+SIGKILL leaves a log in which every call that ran has its committed decision, and the other
+replica keeps serving; a replica that loses its database keeps answering find_tools and
+refuses every call until the database is back."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+import postgres_support
+from riskrank.serving.gateway.store import open_store
+from team_support import (
+    ADMIN,
+    GUARD_S,
+    TOKENS,
+    Console,
+    gateway_env,
+    run_as,
+    start_gateway,
+    write_files,
+)
+
+FIND_RESTART = ("find_tools", {"task": "restart the api service", "k": 5})
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def state(request, tmp_path):
+    """A fresh state store's URL (a directory, or a schema of the test PostgreSQL)."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "state")
+        return
+    base = request.getfixturevalue("postgres_url")
+    name, url = postgres_support.fresh_schema(base)
+    yield url
+    postgres_support.drop_schema(base, name)
+
+
+def _replica(root: Path, state: str, name: str, *extra: str):
+    return start_gateway(root, "--state", state, "--replica", name, "--console", "--admin-token-file", str(root / "admin"),
+                         "--confirm-timeout", "60", *extra)
+
+
+def _stop(*procs) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=GUARD_S)
+        except Exception:
+            p.kill()
+
+
+def _base(url: str) -> str:
+    return url.rsplit("/mcp", 1)[0]
+
+
+def test_an_approval_at_one_replica_releases_the_call_held_at_the_other(tmp_path, state):
+    write_files(tmp_path, tmp_path / "ran.txt")
+    a, url_a, _ = _replica(tmp_path, state, "A")
+    b, url_b, _ = _replica(tmp_path, state, "B")
+    try:
+        held: dict = {}
+
+        def pager_at_b():
+            held["out"] = run_as(url_b, TOKENS["pager"], [FIND_RESTART, ("call_tool", {"name": "restart_service",
+                                                                                       "arguments": {"service": "api"}})])
+
+        agent = threading.Thread(target=pager_at_b)
+        agent.start()
+        console = Console(_base(url_a), "lead")
+        deadline = time.time() + GUARD_S
+        while not (ids := console.pending()) and time.time() < deadline:
+            time.sleep(0.1)
+        assert len(ids) == 1, "the call held at B never reached A's console"
+        assert console.decide(ids[0], note="deploy window").status_code in (200, 303)
+        agent.join(GUARD_S)
+        assert held["out"][1] == {"text": "api restarted"}
+        # the read-only bot at A: its own policy, refused what it was never shown
+        bot = run_as(url_a, TOKENS["ci-bot"], [("find_tools", {"task": "list the services", "k": 3}),
+                                               ("call_tool", {"name": "list_services", "arguments": {}}),
+                                               ("call_tool", {"name": "drop_database", "arguments": {"name": "x"}})])
+        assert bot[1]["text"].startswith("api: up") and bot[2]["error"].startswith("not_exposed")
+        for url in (url_a, url_b):
+            ready = httpx.get(_base(url) + "/readyz")
+            assert ready.status_code == 200 and ready.json()["state"]["ok"] is True
+        console.close()
+    finally:
+        _stop(a, b)
+    with open_store(state, create=False) as store:
+        lines = [r for r in store.records() if r.get("client")]
+    pending = [r for r in lines if r["decision"] == "pending"]
+    allowed = {r["tool"]: r for r in lines if r["decision"] == "allowed"}
+    assert [(r["client"], r["replica"], r["tool"]) for r in pending] == [("pager", "B", "restart_service")]
+    run = allowed["restart_service"]
+    assert (run["client"], run["decided_by"], run["note"], run["confirmed"]) == ("pager", "lead", "deploy window", "console")
+    assert allowed["list_services"]["client"] == "ci-bot"
+    assert (tmp_path / "ran.txt").read_text().splitlines() == ["restart_service api", "list_services "]
+
+
+def test_a_replica_killed_mid_run_leaves_every_decision_it_acted_on(tmp_path, state):
+    """kill -9 of replica A during 20 calls: every call the upstream ran has its ``allowed``
+    line committed before it ran; B keeps serving on the same store."""
+    write_files(tmp_path, tmp_path / "ran.txt")
+    a, url_a, _ = _replica(tmp_path, state, "A")
+    b, url_b, _ = _replica(tmp_path, state, "B")
+    answered: list[str] = []
+    try:
+        def agent():
+            steps = [("find_tools", {"task": "read the logs of a service", "k": 5})]
+            steps += [("call_tool", {"name": "read_service_logs", "arguments": {"service": f"svc-{i}"}}) for i in range(20)]
+            try:
+                for i, out in enumerate(run_as(url_a, TOKENS["alice"], steps)[1:]):
+                    if "text" in out:
+                        answered.append(f"svc-{i}")
+            except BaseException:
+                pass
+
+        t = threading.Thread(target=agent)
+        t.start()
+        deadline = time.time() + GUARD_S
+        while time.time() < deadline and len(((tmp_path / "ran.txt").read_text() if (tmp_path / "ran.txt").exists()
+                                              else "").splitlines()) < 8:
+            time.sleep(0.02)
+        a.send_signal(signal.SIGKILL)
+        a.wait(timeout=GUARD_S)
+        t.join(GUARD_S)
+        after = run_as(url_b, TOKENS["alice"], [("find_tools", {"task": "read the logs of a service", "k": 5}),
+                                                ("call_tool", {"name": "read_service_logs", "arguments": {"service": "after"}})])
+        assert after[1]["text"] == "after: all quiet"
+    finally:
+        _stop(a, b)
+    ran = [line.split(" ", 1)[1] for line in (tmp_path / "ran.txt").read_text().splitlines()]
+    with open_store(state, create=False) as store:
+        allowed = [r["arguments"]["service"] for r in store.records() if r.get("decision") == "allowed"
+                   and r.get("tool") == "read_service_logs"]
+    assert len(ran) >= 8 and set(ran) <= set(allowed), "a call ran without its decision committed"
+    assert len(allowed) == len(set(allowed)), "a decision was logged twice"
+    assert set(answered) <= set(ran)
+
+
+def test_a_replica_that_loses_its_database_refuses_calls_and_keeps_searching(tmp_path):
+    """Its own PostgreSQL, stopped mid-run: /readyz 503, find_tools still answers (exposing
+    nothing), every call is refused; started again, the replica works again."""
+    postgres_support.need_psycopg()
+    cluster = postgres_support.start_cluster()
+    try:
+        write_files(tmp_path, tmp_path / "ran.txt")
+        a, url, _ = _replica(tmp_path, cluster.url, "A")
+        try:
+            steps = [("find_tools", {"task": "list the services", "k": 3}), ("call_tool", {"name": "list_services", "arguments": {}})]
+            assert run_as(url, TOKENS["ci-bot"], steps)[1]["text"].startswith("api: up")
+            cluster.stop()
+            ready = httpx.get(_base(url) + "/readyz")
+            assert ready.status_code == 503 and ready.json()["state"]["ok"] is False
+            down = run_as(url, TOKENS["ci-bot"], steps)
+            assert down[0]["tools"] and "state store is unreachable" in down[0]["note"]
+            assert down[1]["error"].startswith("not_exposed")
+            cluster.start()
+            deadline = time.time() + GUARD_S
+            while httpx.get(_base(url) + "/readyz").status_code != 200 and time.time() < deadline:
+                time.sleep(0.2)
+            assert run_as(url, TOKENS["ci-bot"], steps)[1]["text"].startswith("api: up")
+        finally:
+            _stop(a)
+    finally:
+        cluster.remove()
+    assert (tmp_path / "ran.txt").read_text().splitlines() == ["list_services ", "list_services "]
+
+
+def test_a_store_at_an_older_schema_or_unreachable_is_refused_at_start(tmp_path):
+    write_files(tmp_path)
+    state = tmp_path / "state"
+    with open_store(state) as store:
+        store._do("set the version", lambda c: store._ex(c, store._q("UPDATE riskrank_schema SET version = 0")), tx=True)
+    argv_extra = ("--state", str(state), "--replica", "A", "--console", "--admin-token-file", str(tmp_path / "admin"))
+    import subprocess
+    import sys
+
+    base = [sys.executable, "-c", "from riskrank.cli import entry; entry()", "mcp", "--config", str(tmp_path / "servers.json"),
+            "--policy", str(tmp_path / "policy.json"), "--clients", str(tmp_path / "clients.json"),
+            "--transport", "streamable-http", "--port", "0"]
+    out = subprocess.run([*base, *argv_extra], capture_output=True, text=True, timeout=GUARD_S, env=gateway_env())
+    assert out.returncode == 2 and "riskrank state migrate" in out.stderr and "Traceback" not in out.stderr, out.stderr
+    out = subprocess.run([*base, "--state", "postgresql://riskrank:secret-pw@127.0.0.1:1/db"], capture_output=True, text=True,
+                         timeout=GUARD_S, env=gateway_env())
+    assert out.returncode == 2 and "cannot reach the state store" in out.stderr and "secret-pw" not in out.stderr, out.stderr
+    assert ADMIN not in out.stderr

@@ -1,0 +1,263 @@
+"""One gateway for many agents: the clients file, named policies, and a client's policy at
+every step (find_tools, the call-time check, confirmation, the audit line).
+
+The end-to-end tests run ``riskrank mcp`` over streamable HTTP as a team would (the bundled
+encoder, a real FastMCP upstream over stdio, the SDK's own client), with the clients file and
+a policy file of three named policies."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from riskrank.serving.gateway import clients as clients_mod
+from riskrank.serving.gateway.clients import ClientBook, add_client, parse_clients, token_digest
+from riskrank.serving.gateway.config import ConfigError, Policies, load_policies
+from riskrank.serving.gateway.policy import Policy
+from team_support import (
+    GUARD_S,
+    HERE,
+    POLICIES,
+    ROLES,
+    TOKENS,
+    gateway_env,
+    run_as,
+    start_gateway,
+    write_files,
+)
+
+BEARER = "shared-bearer-0123456789abcdef"
+
+
+def _policies() -> Policies:
+    return Policies({n: Policy() for n in POLICIES["policies"]}, "read-only")
+
+
+def _digest(name: str) -> str:
+    return token_digest(TOKENS[name])
+
+
+# -- the files ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("data", "message"), [
+    ({"clients": {"a": {"token_sha256": "abc", "policy": "read-only"}}}, "is not \"sha256:\" and 64"),
+    ({"clients": {"a": {"token": "x" * 20, "policy": "read-only"}}}, "never written in clear"),
+    ({"clients": {"a": {"token_sha256": token_digest("changeme"), "policy": "read-only"}}}, "well-known weak"),
+    ({"clients": {"a": {"token_sha256": token_digest(TOKENS["alice"]), "policy": "read-only"},
+                  "b": {"token_sha256": token_digest(TOKENS["alice"]), "policy": "on-call"}}}, "same token as client 'a'"),
+    ({"clients": {"a": {"token_sha256": token_digest(BEARER), "policy": "read-only"}}}, "same token as the bearer token"),
+    ({"clients": {"a": {"token_sha256": token_digest(TOKENS["alice"]), "policy": "root"}}}, "no policy named 'root'"),
+    ({"clients": {"a b": {"token_sha256": token_digest(TOKENS["alice"]), "policy": "read-only"}}}, "a client name is"),
+    ({"clients": {}, "extra": 1}, "unknown key(s) ['extra']"),
+    ({"oauth": {"issuer": "x", "default_policy": "root"}}, "oauth.default_policy"),
+])
+def test_a_clients_file_that_cannot_be_trusted_is_refused(data, message):
+    with pytest.raises(ConfigError, match=None) as err:
+        parse_clients(data, "clients.json", _policies(), reserved={token_digest(BEARER): "bearer token"})
+    assert message in str(err.value) and str(err.value).startswith("clients.json")
+
+
+def test_duplicate_client_names_are_refused_at_start(tmp_path):
+    path = tmp_path / "clients.json"
+    entry = json.dumps({"token_sha256": _digest("alice"), "policy": "read-only"})
+    path.write_text('{"clients": {"a": ' + entry + ', "a": ' + entry + "}}")
+    with pytest.raises(ConfigError, match="duplicate"):
+        ClientBook(path, _policies())
+
+
+def test_named_policies_are_read_strictly(tmp_path):
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps(POLICIES))
+    got = load_policies(path)
+    assert got.default == "read-only" and got.get("on-call").confirm_level == 3 and got.get(None).max_level == 2
+    assert "policy 'operator'" in got.get("operator").source
+    with pytest.raises(ConfigError, match="no policy named 'root'"):
+        got.get("root")
+    for bad, message in [({**POLICIES, "default": "root"}, "default: must name one of the policies"),
+                         ({"policies": {"a": {"max_level": 9}}, "default": "a"}, "policy 'a'"),
+                         ({"policies": {"a": {}, "b": {"first_seen": "quarantine"}}, "default": "a"}, "apply to the whole gateway"),
+                         ({"policies": {}, "default": "a"}, "non-empty"),
+                         ({"policies": {"a": {}}, "default": "a", "max_level": 2}, "unknown key(s) ['max_level']")]:
+        path.write_text(json.dumps(bad))
+        with pytest.raises(ConfigError, match=None) as err:
+            load_policies(path)
+        assert message in str(err.value), (bad, str(err.value))
+    path.write_text(json.dumps({"max_level": 3}))  # one flat policy, as before
+    assert load_policies(path).default_policy.max_level == 3
+
+
+def test_tokens_rotate_and_are_revoked_without_a_restart(tmp_path, monkeypatch):
+    monkeypatch.setattr(clients_mod, "RELOAD_EVERY_S", 0.0)
+    path = tmp_path / "clients.json"
+    old = add_client(path, "pager", "on-call", policies=_policies())
+    assert len(old) >= 32 and old not in path.read_text() and token_digest(old) in path.read_text()
+    lines: list[str] = []
+    book = ClientBook(path, _policies(), log=lines.append)
+    assert book.lookup(old).name == "pager" and book.lookup(old).policy == "on-call"
+    assert book.lookup("pager-token-guess-0123456789") is None
+    new = add_client(path, "pager", "", rotate=True, policies=_policies())
+    assert book.lookup(old) is not None and book.lookup(new).name == "pager"  # both during the rotation
+    data = json.loads(path.read_text())
+    data["clients"]["pager"]["token_sha256"] = [token_digest(new)]  # the old one revoked
+    path.write_text(json.dumps(data, indent=1))
+    assert book.lookup(old) is None and book.lookup(new) is not None
+    path.write_text("{ not json")  # a broken file is not half-trusted: nothing passes until it is fixed
+    assert book.lookup(new) is None and any("every client token is refused" in x for x in lines)
+    path.write_text(json.dumps(data))
+    assert book.lookup(new) is not None
+    with pytest.raises(ConfigError, match="exists; --rotate"):
+        add_client(path, "pager", "on-call")
+    with pytest.raises(ConfigError, match="at least 16"):
+        add_client(path, "bob", "on-call", token="short")
+    with pytest.raises(ConfigError, match="low-variety"):
+        add_client(path, "bob", "on-call", token="ab" * 12)
+
+
+def test_the_clients_command_adds_and_lists(tmp_path):
+    from click.testing import CliRunner
+
+    from riskrank.cli import main
+
+    path, pol = tmp_path / "clients.json", tmp_path / "policy.json"
+    pol.write_text(json.dumps(POLICIES))
+    runner = CliRunner()
+    out = runner.invoke(main, ["clients", "add", "ci-bot", "--clients", str(path), "--policy", "read-only", "--policies", str(pol)])
+    assert out.exit_code == 0, out.output
+    token = out.stdout.strip().splitlines()[-1]
+    assert token_digest(token) in path.read_text()
+    bad = subprocess.run([sys.executable, "-c", "from riskrank.cli import entry; entry()", "clients", "add", "x", "--clients",
+                          str(path), "--policy", "root", "--policies", str(pol)], capture_output=True, text=True, timeout=GUARD_S)
+    assert bad.returncode == 2 and "no policy named 'root'" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+    out = runner.invoke(main, ["clients", "list", "--clients", str(path), "--policies", str(pol)])
+    assert out.exit_code == 0 and "ci-bot\tread-only\t1 token(s)" in out.output
+
+
+# -- one gateway, three clients -----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def team(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("team")
+    write_files(tmp)
+    audit = tmp / "audit.jsonl"
+    proc, url, _ = start_gateway(tmp, "--audit-log", str(audit), env=gateway_env(RISKRANK_TOKEN=BEARER))
+    yield url, audit, tmp
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=GUARD_S)
+
+
+def test_each_client_gets_its_own_policy_at_every_step(team):
+    url, audit, _ = team
+    task = {"task": "restart the api service, or drop its database", "k": 5}
+    calls = [("find_tools", task), ("call_tool", {"name": "restart_service", "arguments": {"service": "api"}}),
+             ("call_tool", {"name": "drop_database", "arguments": {"name": "api"}}),
+             ("call_tool", {"name": "list_services", "arguments": {}})]
+    seen = {n: run_as(url, TOKENS[n], calls) for n in ("ci-bot", "pager", "alice")}
+    shown = {n: {t["name"]: t["risk_level"] for t in out[0]["tools"]} for n, out in seen.items()}
+    for n, out in seen.items():
+        assert out[0]["policy"]["name"] == ROLES[n]
+        assert all(lvl <= POLICIES["policies"][ROLES[n]]["max_level"] for lvl in shown[n].values()), (n, shown[n])
+    assert "restart_service" not in shown["ci-bot"] and "drop_database" not in shown["pager"]
+    # the read-only bot and the pager cannot call what their policy never offers
+    assert seen["ci-bot"][1]["error"].startswith("not_exposed") and seen["pager"][2]["error"].startswith("not_exposed")
+    assert seen["pager"][1] == {"text": "api restarted"}  # confirmed (elicitation), then run
+    # the operator's policy (max 5) offers the drop when the rule filter ranks it; whatever it is shown, it can call
+    if "drop_database" in shown["alice"]:
+        assert "error" not in seen["alice"][2]
+    lines = [json.loads(x) for x in audit.read_text().splitlines()]
+    mine = [r for r in lines if r.get("client")]
+    assert {r["client"] for r in mine} == set(seen)
+    for r in mine:  # every line names the client and the policy it was decided under
+        assert r["policy"] == ROLES[r["client"]] and r["session"].startswith(r["client"] + "/")
+        if r["decision"] == "allowed":
+            assert r["level"] <= POLICIES["policies"][r["policy"]]["max_level"]
+    confirmed = [r for r in mine if r["decision"] == "allowed" and r["tool"] == "restart_service"]
+    assert [r["client"] for r in confirmed] == ["pager"] and confirmed[0]["confirmed"] == "elicitation"
+
+
+def test_the_shared_bearer_token_is_the_default_policy_and_strangers_get_401(team):
+    url, _, _ = team
+    out = run_as(url, BEARER, [("find_tools", {"task": "restart the api service", "k": 5})])
+    assert out[0]["policy"]["name"] == "read-only"
+    assert all(t["risk_level"] <= 2 for t in out[0]["tools"])
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+    for auth in (None, "Bearer pager-token-0123456789abcdeX", "Basic " + TOKENS["pager"], f"Bearer {TOKENS['pager']}x"):
+        headers = {"Accept": "application/json, text/event-stream", **({"Authorization": auth} if auth else {})}
+        r = httpx.post(url, json=init, headers=headers)
+        assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized", auth
+
+
+def test_a_client_may_not_pick_a_policy_or_call_through_another_clients_session(team):
+    """No request names a policy: an unknown find_tools argument is refused, and a session id
+    presented with another client's token is that client's own (empty) exposure."""
+    url, _, _ = team
+    out = run_as(url, TOKENS["ci-bot"], [("find_tools", {"task": "restart the api", "policy": "operator"})])
+    assert out[0]["error"].startswith("invalid_request") and "unknown argument(s) ['policy']" in out[0]["error"]
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (("--insecure",), "--insecure and --clients contradict"),
+])
+def test_clients_flags_that_contradict_are_one_line_errors(tmp_path, extra, message):
+    servers = {"mcpServers": {"ops": {"command": sys.executable, "args": [str(HERE / "team_upstream.py")]}}}
+    (tmp_path / "servers.json").write_text(json.dumps(servers))
+    (tmp_path / "clients.json").write_text(json.dumps({"clients": {}}))
+    argv = [sys.executable, "-c", "from riskrank.cli import entry; entry()", "mcp", "--config", str(tmp_path / "servers.json"),
+            "--clients", str(tmp_path / "clients.json"), "--transport", "streamable-http", "--port", "0", *extra]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=GUARD_S)
+    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr, out.stderr
+    argv = [sys.executable, "-c", "from riskrank.cli import entry; entry()", "mcp", "--config", str(tmp_path / "servers.json"),
+            "--clients", str(tmp_path / "clients.json")]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=GUARD_S)
+    assert out.returncode == 2 and "add --transport streamable-http" in out.stderr, out.stderr
+
+
+def test_oauth_tokens_name_the_client_and_bad_ones_are_401_with_one_log_line(tmp_path):
+    """The resource-server role: an issuer's JWT names the client (its ``sub``) and its policy
+    (a claim, else the default); expired, wrong-audience and unknown-policy tokens are 401s
+    with one log line each; the protected-resource metadata says where to get a token."""
+    import time
+
+    import jwt
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    from riskrank.serving.auth import Gate
+    from test_server_support import ServerThread
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    (tmp_path / "jwks.json").write_text(json.dumps({"keys": [{**jwk, "kid": "k1", "alg": "RS256"}]}))
+    issuer, audience = "https://id.example.com", "https://gw.example.com/mcp"
+    (tmp_path / "clients.json").write_text(json.dumps({"clients": {}, "oauth": {
+        "issuer": issuer, "audience": audience, "jwks": str(tmp_path / "jwks.json"), "policy_claim": "riskrank_policy",
+        "default_policy": "read-only"}}))
+    lines: list[str] = []
+    book = ClientBook(tmp_path / "clients.json", _policies(), log=lines.append)
+
+    async def echo(scope, receive, send):
+        body = json.dumps(scope.get("riskrank.client")).encode()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": body})
+
+    def token(**over):
+        claims = {"sub": "deploy-bot", "iss": issuer, "aud": audience, "exp": int(time.time()) + 300, **over}
+        return jwt.encode({k: v for k, v in claims.items() if v is not None}, key, algorithm="RS256", headers={"kid": "k1"})
+
+    with ServerThread(Gate(echo, token=None, clients=book, log=lines.append)) as srv:
+        def get(tok):
+            return httpx.get(srv.url + "/mcp", headers={"Authorization": f"Bearer {tok}"})
+
+        assert get(token(riskrank_policy="on-call")).json() == {"name": "deploy-bot", "policy": "on-call", "via": "oauth"}
+        assert get(token()).json()["policy"] == "read-only"
+        for bad, why in [(token(exp=int(time.time()) - 600), "expired"), (token(aud="https://other.example.com"), "audience"),
+                         (token(riskrank_policy="root"), "'root'"), (token(iss="https://evil.example.com"), "issuer")]:
+            before = len(lines)
+            r = get(bad)
+            assert r.status_code == 401 and 'resource_metadata="' in r.headers["www-authenticate"]
+            assert len(lines) == before + 1 and "OAuth token refused" in lines[-1] and why in lines[-1], lines[-1]
+            assert bad not in lines[-1]
+        meta = httpx.get(srv.url + "/.well-known/oauth-protected-resource").json()
+        assert meta["authorization_servers"] == [issuer] and meta["resource"].endswith("/mcp")
