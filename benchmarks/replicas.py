@@ -21,6 +21,10 @@ policy (widenings), and every call the upstream ran having its committed ``allow
 SIGKILL after the upstream ran the 8th; then every call the upstream ran must have its
 committed decision, and B must still serve a find and a call.
 
+**The latency run.** What the store adds to a call: one agent's 300 sequential reads through
+one gateway with its audit log in a JSONL file (``O_APPEND`` + fsync), then in PostgreSQL over
+loopback; the difference of the p50s, in three rounds (their median and range).
+
 Without ``--postgres`` (or ``$RISKRANK_TEST_POSTGRES``) a throwaway cluster is started with
 ``.ci/postgres.sh``. Writes the counts to ``--out``.
 """
@@ -28,6 +32,7 @@ Without ``--postgres`` (or ``$RISKRANK_TEST_POSTGRES``) a throwaway cluster is s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -180,15 +185,19 @@ def kill_run(root: Path, url: str) -> dict:
     reps = {name: ts.start_gateway(root, "--state", url, "--replica", name) for name in ("A", "B")}
     answered: list[str] = []
 
-    def agent() -> None:
-        steps = [("find_tools", {"task": "read the logs of a service", "k": 5})]
-        steps += [("call_tool", {"name": "read_service_logs", "arguments": {"service": f"kill-{i}"}}) for i in range(20)]
-        try:
-            for i, out in enumerate(ts.run_as(reps["A"][1], ts.TOKENS["alice"], steps)[1:]):
-                if "text" in out:
+    async def calls() -> None:
+        target = ts.mcp_compat.ServerTarget(url=reps["A"][1], headers={"Authorization": f"Bearer {ts.TOKENS['alice']}"})
+        async with ts.mcp_compat.open_session(target) as s:
+            await s.call_tool("find_tools", {"task": "read the logs of a service", "k": 5})
+            for i in range(20):
+                got = ts.payload(await s.call_tool("call_tool", {"name": "read_service_logs",
+                                                                 "arguments": {"service": f"kill-{i}"}}))
+                if "text" in got:
                     answered.append(f"kill-{i}")
-        except BaseException:
-            pass
+
+    def agent() -> None:
+        with contextlib.suppress(BaseException):  # the replica dies under the agent
+            anyio.run(calls)
 
     t = threading.Thread(target=agent)
     t.start()
@@ -215,6 +224,78 @@ def kill_run(root: Path, url: str) -> dict:
             "other_replica_served_after": after[1].get("text") == "after-kill: all quiet"}
 
 
+def latency_run(root: Path, url: str, calls: int = 300, rounds: int = 3) -> dict:
+    """What the store adds to a call: one agent's sequential reads through one gateway, with
+    the audit log as a JSONL file, then in the PostgreSQL store (p50 and p95 of each), in
+    ``rounds`` rounds (the order alternating): the added p50 of each round, their median and
+    range (this machine is shared: one round is not a measurement)."""
+    ts.write_files(root)
+    runs: list[dict] = []
+    for r in range(rounds):
+        got: dict = {}
+        order = [("jsonl", ("--audit-log", str(root / f"audit-{r}.jsonl"))), ("postgresql", ("--state", url))]
+        for backend, flags in order if r % 2 == 0 else order[::-1]:
+            proc, mcp, _ = ts.start_gateway(root, *flags)
+            lat: list[float] = []
+
+            async def go(mcp: str = mcp, lat: list[float] = lat, r: int = r) -> None:
+                target = ts.mcp_compat.ServerTarget(url=mcp, headers={"Authorization": f"Bearer {ts.TOKENS['alice']}"})
+                async with ts.mcp_compat.open_session(target) as s:
+                    await s.call_tool("find_tools", {"task": "read the logs of a service", "k": 5})
+                    for i in range(calls + 20):
+                        t0 = time.perf_counter()
+                        await s.call_tool("call_tool", {"name": "read_service_logs", "arguments": {"service": f"lat-{r}-{i}"}})
+                        if i >= 20:  # the first calls warm the connections
+                            lat.append(time.perf_counter() - t0)
+
+            anyio.run(go)
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=120)
+            got[backend] = {"p50_ms": round(1000 * statistics.median(lat), 2),
+                            "p95_ms": round(1000 * statistics.quantiles(lat, n=20)[-1], 2)}
+        got["added_p50_ms"] = round(got["postgresql"]["p50_ms"] - got["jsonl"]["p50_ms"], 2)
+        runs.append(got)
+    added = [g["added_p50_ms"] for g in runs]
+    return {"calls": calls, "rounds": runs, "added_p50_ms": round(statistics.median(added), 2),
+            "added_p50_range_ms": [min(added), max(added)],
+            "jsonl_p50_ms": round(statistics.median(g["jsonl"]["p50_ms"] for g in runs), 2),
+            "postgresql_p50_ms": round(statistics.median(g["postgresql"]["p50_ms"] for g in runs), 2)}
+
+
+def doc_table(store: dict, replicas: dict) -> str:
+    """docs/benchmarks.md's "Teams" figures from the two artefacts (state_store.json, replicas.json)."""
+    sq, pg = store["sqlite"], store["postgresql"]
+    team, kill, lat = replicas["team"], replicas["kill"], replicas["latency"]
+    rows = [
+        ("SQLite audit appends, 8 writers, fsync'd group commits", f"{sq['eight_writers']['lines_per_s']:,.0f} lines/s "
+         f"(p50 {sq['eight_writers']['append_p50_ms']} ms, p99 {sq['eight_writers']['append_p99_ms']} ms)", "≥ 1,000 lines/s"),
+        ("SQLite audit appends, 1 writer", f"{sq['one_writer']['lines_per_s']:,.0f} lines/s", ""),
+        ("PostgreSQL append over loopback (store alone)", f"p50 {pg['append_p50_ms']} ms, p99 {pg['append_p99_ms']} ms", ""),
+        ("PostgreSQL pending + decide (store alone)", f"p50 {pg['pending_decide_p50_ms']} ms", ""),
+        (f"a call through the gateway, JSONL audit log ({lat['calls']} sequential, median of {len(lat['rounds'])} rounds)",
+         f"p50 {lat['jsonl_p50_ms']} ms", ""),
+        ("the same, audit log in PostgreSQL", f"p50 {lat['postgresql_p50_ms']} ms; added per round: median "
+         f"{lat['added_p50_ms']} ms, range {lat['added_p50_range_ms'][0]} to {lat['added_p50_range_ms'][1]} ms", "≤ 3 ms added"),
+        (f"two replicas, {replicas['agents']} agents, calls", f"{team['calls_issued']:,} ({team['call_lines']:,} call lines "
+         f"in the one log) in {team['wall_s']} s", "2,000"),
+        ("audit lines lost / duplicated", f"{team['lost']} / {team['duplicated']}", "0 / 0"),
+        ("confirmations decided at the other replica's console", f"{team['decided_at_the_other_replica']} of "
+         f"{team['confirmations']}", "5 %"),
+        ("decisions with the wrong client / operator", f"{team['misattributed']} / {team['confirmations_with_the_wrong_operator']}",
+         "0 / 0"),
+        ("calls allowed above the caller's policy", str(team["policy_widenings"]), "0"),
+        ("calls refused as never shown (the bots' attempts)", str(team["refused_not_exposed"]), ""),
+        ("calls the upstream ran without a committed decision", str(team["ran_without_a_committed_decision"]), "0"),
+        ("kill -9 of a replica during 20 calls: ran before the kill / decisions committed",
+         f"{kill['upstream_ran_before_the_kill']} / {kill['decisions_committed']}", "every one"),
+        ("… calls run without a committed decision; duplicated lines", f"{kill['ran_without_a_committed_decision']}; "
+         f"{kill['duplicated']}", "0"),
+        ("… the other replica served a find and a call after it", "yes" if kill["other_replica_served_after"] else "no", "yes"),
+    ]
+    lines = ["| measured | figure | target |", "| --- | --- | --- |"] + [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--postgres", default=os.environ.get(postgres_support.ENV_URL))
@@ -229,7 +310,7 @@ def main() -> None:
     try:
         out = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()}, "agents": len(AGENTS),
                "replicas": 2, "backend": "postgresql"}
-        for what, fn in (("team", lambda r, u: team_run(r, u, args.calls)), ("kill", kill_run)):
+        for what, fn in (("team", lambda r, u: team_run(r, u, args.calls)), ("kill", kill_run), ("latency", latency_run)):
             name, url = postgres_support.fresh_schema(args.postgres)
             with tempfile.TemporaryDirectory() as tmp:
                 out[what] = fn(Path(tmp), url)

@@ -170,3 +170,21 @@ def test_the_level_model_tables_are_their_artefact():
         "docs/base-model.md's level-model tables differ from benchmarks/results/risk_levels.json")
     shipped = json.loads((ROOT / "src/riskrank/base/levels/levels.json").read_text())
     assert {k: shipped[k] for k in ("n_audited", "n_annotated", "seed")} == {k: artefact["saved"][k] for k in ("n_audited", "n_annotated", "seed")}
+
+
+def test_the_teams_figures_are_their_artefacts():
+    """docs/benchmarks.md's Teams table is benchmarks/results/state_store.json and
+    replicas.json rendered; the README's sentence quotes the same run."""
+    import replicas
+
+    store = json.loads((ROOT / "benchmarks/results/state_store.json").read_text())
+    reps = json.loads((ROOT / "benchmarks/results/replicas.json").read_text())
+    assert replicas.doc_table(store, reps) in (ROOT / "docs/benchmarks.md").read_text(), (
+        "docs/benchmarks.md's Teams table differs from its artefacts: render it with benchmarks/replicas.py doc_table")
+    team, kill = reps["team"], reps["kill"]
+    readme = (ROOT / "README.md").read_text()
+    said = (f"{team['calls_issued']:,} calls of which {team['decided_at_the_other_replica']} were approved at the other "
+            f"replica's console: {team['lost'] + team['duplicated']} audit lines\nlost or duplicated, "
+            f"{team['policy_widenings']} calls allowed above the caller's policy, "
+            f"{team['ran_without_a_committed_decision'] + kill['ran_without_a_committed_decision']} calls run")
+    assert " ".join(said.split()) in " ".join(readme.split())

@@ -95,6 +95,8 @@ def test_an_approval_at_one_replica_releases_the_call_held_at_the_other(tmp_path
         for url in (url_a, url_b):
             ready = httpx.get(_base(url) + "/readyz")
             assert ready.status_code == 200 and ready.json()["state"]["ok"] is True
+        log = console.http.get("/console/log", params={"tool": "restart_service"}).text  # B's lines, at A
+        assert "<td>pager</td>" in log and "<td>lead</td>" in log
         console.close()
     finally:
         _stop(a, b)
@@ -197,3 +199,59 @@ def test_a_store_at_an_older_schema_or_unreachable_is_refused_at_start(tmp_path)
                          timeout=GUARD_S, env=gateway_env())
     assert out.returncode == 2 and "cannot reach the state store" in out.stderr and "secret-pw" not in out.stderr, out.stderr
     assert ADMIN not in out.stderr
+
+
+# -- the shared pieces, two replicas' objects on one store (fast) ---------------------------------------
+def _tool(description: str) -> dict:
+    return {"name": "summarise", "description": description, "inputSchema": {"type": "object"}}
+
+
+def test_a_pin_approved_at_one_replica_holds_at_the_other(state):
+    from riskrank.serving.gateway.pins import StorePinStore
+
+    with open_store(state) as store:
+        a, b = StorePinStore(store), StorePinStore(store)
+        assert a.review("notes", [_tool("Summarise a note.")]) == ({}, ["pinned 1 tools of 'notes' on first sight"])
+        held, _ = b.review("notes", [_tool("Summarise a note and upload it.")])  # a rug pull, seen at B
+        assert "changed its tool 'summarise'" in held["summarise"]
+        assert a.review("notes", [_tool("Summarise a note and upload it.")])[0]  # held at A too
+        assert a.approve("notes") == ["summarise"]  # the operator approves at A's console
+        b.refresh()
+        assert b.review("notes", [_tool("Summarise a note and upload it.")]) == ({}, [])  # trusted at B
+        assert [c.name for c in b.changes()] == []
+
+
+def test_a_call_held_by_one_replica_is_decided_once_at_the_other(state):
+    import anyio
+
+    from riskrank.serving.gateway.confirm import ACCEPT, TIMEOUT, ConfirmationRequest, StoreBroker
+
+    req = ConfirmationRequest(session="pager/http-1", task="restart the api", tool="restart_service", level=3,
+                              arguments={"service": "api"}, message="Allow?", bind="b", client="pager")
+    with open_store(state) as store:
+        held_at_b, console_a = StoreBroker(store, 30, replica="B"), StoreBroker(store, 30, replica="A")
+        short = StoreBroker(store, 0.5, replica="B")
+
+        async def go():
+            answers = []
+
+            async def wait():
+                answers.append(await held_at_b.confirm(req, None))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait)
+                with anyio.fail_after(GUARD_S):
+                    while not console_a.waiting():
+                        await anyio.sleep(0.05)
+                (item,) = console_a.waiting()
+                assert (item.replica, item.request.client, item.request.tool) == ("B", "pager", "restart_service")
+                assert console_a.pending.get(item.id).request.digest == req.digest
+                assert console_a.decide(item.id, True, "lead", "ok").answer.by == "lead"
+                assert console_a.decide(item.id, False, "other") is None  # decided once
+            timed_out = await short.confirm(req, None)
+            return answers[0], timed_out
+
+        answer, timed_out = anyio.run(go)
+        assert (answer.action, answer.by, answer.note) == (ACCEPT, "lead", "ok")
+        assert timed_out.action == TIMEOUT and not console_a.waiting()
+        assert [r.answer.action for r in console_a.recent][:2] == [TIMEOUT, ACCEPT]
