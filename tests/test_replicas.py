@@ -255,3 +255,52 @@ def test_a_call_held_by_one_replica_is_decided_once_at_the_other(state):
         assert (answer.action, answer.by, answer.note) == (ACCEPT, "lead", "ok")
         assert timed_out.action == TIMEOUT and not console_a.waiting()
         assert [r.answer.action for r in console_a.recent][:2] == [TIMEOUT, ACCEPT]
+
+
+def test_the_review_queue_is_shared_and_two_reviewers_cannot_overwrite_each_other(state, tmp_path):
+    import json
+
+    from riskrank.audit import AuditError, apply_review, read_review, save_review_decision
+    from riskrank.serving.gateway.store import StoreReview, import_review
+
+    labels = tmp_path / "labels.json"
+    labels.write_text(json.dumps({n: {"risk_level": 3, "resolution": "pending", "votes": {"a": 1, "b": 4}}
+                                  for n in ("read_file", "share_link")}))
+    review = tmp_path / "labels.review.jsonl"
+    review.write_text("".join(json.dumps({"name": n, "votes": {"a": 1, "b": 4}, "risk_level": None}) + "\n"
+                              for n in ("read_file", "share_link")))
+    with open_store(state) as store:
+        assert import_review(store, review, labels) == 2
+        at_a, at_b = StoreReview(store, labels), StoreReview(store, labels)
+        assert at_a.is_file() and [e["name"] for e in read_review(at_a)] == ["read_file", "share_link"]
+        stale = read_review(at_b)  # B read the queue ...
+        save_review_decision(at_a, "read_file", 1, "carol", "reads only")  # ... A saved meanwhile ...
+        with pytest.raises(AuditError, match="another reviewer saved a decision meanwhile"):
+            at_b.write_entries(stale)  # ... so B's stale copy is not written over A's decision
+        save_review_decision(at_b, "share_link", 4, "dave", "shares outside")  # a save re-reads: A's decision kept
+        assert [(e["name"], e["risk_level"], e["reviewer"]) for e in read_review(StoreReview(store, labels))] == [
+            ("read_file", 1, "carol"), ("share_link", 4, "dave")]
+        assert apply_review(labels, StoreReview(store, labels)) == (2, 0)
+    applied = json.loads(labels.read_text())
+    assert applied["read_file"]["risk_level"] == 1 and applied["share_link"]["resolution"] == "reviewed"
+
+
+def test_state_import_takes_a_review_queue(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    review = tmp_path / "labels.review.jsonl"
+    review.write_text(json.dumps({"name": "read_file", "votes": {"a": 1, "b": 4}, "risk_level": None}) + "\n")
+    cli = [sys.executable, "-c", "from riskrank.cli import entry; entry()", "state", "import", "--state", str(tmp_path / "s")]
+    out = subprocess.run([*cli, "--review", str(review), "--labels", "labels.json"], capture_output=True, text=True,
+                         timeout=GUARD_S)
+    assert out.returncode == 0 and "imported the review queue of labels.json (1 tools)" in out.stdout, out.stderr
+    for extra, message in [(["--review", str(review)], "--review needs --labels"),
+                           ([], "give --audit-log FILE or --review FILE")]:
+        out = subprocess.run([*cli, *extra], capture_output=True, text=True, timeout=GUARD_S)
+        assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr, out.stderr
+    review.write_text('{"name": "read_file", "risk_level": 9}\n')
+    out = subprocess.run([*cli, "--review", str(review), "--labels", "labels.json"], capture_output=True, text=True,
+                         timeout=GUARD_S)
+    assert out.returncode == 2 and "risk_level must be null or an integer 1-5" in out.stderr, out.stderr

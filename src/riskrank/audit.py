@@ -339,9 +339,12 @@ def build_labels(
     return labels, queue
 
 
-def read_review(path: str | Path) -> list[dict[str, Any]]:
+def read_review(path: Any) -> list[dict[str, Any]]:
     """Review-queue entries; each line must name a tool, and ``risk_level`` (the reviewer's
-    decision) must be null or an integer 1..5."""
+    decision) must be null or an integer 1..5. ``path`` may be a queue kept elsewhere (the
+    gateway's state store: an object with ``read_entries``)."""
+    if hasattr(path, "read_entries"):
+        return path.read_entries()
     path = Path(path)
     if not path.is_file():
         raise AuditError(f"{path}: no such review file")
@@ -378,7 +381,7 @@ def write_review(path: str | Path, queue: list[dict[str, Any]]) -> None:
     atomic_write_text(path, "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in queue))
 
 
-def save_review_decision(path: str | Path, name: str, level: int, reviewer: str, note: str, *,
+def save_review_decision(path: Any, name: str, level: int, reviewer: str, note: str, *,
                          votes: dict[str, int] | None = None) -> list[dict[str, Any]]:
     """Record one reviewer's decision (``risk_level``, ``reviewer``, ``note``) for the tool
     ``name`` in the review file, atomically, keeping every other line as it was; returns
@@ -398,7 +401,10 @@ def save_review_decision(path: str | Path, name: str, level: int, reviewer: str,
     entry.update(risk_level=level, reviewer=reviewer.strip(), note=note.strip())
     for e in entries:
         e.pop("_line", None)
-    atomic_write_text(path, "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries))
+    if hasattr(path, "write_entries"):  # a queue in the state store: written if nobody wrote it since the read
+        path.write_entries(entries)
+    else:
+        atomic_write_text(path, "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries))
     return entries
 
 

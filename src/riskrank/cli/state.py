@@ -87,13 +87,35 @@ def state_export(where: str, what: str, fmt: str, out: str, force: bool) -> None
 
 @state_group.command("import")
 @STATE
-@click.option("--audit-log", "audit_log", type=click.Path(dir_okay=False), required=True,
+@click.option("--audit-log", "audit_log", type=click.Path(dir_okay=False), default=None,
               help="A JSONL audit log (the gateway's --audit-log file).")
-def state_import(where: str, audit_log: str) -> None:
-    """Import a JSONL audit log into the store. Every line is checked first (a bad one
-    imports nothing); importing the same file again adds nothing twice."""
-    from riskrank.serving.gateway.store import check_audit_log, import_audit_log, open_store
+@click.option("--review", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="A review queue (riskrank audit's JSONL), kept in the store for every replica's console; with --labels.")
+@click.option("--labels", type=click.Path(dir_okay=False), default=None,
+              help="The label file the --review queue belongs to (the console's --labels).")
+def state_import(where: str, audit_log: str | None, review: str | None, labels: str | None) -> None:
+    """Import a JSONL audit log into the store (every line is checked first: a bad one
+    imports nothing; importing the same file again adds nothing twice), or a review queue
+    (it replaces the store's queue of that label file)."""
+    from riskrank.serving.gateway.store import (
+        check_audit_log,
+        import_audit_log,
+        import_review,
+        open_store,
+    )
 
+    if (audit_log is None) == (review is None):
+        raise RiskrankError("give --audit-log FILE or --review FILE --labels LABELS.json (one of them)")
+    if review is not None:
+        if labels is None:
+            raise RiskrankError("--review needs --labels LABELS.json: the label file whose queue it is")
+        from riskrank.audit import read_review
+
+        read_review(review)  # before the store is opened: bad input creates nothing
+        with open_store(where, create=True) as store:
+            n = import_review(store, review, labels)
+        click.echo(f"imported the review queue of {Path(labels).name} ({n:,} tools) from {review}")
+        return
     checked = check_audit_log(audit_log)  # before the store is opened: bad input creates nothing
     with open_store(where, create=True) as store:
         imported, there = import_audit_log(store, audit_log, checked=checked)

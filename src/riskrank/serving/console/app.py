@@ -441,10 +441,16 @@ class Console:
         return RedirectResponse(f"{PREFIX}/changes", 303)
 
     # -- 4. review ---------------------------------------------------------------------------------------
-    def _review_paths(self) -> tuple[Path | None, Path | None]:
+    def _review_paths(self) -> tuple[Path | None, Any]:
+        """The label file and its review queue: the file beside it, or (a gateway on a state
+        store) the queue every replica's console shares in the store."""
         from riskrank.audit import default_side_paths
 
         labels, review = self.options.labels, self.options.review
+        if labels is not None and self.options.state_store is not None:
+            from riskrank.serving.gateway.store import StoreReview
+
+            return labels, StoreReview(self.options.state_store, labels)
         if review is None and labels is not None:
             review = default_side_paths(labels)[1]
         return labels, review
@@ -607,7 +613,7 @@ def _records(path: Path) -> Any:
     return read_records(path)
 
 
-def _read_review(path: Path) -> list[dict[str, Any]]:
+def _read_review(path: Any) -> list[dict[str, Any]]:
     from riskrank.audit import read_review
 
     return read_review(path) if path.is_file() else []

@@ -866,3 +866,60 @@ def export_lines(store: StateStore, what: str, fmt: str) -> Iterator[bytes]:
                 rec = json.loads(text)
                 yield row([i, *(rec.get(c) for c in AUDIT_CSV[1:-1]), text])
         after = page[-1][0]
+
+
+# -- the audit's review queue -------------------------------------------------------------------------------
+REVIEW_KIND = "review"
+
+
+class StoreReview:
+    """The review queue of one label file (``riskrank audit``'s tools awaiting a reviewer), in
+    the state store: every replica's console reads and writes the same queue. Keyed by the
+    label file's name; brought in with ``riskrank state import --review FILE --labels
+    LABELS.json``. A decision is written only if nobody wrote the queue since the page read it
+    (compare-and-swap): two reviewers at two consoles cannot overwrite each other.
+    :func:`riskrank.audit.read_review` and ``save_review_decision`` take it in place of a path."""
+
+    def __init__(self, store: StateStore, labels: str | Path) -> None:
+        self.store, self.key = store, Path(labels).name
+        self._version: int | None = None
+
+    @property
+    def name(self) -> str:
+        return f"the review queue of {self.key}"
+
+    def __str__(self) -> str:
+        return f"{self.store.url} (review queue of {self.key})"
+
+    def is_file(self) -> bool:
+        """Whether the store holds this queue (the console's "is there a queue" question)."""
+        return self.store.get_doc(REVIEW_KIND, self.key) is not None
+
+    def read_entries(self) -> list[dict[str, Any]]:
+        from riskrank.audit import AuditError
+
+        got = self.store.get_doc(REVIEW_KIND, self.key)
+        if got is None:
+            raise AuditError(f"{self}: no review queue in the store (riskrank state import --review FILE --labels {self.key})")
+        self._version, entries = got
+        return [{**e, "_line": i} for i, e in enumerate(entries, 1)]
+
+    def write_entries(self, entries: list[dict[str, Any]]) -> None:
+        from riskrank.audit import AuditError
+
+        clean = [{k: v for k, v in e.items() if k != "_line"} for e in entries]
+        if self.store.put_doc(REVIEW_KIND, self.key, clean, expect=self._version) is None:
+            raise AuditError(f"{self}: another reviewer saved a decision meanwhile; reload the review queue")
+
+
+def import_review(store: StateStore, review: str | Path, labels: str | Path) -> int:
+    """Put a review file (``riskrank audit``'s JSONL queue, read strictly) into the store as
+    the queue of ``labels``, replacing the store's; returns the entries."""
+    from riskrank.audit import read_review
+
+    entries = [{k: v for k, v in e.items() if k != "_line"} for e in read_review(review)]
+    queue = StoreReview(store, labels)
+    got = store.get_doc(REVIEW_KIND, queue.key)
+    if store.put_doc(REVIEW_KIND, queue.key, entries, expect=None if got is None else got[0]) is None:
+        raise StoreError(f"{queue}: written by someone else meanwhile; import again")
+    return len(entries)
