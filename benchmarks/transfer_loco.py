@@ -107,7 +107,7 @@ def _complete(row: dict | None, modes: tuple[str, ...]) -> bool:
 
 
 def run(seeds: list[int], held_out: list[str], out: Path, epochs: int, max_queries: int | None, max_eval: int | None,
-        registries: list[str]) -> None:
+        registries: list[str], risk_choices: str = "all") -> None:
     import torch
 
     from riskrank.datasets import load_benchmark
@@ -129,6 +129,8 @@ def run(seeds: list[int], held_out: list[str], out: Path, epochs: int, max_queri
     done = json.loads(out.read_text()) if out.exists() else {"runs": {}}
     done["caps"] = {"max_queries_per_source": max_queries, "max_eval_queries": max_eval, "eval_sample_seed": EVAL_SAMPLE_SEED,
                     "epochs": epochs, "registries": registries}
+    if risk_choices != "all":
+        done["caps"]["risk_choices"] = risk_choices
     benches: dict[str, Any] = {}
     for seed in seeds:  # seed-major: every held-out registry of the first seed before the next seed
         for name in held_out:
@@ -138,7 +140,8 @@ def run(seeds: list[int], held_out: list[str], out: Path, epochs: int, max_queri
                 continue
             t0 = time.perf_counter()
             others = [r for r in registries if r != name]
-            built = build_base(load_sources(others), BaseConfig(seed=seed, epochs=epochs, max_queries=max_queries))
+            built = build_base(load_sources(others), BaseConfig(seed=seed, epochs=epochs, max_queries=max_queries,
+                                                                risk_choices=risk_choices))
             build_s = time.perf_counter() - t0
             enc, ck = built.encoder, built.retriever.checkpoint
             bench = benches[name] = benches.get(name) or load_benchmark(name)
@@ -283,6 +286,9 @@ def main() -> None:
     ap.add_argument("--max-queries", type=int, default=MAX_QUERIES, help="Training queries per source (evenly spaced).")
     ap.add_argument("--max-eval", type=int, default=MAX_EVAL, help="Held-out queries evaluated (a seeded sample).")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/loco.json"))
+    ap.add_argument("--risk-choices", choices=["all", "audited"], default="all",
+                    help="Which validation queries the zero-shot lambda choices measure RVR@5 on: all, or only those of "
+                         "the sources whose every tool is audited (BaseConfig.risk_choices).")
     ap.add_argument("--summarise", type=Path, nargs="+", default=None,
                     help="Merge these per-run files into --out, add the summary and the tables, print the tables.")
     a = ap.parse_args()
@@ -302,7 +308,8 @@ def main() -> None:
         tmp.replace(a.out)
         return
     registries = a.registries.split(",")
-    run([int(s) for s in a.seeds.split(",")], a.held_out or registries, a.out, a.epochs, a.max_queries, a.max_eval, registries)
+    run([int(s) for s in a.seeds.split(",")], a.held_out or registries, a.out, a.epochs, a.max_queries, a.max_eval, registries,
+        a.risk_choices)
 
 
 if __name__ == "__main__":

@@ -66,6 +66,7 @@ def _base(url: str) -> str:
     return url.rsplit("/mcp", 1)[0]
 
 
+@pytest.mark.mcp_sdk
 def test_an_approval_at_one_replica_releases_the_call_held_at_the_other(tmp_path, state):
     write_files(tmp_path, tmp_path / "ran.txt")
     a, url_a, _ = _replica(tmp_path, state, "A")

@@ -148,6 +148,7 @@ def team(tmp_path_factory):
     proc.wait(timeout=GUARD_S)
 
 
+@pytest.mark.mcp_sdk
 def test_each_client_gets_its_own_policy_at_every_step(team):
     url, audit, _ = team
     task = {"task": "restart the api service, or drop its database", "k": 5}
@@ -177,6 +178,7 @@ def test_each_client_gets_its_own_policy_at_every_step(team):
     assert [r["client"] for r in confirmed] == ["pager"] and confirmed[0]["confirmed"] == "elicitation"
 
 
+@pytest.mark.mcp_sdk
 def test_the_shared_bearer_token_is_the_default_policy_and_strangers_get_401(team):
     url, _, _ = team
     out = run_as(url, BEARER, [("find_tools", {"task": "restart the api service", "k": 5})])
@@ -190,6 +192,7 @@ def test_the_shared_bearer_token_is_the_default_policy_and_strangers_get_401(tea
         assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized", auth
 
 
+@pytest.mark.mcp_sdk
 def test_a_client_may_not_pick_a_policy_or_call_through_another_clients_session(team):
     """No request names a policy: an unknown find_tools argument is refused, and a session id
     presented with another client's token is that client's own (empty) exposure."""

@@ -485,3 +485,32 @@ def test_hybrid_training_on_the_demo_starts_at_the_fusion(demo, encoder, torch_s
     assert {"core", "core+rule", "core+graph+rule", "core+graph+rule_pred"} <= set(res.validation["pipelines"])
     with pytest.raises(RiskrankError, match="lexical evidence"):
         train_heads(T, Q, demo.train.gold, reg.risk_levels, TrainConfig(seed=3, epochs=1, relevance="hybrid"), progress=False)
+
+
+def test_risk_rows_measure_exposure_on_a_subset_of_the_validation_queries(trained):
+    """``risk_rows``: RVR@5 of every lambda (and of the first stage) on the masked queries
+    only, NDCG@5 on all; an all-true mask is no mask; ``utility`` cannot take one."""
+    from riskrank.training import choose_inference
+
+    (tools, queries, gold, risk), res = trained
+    cfg = res.config
+
+    def choose(rows=None):
+        record: dict = {}
+        chosen = choose_inference(queries, gold, tools, risk, cfg, model=res.model, record=record, risk_rows=rows)
+        return chosen, record
+
+    plain, rec_plain = choose()
+    everyone, rec_all = choose(np.ones(len(gold), dtype=bool))
+    assert plain["pipelines"] == everyone["pipelines"] and rec_plain["pipelines"] == rec_all["pipelines"]
+    half = np.arange(len(gold)) < len(gold) // 2
+    _, rec_half = choose(half)
+    from riskrank.metrics import rvr_at_k
+
+    cos = queries @ tools.T
+    top = np.argsort(-cos, axis=1, kind="stable")[:, :5]
+    assert rec_half["first_stage_rvr@5"] == pytest.approx(float(rvr_at_k(top, risk)[half].mean()))
+    assert [r["ndcg@5"] for r in rec_half["pipelines"]["core"]] == [r["ndcg@5"] for r in rec_plain["pipelines"]["core"]]
+    with pytest.raises(RiskrankError, match="cannot measure RVR on a subset"):
+        choose_inference(queries, gold, tools, risk, TrainConfig(**{**FAST, "selection": "utility:1"}), model=res.model,
+                         risk_rows=half)

@@ -83,6 +83,10 @@ class Source:
 BASE_NEED_FEATURES = (("cand",),)
 
 
+#: :attr:`BaseConfig.risk_choices`' values.
+RISK_CHOICES = ("all", "audited")
+
+
 @dataclass
 class BaseConfig:
     """What a base-model build varies: the seed, the epochs, and (tests) a cap on the
@@ -91,9 +95,21 @@ class BaseConfig:
     seed: int = 42
     epochs: int = 10
     max_queries: int | None = None
+    risk_choices: str = "all"
+    """Which validation queries the zero-shot lambda choices measure exposure (RVR@5) on:
+    ``all``, or ``audited``: only those of the sources whose every tool is audited (an
+    unaudited registry's RVR reads keyword levels, which rate far more tools risky than the
+    audits do). NDCG@5 is measured on all of them either way."""
+
+    def __post_init__(self) -> None:
+        if self.risk_choices not in RISK_CHOICES:
+            raise RiskrankError(f"risk_choices must be one of {', '.join(RISK_CHOICES)}, got {self.risk_choices!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"seed": self.seed, "epochs": self.epochs, "max_queries": self.max_queries}
+        out: dict[str, Any] = {"seed": self.seed, "epochs": self.epochs, "max_queries": self.max_queries}
+        if self.risk_choices != "all":  # the shipped card (built with "all") keeps its form
+            out["risk_choices"] = self.risk_choices
+        return out
 
 
 # -- 1. data ------------------------------------------------------------------------------
@@ -343,9 +359,18 @@ def build_base(sources: Sequence[Source], cfg: BaseConfig | None = None, *, enco
     q_emb = enc.encode(texts, desc="encoding queries")
     graph0 = ToolGraph.build(u_emb, [], choice_union.risk_levels, union.permissions, GraphConfig())
     zs_record: dict[str, Any] = {}
+    risk_rows = None
+    if cfg.risk_choices == "audited":
+        owner = np.concatenate([np.full(len(s.texts), i) for i, s in enumerate(sources)])
+        audited = [i for i, s in enumerate(sources) if (s.registry.risk_levels > 0).all()]
+        risk_rows = np.isin(owner[va], audited)
+        zs_record["risk_rows"] = {"sources": [sources[i].name for i in audited], "queries": int(risk_rows.sum())}
+        if not risk_rows.any():
+            raise RiskrankError("risk_choices='audited': no source of this build has every tool audited")
     chosen = choose_inference(q_emb[va], [gold[i] for i in va], u_emb, choice_union.risk_levels, rcfg, model=result.model,
                               graph=graph0, record=zs_record, lexical=r.lexical_index.evidence([texts[i] for i in va]),
-                              fusion=fusion, perm_counts=union.perm_counts, predicted_levels=predicted_levels_of(result, union))
+                              fusion=fusion, perm_counts=union.perm_counts, predicted_levels=predicted_levels_of(result, union),
+                              risk_rows=risk_rows)
     # the context stage in the same zero-shot form: need head, then tau/margin/lambdas per context pipeline
     zs_choice: dict[str, Any] = {"alpha": chosen["alpha"], "normalisation": chosen["normalisation"],
                                  "pipelines": dict(chosen["pipelines"])}
@@ -373,7 +398,8 @@ def build_base(sources: Sequence[Source], cfg: BaseConfig | None = None, *, enco
         inference["context"] = zs_choice["context"]
     r.checkpoint.meta["inference"] = inference
     result.lam = chosen["lam"]
-    result.validation["zero_shot"] = {k: zs_record[k] for k in ("residual_grid", "selected", "first_stage_rvr@5") if k in zs_record}
+    result.validation["zero_shot"] = {k: zs_record[k] for k in ("residual_grid", "selected", "first_stage_rvr@5", "risk_rows")
+                                      if k in zs_record}
     result.validation.update(record)
     # Timings are not reproducible; a build's sha256 must be.
     result.seconds = 0.0

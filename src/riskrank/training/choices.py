@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from riskrank.errors import RiskrankError
 from riskrank.first_stage import (
     Fusion,
     LexicalEvidence,
@@ -39,6 +40,11 @@ from riskrank.training.config import (
     validation_split,
 )
 from riskrank.training.modules import DualHead
+
+
+def _rows(values: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
+    """``values`` [Q] on the masked queries only (all without a mask)."""
+    return values if rows is None else values[rows]
 
 
 def _se(v: np.ndarray | None) -> float:
@@ -150,10 +156,12 @@ def choose_inference(
     normalisations: Sequence[str] = NORMALISATIONS, label_risk: np.ndarray | None = None,
     record: dict[str, Any] | None = None, lexical: LexicalEvidence | None = None, fusion: Fusion | None = None,
     choose_fusion_on: LexicalEvidence | None = None, perm_counts: np.ndarray | None = None,
-    predicted_levels: np.ndarray | None = None,
+    predicted_levels: np.ndarray | None = None, risk_rows: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Every inference setting riskrank chooses, chosen here and only here, on the given
-    (validation) queries only, in this order:
+    (validation) queries only, in this order (``risk_rows``, a boolean mask over the queries:
+    the exposure side of the lambda choices, RVR@5 of each lambda and of the first stage, is
+    measured on those queries only, NDCG@5 on all; None: all):
 
     0. ``fusion`` (with ``choose_fusion_on``, their lexical evidence): the hybrid first
        stage's rule and weight (:func:`choose_fusion`). The fusion has no trained parameter,
@@ -194,7 +202,7 @@ def choose_inference(
             record["residual_weight"] = chosen["residual_weight"] = best["beta"]
         scorer = HeadScorer(model, tool_emb)
         rel = scorer.relevance_score(val_query_emb, inputs=inputs)
-        dense_rvr = float(rvr_at_k(top_m(cos, 5), risk_levels).mean())
+        dense_rvr = float(_rows(rvr_at_k(top_m(cos, 5), risk_levels), risk_rows).mean())
         record["first_stage_rvr@5"] = dense_rvr
         record["selection"] = {"without_rule": cfg.selection, "with_rule": cfg.rule_selection}
         named = lexical.named if lexical is not None else None
@@ -213,7 +221,8 @@ def choose_inference(
         record["pipelines"] = {}
         for prefix, cand in sets:
             got = _choose_pipelines(rel, scorer.f_risk, cand, named, val_gold, risk_levels, cfg, graph, alpha_grid,
-                                    normalisations, filters, dense_rvr, only=CANDIDATE_PIPELINES if prefix else PIPELINES)
+                                    normalisations, filters, dense_rvr, only=CANDIDATE_PIPELINES if prefix else PIPELINES,
+                                    risk_rows=risk_rows)
             for name, (choice, rows) in got.items():
                 pipelines[prefix + name] = choice
                 record["pipelines"][prefix + name] = rows
@@ -236,7 +245,7 @@ def choose_inference(
 def _choose_pipelines(
     rel: np.ndarray, penalty: np.ndarray, cand: np.ndarray | None, named: np.ndarray | None, gold: list[np.ndarray],
     risk: np.ndarray, cfg: TrainConfig, graph: ToolGraph | None, alpha_grid: Sequence[float], normalisations: Sequence[str],
-    filters: dict[str, RuleFilter], dense_rvr: float, only: Sequence[str],
+    filters: dict[str, RuleFilter], dense_rvr: float, only: Sequence[str], risk_rows: np.ndarray | None = None,
 ) -> dict[str, tuple[dict[str, Any], list[dict[str, Any]]]]:
     """Each pipeline's (choice, per-lambda rows) over one scored set (the full pool, or
     ``cand`` [Q, M]); see :func:`choose_inference`, step 2."""
@@ -249,7 +258,12 @@ def _choose_pipelines(
         return final_order(s, named=named, candidates=cand, rule_filter=rule_filter, top=5)[0]
 
     def metrics(order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return ndcg_at_k(order, gold), rvr_at_k(order, risk)
+        return ndcg_at_k(order, gold), _rows(rvr_at_k(order, risk), risk_rows)
+
+    for rule in (cfg.selection, cfg.rule_selection):
+        if risk_rows is not None and parse_selection(rule)[0] == "utility":
+            raise RiskrankError(f"lambda selection {rule!r} weighs NDCG against RVR per query: it cannot measure RVR "
+                                "on a subset of the queries (risk_rows); use budget:R or ucb:R")
 
     per: dict[str, dict[float, tuple[np.ndarray, np.ndarray]]] = {p: {} for p in only}
     graph_choice: dict[float, tuple[float, str]] = {}
