@@ -250,6 +250,19 @@ def test_sse_and_http_upstreams_with_auth_from_the_environment(remotes, tmp_path
         assert SERVER_TOKEN not in where
 
 
+def first_states(configs: list, logged: list[str]) -> dict[str, tuple[str, str]]:
+    """Each upstream's (state, last error) once the manager's first start is over."""
+    async def main() -> dict[str, tuple[str, str]]:
+        manager = UpstreamManager(configs, startup_timeout=GUARD_S, log=logged.append)
+        async with anyio.create_task_group() as tg:
+            await tg.start(manager.run)
+            out = {n: (u.state, u.last_error) for n, u in manager.upstreams.items()}
+            tg.cancel_scope.cancel()
+        return out
+
+    return anyio.run(main)
+
+
 def test_a_wrong_header_leaves_the_upstream_down_with_the_reason(remotes, tmp_path, monkeypatch):
     """A server that refuses the credentials (401) is down, and says why in one line that names
     the server and the status, not the value; the others serve."""
@@ -260,16 +273,7 @@ def test_a_wrong_header_leaves_the_upstream_down_with_the_reason(remotes, tmp_pa
         "sse_bad": remote_entry(remotes["sse"], "RISKRANK_TEST_WRONG_AUTH"),
         "http_bad": remote_entry(remotes["http"], "RISKRANK_TEST_WRONG_AUTH")}))
     logged: list[str] = []
-
-    async def main() -> dict[str, Any]:
-        manager = UpstreamManager(configs, startup_timeout=GUARD_S, log=logged.append)
-        async with anyio.create_task_group() as tg:
-            await tg.start(manager.run)
-            out = {n: (u.state, u.last_error) for n, u in manager.upstreams.items()}
-            tg.cancel_scope.cancel()
-        return out
-
-    states = anyio.run(main)
+    states = first_states(configs, logged)
     assert states["good"] == ("up", "")
     for name in ("sse_bad", "http_bad"):
         state, why = states[name]
@@ -317,16 +321,7 @@ def test_https_is_verified_and_a_private_ca_is_trusted_with_ca_file(tmp_path, mo
         configs = load_servers(write_servers(tmp_path, {
             "default": remote_entry(remote), "private": remote_entry(remote, tls={"ca_file": str(cert)})}))
         logged: list[str] = []
-
-        async def main() -> dict[str, tuple[str, str]]:
-            manager = UpstreamManager(configs, startup_timeout=GUARD_S, log=logged.append)
-            async with anyio.create_task_group() as tg:
-                await tg.start(manager.run)
-                out = {n: (u.state, u.last_error) for n, u in manager.upstreams.items()}
-                tg.cancel_scope.cancel()
-            return out
-
-        states = anyio.run(main)
+        states = first_states(configs, logged)
     finally:
         remote.kill()
     assert states["private"] == ("up", "")

@@ -44,7 +44,7 @@ from typing import Any
 
 from riskrank.errors import RiskrankError
 from riskrank.fileio import atomic_write_text, loads_strict
-from riskrank.serving.gateway.config import ConfigError, Policies
+from riskrank.serving.gateway.config import ConfigError, Policies, check_object
 
 #: The shortest token ``riskrank clients add`` accepts (the bearer token's rule too).
 MIN_TOKEN_CHARS = 16
@@ -115,12 +115,8 @@ def parse_clients(data: Any, where: str, policies: Policies, *, reserved: dict[s
         at = f"{where}: clients.{name}"
         if not _NAME.match(name):
             raise ConfigError(f"{at}: a client name is 1 to 64 letters, digits, '_', '.', '@' or '-'")
-        if not isinstance(entry, dict):
-            raise ConfigError(f"{at}: must be an object with token_sha256 and policy")
-        extra = sorted(set(entry) - CLIENT_KEYS)
-        if extra:
-            raise ConfigError(f"{at}: unknown key(s) {extra} (known: {', '.join(sorted(CLIENT_KEYS))}); "
-                              "tokens are never written in clear: use token_sha256")
+        check_object(entry, CLIENT_KEYS, at, "an object with token_sha256 and policy",
+                     "; tokens are never written in clear: use token_sha256")
         digests = entry.get("token_sha256")
         digests = [digests] if isinstance(digests, str) else digests
         if not isinstance(digests, list) or not digests:

@@ -96,6 +96,17 @@ def _read_object(path: str | Path, what: str) -> dict[str, Any]:
     return data
 
 
+def check_object(value: Any, keys: set[str], where: str, shape: str = "an object", hint: str = "") -> dict[str, Any]:
+    """``value`` as an object whose keys are all among ``keys``: else one line naming
+    ``where``, what it must be (``shape``) or the unknown keys (and ``hint``)."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: must be {shape}")
+    unknown = sorted(set(value) - keys)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown} (known: {', '.join(sorted(keys))}){hint}")
+    return value
+
+
 def _no_substitution(value: str, where: str) -> None:
     """Other clients expand ``${VAR}`` in a servers file; riskrank does not, so one left in
     would reach the server as literal text: refused, naming the field."""
@@ -150,11 +161,7 @@ def _server(path: str | Path, key: str, name: str, entry: Any, secret_names: fro
     where = f"{path}: {key}.{name}"
     if not _NAME.match(name):
         raise ConfigError(f"{where}: a server name is 1-64 letters, digits, '_', '-' or '.'")
-    if not isinstance(entry, dict):
-        raise ConfigError(f"{where}: must be an object")
-    unknown = sorted(set(entry) - SERVER_KEYS)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown} (known: {', '.join(sorted(SERVER_KEYS))})")
+    check_object(entry, SERVER_KEYS, where)
     disabled = entry.get("disabled", False)
     if not isinstance(disabled, bool):
         raise ConfigError(f"{where}.disabled: must be true or false")
@@ -228,11 +235,7 @@ def _tls(value: Any, url: str, where: str) -> tuple[bool, str | None]:
         return True, None
     if not url.lower().startswith("https://"):
         raise ConfigError(f"{where}: the url is not https, so there is no TLS to configure")
-    if not isinstance(value, dict):
-        raise ConfigError(f'{where}: must be an object, {{"ca_file": "/path/ca.pem"}} or {{"verify": false}}')
-    unknown = sorted(set(value) - TLS_KEYS)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown} (known: {', '.join(sorted(TLS_KEYS))})")
+    check_object(value, TLS_KEYS, where, 'an object, {"ca_file": "/path/ca.pem"} or {"verify": false}')
     verify = value.get("verify", True)
     if not isinstance(verify, bool):
         raise ConfigError(f"{where}.verify: must be true or false")
@@ -428,9 +431,7 @@ def load_policy(path: str | Path | None) -> Policy:
 
 def _policy(data: dict[str, Any], where: str) -> Policy:
     """One policy object of the policy file (``where`` names it in every error)."""
-    unknown = sorted(set(data) - POLICY_KEYS)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown} (known: {', '.join(sorted(POLICY_KEYS))})")
+    check_object(data, POLICY_KEYS, where)
     d = Policy()
     max_level = _level(data.get("max_level", d.max_level), f"{where}: max_level")
     confirm_level = _level(data.get("confirm_level", d.confirm_level), f"{where}: confirm_level")
