@@ -1,6 +1,7 @@
 """Screenshots of every console page, for docs/console/ (`make console-shots`).
 
     python tools/console_shots.py [OUT_DIR]        # default: docs/console
+    python tools/console_shots.py [OUT_DIR] --replicas   # replicas.png alone
 
 Runs what an operator runs: ``riskrank mcp --config servers.json --policy policy.json
 --audit-log audit.jsonl --console --labels labels.json`` over stdio in front of the reference
@@ -10,7 +11,8 @@ finds and calls tools; an operator in headless Chromium (Debian's chromium and
 chromium-driver) approves one waiting call and denies another, reviews a tool of the audit,
 and each page is photographed, the approvals page while a third call waits on it. The Changes
 page is photographed in a second run, a rug pull: tests/trust_upstream.py pinned in one
-session, serving a changed tool in the next.
+session, serving a changed tool in the next. ``replicas.png``: two replicas on one state store,
+a call held at one on the approvals page of the other's console.
 
 The audit behind the review queue is of the same servers' tools, voted by three scripted
 annotators (tests/console_support.py's personas, derived from the keyword annotator): their
@@ -191,12 +193,54 @@ async def changes(root: Path, out: Path, browser: Browser) -> None:
                     await anyio.to_thread.run_sync(shoot, url)
 
 
+def replicas(root: Path, out: Path, browser: Browser) -> None:
+    """Two replicas on one state store (SQLite in one directory; tests/team_support.py's
+    clients, policies and upstream): the on-call pager's restart held at replica B, on the
+    approvals page of replica A's console, photographed, then approved there."""
+    import threading
+
+    import team_support as ts
+
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    ts.write_files(root)
+    state = str(root / "state")
+    procs = [ts.start_gateway(root, "--state", state, "--replica", name, "--console", "--admin-token-file",
+                              str(root / "admin"), "--confirm-timeout", "300") for name in ("gw-a", "gw-b")]
+    url_a, url_b = procs[0][1], procs[1][1]
+    held: dict = {}
+    agent = threading.Thread(target=lambda: held.update(out=ts.run_as(url_b, ts.TOKENS["pager"], [
+        ("find_tools", {"task": "restart the api service, it stopped answering", "k": 5}),
+        ("call_tool", {"name": "restart_service", "arguments": {"service": "api"}})])))
+    try:
+        agent.start()
+        base = url_a.rsplit("/mcp", 1)[0] + "/console"
+        browser.login(base, OPERATOR, ts.ADMIN)
+        browser.wait_for(base + "/approvals", "article.pending")
+        browser.shot(out / "replicas.png", max_height=1400)
+        browser.submit(browser.css("article.pending button.approve"))
+        agent.join(GUARD_S)
+        assert held["out"][1] == {"text": "api restarted"}, held
+    finally:
+        for proc, _, _ in procs:
+            proc.terminate()
+            proc.wait(timeout=GUARD_S)
+
+
 def main(argv: list[str]) -> int:
     out = Path(argv[1]) if len(argv) > 1 else ROOT / "docs" / "console"
     why = browser_missing()
     if why:
         print(f"error: {why}", file=sys.stderr)
         return 2
+    if "--replicas" in argv:  # that picture alone (no npm servers needed)
+        out = Path(argv[1]) if len(argv) > 2 else ROOT / "docs" / "console"
+        out.mkdir(parents=True, exist_ok=True)
+        with Browser(width=1360, height=900) as browser:
+            replicas(Path(tempfile.gettempdir()) / "riskrank-console-replicas", out, browser)
+        print(f"wrote {out / 'replicas.png'}")
+        return 0
     bins = npm_bin()
     if bins is None:
         print("error: node and npm are needed for the reference MCP servers (.ci/npm/install.sh)", file=sys.stderr)
@@ -212,6 +256,8 @@ def main(argv: list[str]) -> int:
         anyio.run(session, paths, out, browser)
     with Browser(width=1360, height=900) as browser:
         anyio.run(changes, Path(tempfile.gettempdir()) / "riskrank-console-changes", out, browser)
+    with Browser(width=1360, height=900) as browser:
+        replicas(Path(tempfile.gettempdir()) / "riskrank-console-replicas", out, browser)
     for png in sorted(out.glob("*.png")):
         print(f"wrote {png.relative_to(ROOT) if png.is_relative_to(ROOT) else png}")
     return 0

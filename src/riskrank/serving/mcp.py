@@ -91,6 +91,9 @@ def console_host(gateway: Gateway, audit_log: Any = None) -> ConsoleHost:
             "source": view.catalogue.registry.source if view.catalogue is not None else "no tool offered",
             "mode": gateway.mode, "tools": len(view.tools), "offered": len(view.tools) - len(view.not_offered),
             "policy": p.source, "max_level": p.max_level, "confirm_level": p.confirm_level, "generation": view.generation}
+        if len(gateway.policies.named) > 1:  # the figures above are the default policy's
+            out["named policies"] = ", ".join(f"{n} (max {q.max_level}, confirm {q.confirm_level})"
+                                              for n, q in gateway.policies.named.items())
         if gateway.manager is not None:
             out["upstreams down"] = ", ".join(gateway.manager.down()) or "none"
         return out
