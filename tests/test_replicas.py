@@ -177,6 +177,9 @@ def test_a_replica_that_loses_its_database_refuses_calls_and_keeps_searching(tmp
             assert run_as(url, TOKENS["ci-bot"], steps)[1]["text"].startswith("api: up")
         finally:
             _stop(a)
+        log = a.stderr.read()
+        assert log.count("every call is refused until the store takes the audit log again") == 1, log
+        assert "takes the audit log again; calls are decided again" in log and "Traceback" not in log, log
     finally:
         cluster.remove()
     assert (tmp_path / "ran.txt").read_text().splitlines() == ["list_services ", "list_services "]

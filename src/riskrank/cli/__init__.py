@@ -69,6 +69,9 @@ def _quiet_child_watcher(record: logging.LogRecord) -> bool:
 def run() -> int:
     """Entry point with the error policy: RiskrankError -> one line, exit 2."""
     logging.getLogger("asyncio").addFilter(_quiet_child_watcher)
+    # psycopg's pool logs each failed reconnect (with a traceback) while a state store's
+    # database is away; the gateway says so in one line of its own (StoreAuditLog).
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     try:
         main.main(standalone_mode=False)
     except click.exceptions.Abort:

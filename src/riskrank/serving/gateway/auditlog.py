@@ -116,9 +116,12 @@ class StoreAuditLog(AuditLog):
     A store that cannot take a record raises :class:`AuditLogError`: the call it records is
     refused (fail closed)."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Any, log: Any = None) -> None:
         super().__init__(None)
         self.store = store
+        #: One line when the store stops taking records, one when it takes them again.
+        self.log = log or (lambda line: None)
+        self.down: str | None = None
 
     def write(self, **fields: Any) -> None:
         from riskrank.serving.gateway.store import StoreError
@@ -127,7 +130,13 @@ class StoreAuditLog(AuditLog):
         try:
             self.store.append(rec)
         except StoreError as exc:
+            if self.down is None:
+                self.log(f"state: {exc}; every call is refused until the store takes the audit log again")
+            self.down = str(exc)
             raise AuditLogError(f"cannot append to the audit log in {self.store.url}: {exc}") from None
+        if self.down is not None:
+            self.down = None
+            self.log(f"state: {self.store.url} takes the audit log again; calls are decided again")
 
     async def append(self, **fields: Any) -> None:
         import anyio.to_thread
