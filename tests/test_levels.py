@@ -111,3 +111,26 @@ def test_the_served_level_is_the_level_model_s(encoder) -> None:
     # without the level model the checkpoint's head and the keyword rule serve, as before
     old = RiskAwareRetriever(reg, encoder=encoder, progress=False, level_model=None)
     assert int(old.tool_levels.levels[reg.index_of("get_file_info")]) == 4
+
+
+@pytest.mark.skipif(default_level_model_dir() is None, reason="no shipped level model in this tree")
+def test_level_model_is_a_choice_of_every_surface(encoder, tmp_path) -> None:
+    """``--level-model auto|none|DIR`` (ArtefactSpec.level_model): the served level of the
+    same tool under each, from the catalogue every surface loads; a directory that holds no
+    level model is one clear error."""
+    from riskrank.catalogue import ArtefactSpec, audit_tools
+    from riskrank.errors import RiskrankError
+
+    reg = ToolRegistry.load(FILESYSTEM)
+    i = reg.index_of("get_file_info")
+
+    def level(value: str) -> tuple[int, str]:
+        got = audit_tools(ArtefactSpec(FILESYSTEM, level_model=value), encoder, reg).levels
+        return int(got.levels[i]), got.provenance[i]
+
+    assert level("auto")[0] <= 2
+    assert level("none") == (4, "keyword")  # the higher of head and keywords: "permissions"
+    assert level(str(default_level_model_dir()))[0] == level("auto")[0]
+    with pytest.raises(RiskrankError) as err:
+        level(str(tmp_path))
+    assert str(tmp_path) in str(err.value) and "Traceback" not in str(err.value)

@@ -59,6 +59,9 @@ class ArtefactSpec:
     """The rule filter's fill policy (:data:`riskrank.rules.FILL_POLICIES`)."""
     min_score: float | None = None
     """The relevance floor on f_rel; None: the score scale's default (``RiskAwareRetriever.relevance_floor``)."""
+    level_model: str = "auto"
+    """What serves an unaudited tool's level: ``auto`` (the shipped level model, with the base
+    model), ``none`` (the risk head with the keyword rule) or a level-model directory."""
 
     @property
     def served_mode(self) -> str:
@@ -94,7 +97,7 @@ class ArtefactSpec:
         return {"registry": self.registry, "checkpoint": self.checkpoint, "mode": self.mode,
                 "risk_source": self.risk_source, "fill_levels": self.fill_levels, "candidates": self.candidates,
                 "first_stage": self.first_stage, "trust_annotations": self.trust_annotations, "fill": self.fill,
-                "min_score": self.min_score}
+                "min_score": self.min_score, "level_model": self.level_model}
 
 
 def _schema(tool: Any) -> dict[str, Any]:
@@ -260,7 +263,12 @@ def _retriever(spec: ArtefactSpec, encoder: Any, registry: ToolRegistry, checkpo
         registry, encoder=encoder, checkpoint=checkpoint, mode=spec.mode or safe_default_mode(checkpoint is not None),
         risk_source=spec.risk_source, progress=False, candidates=spec.candidates, first_stage=spec.first_stage,
         rule_config=RuleConfig(fill=spec.fill), min_score=spec.min_score, trust_annotations=spec.trust_annotations,
-        fill_levels=spec.fill_levels, **given)
+        fill_levels=spec.fill_levels, level_model=level_model_arg(spec.level_model), **given)
+
+
+def level_model_arg(value: str | None) -> str | None:
+    """``--level-model`` as :class:`~riskrank.pipeline.RiskAwareRetriever` takes it (``none``: None)."""
+    return None if value is None or value == "none" else value
 
 
 def audit_tools(spec: ArtefactSpec, encoder: Any, registry: ToolRegistry, level_pins: dict[str, int] | None = None) -> ToolAudit:

@@ -52,6 +52,15 @@ def trust_annotations_option(f: Callable) -> Callable:
     )(f)
 
 
+def level_model_option(f: Callable) -> Callable:
+    return click.option(
+        "--level-model", default="auto", show_default=True, metavar="auto|none|DIR",
+        help="What serves the level of a tool nobody audited: auto = the shipped level model (with the base model; "
+             "docs/base-model.md), none = the risk head with the keyword rule (the higher of the two), DIR = a level "
+             "model of your own (riskrank.training.levels).",
+    )(f)
+
+
 def fmt(x: float | None, digits: int = 3) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 

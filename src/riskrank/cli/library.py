@@ -12,6 +12,7 @@ from riskrank.cli.common import (
     emit_json,
     fmt,
     json_option,
+    level_model_option,
     mode_option,
     parse_seeds,
     print_table,
@@ -178,10 +179,11 @@ def compare(before: str, after: str, metrics: str, as_json: bool) -> None:
               help="How the top-M is found: exact (the mode's first-stage scores over every tool), or an approximate IVF "
                    "index joined by BM25's best (10^5+ tools; M = 100 unless --candidates).")
 @trust_annotations_option
+@level_model_option
 @json_option("the result (the table is not printed when it goes to stdout)")
 def retrieve(task: str | None, registry: str | None, checkpoint: str | None, k: int, mode: str | None, lam: float | None,
              alpha: float | None, risk_source: str, encoder: str | None, candidates: int | None, first_stage: str,
-             trust_annotations: bool, json_out: str | None) -> None:
+             trust_annotations: bool, level_model: str, json_out: str | None) -> None:
     """Rank a registry's tools for TASK and show the top-k with scores, risk levels and
     permission categories (and, in rule modes, what was deferred and why).
 
@@ -189,6 +191,7 @@ def retrieve(task: str | None, registry: str | None, checkpoint: str | None, k: 
     not as a file name: with no other TASK, the word after `--json` is the task and the JSON
     goes to stdout."""
     from riskrank.base import resolve_checkpoint
+    from riskrank.catalogue import level_model_arg
     from riskrank.datasets.demo import demo_registry_path
     from riskrank.encoder import Encoder
     from riskrank.modes import safe_default_mode
@@ -205,7 +208,7 @@ def retrieve(task: str | None, registry: str | None, checkpoint: str | None, k: 
     retriever = RiskAwareRetriever.from_paths(registry or demo_registry_path(), checkpoint, encoder=enc,
                                               mode=mode or safe_default_mode(checkpoint is not None), risk_source=risk_source, progress=False,
                                               candidates=candidates, first_stage=first_stage,
-                                              trust_annotations=trust_annotations)
+                                              trust_annotations=trust_annotations, level_model=level_model_arg(level_model))
     res = retriever.retrieve(task, k=k, lam=lam, alpha=alpha)
     if json_out != STDOUT:
         show_result(res)

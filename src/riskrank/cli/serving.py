@@ -13,7 +13,13 @@ from typing import Any
 import click
 
 from riskrank.catalogue import FILL_LEVELS, ReloadPolicy
-from riskrank.cli.common import demo_registry, log, mode_option, trust_annotations_option
+from riskrank.cli.common import (
+    demo_registry,
+    level_model_option,
+    log,
+    mode_option,
+    trust_annotations_option,
+)
 from riskrank.errors import RiskrankError
 from riskrank.modes import FIRST_STAGES, MAX_K, NO_MIN_SCORE, RISK_SOURCES
 from riskrank.rules import FILL_POLICIES
@@ -69,6 +75,7 @@ def catalogue_options(f: Callable) -> Callable:
         click.option("--first-stage", type=click.Choice(FIRST_STAGES), default="exact", show_default=True,
                      help="How the top-M is found: exact cosine, or an approximate IVF index (10^5+ tools; M = 100 unless --candidates)."),
         trust_annotations_option,
+        level_model_option,
         click.option("--fill", type=click.Choice(FILL_POLICIES), default="safe", show_default=True,
                      help="When fewer than k tools meet the rule filter's rules: safe tops up only with tools below the "
                           "risky level, none never tops up (fewer tools come back), deferred is the paper's (tops up "
@@ -146,7 +153,7 @@ def console_setup(console: bool, host: str, admin_token: str | None, labels: str
 @console_options
 def serve_command(registry: str | None, checkpoint: str | None, mode: str | None, risk_source: str, fill_levels: str,
                   encoder: str | None, device: str, encoder_backend: str, threads: int | None, candidates: int | None,
-                  first_stage: str, trust_annotations: bool, fill: str, min_score: str | None, host: str, port: int,
+                  first_stage: str, trust_annotations: bool, level_model: str, fill: str, min_score: str | None, host: str, port: int,
                   token_file: str | None, token_env: str, insecure: bool, admin_token_file: str | None,
                   reload_dirs: tuple[str, ...], max_registry_bytes: int, max_body_bytes: int, max_task_chars: int,
                   max_lambda: float, timeout_s: float, max_inflight: int, log_level: str, openapi_out: str | None,
@@ -185,7 +192,8 @@ def serve_command(registry: str | None, checkpoint: str | None, mode: str | None
         from riskrank.serving.console.app import create_console, with_console
     sock = bind_socket(host, port)
     spec = ArtefactSpec(registry or demo_registry(announce=True), checkpoint, mode, risk_source, fill_levels, candidates, first_stage,
-                        trust_annotations=trust_annotations, fill=fill, min_score=parse_min_score(min_score))
+                        trust_annotations=trust_annotations, fill=fill, min_score=parse_min_score(min_score),
+                        level_model=level_model)
     log(f"loading {spec.registry}" + (f" with checkpoint {checkpoint}" if checkpoint else ""))
     live = LiveCatalogue.from_spec(spec, encoder, reload_dirs=reload_dirs, max_registry_bytes=max_registry_bytes,
                                    device=device, threads=threads, backend=encoder_backend)
@@ -299,7 +307,7 @@ def parse_min_score(value: str | None) -> float | None:
                    "optionally OAuth bearer JWTs (docs/teams.md); re-read when it changes.")
 def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, risk_source: str, fill_levels: str,
                 encoder: str | None, device: str, encoder_backend: str, threads: int | None, candidates: int | None,
-                first_stage: str, trust_annotations: bool, fill: str, min_score: str | None, config_file: str | None,
+                first_stage: str, trust_annotations: bool, level_model: str, fill: str, min_score: str | None, config_file: str | None,
                 upstream: str | None, policy_file: str | None, audit_log: str | None, forward: bool | None,
                 startup_timeout: float, k: int, transport: str, host: str, port: int, token_file: str | None,
                 token_env: str, insecure: bool, console: bool, labels: str | None, review: str | None,
@@ -410,7 +418,7 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
         console_sock = bind_socket(console_host, 8790 if console_port is None else console_port)
     spec = ArtefactSpec(registry or ("" if gateway else demo_registry(announce=True)), checkpoint, mode, risk_source,
                         fill_levels, candidates, first_stage, trust_annotations=trust_annotations, fill=fill,
-                        min_score=parse_min_score(min_score))
+                        min_score=parse_min_score(min_score), level_model=level_model)
     pins, store = None, None
     if state_url is not None:
         import dataclasses
