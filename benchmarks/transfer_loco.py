@@ -275,6 +275,31 @@ def doc_tables(summary: dict) -> str:
     return "\n".join(lines) + "\n\n" + "\n".join(t) + "\n\n" + "\n".join(lv)
 
 
+def lever_table(base: dict, variant: dict) -> str:
+    """The runs two studies share (held-out registry and seed), side by side: ``base`` (the
+    shipped choices) against ``variant`` (``--risk-choices audited``): the lambda each build
+    chose for ``core+graph`` and ``core+graph+rule``, and NDCG@5 / RVR@5 of those modes, with
+    max(bm25, dense) beside them."""
+    rows = ["| held out, seed | max(bm25, dense) | `core+graph` λ: all → audited | `core+graph` all → audited "
+            "| `core+graph+rule` λ: all → audited | `core+graph+rule` all → audited |", "|---|---|---|---|---|---|"]
+    shared = [t for t in variant["runs"] if t in base["runs"]]
+    order = {name: i for i, name in enumerate(REGISTRIES)}
+    for tag in sorted(shared, key=lambda t: (order.get(t.split("|")[0], 99), int(t.split("|")[1]))):
+        a, b = base["runs"][tag], variant["runs"][tag]
+        ma, mb = a["held_out"]["methods"], b["held_out"]["methods"]
+        ref = max(ma["bm25"]["ndcg@5"], ma["dense"]["ndcg@5"])
+
+        def pair(m: dict, mode: str) -> str:
+            return f"{m[mode]['ndcg@5']:.3f} / {m[mode]['rvr@5']:.3f}"
+
+        cells = [tag.replace("|", ", seed "), f"{ref:.3f}"]
+        for mode in ("core+graph", "core+graph+rule"):
+            cells.append(f"{a['pipelines'][mode]['lam']:g} → {b['pipelines'][mode]['lam']:g}")
+            cells.append(f"{pair(ma, mode)} → {pair(mb, mode)}")
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", default="42,123,777")
