@@ -108,7 +108,7 @@ def test_an_approval_at_one_replica_releases_the_call_held_at_the_other(tmp_path
     assert [(r["client"], r["replica"], r["tool"]) for r in pending] == [("pager", "B", "restart_service")]
     run = allowed["restart_service"]
     assert (run["client"], run["decided_by"], run["note"], run["confirmed"]) == ("pager", "lead", "deploy window", "console")
-    assert allowed["list_services"]["client"] == "ci-bot"
+    assert (allowed["list_services"]["client"], allowed["list_services"]["replica"], run["replica"]) == ("ci-bot", "A", "B")
     assert (tmp_path / "ran.txt").read_text().splitlines() == ["restart_service api", "list_services "]
 
 

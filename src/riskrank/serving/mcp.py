@@ -235,7 +235,7 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
     mcp_compat.sdk_major()  # a missing SDK is the extra's one-line error, before anything starts
     policies = policies or Policies({"default": policy or Policy()})
     policy = policies.default_policy
-    audit = AuditLog(audit_log) if store is None else StoreAuditLog(store, log=echo)
+    audit = AuditLog(audit_log) if store is None else StoreAuditLog(store, log=echo, replica=replica)
     broker: ConfirmationBroker
     if confirm_by == "console":
         broker = (OperatorBroker(confirm_timeout, audit=audit) if store is None

@@ -116,9 +116,11 @@ class StoreAuditLog(AuditLog):
     A store that cannot take a record raises :class:`AuditLogError`: the call it records is
     refused (fail closed)."""
 
-    def __init__(self, store: Any, log: Any = None) -> None:
+    def __init__(self, store: Any, log: Any = None, replica: str | None = None) -> None:
         super().__init__(None)
         self.store = store
+        #: The replica that writes (``--replica``): on every line, so a shared log says which one decided.
+        self.replica = replica
         #: One line when the store stops taking records, one when it takes them again.
         self.log = log or (lambda line: None)
         self.down: str | None = None
@@ -126,6 +128,8 @@ class StoreAuditLog(AuditLog):
     def write(self, **fields: Any) -> None:
         from riskrank.serving.gateway.store import StoreError
 
+        if self.replica is not None:
+            fields.setdefault("replica", self.replica)
         rec = self.record(**fields)
         try:
             self.store.append(rec)
