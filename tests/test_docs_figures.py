@@ -188,3 +188,15 @@ def test_the_teams_figures_are_their_artefacts():
             f"{team['policy_widenings']} calls allowed above the caller's policy, "
             f"{team['ran_without_a_committed_decision'] + kill['ran_without_a_committed_decision']} calls run")
     assert " ".join(said.split()) in " ".join(readme.split())
+
+
+def test_the_risk_choices_lever_table_is_its_artefact():
+    """docs/base-model.md's table of the risk-choices lever is loco.json against
+    loco_audited.json rendered (the runs the two share)."""
+    import transfer_loco
+
+    base = json.loads((ROOT / "benchmarks/results/loco.json").read_text())
+    variant = json.loads((ROOT / "benchmarks/results/loco_audited.json").read_text())
+    assert variant["caps"]["risk_choices"] == "audited"
+    assert transfer_loco.lever_table(base, variant) in (ROOT / "docs/base-model.md").read_text(), (
+        "docs/base-model.md's risk-choices table differs from benchmarks/results/loco_audited.json")
