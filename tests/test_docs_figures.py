@@ -200,3 +200,19 @@ def test_the_risk_choices_lever_table_is_its_artefact():
     assert variant["caps"]["risk_choices"] == "audited"
     assert transfer_loco.lever_table(base, variant) in (ROOT / "docs/base-model.md").read_text(), (
         "docs/base-model.md's risk-choices table differs from benchmarks/results/loco_audited.json")
+
+
+def test_the_corpora_table_is_the_manifest_and_the_loaders():
+    """docs/base-model.md's corpora table is the manifest and the loaders' counts, rendered
+    (needs the fetched data, as the corpus tests do)."""
+    import pytest
+
+    from riskrank.datasets.corpora import corpora_table
+    from riskrank.errors import RiskrankError
+
+    try:
+        table = corpora_table()
+    except RiskrankError as exc:
+        pytest.skip(f"the corpora are not fetched here: {exc}")
+    assert table in (ROOT / "docs/base-model.md").read_text(), (
+        "docs/base-model.md's corpora table differs from the manifest and the loaders: render corpora_table() again")
