@@ -207,7 +207,7 @@ def test_the_corpora_table_is_the_manifest_and_the_loaders():
     (needs the fetched data, as the corpus tests do)."""
     import pytest
 
-    from riskrank.datasets.corpora import corpora_table
+    from riskrank.datasets import corpora_table
     from riskrank.errors import RiskrankError
 
     try:

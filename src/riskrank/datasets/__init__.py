@@ -32,7 +32,7 @@ from riskrank.errors import DataError, RiskrankError
 
 DATASETS = ("ultratool", "sealtools", "demo")
 
-__all__ = ["CORPORA", "DATASETS", "ENV_DATA", "ENV_HOME", "Benchmark", "Negatives", "QuerySet", "build_gold",
+__all__ = ["CORPORA", "DATASETS", "ENV_DATA", "ENV_HOME", "Benchmark", "Negatives", "QuerySet", "build_gold", "corpora_table",
            "crossfit_folds", "data_file", "load_benchmark", "load_corpora", "load_corpus", "resolve_data_dir", "riskrank_home"]
 
 
@@ -91,3 +91,23 @@ def load_corpora(names: Sequence[str] = CORPORA, data_dir: str | Path | None = N
         except RiskrankError as exc:
             errors[name] = str(exc)
     return loaded, errors
+
+
+def corpora_table(data_dir: str | Path | None = None) -> str:
+    """The corpora riskrank-base's choices are judged on, as a Markdown table: each corpus's
+    repository at its pinned commit, licence, mirrored files and bytes (the manifest), and the
+    tools and (task, gold tool) pairs its loader forms from them (:func:`riskrank.datasets.load_corpus`)."""
+    import json
+    from importlib.resources import files
+
+    manifest = json.loads(files("riskrank.datasets").joinpath("manifest.json").read_text(encoding="utf-8"))
+    rows = ["| corpus | repository @ commit | licence | files (bytes) | tools | pairs |", "|---|---|---|---|---|---|"]
+    for name in CORPORA:
+        entries = [f for f in manifest["files"] if f.get("corpus") == name]
+        repos = sorted({f"`{f['repo']}` @ `{f['commit'][:10]}`" for f in entries})
+        licences = sorted({str(f.get("license")) for f in entries})
+        bench = load_corpus(name, data_dir)
+        rows.append(f"| {name} | {', '.join(repos)} | {'; '.join(licences)} | {len(entries)} "
+                    f"({sum(f.get('bytes') or 0 for f in entries):,}) | {len(bench.registry):,} | "
+                    f"{len(bench.splits['all'].texts):,} |")
+    return "\n".join(rows)

@@ -206,25 +206,3 @@ def pairs_benchmark(name: str, pool: ToolPool, pairs: Pairs, notes: list[str], *
     if negatives is not None:
         out.append(f"{len(negatives):,} negative queries (no offered tool fits) in Benchmark.negatives")
     return Benchmark(name, registry, {"all": qs}, qs, PROTOCOL, out, negatives=negatives)
-
-
-def corpora_table(data_dir: str | Path | None = None) -> str:
-    """The corpora riskrank-base's choices are judged on, as a Markdown table: each corpus's
-    repository at its pinned commit, licence, mirrored files and bytes (the manifest), and the
-    tools and (task, gold tool) pairs its loader forms from them (:func:`riskrank.datasets.load_corpus`)."""
-    import json
-    from importlib.resources import files
-
-    from riskrank.datasets import load_corpus
-
-    manifest = json.loads(files("riskrank.datasets").joinpath("manifest.json").read_text(encoding="utf-8"))
-    rows = ["| corpus | repository @ commit | licence | files (bytes) | tools | pairs |", "|---|---|---|---|---|---|"]
-    for name in CORPORA:
-        entries = [f for f in manifest["files"] if f.get("corpus") == name]
-        repos = sorted({f"`{f['repo']}` @ `{f['commit'][:10]}`" for f in entries})
-        licences = sorted({str(f.get("license")) for f in entries})
-        bench = load_corpus(name, data_dir)
-        rows.append(f"| {name} | {', '.join(repos)} | {'; '.join(licences)} | {len(entries)} "
-                    f"({sum(f.get('bytes') or 0 for f in entries):,}) | {len(bench.registry):,} | "
-                    f"{len(bench.splits['all'].texts):,} |")
-    return "\n".join(rows)
