@@ -106,8 +106,31 @@ def _complete(row: dict | None, modes: tuple[str, ...]) -> bool:
     return bool(row) and all(m in row["held_out"]["methods"] for m in modes) and "lever_a" in row["held_out"]
 
 
+def finetuned_encoder(sources: list, held_out: str, seed: int, max_queries: int | None) -> tuple[Any, dict]:
+    """Lever (b): MiniLM fine-tuned on the sources' queries that the build does not use
+    (:func:`riskrank.training.base_model.finetune_triplets`), cached by its rows and settings
+    under the cache directory (a rerun reuses it); the encoder and what to record of it."""
+    import hashlib
+
+    from riskrank.encoder import Encoder, default_cache_dir
+    from riskrank.training.base_model import finetune_triplets
+    from riskrank.training.finetune import FinetuneConfig, finetune_encoder, finetune_info
+
+    t0 = time.perf_counter()
+    rows = finetune_triplets(sources, max_queries, Encoder(progress=False), seed)
+    cfg = FinetuneConfig(seed=seed)
+    key = json.dumps([rows.fingerprint(), dataclasses.asdict(cfg)], sort_keys=True).encode()
+    folder = default_cache_dir() / "finetuned" / f"loco-{held_out}-{seed}-{hashlib.sha256(key).hexdigest()[:12]}"
+    reused = (folder / "riskrank_finetune.json").exists()
+    if not reused:
+        finetune_encoder(rows, folder, config=cfg)
+    enc = Encoder(str(folder), progress=False)
+    return enc, {"identity": enc.identity, "reused": reused, "seconds": round(time.perf_counter() - t0, 1),
+                 **(finetune_info(folder) or {})}
+
+
 def run(seeds: list[int], held_out: list[str], out: Path, epochs: int, max_queries: int | None, max_eval: int | None,
-        registries: list[str], risk_choices: str = "all") -> None:
+        registries: list[str], risk_choices: str = "all", finetune: bool = False) -> None:
     import torch
 
     from riskrank.datasets import load_benchmark
@@ -131,6 +154,8 @@ def run(seeds: list[int], held_out: list[str], out: Path, epochs: int, max_queri
                     "epochs": epochs, "registries": registries}
     if risk_choices != "all":
         done["caps"]["risk_choices"] = risk_choices
+    if finetune:
+        done["caps"]["encoder"] = "MiniLM fine-tuned per build on the sources' queries the build does not use"
     benches: dict[str, Any] = {}
     for seed in seeds:  # seed-major: every held-out registry of the first seed before the next seed
         for name in held_out:
@@ -140,9 +165,12 @@ def run(seeds: list[int], held_out: list[str], out: Path, epochs: int, max_queri
                 continue
             t0 = time.perf_counter()
             others = [r for r in registries if r != name]
-            built = build_base(load_sources(others), BaseConfig(seed=seed, epochs=epochs, max_queries=max_queries,
-                                                                risk_choices=risk_choices))
-            build_s = time.perf_counter() - t0
+            sources = load_sources(others)
+            encoder, tuned = (finetuned_encoder(sources, name, seed, max_queries) if finetune else (None, None))
+            build_t0 = time.perf_counter()
+            built = build_base(sources, BaseConfig(seed=seed, epochs=epochs, max_queries=max_queries, risk_choices=risk_choices),
+                               encoder=encoder)
+            build_s = time.perf_counter() - build_t0
             enc, ck = built.encoder, built.retriever.checkpoint
             bench = benches[name] = benches.get(name) or load_benchmark(name)
             qs = bench.splits[split]
@@ -174,6 +202,8 @@ def run(seeds: list[int], held_out: list[str], out: Path, epochs: int, max_queri
                                 "n_audited_tools": d["n_audited_tools"]} for d in built.card["training_data"]],
                    "seed": seed, "fusion": ck.meta["inference"]["fusion"], "pipelines": ck.meta["inference"]["pipelines"],
                    "context": context_record(built), "build_seconds": round(build_s, 1), "code": code}
+            if tuned is not None:
+                row["encoder"] = tuned
             row["seconds"] = round(time.perf_counter() - t0, 1)
             done["runs"][tag] = row
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -300,6 +330,39 @@ def lever_table(base: dict, variant: dict) -> str:
     return "\n".join(rows)
 
 
+#: Lever (b)'s rule, fixed before its runs: the fine-tuned encoder ships only if, on the four
+#: corpora (the held-out registries whose queries are no test split), `core+graph` NDCG@5 with it
+#: is higher than with MiniLM on the mean of the per-corpus ratios and more than 2 % lower on none.
+FINETUNE_CORPORA, FINETUNE_MAX_LOSS = ("bfcl", "apibench", "apibank", "toolalpaca"), 0.02
+FINETUNE_MODES = ("bm25", "dense", "hybrid", "core+graph", "core+graph+rule")
+
+
+def finetune_table(base: dict, tuned: dict) -> tuple[str, dict]:
+    """Lever (b) against the frozen MiniLM, over the runs (held-out registry, seed) both
+    studies have: NDCG@5 / RVR@5 of :data:`FINETUNE_MODES`, MiniLM → fine-tuned, and the
+    verdict of :data:`FINETUNE_CORPORA`'s rule. Returns the markdown and the verdict."""
+    order = {name: i for i, name in enumerate(REGISTRIES)}
+    shared = sorted((t for t in tuned["runs"] if t in base["runs"]), key=lambda t: (order.get(t.split("|")[0], 99), t))
+    rows = ["| held out, seed | " + " | ".join(f"`{m}` MiniLM → fine-tuned" for m in FINETUNE_MODES)
+            + " | `core+graph` ratio | fine-tune (rows, steps, s) |", "|---|" + "---|" * (len(FINETUNE_MODES) + 2)]
+    ratios: dict[str, list[float]] = {}
+    for tag in shared:
+        ma, mb = base["runs"][tag]["held_out"]["methods"], tuned["runs"][tag]["held_out"]["methods"]
+        ratio = mb["core+graph"]["ndcg@5"] / ma["core+graph"]["ndcg@5"]
+        ratios.setdefault(tag.split("|")[0], []).append(ratio)
+        enc = tuned["runs"][tag].get("encoder", {})
+        cells = [f"{ma[m]['ndcg@5']:.3f} / {ma[m]['rvr@5']:.3f} → {mb[m]['ndcg@5']:.3f} / {mb[m]['rvr@5']:.3f}"
+                 for m in FINETUNE_MODES]
+        rows.append(f"| {tag.replace('|', ', seed ')} | " + " | ".join(cells) + f" | {ratio:.3f} | "
+                    f"{enc.get('rows', '?')}, {enc.get('steps', '?')}, {enc.get('seconds', '?')} |")
+    judged = {n: float(np.mean(ratios[n])) for n in FINETUNE_CORPORA if n in ratios}
+    verdict = {"corpora": judged, "complete": len(judged) == len(FINETUNE_CORPORA),
+               "mean_ratio": float(np.mean(list(judged.values()))) if judged else None}
+    verdict["ships"] = bool(verdict["complete"] and verdict["mean_ratio"] > 1.0
+                            and min(judged.values()) >= 1.0 - FINETUNE_MAX_LOSS)
+    return "\n".join(rows), verdict
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", default="42,123,777")
@@ -314,6 +377,9 @@ def main() -> None:
     ap.add_argument("--risk-choices", choices=["all", "audited"], default="all",
                     help="Which validation queries the zero-shot lambda choices measure RVR@5 on: all, or only those of "
                          "the sources whose every tool is audited (BaseConfig.risk_choices).")
+    ap.add_argument("--finetune-encoder", action="store_true",
+                    help="Lever (b): each build runs on MiniLM fine-tuned on its sources' queries beyond the cap "
+                         "(riskrank.training.finetune), not on the frozen MiniLM.")
     ap.add_argument("--summarise", type=Path, nargs="+", default=None,
                     help="Merge these per-run files into --out, add the summary and the tables, print the tables.")
     a = ap.parse_args()
@@ -334,7 +400,7 @@ def main() -> None:
         return
     registries = a.registries.split(",")
     run([int(s) for s in a.seeds.split(",")], a.held_out or registries, a.out, a.epochs, a.max_queries, a.max_eval, registries,
-        a.risk_choices)
+        a.risk_choices, a.finetune_encoder)
 
 
 if __name__ == "__main__":

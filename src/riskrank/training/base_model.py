@@ -434,12 +434,43 @@ def validation_metrics(ck: Any, sources: Sequence[Source], va: np.ndarray, q_emb
     return out
 
 
+def capped_rows(n_queries: int, n: int | None) -> np.ndarray:
+    """The rows of a source's queries a build with ``max_queries=n`` trains on: all of them,
+    or ``n`` evenly spaced over them (a corpus's queries come grouped by file or category, so
+    the first ``n`` would be one group's)."""
+    if n is None or n_queries <= n:
+        return np.arange(n_queries)
+    return np.unique(np.linspace(0, n_queries - 1, n).round().astype(np.int64))
+
+
+def finetune_triplets(sources: Sequence[Source], max_queries: int | None, encoder: Any, seed: int = 42) -> Any:
+    """The encoder fine-tuning's rows for a build over ``sources`` with ``max_queries``
+    (:func:`riskrank.training.finetune.mine_triplets` on each source's own registry): every
+    source's queries except the ones the build itself trains and validates on
+    (:func:`capped_rows`), so that the heads and every zero-shot choice are made on queries the
+    fine-tuned encoder never saw."""
+    from riskrank.training.finetune import Triplets, mine_triplets
+
+    if max_queries is None:
+        raise RiskrankError("an encoder fine-tuned for a build needs the build's query cap (max_queries): without one the "
+                            "build's validation queries would be the encoder's training queries")
+    out = Triplets([], [], [])
+    for i, s in enumerate(sources):
+        rest = np.setdiff1d(np.arange(len(s.texts)), capped_rows(len(s.texts), max_queries))
+        if not len(rest):
+            continue
+        part = mine_triplets(s.registry, [s.texts[j] for j in rest], [s.gold[j] for j in rest], encoder, seed=seed + i)
+        out.tasks += part.tasks
+        out.positives += part.positives
+        out.negatives += part.negatives
+    return out
+
+
 def _capped(s: Source, n: int | None) -> Source:
-    """At most ``n`` of the source's queries, evenly spaced over them (a corpus's queries come
-    grouped by file or category, so the first ``n`` would be one group's)."""
+    """At most ``n`` of the source's queries (:func:`capped_rows`)."""
     if n is None or len(s.texts) <= n:
         return s
-    keep = np.unique(np.linspace(0, len(s.texts) - 1, n).round().astype(np.int64))
+    keep = capped_rows(len(s.texts), n)
     return Source(s.name, s.registry, [s.texts[i] for i in keep], [s.gold[i] for i in keep], s.split, s.files,
                   [*s.notes, f"capped at {len(keep)} of its {len(s.texts)} queries, evenly spaced"])
 
