@@ -57,6 +57,10 @@ def browser():
         yield b
 
 
+#: A picture is drawn by matplotlib on first request; cold, on a busy 2-core machine, that can
+#: outlast httpx's 5 s default. These tests check what is drawn, not how fast.
+PICTURE_TIMEOUT = 60.0
+
 HOSTILE_TASK = "return the text of a saved note <script>window.__pwned = 1</script>"
 
 
@@ -159,7 +163,7 @@ def read_call_log(browser, url: str) -> dict:
     out["csv"] = httpx.get(url + "/log.csv?decision=allowed", cookies=jar).text
     out["pictures"] = {}
     for name in ("levels", "decisions"):
-        r = httpx.get(f"{url}/pictures/{name}.png", cookies=jar)
+        r = httpx.get(f"{url}/pictures/{name}.png", cookies=jar, timeout=PICTURE_TIMEOUT)
         out["pictures"][name] = (r.status_code, r.headers["content-type"], r.content[:8])
     return out
 
@@ -255,7 +259,7 @@ def test_review_two_tools_and_apply(served, browser, tmp_path):
         {n: (lvl, "reviewed", "carol") for n, (lvl, _) in decided.items()}
     assert "applied" in browser.css(f'article.review[data-tool="{queue[0]["name"]}"] .meta').text
     # The agreement heat map of the same audit.
-    r = httpx.get(url + "/pictures/agreement.png", cookies=browser.cookies())
+    r = httpx.get(url + "/pictures/agreement.png", cookies=browser.cookies(), timeout=PICTURE_TIMEOUT)
     assert r.status_code == 200 and r.content[:4] == b"\x89PNG"
 
 
