@@ -129,6 +129,22 @@ def finetuned_encoder(sources: list, held_out: str, seed: int, max_queries: int 
                  **(finetune_info(folder) or {})}
 
 
+def held_out_inputs(bench: Any, split: str, max_eval: int | None, enc: Any) -> tuple[
+        list[str], list[np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
+    """What every evaluation here ranks on a held-out registry, built one way so the builds and
+    the shipped model are judged on the same queries: the seeded sample of ``split`` (texts and
+    gold), the registry's and the queries' embeddings under ``enc``, and the levels risk is
+    measured by (audited, else the keyword annotator's)."""
+    from riskrank.training.base_model import reference_levels
+
+    qs = bench.splits[split]
+    keep = eval_sample(len(qs), max_eval)
+    texts, gold = [qs.texts[i] for i in keep], [np.asarray(qs.gold[i]) for i in keep]
+    reg = bench.registry
+    return (texts, gold, enc.encode(reg.texts(), desc="tools"), enc.encode(texts, desc="queries"),
+            reference_levels(reg))
+
+
 def run(seeds: list[int], held_out: list[str], out: Path, epochs: int, max_queries: int | None, max_eval: int | None,
         registries: list[str], risk_choices: str = "all", finetune: bool = False) -> None:
     import torch
@@ -140,7 +156,6 @@ def run(seeds: list[int], held_out: list[str], out: Path, epochs: int, max_queri
         build_base,
         evaluate_modes,
         load_sources,
-        reference_levels,
         risk_agreement,
         summarise,
         with_reference_levels,
@@ -174,13 +189,9 @@ def run(seeds: list[int], held_out: list[str], out: Path, epochs: int, max_queri
             enc, ck = built.encoder, built.retriever.checkpoint
             bench = benches[name] = benches.get(name) or load_benchmark(name)
             qs = bench.splits[split]
-            keep = eval_sample(len(qs), max_eval)
-            texts, gold = [qs.texts[i] for i in keep], [np.asarray(qs.gold[i]) for i in keep]
             reg = bench.registry
-            ref = reference_levels(reg)
+            texts, gold, emb, q_emb, ref = held_out_inputs(bench, split, max_eval, enc)
             audited = ref is reg.risk_levels
-            emb = enc.encode(reg.texts(), desc="tools")
-            q_emb = enc.encode(texts, desc="queries")
             pq = evaluate_modes(ck, reg, emb, q_emb, texts, gold, enc, modes=modes, reference_levels=ref)
             subsets = {k: int(np.isfinite(np.asarray(pq["core"][k], dtype=np.float64)).sum()) for k in ("safe_rvr@5", "needrisk_hit@5")}
             lever: dict[str, Any] = {"in_domain_residual_weight": float(built.residual_model.arrays["relevance_head.residual_weight"]),
@@ -192,7 +203,7 @@ def run(seeds: list[int], held_out: list[str], out: Path, epochs: int, max_queri
             for key, w in (("kept_in_domain_weight", None), ("kept_weight_1", 1.0)):
                 lever[key] = summarise(evaluate_modes(with_residual(ck, built.residual_model, w), reg, emb, q_emb, texts, gold, enc,
                                                       modes=LEVER_MODES, reference_levels=ref))
-            row = {"held_out": {"name": name, "split": split, "n_queries": len(qs), "n_evaluated": len(keep),
+            row = {"held_out": {"name": name, "split": split, "n_queries": len(qs), "n_evaluated": len(texts),
                                 "levels": "audited" if audited else "keyword annotator (no audited levels)",
                                 "n_subsets": subsets, "methods": summarise(pq),
                                 "need": need_auc(ck, reg, emb, q_emb, texts, gold, enc, levels=ref),
@@ -223,12 +234,7 @@ def run_shipped(held_out: list[str], out: Path, max_eval: int | None) -> None:
     from riskrank.checkpoint import load_checkpoint
     from riskrank.datasets import load_benchmark
     from riskrank.encoder import Encoder
-    from riskrank.training.base_model import (
-        REPORT_MODES,
-        evaluate_modes,
-        reference_levels,
-        summarise,
-    )
+    from riskrank.training.base_model import REPORT_MODES, evaluate_modes, summarise
 
     enc = Encoder(progress=False)
     ck = load_checkpoint(default_checkpoint(), encoder_identity=enc.identity)
@@ -238,13 +244,10 @@ def run_shipped(held_out: list[str], out: Path, max_eval: int | None) -> None:
     for name in held_out:
         t0 = time.perf_counter()
         bench = load_benchmark(name)
-        qs = bench.splits[REGISTRIES.get(name, "test")]
-        keep = eval_sample(len(qs), max_eval)
-        texts, gold = [qs.texts[i] for i in keep], [np.asarray(qs.gold[i]) for i in keep]
-        reg, ref = bench.registry, reference_levels(bench.registry)
-        emb, q_emb = enc.encode(reg.texts(), desc="tools"), enc.encode(texts, desc="queries")
+        reg = bench.registry
+        texts, gold, emb, q_emb, ref = held_out_inputs(bench, REGISTRIES.get(name, "test"), max_eval, enc)
         pq = evaluate_modes(ck, reg, emb, q_emb, texts, gold, enc, modes=(*REPORT_MODES, *CONTEXT_MODES), reference_levels=ref)
-        done["runs"][f"{name}|shipped"] = {"held_out": {"name": name, "n_evaluated": len(keep), "methods": summarise(pq),
+        done["runs"][f"{name}|shipped"] = {"held_out": {"name": name, "n_evaluated": len(texts), "methods": summarise(pq),
                                                         "need": need_auc(ck, reg, emb, q_emb, texts, gold, enc, levels=ref)},
                                            "seconds": round(time.perf_counter() - t0, 1)}
         atomic_write_text(out, json.dumps(done, indent=1))
