@@ -169,3 +169,19 @@ def test_graph_stats_command(tmp_path, monkeypatch, capsys):
     for argv in (["graph", "stats"], ["graph", "stats", "--registry", DEMO, "--dataset", "demo"]):
         code, _, err = run_entry(argv, monkeypatch, capsys)
         assert code == 2 and "exactly one of --dataset or --registry" in err
+
+
+# -- what reaches the terminal -----------------------------------------------------------------------------
+def test_every_command_prints_through_the_escaping_echo():
+    """Control, bidi, zero-width and tag characters reach the terminal as JSON escapes: one
+    function prints for every command (no module of the CLI calls click.echo itself)."""
+    from pathlib import Path
+
+    from riskrank.fileio import terminal_safe
+
+    raw = "a\u202eb\x1b[31mc\u200bd\U000e0041e\r\u2028f\tg\nh é"
+    assert terminal_safe(raw) == "a\\u202eb\\u001b[31mc\\u200bd\\udb40\\udc41e\\u000d\\u2028f\tg\nh é"
+    assert json.loads(terminal_safe(json.dumps({"k": raw}, ensure_ascii=False))) == {"k": raw}
+    cli = Path(__import__("riskrank.cli").cli.__file__).parent
+    direct = [f.name for f in cli.glob("*.py") if f.name != "common.py" and "click.echo" in f.read_text()]
+    assert direct == [], direct

@@ -174,6 +174,23 @@ def test_call_log_exports(tmp_path):
     assert table[-1][1] == "'=cmd|' /C calc'!A0" and table[-1][6] == "'+1"  # no formula reaches a spreadsheet
 
 
+def test_csv_quotes_every_cell_a_spreadsheet_would_read_as_a_formula(tmp_path):
+    """Leading whitespace of any kind (a spreadsheet may strip it), a leading line break, and
+    the full-width and small forms of = + - @ are quoted like the ASCII signs."""
+    import csv
+    import io
+
+    texts = [" =1+1", "\n=1+1", "\t=1", "\r=1", "\u3000=1", "\uff1dHYPERLINK(1)", "\uff0bcmd", "\ufe63x", "\uff20SUM(A1)",
+             "@SUM(A1)", "plain", "a\n=b"]
+    log = auditlog.AuditLog(tmp_path / "audit.jsonl")
+    for text in texts:
+        log.write(task=text, tool="x", level=1, decision="found", reason="r")
+    log.close()
+    table = list(csv.reader(io.StringIO(b"".join(calllog.csv_lines(tmp_path / "audit.jsonl", calllog.Filter())).decode(),
+                                        newline="")))
+    assert [row[1] for row in table[1:]] == ["'" + t for t in texts[:-2]] + ["plain", "a\n=b"]
+
+
 # -- the review file ---------------------------------------------------------------------------------------
 @pytest.fixture
 def audited(tmp_path):

@@ -403,7 +403,7 @@ def test_import_refuses_a_bad_file_whole(store, tmp_path):
 def test_export_round_trips(store, tmp_path):
     path = gateway_log(tmp_path / "audit.jsonl")
     import_audit_log(store, path)
-    ids = store.append_many([record(1), record(2, reason="-starts with a dash")])
+    ids = store.append_many([record(1, task="\uff1dcmd()"), record(2, reason="-starts with a dash")])
     jsonl = b"".join(export_lines(store, "audit", "jsonl"))
     original = path.read_bytes()
     assert jsonl.startswith(original)  # imported lines export as they were written
@@ -413,6 +413,7 @@ def test_export_round_trips(store, tmp_path):
     assert [int(r["id"]) for r in rows] == [r["id"] for r in store.records()]
     assert [json.loads(r["record"]) for r in rows] == [json.loads(x) for x in jsonl.decode().splitlines()]
     assert rows[-1]["reason"] == "'-starts with a dash" and rows[-2]["tool"] == "fs/read_file"
+    assert rows[-2]["task"] == "'\uff1dcmd()"  # a full-width formula sign is one to a spreadsheet
     assert rows[-3]["reason"].startswith("'=")  # no formula reaches a spreadsheet
     assert int(rows[-1]["id"]) == ids[1]
     store.put_pending("p1", {"tool": "t", "arguments": {"x": [1]}}, replica="r", client="c", asked_at=1.0, deadline=2.0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import unicodedata
 from pathlib import Path
@@ -235,6 +236,96 @@ def test_scan_command_over_the_npm_servers_flags_none(tmp_path):
     doc = json.loads(res.stdout)
     assert res.exit_code == 0 and len(doc["tools"]) > 25 and doc["counts"]["clean"] == len(doc["tools"]), doc["counts"]
     assert {t["name"].split("/")[0] for t in doc["tools"]} == {"filesystem", "memory", "everything"}
+
+
+def _scan(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """``riskrank scan`` as a user runs it (a process of its own: stderr as the terminal gets it)."""
+    argv = [sys.executable, "-c", "from riskrank.cli import entry; entry()", "scan", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=GUARD_S, cwd=cwd)
+
+
+def test_scan_no_start_runs_nothing_and_lists_what_would_run(tmp_path, monkeypatch):
+    """An untrusted servers file: --no-start starts no command and connects to no URL, lists
+    each with its working directory and the names (never the values) of what it would be
+    given, and exits 2 (nothing checked) unless --allow-unreachable."""
+    pwned = tmp_path / "pwned"
+    monkeypatch.setenv("PROBE_SECRET", "value-never-shown-0123")
+    servers = {"mcpServers": {
+        "x": {"command": "sh", "args": ["-c", f"touch {pwned}; sleep 1"], "env": {"API_KEY": "s3cret-in-the-file"}},
+        "r": {"url": "https://mcp.example.invalid/mcp", "headersFromEnv": {"Authorization": "PROBE_SECRET"}},
+        "gone": {"command": "no-such-command-anywhere", "cwd": "/no/such/dir"}}}
+    cfg = tmp_path / "evil.json"
+    cfg.write_text(json.dumps(servers))
+    out = _scan("--no-start", str(cfg), cwd=tmp_path)
+    assert not pwned.exists(), "--no-start ran a command of the file"
+    assert out.returncode == 2 and out.stderr.count("error:") == 1 and "not started (--no-start)" in out.stderr, out
+    lines = out.stdout.splitlines()
+    assert f"would start x: sh -c 'touch {pwned}; sleep 1'  [cwd {tmp_path}; env API_KEY" in lines[0], lines
+    assert lines[1].startswith("would connect r: https://mcp.example.invalid/mcp") and "Authorization=$PROBE_SECRET" in lines[1]
+    assert "would start gone: no-such-command-anywhere  [cwd /no/such/dir" in lines[2]  # listed, though it could not run
+    assert "s3cret-in-the-file" not in out.stdout + out.stderr and "value-never-shown" not in out.stdout + out.stderr
+    allowed = _scan("--no-start", "--allow-unreachable", "--json", str(cfg), cwd=tmp_path)
+    doc = json.loads(allowed.stdout)
+    assert allowed.returncode == 0 and not pwned.exists() and doc["tools"] == []
+    assert [(s["name"], s["started"]) for s in doc["servers"]] == [("x", False), ("r", False), ("gone", False)]
+    assert doc["servers"][0]["env"] == ["API_KEY"] and doc["servers"][1]["headers_from_env"] == {"Authorization": "PROBE_SECRET"}
+
+
+def test_scan_says_what_it_starts_and_a_server_that_cannot_be_listed_is_exit_2(tmp_path):
+    """Without --no-start each command is on stderr before it runs; a server that does not
+    list its tools is one error line (exit 2), no traceback and no SDK noise, unless
+    --allow-unreachable, which scans the others."""
+    ran = tmp_path / "ran"
+    cases = {"exits": ["-c", f"touch {ran}; exit 3"], "talks": ["-c", "echo hello; echo oops >&2; sleep 5"]}
+    for name, args in cases.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps({"mcpServers": {name: {"command": "sh", "args": args}}}))
+        out = _scan("--startup-timeout", "20", str(tmp_path / f"{name}.json"))
+        err = out.stderr.splitlines()
+        assert out.returncode == 2 and out.stdout == "", out
+        assert len(err) == 2 and err[0].startswith(f"riskrank scan: start {name}: sh -c ") and err[1].startswith("error: "), err
+        assert f"{name!r} could not be listed" in err[1] and "Traceback" not in out.stderr
+    assert ran.exists()  # the user chose to start it: it ran, and said so first
+    assert "it printed 'hello', which is not MCP JSON-RPC" in _scan(str(tmp_path / "talks.json")).stderr
+    both = {"mcpServers": {"notes": {"command": sys.executable, "args": [str(HERE / "trust_upstream.py")]},
+                           "exits": {"command": "sh", "args": ["-c", "exit 3"]}}}
+    (tmp_path / "both.json").write_text(json.dumps(both))
+    out = _scan("--allow-unreachable", str(tmp_path / "both.json"))
+    assert out.returncode == 1 and "poisoned   notes/weather" in out.stdout, out  # the one that listed is scanned
+    assert "warning: 'exits' could not be listed" in out.stderr and "Traceback" not in out.stderr
+    assert "1 server(s) not checked" in out.stdout
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (["read_file", "write_file"], "tools[0]: a tool definition is an object with a \"name\" string"),
+    ([], "holds no tool definitions"),
+    ({"tools": []}, "holds no tool definitions"),
+    ({}, "no tool definitions"),
+    ({"mcpServers": {}}, "must be a non-empty object of servers"),
+    ({"mcpServers": {"x": {"command": "sh", "disabled": True}}}, "every server is disabled"),
+    ({"mcpServers": {"x": {"command": "sh", "bogus": 1}}}, "unknown key(s) ['bogus']"),
+    ("a string", "no tool definitions"),
+])
+def test_scan_of_a_file_of_the_wrong_shape_is_exit_2(tmp_path, monkeypatch, capsys, content, message):
+    from riskrank.cli import run
+
+    path = tmp_path / "in.json"
+    path.write_text(json.dumps(content))
+    monkeypatch.setattr(sys, "argv", ["riskrank", "scan", str(path)])
+    assert run() == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and message in err, err
+
+
+def test_scan_escapes_control_and_bidi_characters_in_what_it_prints(tmp_path):
+    """A right-to-left override in a name reaches the terminal escaped (and is a finding)."""
+    reg = tmp_path / "tools.json"
+    reg.write_text(json.dumps({"tools": [{"name": "invoice\u202efdp.exe", "description": "Read \x1b[2Ja file."},
+                                         {"type": "function", "function": {"name": "ok", "description": "Fine."}}]}))
+    out = _scan(str(reg))
+    assert "\u202e" not in out.stdout and "\x1b" not in out.stdout, out.stdout
+    assert "invoice\\u202efdp.exe" in out.stdout and out.returncode == 1  # the override is smuggled text: poisoned
+    doc = json.loads(_scan("--json", str(reg)).stdout)  # the escape is JSON's own: the document reads back whole
+    assert [t["name"] for t in doc["tools"]] == ["invoice\u202efdp.exe", "ok"]
 
 
 # -- --scan-results --------------------------------------------------------------------------------------------

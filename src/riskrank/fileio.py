@@ -29,6 +29,7 @@ import os
 import stat
 import tempfile
 import time
+import unicodedata
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -173,6 +174,64 @@ def show(value: Any, limit: int = SHOW_CHARS) -> str:
         return text
     text = repr(value)
     return text if len(text) <= limit else f"{text[: limit - 1]}… ({len(text):,} characters)"
+
+
+#: The Unicode categories a terminal must not receive raw: controls, format characters,
+#: surrogates, line and paragraph separators.
+_UNSHOWN = frozenset(("Cc", "Cf", "Cs", "Zl", "Zp"))
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` as a terminal may be shown it: every control character but the line feed and
+    the tab, every format character (bidi overrides and isolates, zero-width characters, tag
+    characters, the BOM), the line and paragraph separators and lone surrogates become
+    ``\\uXXXX`` (a character beyond the BMP as its surrogate pair). A name cannot reorder,
+    hide, recolour or overwrite what the CLI prints around it, and the escape is JSON's own,
+    so a JSON document printed through it still reads back to the same values."""
+    if text.isascii() and text.isprintable():
+        return text
+    out = []
+    for c in text:
+        if c in "\n\t" or unicodedata.category(c) not in _UNSHOWN:
+            out.append(c)
+        elif ord(c) > 0xFFFF:
+            v = ord(c) - 0x10000
+            out.append(f"\\u{0xD800 + (v >> 10):04x}\\u{0xDC00 + (v & 0x3FF):04x}")
+        else:
+            out.append(f"\\u{ord(c):04x}")
+    return "".join(out)
+
+
+#: What a spreadsheet reads as the start of a formula (after NFKC: the full-width and small
+#: forms of these signs are the same sign to it).
+_FORMULA_SIGNS = ("=", "+", "-", "@")
+
+
+def spreadsheet_cell(value: Any) -> str:
+    """A CSV cell a spreadsheet shows as text and never runs (CSV injection): None is empty,
+    a non-string is its compact JSON, and a cell that starts with a formula sign (``=``,
+    ``+``, ``-``, ``@``, in any Unicode form that NFKC folds to one: the full-width ``＝``),
+    with whitespace of any kind (a space, a tab, a line break, an ideographic space: some
+    spreadsheets strip it, then read the formula), or with another control character gets a
+    leading ``'``. Line breaks inside a cell are the CSV writer's to quote."""
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    if not isinstance(value, str) and not _utf8(text):  # a lone surrogate: kept as its escape
+        text = json.dumps(value, separators=(",", ":"), default=str)
+    first = text[:1]
+    if first and (first.isspace() or not first.isprintable()
+                  or unicodedata.normalize("NFKC", first)[:1] in _FORMULA_SIGNS):
+        return "'" + text
+    return text
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class _Refused(Exception):

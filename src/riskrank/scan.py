@@ -141,10 +141,10 @@ class Scan:
 
 
 def texts_of(tool: dict[str, Any]) -> Iterator[tuple[str, str]]:
-    """(field, text) for every text of a tool definition the model reads: title, description,
-    the annotations' title, and in the input schema every key (parameter names too), title,
-    description, default, enum and example, at any depth."""
-    for key in ("title", "description"):
+    """(field, text) for every text of a tool definition the model reads: the name, title,
+    description, the annotations' title, and in the input schema every key (parameter names
+    too), title, description, default, enum and example, at any depth."""
+    for key in ("name", "title", "description"):
         if isinstance(tool.get(key), str):
             yield key, tool[key]
     ann = tool.get("annotations")

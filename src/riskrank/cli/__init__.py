@@ -20,6 +20,7 @@ import sys
 import click
 
 from riskrank.cli import audit, data, experiments, library, serving, state, trust
+from riskrank.cli.common import echo
 from riskrank.errors import RiskrankError
 
 EXIT_USAGE = 2
@@ -75,22 +76,22 @@ def run() -> int:
     try:
         main.main(standalone_mode=False)
     except click.exceptions.Abort:
-        click.echo("aborted", err=True)
+        echo("aborted", err=True)
         return 130
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code
     except RiskrankError as exc:
-        click.echo(f"error: {one_line(str(exc))}", err=True)
+        echo(f"error: {one_line(str(exc))}", err=True)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
+        echo("interrupted", err=True)
         return 130
     except BrokenPipeError:
         return 0
     except OSError as exc:
         # Disk full, permission denied, ...: name the file, no traceback.
-        click.echo(f"error: {one_line(str(exc))}", err=True)
+        echo(f"error: {one_line(str(exc))}", err=True)
         return EXIT_USAGE
     return 0
 

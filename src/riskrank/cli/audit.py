@@ -23,7 +23,7 @@ from riskrank.audit import (
     run_audit,
     write_review,
 )
-from riskrank.cli.common import STDOUT, emit_json, json_option
+from riskrank.cli.common import STDOUT, echo, emit_json, json_option
 from riskrank.datasets import DATASETS
 from riskrank.errors import RiskrankError
 from riskrank.fileio import write_json
@@ -72,7 +72,7 @@ def audit_command(registry: str | None, fmt: str, dataset: str | None, data_dir:
         if registry or dataset or annotators:
             raise RiskrankError("--apply-review updates --out in place; do not give --registry, --dataset or --annotator with it")
         applied, pending = apply_review(out_path, apply_path)
-        click.echo(f"applied {applied} review decision(s) to {out_path}" + (f"; {pending} tool(s) still await review" if pending else ""))
+        echo(f"applied {applied} review decision(s) to {out_path}" + (f"; {pending} tool(s) still await review" if pending else ""))
         return
     if bool(registry) == bool(dataset):
         raise RiskrankError("give exactly one of --registry FILE or --dataset NAME")
@@ -96,9 +96,9 @@ def audit_command(registry: str | None, fmt: str, dataset: str | None, data_dir:
     anns = [annotator_kinds.make_annotator(a, benchmark=bench, encoder=encoder, openai_options=opts,
                            crossfit={"n_folds": folds, "seed": seed, "progress": not quiet}) for a in annotators]
     try:
-        run = run_audit(reg, anns, log_path, progress=not quiet, echo=click.echo)
+        run = run_audit(reg, anns, log_path, progress=not quiet, echo=echo)
     except KeyboardInterrupt:
-        click.echo(f"interrupted: the finished votes are in {log_path}; rerun the same command to continue", err=True)
+        echo(f"interrupted: the finished votes are in {log_path}; rerun the same command to continue", err=True)
         raise
     previous = None
     if out_path.is_file():
@@ -110,26 +110,26 @@ def audit_command(registry: str | None, fmt: str, dataset: str | None, data_dir:
 
     n = len(labels)
     by = {s: sum(1 for r in labels.values() if r["resolution"] == s) for s in (SINGLE, AGREED, MEDIAN, REVIEWED, PENDING, INCOMPLETE)}
-    click.echo(f"{source}: {n} tools, annotators {', '.join(run.annotators)}; {run.new} new vote(s), {run.reused} from {log_path}"
+    echo(f"{source}: {n} tools, annotators {', '.join(run.annotators)}; {run.new} new vote(s), {run.reused} from {log_path}"
                + (" (torn last line repaired)" if run.log_repaired else ""))
     if len(anns) > 1:
         spans = [r["span"] for r in labels.values() if r["span"] is not None]
         sc = {"0": sum(s == 0 for s in spans), "1": sum(s == 1 for s in spans), ">= 2": sum(s >= 2 for s in spans)}
-        click.echo(", ".join(f"span {k}: {v} ({100 * v / max(len(spans), 1):.1f}%)" for k, v in sc.items()))
+        echo(", ".join(f"span {k}: {v} ({100 * v / max(len(spans), 1):.1f}%)" for k, v in sc.items()))
     levels = [r["risk_level"] for r in labels.values() if r["risk_level"]]
-    click.echo("resolved: " + ", ".join(f"{k} {v}" for k, v in by.items() if v and k not in (PENDING, INCOMPLETE))
+    echo("resolved: " + ", ".join(f"{k} {v}" for k, v in by.items() if v and k not in (PENDING, INCOMPLETE))
                + "; levels " + " ".join(f"L{k} {levels.count(k)}" for k in RISK_LEVELS))
     for a in anns:
         st = getattr(a, "stats", None)
         if st and st.get("requests"):
-            click.echo(f"{a.name}: {st['requests']} request(s), {st['retries']} retried, {st['reasks']} re-asked, {st['failures']} failed")
-    click.echo(f"wrote {out_path}")
+            echo(f"{a.name}: {st['requests']} request(s), {st['retries']} retried, {st['reasks']} re-asked, {st['failures']} failed")
+    echo(f"wrote {out_path}")
     if queue:
-        click.echo(f"{len(queue)} tool(s) with span >= 2 await review in {review_path}: set each risk_level, then run "
+        echo(f"{len(queue)} tool(s) with span >= 2 await review in {review_path}: set each risk_level, then run "
                    f"`riskrank audit --apply-review {review_path} --out {out_path}`")
     if by[INCOMPLETE]:
         failed = sorted({a for r in labels.values() for a in r.get("failures", {})})
-        click.echo(f"{by[INCOMPLETE]} tool(s) lack a vote ({', '.join(failed) or 'interrupted'}); they are unlabelled. "
+        echo(f"{by[INCOMPLETE]} tool(s) lack a vote ({', '.join(failed) or 'interrupted'}); they are unlabelled. "
                    "Rerun the same command to retry them.", err=True)
         raise SystemExit(1)
 
@@ -156,8 +156,8 @@ def agreement_command(labels: tuple[str, ...], png: str | None, json_out: str | 
             confusion_png(report, png)
         emit_json(report.to_dict(), json_out)
         return
-    click.echo(report.format())
+    echo(report.format())
     if png:
         confusion_png(report, png)
-        click.echo(f"\nwrote {png}")
+        echo(f"\nwrote {png}")
     emit_json(report.to_dict(), json_out)

@@ -32,10 +32,10 @@ def emit_json(obj: Any, json_out: str | None) -> None:
     if json_out is None:
         return
     if json_out == STDOUT:
-        click.echo(dumps(obj))
+        echo(dumps(obj))
         return
     write_json(json_out, obj)
-    click.echo(f"wrote {json_out}")
+    echo(f"wrote {json_out}")
 
 
 def mode_option(help_text: str) -> Callable:
@@ -68,7 +68,7 @@ def fmt(x: float | None, digits: int = 3) -> str:
 def print_table(rows: list[list[str]], header: list[str]) -> None:
     from riskrank.tables import text_table
 
-    click.echo(text_table(header, rows))
+    echo(text_table(header, rows))
 
 
 def parse_seeds(value: str) -> list[int]:
@@ -81,9 +81,18 @@ def parse_seeds(value: str) -> list[int]:
     return seeds
 
 
+def echo(message: Any = "", *, err: bool = False, nl: bool = True) -> None:
+    """What every command prints, through :func:`riskrank.fileio.terminal_safe`: a tool name,
+    a description or a server's message holding a control or bidi character reaches the
+    terminal escaped, never raw (it could reorder, hide or recolour the line around it)."""
+    from riskrank.fileio import terminal_safe
+
+    click.echo(terminal_safe(str(message)), err=err, nl=nl)
+
+
 def log(msg: str) -> None:
     """A server's log line: stderr (stdout may be a protocol, as for MCP over stdio)."""
-    click.echo(f"riskrank: {msg}", err=True)
+    echo(f"riskrank: {msg}", err=True)
 
 
 def demo_registry(announce: bool = False) -> str:

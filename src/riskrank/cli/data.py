@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from riskrank.cli.common import echo
 from riskrank.errors import RiskrankError
 
 
@@ -40,9 +41,9 @@ def data_fetch(source: str, dest: str | None, no_optional: bool, allow_unverifie
     except DataError as exc:
         rep = getattr(exc, "report", None)
         if rep is not None:
-            click.echo(rep.format(), err=True)
+            echo(rep.format(), err=True)
         raise
-    click.echo(report.format())
-    click.echo(f"data directory: {target}")
+    echo(report.format())
+    echo(f"data directory: {target}")
     if not report.ok:
         sys.exit(1)

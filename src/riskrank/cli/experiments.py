@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from riskrank.cli.common import parse_seeds
+from riskrank.cli.common import echo, parse_seeds
 from riskrank.cli.library import show_result
 
 
@@ -31,15 +31,15 @@ def reproduce(dataset: str, data_dir: str | None, out: str, encoder: str | None,
 
         t0 = time.perf_counter()
         res = context_report(dataset, out, data=data_dir, encoder=encoder, seeds=parse_seeds(seeds), reuse=reuse,
-                             progress=not quiet, echo=click.echo)
-        click.echo(f"wrote {out}/context.md, {out}/context.json and {len(res['figures'])} figures in {time.perf_counter() - t0:.0f}s")
+                             progress=not quiet, echo=echo)
+        echo(f"wrote {out}/context.md, {out}/context.json and {len(res['figures'])} figures in {time.perf_counter() - t0:.0f}s")
         return
     from riskrank.experiments.reproduce import reproduce as run_reproduce
 
     t0 = time.perf_counter()
     res = run_reproduce(dataset, out, data=data_dir, encoder=encoder, seeds=parse_seeds(seeds), reuse=reuse,
-                        cross_encoders=not no_cross_encoders, extra_cross_encoders=extra_ce, progress=not quiet, echo=click.echo)
-    click.echo(f"wrote {out}/report.md, {out}/results.json and {len(res['figures'])} figures in {time.perf_counter() - t0:.0f}s")
+                        cross_encoders=not no_cross_encoders, extra_cross_encoders=extra_ce, progress=not quiet, echo=echo)
+    echo(f"wrote {out}/report.md, {out}/results.json and {len(res['figures'])} figures in {time.perf_counter() - t0:.0f}s")
 
 
 # -- demo ----------------------------------------------------------------------------------------
@@ -53,4 +53,4 @@ def demo(tasks: str | None, checkpoint: str | None, unaudited: bool) -> None:
     Figure 1)."""
     from riskrank.experiments.demo import run_demo
 
-    run_demo(tasks.split(",") if tasks else None, echo=click.echo, show=show_result, checkpoint=checkpoint, unaudited=unaudited)
+    run_demo(tasks.split(",") if tasks else None, echo=echo, show=show_result, checkpoint=checkpoint, unaudited=unaudited)

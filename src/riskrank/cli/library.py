@@ -9,6 +9,7 @@ import click
 
 from riskrank.cli.common import (
     STDOUT,
+    echo,
     emit_json,
     fmt,
     json_option,
@@ -100,12 +101,12 @@ def evaluate(dataset: str | None, registry: str | None, queries: str | None, tra
         res["query_mode"] = query_mode
     if json_out == STDOUT:  # stdout is the document; notes go to stderr
         for note in notes:
-            click.echo(f"note: {note}", err=True)
+            echo(f"note: {note}", err=True)
         emit_json(res, json_out)
         return
     show_evaluation(run, res, notes, all_metrics)
     if json_out:
-        click.echo("")
+        echo("")
         emit_json(res, json_out)
 
 
@@ -115,13 +116,13 @@ def show_evaluation(run: Any, res: dict[str, Any], notes: list[str], all_metrics
     from riskrank.evaluation.methods import parse_method
     from riskrank.metrics import METRICS
 
-    click.echo(f"{res['dataset']}: {res['protocol']}; encoder {run.encoder}; seeds {','.join(map(str, run.seeds))}")
+    echo(f"{res['dataset']}: {res['protocol']}; encoder {run.encoder}; seeds {','.join(map(str, run.seeds))}")
     for note in notes:
-        click.echo(f"note: {note}")
+        echo(f"note: {note}")
     contaminated = set((res.get("contaminated") or {}).get("methods") or [])
     cols = METRICS if all_metrics else CONTRACT_COLUMNS
     for split, block in res["splits"].items():
-        click.echo(f"\n[{split}] {block['n_queries']} queries")
+        echo(f"\n[{split}] {block['n_queries']} queries")
         rows = []
         for m, vals in block["methods"].items():
             spread = len(run.seeds) > 1 and not parse_method(m).seed_independent
@@ -148,15 +149,15 @@ def compare(before: str, after: str, metrics: str, as_json: bool) -> None:
         wanted = [m.strip() for m in metrics.split(",") if m.strip()]
         rows = [r for r in rows if r.metric in wanted]
     if as_json:
-        click.echo(json.dumps({"rows": [r.to_dict() for r in rows], "notes": notes}, indent=2))
+        echo(json.dumps({"rows": [r.to_dict() for r in rows], "notes": notes}, indent=2))
         return
     for n in notes:
-        click.echo(f"note: {n}")
-    click.echo(text_table(["split", "method", "metric", "before", "after", "diff", "seed spread", "within"],
+        echo(f"note: {n}")
+    echo(text_table(["split", "method", "metric", "before", "after", "diff", "seed spread", "within"],
                           [[r.split, r.method, r.metric, f"{r.before:.4f}", f"{r.after:.4f}", f"{r.diff:+.4f}",
                             f"{r.spread:.4f}", "yes" if r.within else "NO"] for r in rows]))
     outside = sum(not r.within for r in rows)
-    click.echo(f"{len(rows)} figures compared; {outside} outside the seed spread")
+    echo(f"{len(rows)} figures compared; {outside} outside the seed spread")
 
 
 # -- retrieve -----------------------------------------------------------------------------------
@@ -204,7 +205,7 @@ def retrieve(task: str | None, registry: str | None, checkpoint: str | None, k: 
     enc = Encoder(encoder, progress=False)
     checkpoint, note = resolve_checkpoint(checkpoint, enc.identity)
     if note:
-        click.echo(f"note: {note}", err=True)
+        echo(f"note: {note}", err=True)
     retriever = RiskAwareRetriever.from_paths(registry or demo_registry_path(), checkpoint, encoder=enc,
                                               mode=mode or safe_default_mode(checkpoint is not None), risk_source=risk_source, progress=False,
                                               candidates=candidates, first_stage=first_stage,
@@ -218,8 +219,8 @@ def retrieve(task: str | None, registry: str | None, checkpoint: str | None, k: 
 def show_result(res: Any, title: str | None = None) -> None:
     from riskrank.metrics import rvr_at_k, srr_at_k
 
-    click.echo(title or f"task: {res.task}")
-    click.echo(f"mode {res.mode}, lambda {res.lam:g}" + (f", alpha {res.alpha:g}" if "graph" in res.mode else "")
+    echo(title or f"task: {res.task}")
+    echo(f"mode {res.mode}, lambda {res.lam:g}" + (f", alpha {res.alpha:g}" if "graph" in res.mode else "")
                + (f", risk source {res.risk_source}" if "rule" in res.mode else ""))
     rows = []
     for t in res.tools:
@@ -231,39 +232,39 @@ def show_result(res: Any, title: str | None = None) -> None:
                      getattr(t, "risk_provenance", None) or "-", ",".join(t.permissions) or "-"])
     print_table(rows, ["#", "tool", "score", "f_rel", "f_risk", "risk", "pred", "level", "provenance", "permissions"])
     if any(getattr(t, "risk_evidence", None) and t.risk_provenance != "audited" for t in res.tools):
-        click.echo("evidence:")
+        echo("evidence:")
         for t in res.tools:
             if t.risk_evidence and t.risk_provenance != "audited":
-                click.echo(f"  {t.name}: {'; '.join(t.risk_evidence)}")
+                echo(f"  {t.name}: {'; '.join(t.risk_evidence)}")
     levels = [t.risk_level or 0 for t in res.tools]
     if levels and all(levels):
         import numpy as np
 
         arr = np.array([list(range(len(levels)))])
         lv = np.array(levels)
-        click.echo(f"RVR@{len(levels)} {fmt(float(rvr_at_k(arr, lv, len(levels))[0]), 2)}   SRR@{len(levels)} {fmt(float(srr_at_k(arr, lv, len(levels))[0]), 2)}")
+        echo(f"RVR@{len(levels)} {fmt(float(rvr_at_k(arr, lv, len(levels))[0]), 2)}   SRR@{len(levels)} {fmt(float(srr_at_k(arr, lv, len(levels))[0]), 2)}")
     context = getattr(res, "context", None)
     if context is not None:
-        click.echo(f"need {context['need']:.2f} (threshold {context['threshold']:g}): "
+        echo(f"need {context['need']:.2f} (threshold {context['threshold']:g}): "
                    + ("the task needs a risky tool" if context["needs_risk"] else "the task does not need a risky tool")
                    + f"; lambda {context['lambda']:g}, risk cap {context['risk_cap']}"
                    + (f"; admitted {context['admitted']}" if context.get("admitted") else ""))
         for t in res.tools:
             if getattr(t, "context", None):
-                click.echo(f"  {t.name}: {t.context}")
+                echo(f"  {t.name}: {t.context}")
     if res.deferred:
-        click.echo("deferred by the rule filter:" if context is None else "deferred (rule filter or context stage):")
+        echo("deferred by the rule filter:" if context is None else "deferred (rule filter or context stage):")
         for d in res.deferred:
             extra = f" (redundant with {d.redundant_with})" if d.redundant_with else ""
             named = " (named in the task; the caps still apply)" if getattr(d, "named", False) else ""
             why = f" ({d.context})" if getattr(d, "context", None) else ""
-            click.echo(f"  {d.name}: {', '.join(d.reasons)}{extra}{named}{why}")
+            echo(f"  {d.name}: {', '.join(d.reasons)}{extra}{named}{why}")
     if res.fallback:
-        click.echo(f"fallback (too few tools met every rule): {', '.join(res.fallback)}")
+        echo(f"fallback (too few tools met every rule): {', '.join(res.fallback)}")
     if res.unlabelled:
-        click.echo(f"unlabelled tools treated as high risk (fail closed): {', '.join(res.unlabelled)}")
+        echo(f"unlabelled tools treated as high risk (fail closed): {', '.join(res.unlabelled)}")
     for note in getattr(res, "notes", []):
-        click.echo(f"note: {note}")
+        echo(f"note: {note}")
 
 
 # -- train ----------------------------------------------------------------------------------------
@@ -313,32 +314,32 @@ def train(dataset: str | None, registry: str | None, queries: str | None, data_d
     r = fit_retriever(reg, texts, gold, encoder=encoder, train_config=cfg)
     r.save(out)
     tr = r.training
-    click.echo(f"trained {design} heads ({tr.config.relevance} relevance, {tr.config.penalty} penalty) on {tr.counts['train_queries']} "
+    echo(f"trained {design} heads ({tr.config.relevance} relevance, {tr.config.penalty} penalty) on {tr.counts['train_queries']} "
                f"queries (+{tr.counts['val_queries']} validation) in {tr.seconds:.1f}s")
     if tr.fusion is not None:
-        click.echo(f"hybrid first stage: {tr.fusion.describe()} (chosen on the {tr.counts['train_queries'] + tr.counts['val_queries']} training queries)")
+        echo(f"hybrid first stage: {tr.fusion.describe()} (chosen on the {tr.counts['train_queries'] + tr.counts['val_queries']} training queries)")
     sel = tr.validation.get("selected", {})
-    click.echo(f"lambda {r.lam:g} (validation NDCG@5 {fmt(sel.get('ndcg@5'))}, RVR@5 {fmt(sel.get('rvr@5'))}), alpha {r.alpha:g}, "
+    echo(f"lambda {r.lam:g} (validation NDCG@5 {fmt(sel.get('ndcg@5'))}, RVR@5 {fmt(sel.get('rvr@5'))}), alpha {r.alpha:g}, "
                f"normalisation {r.normalisation}" + (f", residual weight {tr.validation['residual_weight']:g}" if "residual_weight" in tr.validation else ""))
     if r.pipelines:
-        click.echo("per pipeline: " + "; ".join(f"{k} lambda {v['lam']:g}" + (f" alpha {v['alpha']:g}" if v["alpha"] else "")
+        echo("per pipeline: " + "; ".join(f"{k} lambda {v['lam']:g}" + (f" alpha {v['alpha']:g}" if v["alpha"] else "")
                                              for k, v in r.pipelines.items()))
     q = tr.risk_quality
     if q:
         auc = "n/a" if q.get("heldout_auc") is None else f"{q['heldout_auc']:.3f}"
-        click.echo(f"risk head: held-out AUC {auc}, predictions span {q['level_span']:.2f} levels"
+        echo(f"risk head: held-out AUC {auc}, predictions span {q['level_span']:.2f} levels"
                    + ("" if q["learned"] else f"; NOT LEARNED ({q['reason']}): predicted levels will be the keyword annotator's"))
     if tr.need_head is not None:
         n = tr.need_head.info
         auc = "n/a" if n.get("val_auc") is None else f"{n['val_auc']:.3f}"
         ctx = r.checkpoint.inference.get("context") or {}
-        click.echo(f"need head: {'+'.join(n['features'])}, C {n['C']:g}, cross-validated AUC {auc} ({n['val_positives']} of "
+        echo(f"need head: {'+'.join(n['features'])}, C {n['C']:g}, cross-validated AUC {auc} ({n['val_positives']} of "
                    f"{n['n_val']} queries need a risky tool; chosen by {n['chosen_by']}); "
                    + "; ".join(f"{k} threshold {v['tau']:g} margin {'none' if v['margin'] is None else format(v['margin'], 'g')}"
                                for k, v in ctx.items()))
     for note in tr.warnings:
-        click.echo(f"note: {note}")
-    click.echo(f"wrote {out}")
+        echo(f"note: {note}")
+    echo(f"wrote {out}")
 
 
 def _train_base(out: str, data_dir: str | None, benchmarks: str, seed: int, epochs: int, max_queries: int | None,
@@ -363,14 +364,14 @@ def _train_base(out: str, data_dir: str | None, benchmarks: str, seed: int, epoc
     path = save_base(built, out, transfer=transfer)
     card = built.card
     parts = [f"{d['benchmark']} ({d['n_queries']} {d['split']} queries)" for d in card["training_data"]]
-    click.echo(f"riskrank-base on {', '.join(parts)}")
-    click.echo(f"fusion {card['inference']['fusion']} (worst ratio to max(bm25, dense) {card['fusion_choice'].get('fusion_worst_ratio')})")
-    click.echo("zero-shot pipelines: " + "; ".join(f"{k} lambda {v['lam']:g} alpha {v['alpha']:g}" for k, v in card["inference"]["pipelines"].items()))
-    click.echo(f"risk head held-out AUC {card['risk_head']['heldout_auc']}")
+    echo(f"riskrank-base on {', '.join(parts)}")
+    echo(f"fusion {card['inference']['fusion']} (worst ratio to max(bm25, dense) {card['fusion_choice'].get('fusion_worst_ratio')})")
+    echo("zero-shot pipelines: " + "; ".join(f"{k} lambda {v['lam']:g} alpha {v['alpha']:g}" for k, v in card["inference"]["pipelines"].items()))
+    echo(f"risk head held-out AUC {card['risk_head']['heldout_auc']}")
     for d in card["training_data"]:
         for n in d["notes"]:
-            click.echo(f"note: {n}")
-    click.echo(f"wrote {path}")
+            echo(f"note: {n}")
+    echo(f"wrote {path}")
 
 
 def _training_data(dataset: str | None, registry: str | None, queries: str | None, data_dir: str | None):
@@ -441,13 +442,13 @@ def graph_stats(dataset: str | None, registry: str | None, data_dir: str | None,
     if json_out == STDOUT:
         emit_json(doc, json_out)
         return
-    click.echo(f"{source}; {len(reg)} tools; encoder {enc.identity}")
+    echo(f"{source}; {len(reg)} tools; encoder {enc.identity}")
     print_table([[k, str(v)] for k, v in st["edges"].items()], ["edge type", "edges"])
-    click.echo("")
+    echo("")
     print_table([[k, fmt(float(v), 2)] for k, v in st["degree"].items()], ["degree", "value"])
-    click.echo("\nsemantic edges per cosine threshold (this encoder):")
+    echo("\nsemantic edges per cosine threshold (this encoder):")
     print_table([[f"> {t}", str(c), fmt(table["mean_neighbours"][t], 2)] for t, c in table["counts"].items()],
                 ["threshold", "pairs", "neighbours/tool"])
     q = table["quantiles"]
-    click.echo("pairwise cosine quantiles: " + ", ".join(f"{k} {fmt(float(v))}" for k, v in q.items()))
+    echo("pairwise cosine quantiles: " + ", ".join(f"{k} {fmt(float(v))}" for k, v in q.items()))
     emit_json(doc, json_out)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from riskrank.cli.common import echo
 from riskrank.errors import RiskrankError
 
 STATE = click.option("--state", "where", required=True, metavar="URL|DIR",
@@ -34,7 +35,7 @@ def state_migrate(where: str) -> None:
 
     with connect(where, create=True) as store:
         before, after = store.migrate()
-    click.echo(f"{store.url}: schema {before} -> {after}" if before != after else f"{store.url}: already at {after}")
+    echo(f"{store.url}: schema {before} -> {after}" if before != after else f"{store.url}: already at {after}")
 
 
 @state_group.command("status")
@@ -51,15 +52,15 @@ def state_status(where: str, as_json: bool) -> None:
             raise RiskrankError(health["error"])
         counts = {"audit": store.count(), "pending": len(store.pending())} if health["ok"] else None
     if as_json:
-        click.echo(json.dumps({**health, "counts": counts}, indent=2))
+        echo(json.dumps({**health, "counts": counts}, indent=2))
     else:
-        click.echo(f"backend  {health['backend']}")
-        click.echo(f"url      {health['url']}")
-        click.echo(f"schema   {health['schema'] if health['schema'] is not None else 'none'}"
+        echo(f"backend  {health['backend']}")
+        echo(f"url      {health['url']}")
+        echo(f"schema   {health['schema'] if health['schema'] is not None else 'none'}"
                    + ("" if health["ok"] else f" ({health['error']})"))
         if counts is not None:
-            click.echo(f"audit    {counts['audit']:,} lines")
-            click.echo(f"pending  {counts['pending']:,} approvals")
+            echo(f"audit    {counts['audit']:,} lines")
+            echo(f"pending  {counts['pending']:,} approvals")
     sys.exit(0 if health["ok"] else 1)
 
 
@@ -82,7 +83,7 @@ def state_export(where: str, what: str, fmt: str, out: str, force: bool) -> None
         for piece in export_lines(store, what, fmt):
             fh.write(piece)
             n += 1
-    click.echo(f"wrote {n:,} {'records' if what == 'audit' else 'approvals'} to {out}")
+    echo(f"wrote {n:,} {'records' if what == 'audit' else 'approvals'} to {out}")
 
 
 @state_group.command("import")
@@ -114,9 +115,9 @@ def state_import(where: str, audit_log: str | None, review: str | None, labels: 
         read_review(review)  # before the store is opened: bad input creates nothing
         with open_store(where, create=True) as store:
             n = import_review(store, review, labels)
-        click.echo(f"imported the review queue of {Path(labels).name} ({n:,} tools) from {review}")
+        echo(f"imported the review queue of {Path(labels).name} ({n:,} tools) from {review}")
         return
     checked = check_audit_log(audit_log)  # before the store is opened: bad input creates nothing
     with open_store(where, create=True) as store:
         imported, there = import_audit_log(store, audit_log, checked=checked)
-    click.echo(f"imported {imported:,} records from {audit_log} ({there:,} were already there)")
+    echo(f"imported {imported:,} records from {audit_log} ({there:,} were already there)")

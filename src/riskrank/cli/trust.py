@@ -1,15 +1,19 @@
-"""``riskrank pins`` (the operator's side of the pin store) and ``riskrank scan`` (the
-poisoning checks, offline, over a registry or a ``tools/list`` dump; docs/trust.md)."""
+"""``riskrank pins`` (the operator's side of the pin store), ``riskrank scan`` (the poisoning
+checks over a registry, a ``tools/list`` dump, or the servers of an ``mcpServers`` file, which
+it starts only without ``--no-start``; docs/trust.md) and ``riskrank clients``."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
+from typing import Any
 
 import click
 
+from riskrank.cli.common import echo
 from riskrank.errors import RiskrankError
+from riskrank.fileio import show
 
 STATE_DIR = click.option("--state-dir", type=click.Path(file_okay=False, exists=True), required=True,
                          help="The gateway's --state-dir.")
@@ -37,16 +41,16 @@ def pins_list(state_dir: str, as_json: bool) -> None:
     store = _store(state_dir)
     rows = store.summary()
     if as_json:
-        click.echo(json.dumps({"pins": str(store.path), "trusted": store.broken is None, "broken": store.broken,
+        echo(json.dumps({"pins": str(store.path), "trusted": store.broken is None, "broken": store.broken,
                                "servers": rows, "awaiting": [c.to_dict() for c in store.changes()]}, indent=2))
         return
     if store.broken:
-        click.echo(f"NOT TRUSTED: {store.broken}; every upstream tool is quarantined until `riskrank pins reset`")
+        echo(f"NOT TRUSTED: {store.broken}; every upstream tool is quarantined until `riskrank pins reset`")
     for r in rows:
-        click.echo(f"{r['upstream']}: {r['pinned']} pinned" + (f"; awaiting approval: {', '.join(r['awaiting'])}"
+        echo(f"{r['upstream']}: {r['pinned']} pinned" + (f"; awaiting approval: {', '.join(r['awaiting'])}"
                                                                if r["awaiting"] else ""))
     if not rows and not store.broken:
-        click.echo(f"no pins yet in {store.path}")
+        echo(f"no pins yet in {store.path}")
 
 
 @pins_group.command("diff")
@@ -60,8 +64,8 @@ def pins_diff(state_dir: str, upstream: str, tool: str | None) -> None:
     if not changes:
         raise RiskrankError(f"nothing of {upstream!r}{' ' + repr(tool) if tool else ''} awaits approval")
     for c in changes:
-        click.echo(f"# {c.kind}: {c.upstream}/{c.name}")
-        click.echo(c.diff() if c.pinned else json.dumps(c.seen, indent=2, sort_keys=True, ensure_ascii=False))
+        echo(f"# {c.kind}: {c.upstream}/{c.name}")
+        echo(c.diff() if c.pinned else json.dumps(c.seen, indent=2, sort_keys=True, ensure_ascii=False))
 
 
 @pins_group.command("approve")
@@ -74,7 +78,7 @@ def pins_approve(state_dir: str, upstream: str, tool: str | None) -> None:
     if store.broken:
         raise RiskrankError(f"the pin store is not trusted ({store.broken}): check it, then `riskrank pins reset`")
     names = store.approve(upstream, tool)
-    click.echo(f"approved {', '.join(names) if names else 'nothing (no tool awaited approval)'} of {upstream!r}")
+    echo(f"approved {', '.join(names) if names else 'nothing (no tool awaited approval)'} of {upstream!r}")
 
 
 @pins_group.command("reset")
@@ -84,50 +88,95 @@ def pins_reset(state_dir: str, upstream: str | None) -> None:
     """Forget the pins of UPSTREAM (every server, and a store that is not trusted, without it):
     the next list pins afresh under the policy's first_seen."""
     _store(state_dir).reset(upstream)
-    click.echo(f"reset the pins of {upstream!r}" if upstream else "reset every pin")
+    echo(f"reset the pins of {upstream!r}" if upstream else "reset every pin")
 
 
-def _listed(path: str, startup_timeout: float) -> list[dict]:
-    """The tools of every server of an ``mcpServers`` file, each started as the gateway starts
-    it (the same checks of the file, the same child environment) and stopped once listed;
-    each tool named ``server/tool``."""
+def _definitions(data: Any, path: str) -> list[dict]:
+    """The tool definitions a static file holds (nothing runs): a registry's ``tools``, a
+    ``tools/list`` result (or its JSON-RPC answer), a list of records (plain, MCP, or OpenAI
+    function specs), or the label-file shape (name -> record). Anything else, an empty list,
+    or a record that is not an object with a name is one error (exit 2)."""
+    tools: Any = data
+    if isinstance(data, dict):
+        if isinstance(data.get("result"), dict):
+            tools = data["result"].get("tools")
+        elif "tools" in data:
+            tools = data["tools"]
+        elif data and all(isinstance(v, dict) for v in data.values()):
+            tools = [{"name": k, **v} for k, v in data.items()]
+    if not isinstance(tools, list):
+        raise RiskrankError(f"{path}: no tool definitions (a registry's \"tools\", a tools/list result, a list of tools) "
+                            "and no servers (\"mcpServers\")")
+    if not tools:
+        raise RiskrankError(f"{path}: holds no tool definitions: nothing to check")
+    out = []
+    for i, rec in enumerate(tools):
+        rec = rec.get("function") if isinstance(rec, dict) and isinstance(rec.get("function"), dict) else rec
+        if not isinstance(rec, dict) or not isinstance(rec.get("name"), str) or not rec["name"]:
+            raise RiskrankError(f"{path}: tools[{i}]: a tool definition is an object with a \"name\" string, "
+                                f"not {show(rec)}")
+        out.append(rec)
+    return out
+
+
+def _list_server(up: Any, startup_timeout: float) -> list[dict]:
+    """The tools of one server, started (or connected to) as the gateway does: the same
+    child environment, its stderr discarded, its process group killed once listed; each
+    tool named ``server/tool``. Raises :class:`RiskrankError` with one line on any failure."""
     import anyio
 
     from riskrank.serving import mcp_compat
-    from riskrank.serving.gateway.config import load_servers
+    from riskrank.serving.gateway.upstreams import describe, leaf
 
-    problems: list[str] = []
-    servers = load_servers(path, problems=problems)
-    for p in problems:
-        click.echo(f"warning: {p}; that server is not scanned", err=True)
+    printed: list[str] = []
 
-    async def one(up) -> list[dict]:
+    async def note(message: Any) -> None:  # a child that prints what is not JSON-RPC: said once, plainly
+        if isinstance(message, Exception) and not printed:
+            printed.append(mcp_compat.bad_line(message) or "")
+
+    async def one() -> list[dict]:
         with anyio.fail_after(startup_timeout), open(os.devnull, "w") as quiet:
-            async with mcp_compat.open_session(up.target, errlog=quiet) as session:
+            async with mcp_compat.open_session(up.target, errlog=quiet, message_handler=note) as session:
                 return [{**t, "name": f"{up.name}/{t.get('name')}"} for t in await mcp_compat.list_all(session, "tools")]
 
-    out: list[dict] = []
-    for up in servers:
-        try:
-            out += anyio.run(one, up)
-        except Exception as exc:  # one server that will not start is reported, the others scanned
-            click.echo(f"warning: {up.name!r} did not list its tools ({type(exc).__name__}: {exc}); not scanned", err=True)
-    return out
+    try:
+        return anyio.run(one)
+    except Exception as exc:  # every failure of an untrusted server is one line
+        inner = leaf(exc)
+        why = (f"it did not list its tools within {startup_timeout:g} s (--startup-timeout)" if isinstance(inner, TimeoutError)
+               else f"it printed {printed[0]!r}, which is not MCP JSON-RPC" if printed and printed[0]
+               else describe(inner))
+        raise RiskrankError(f"{up.name!r} could not be listed: {why}") from None
 
 
 @click.command("scan")
 @click.argument("path", type=click.Path(dir_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="Print {\"tools\": [{name, verdict, findings}], \"counts\": {...}}.")
+@click.option("--no-start", is_flag=True,
+              help="Run nothing: check the static definitions, and list each server command (or URL) the file "
+                   "would start (or connect to) instead of starting it.")
+@click.option("--allow-unreachable", is_flag=True,
+              help="A server that could not be listed (or, with --no-start, was not started) is a warning, and the "
+                   "exit status is that of the tools checked; without it, it is an error (exit 2).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print {\"tools\": [{name, verdict, findings}], \"counts\": {...}, \"servers\": [...]}.")
 @click.option("--startup-timeout", type=click.FloatRange(1, 600), default=30.0, show_default=True,
               help="For an mcpServers file: seconds each server has to start and list its tools.")
-def scan_command(path: str, as_json: bool, startup_timeout: float) -> None:
-    """Check the tool definitions of PATH (a registry file, an MCP tools/list dump, or an
-    mcpServers file, whose servers are started and listed as the gateway does) for text
-    addressed to the model: instructions, things hidden from the user, exfiltration cues,
-    claims over other tools, invisible text. Exit 0 when no tool is poisoned, 1 when one is,
-    2 on bad input."""
+def scan_command(path: str, no_start: bool, allow_unreachable: bool, as_json: bool, startup_timeout: float) -> None:
+    """Check the tool definitions of PATH for text addressed to the model: instructions,
+    things hidden from the user, exfiltration cues, claims over other tools, invisible text.
+
+    An mcpServers file's servers are STARTED (each command runs, each URL is connected to,
+    with the headers the file names) and listed, as the gateway does: each is printed on
+    stderr before it starts. Use --no-start on a file you do not trust: nothing runs, and
+    each command the file would start is listed instead. A registry file or a tools/list
+    dump is read as it is; nothing runs.
+
+    Exit 0 when every definition was checked and none is poisoned, 1 when one is poisoned,
+    2 on bad input or when a server could not be checked (it failed to list, or --no-start
+    left it unstarted) unless --allow-unreachable."""
     from riskrank.fileio import loads_strict, read_regular_file
     from riskrank.scan import VERDICTS, scan_tools
+    from riskrank.serving.gateway.config import load_servers
 
     try:
         data = loads_strict(read_regular_file(path, max_bytes=256 * 1024 * 1024).decode("utf-8"), path, RiskrankError)
@@ -135,24 +184,50 @@ def scan_command(path: str, as_json: bool, startup_timeout: float) -> None:
         raise RiskrankError(f"{path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise RiskrankError(f"{path}: not UTF-8 text") from None
-    if isinstance(data, dict) and isinstance(data.get("mcpServers"), dict):
-        tools = _listed(path, startup_timeout)
+    servers: list[dict[str, Any]] = []
+    unchecked: list[str] = []
+    if isinstance(data, dict) and ("mcpServers" in data or "servers" in data):
+        tools: list[dict] = []
+        if not no_start:
+            from riskrank.serving import mcp_compat
+
+            mcp_compat.sdk_major()  # a missing extra is its own one line, before anything starts
+            mcp_compat.quiet_stdio_parse_errors()  # the SDKs' tracebacks for what a child prints: said once, here
+            mcp_compat.quiet_http_transport_errors()
+        for up in load_servers(path, offline=no_start):
+            row: dict[str, Any] = {**up.shown(), "started": not no_start}
+            servers.append(row)
+            if no_start:
+                unchecked.append(f"{up.name!r} (--no-start)")
+                if not as_json:
+                    echo(f"would {up.plan()}")
+                continue
+            echo(f"riskrank scan: {up.plan()}", err=True)  # before it runs: what runs is on screen
+            try:
+                tools += _list_server(up, startup_timeout)
+            except RiskrankError as exc:
+                row["error"] = str(exc)
+                unchecked.append(str(exc))
     else:
-        tools = data.get("tools") if isinstance(data, dict) else data
-        if isinstance(data, dict) and isinstance(data.get("result"), dict):
-            tools = data["result"].get("tools")
-        if not isinstance(tools, list):
-            raise RiskrankError(f"{path}: no list of tools (a registry's \"tools\", a tools/list result, or mcpServers)")
+        tools = _definitions(data, path)
+    if unchecked and not allow_unreachable and not no_start:
+        raise RiskrankError(f"{'; '.join(unchecked)}; its tools are not checked (--allow-unreachable scans the others)")
+    for line in unchecked if not no_start else []:
+        echo(f"warning: {line}; not checked (--allow-unreachable)", err=True)
     scans = scan_tools(tools)
     counts = {v: sum(s.verdict == v for s in scans) for v in VERDICTS}
     if as_json:
-        click.echo(json.dumps({"source": path, "tools": [s.to_dict() for s in scans], "counts": counts}, indent=2,
-                              ensure_ascii=False))
+        echo(json.dumps({"source": path, "tools": [s.to_dict() for s in scans], "counts": counts,
+                         **({"servers": servers} if servers else {})}, indent=2, ensure_ascii=False))
     else:
         for s in scans:
             if s.verdict != "clean":
-                click.echo(f"{s.verdict:<10} {s.name}: {s.reason()}")
-        click.echo(f"{len(scans)} tools: " + ", ".join(f"{counts[v]} {v}" for v in VERDICTS))
+                echo(f"{s.verdict:<10} {s.name}: {s.reason()}")
+        echo(f"{len(scans)} tools: " + ", ".join(f"{counts[v]} {v}" for v in VERDICTS)
+             + (f"; {len(unchecked)} server(s) not checked" if unchecked else ""))
+    if unchecked and not allow_unreachable:  # --no-start: the listing above is the answer, and nothing was checked
+        raise RiskrankError(f"{len(unchecked)} server(s) not started (--no-start), so their tools are not checked; "
+                            "read the commands listed, then scan without --no-start, or add --allow-unreachable")
     sys.exit(1 if counts["poisoned"] else 0)
 
 
@@ -184,9 +259,9 @@ def clients_add(name: str, clients_file: str, policy_name: str | None, policy_fi
     token = sys.stdin.readline().strip() if token_stdin else None
     policies = load_policies(policy_file) if policy_file else None
     made = add_client(Path(clients_file), name, policy_name or "", token=token, rotate=rotate, policies=policies)
-    click.echo(f"{'rotated' if rotate else 'added'} {name!r} in {clients_file}; its token (shown once):", err=True)
+    echo(f"{'rotated' if rotate else 'added'} {name!r} in {clients_file}; its token (shown once):", err=True)
     if token is None:
-        click.echo(made)
+        echo(made)
 
 
 @clients_group.command("list")
@@ -211,6 +286,6 @@ def clients_list(clients_file: str, policy_file: str | None) -> None:
         policies = Policies({n: Policy() for n in names}, next(iter(sorted(names))))
     clients, oauth = read_clients_file(Path(clients_file), policies, {})
     for c in clients.values():
-        click.echo(f"{c.name}\t{c.policy}\t{len(c.digests)} token(s)")
+        echo(f"{c.name}\t{c.policy}\t{len(c.digests)} token(s)")
     if oauth is not None:
-        click.echo(f"oauth\t{oauth.get('issuer')}\tdefault policy {oauth.get('default_policy', policies.default)}")
+        echo(f"oauth\t{oauth.get('issuer')}\tdefault policy {oauth.get('default_policy', policies.default)}")

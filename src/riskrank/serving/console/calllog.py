@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+from riskrank.fileio import spreadsheet_cell
 from riskrank.serving.gateway.auditlog import read_records
 
 #: The table's columns, and the CSV's (the audit log's required fields first).
@@ -87,14 +88,6 @@ def jsonl(path: Path, flt: Filter) -> Iterator[bytes]:
             yield (json.dumps(rec, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
 
 
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    # A cell starting with one of these is a formula to a spreadsheet (CSV injection): quote it.
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
-
-
 def csv_lines(path: Path, flt: Filter) -> Iterator[bytes]:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\r\n")
@@ -109,5 +102,5 @@ def csv_lines(path: Path, flt: Filter) -> Iterator[bytes]:
     yield flush()
     for rec in read_records(path):
         if flt.matches(rec):
-            writer.writerow([_cell(rec.get(c)) for c in COLUMNS])
+            writer.writerow([spreadsheet_cell(rec.get(c)) for c in COLUMNS])
             yield flush()

@@ -51,10 +51,38 @@ class ConfigError(RiskrankError):
 
 @dataclass(frozen=True)
 class UpstreamConfig:
-    """One upstream server: its name (the namespace of its tools on collision) and target."""
+    """One upstream server: its name (the namespace of its tools on collision) and target.
+    ``header_vars``: for a URL server, each ``headersFromEnv`` header and the variable of this
+    process's environment its value comes from (what a scan shows before it connects)."""
 
     name: str
     target: ServerTarget
+    header_vars: tuple[tuple[str, str], ...] = ()
+
+    def shown(self) -> dict[str, Any]:
+        """What starting this server does, as a scan shows it before (or instead of) doing
+        it: the command, its arguments, working directory and the names (never the values) of
+        the variables it is given; or the URL, its header names, and the variable of this
+        process's environment each ``headersFromEnv`` header would carry."""
+        t = self.target
+        if t.url:
+            from_env = dict(self.header_vars)
+            return {"name": self.name, "url": t.describe(), "headers": sorted(h for h in t.headers if h not in from_env),
+                    "headers_from_env": from_env}
+        return {"name": self.name, "command": t.command, "args": list(t.args), "cwd": t.cwd or os.getcwd(),
+                "env": sorted(t.env)}
+
+    def plan(self) -> str:
+        """:meth:`shown` in one line: ``start NAME: COMMAND ARGS [cwd DIR; env A, B]`` or
+        ``connect NAME: URL [headers ...]``."""
+        t, shown = self.target, self.shown()
+        if t.url:
+            parts = ([f"headers {', '.join(shown['headers'])}"] if shown["headers"] else []) + (
+                [f"headers from this environment: {', '.join(f'{h}=${v}' for h, v in self.header_vars)}"]
+                if self.header_vars else [])
+            return f"connect {self.name}: {t.describe()}" + (f"  [{'; '.join(parts)}]" if parts else "")
+        return (f"start {self.name}: {t.describe()}  [cwd {shown['cwd']}; env {', '.join(shown['env']) or 'none'} "
+                "(beside HOME, LOGNAME, PATH, SHELL, TERM, USER)]")
 
 
 SERVER_KEYS = {"command", "args", "env", "cwd", "url", "headers", "headersFromEnv", "tls", "type", "transport", "disabled"}
@@ -123,12 +151,14 @@ def _strings(value: Any, where: str) -> dict[str, str]:
 
 
 def load_servers(path: str | Path, *, secret_names: frozenset[str] = frozenset(),
-                 problems: list[str] | None = None) -> list[UpstreamConfig]:
+                 problems: list[str] | None = None, offline: bool = False) -> list[UpstreamConfig]:
     """The enabled servers of an ``mcpServers`` (or ``servers``) file, in file order.
     ``secret_names``: environment variables no upstream may be given (riskrank's tokens).
     With a ``problems`` list, a server entry that cannot be used is left out and its one-line
     reason appended there (one bad entry does not deny the others); the file itself must
-    still parse, and at least one entry must be usable."""
+    still parse, and at least one entry must be usable. ``offline``: read the file to show
+    what it would start, not to start it: no command is looked up on PATH, no directory or
+    CA file is checked, and no ``headersFromEnv`` variable is read (its header is empty)."""
     data = _read_object(path, "servers")
     keys = [k for k in ("mcpServers", "servers") if k in data]
     if len(keys) != 1 or set(data) - {keys[0]}:
@@ -141,7 +171,7 @@ def load_servers(path: str | Path, *, secret_names: frozenset[str] = frozenset()
     out = []
     for name, entry in servers.items():
         try:
-            server = _server(path, keys[0], name, entry, secret_names)
+            server = _server(path, keys[0], name, entry, secret_names, offline)
         except ConfigError as exc:
             if problems is None:
                 raise
@@ -156,7 +186,8 @@ def load_servers(path: str | Path, *, secret_names: frozenset[str] = frozenset()
     return out
 
 
-def _server(path: str | Path, key: str, name: str, entry: Any, secret_names: frozenset[str]) -> UpstreamConfig | None:
+def _server(path: str | Path, key: str, name: str, entry: Any, secret_names: frozenset[str],
+            offline: bool = False) -> UpstreamConfig | None:
     """One entry of the servers file (None when it is disabled)."""
     where = f"{path}: {key}.{name}"
     if not _NAME.match(name):
@@ -170,16 +201,17 @@ def _server(path: str | Path, key: str, name: str, entry: Any, secret_names: fro
     kind = entry.get("type", entry.get("transport"))
     if kind is None:
         kind = "http" if "url" in entry else "stdio"
-    if kind in HTTP_TYPES:
-        return UpstreamConfig(name, _http_target(entry, where, secret_names, "streamable-http"))
-    if kind in SSE_TYPES:
-        return UpstreamConfig(name, _http_target(entry, where, secret_names, "sse"))
+    if kind in HTTP_TYPES or kind in SSE_TYPES:
+        target = _http_target(entry, where, secret_names, "sse" if kind in SSE_TYPES else "streamable-http", offline)
+        header_vars = entry.get("headersFromEnv", {})
+        return UpstreamConfig(name, target, tuple(sorted(header_vars.items())))
     if kind == "stdio":
-        return UpstreamConfig(name, _stdio_target(entry, where, secret_names))
+        return UpstreamConfig(name, _stdio_target(entry, where, secret_names, offline))
     raise ConfigError(f"{where}.type: must be 'stdio', 'http' or 'sse', got {kind!r}")
 
 
-def _http_target(entry: dict[str, Any], where: str, secret_names: frozenset[str], transport: str) -> ServerTarget:
+def _http_target(entry: dict[str, Any], where: str, secret_names: frozenset[str], transport: str,
+                 offline: bool = False) -> ServerTarget:
     """A URL server (streamable HTTP or SSE): its literal ``headers``, its ``headersFromEnv``
     (values read from this process's environment now, at start) and its ``tls`` choice."""
     what = "an sse" if transport == "sse" else "an http"
@@ -191,12 +223,14 @@ def _http_target(entry: dict[str, Any], where: str, secret_names: frozenset[str]
         if key in entry:
             raise ConfigError(f"{where}.{key}: not used by {what} server (it has a url)")
     headers = _strings(entry.get("headers", {}), f"{where}.headers")
-    headers.update(_headers_from_env(entry.get("headersFromEnv", {}), headers, f"{where}.headersFromEnv", secret_names))
-    verify, ca_file = _tls(entry.get("tls"), url, f"{where}.tls")
+    headers.update(_headers_from_env(entry.get("headersFromEnv", {}), headers, f"{where}.headersFromEnv", secret_names,
+                                     offline))
+    verify, ca_file = (True, None) if offline else _tls(entry.get("tls"), url, f"{where}.tls")
     return ServerTarget(url=url, headers=headers, transport=transport, verify=verify, ca_file=ca_file)
 
 
-def _headers_from_env(value: Any, literal: dict[str, str], where: str, secret_names: frozenset[str]) -> dict[str, str]:
+def _headers_from_env(value: Any, literal: dict[str, str], where: str, secret_names: frozenset[str],
+                      offline: bool = False) -> dict[str, str]:
     """``{"Header": "VARIABLE"}``: each header's value is that variable of this process's
     environment, so a credential lives in the gateway's environment (a secret store, a unit's
     ``EnvironmentFile``) and never in the servers file, nor anywhere an agent can reach. Every
@@ -217,6 +251,9 @@ def _headers_from_env(value: Any, literal: dict[str, str], where: str, secret_na
             raise ConfigError(f"{at}: {var!r} is not an environment variable name (letters, digits, '_')")
         if var in secret_names:
             raise ConfigError(f"{at}: {var} is riskrank's own secret and cannot be sent to an upstream server")
+        if offline:
+            out[header] = ""
+            continue
         secret = os.environ.get(var, "").strip()
         if not secret:
             raise ConfigError(f"{at}: the environment variable {var} is not set or is empty")
@@ -286,7 +323,7 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _stdio_target(entry: dict[str, Any], where: str, secret_names: frozenset[str]) -> ServerTarget:
+def _stdio_target(entry: dict[str, Any], where: str, secret_names: frozenset[str], offline: bool = False) -> ServerTarget:
     command = entry.get("command")
     if not isinstance(command, str) or not command.strip():
         raise ConfigError(f"{where}.command: a stdio server needs a command")
@@ -304,9 +341,10 @@ def _stdio_target(entry: dict[str, Any], where: str, secret_names: frozenset[str
     if leaked:
         raise ConfigError(f"{where}.env.{leaked[0]}: riskrank's own secret cannot be passed to an upstream server")
     cwd = entry.get("cwd")
-    if cwd is not None and (not isinstance(cwd, str) or not Path(cwd).is_dir()):
+    if cwd is not None and (not isinstance(cwd, str) or not (offline or Path(cwd).is_dir())):
         raise ConfigError(f"{where}.cwd: must be an existing directory")
-    check_command(command, env, f"{where}.command")
+    if not offline:
+        check_command(command, env, f"{where}.command")
     return ServerTarget(command=command, args=tuple(args), env=env, cwd=cwd)
 
 

@@ -49,7 +49,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from riskrank.errors import RiskrankError
-from riskrank.fileio import loads_strict
+from riskrank.fileio import loads_strict, spreadsheet_cell
 
 SCHEMA_VERSION = 1
 #: The SQLite file inside a state directory.
@@ -828,14 +828,6 @@ EXPORTS = ("audit", "approvals")
 FORMATS = ("jsonl", "csv")
 
 
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    text = value if isinstance(value, str) else _dump(value)
-    # A cell starting with one of these is a formula to a spreadsheet (CSV injection): quote it.
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
-
-
 def export_lines(store: StateStore, what: str, fmt: str) -> Iterator[bytes]:
     """The audit log (oldest first, each line as written; CSV with the whole record in its
     last column) or the approvals (oldest first), as JSONL or CSV, in pieces."""
@@ -845,7 +837,7 @@ def export_lines(store: StateStore, what: str, fmt: str) -> Iterator[bytes]:
     writer = csv.writer(buf, lineterminator="\r\n")
 
     def row(cells: list[Any]) -> bytes:
-        writer.writerow([_cell(c) for c in cells])
+        writer.writerow([spreadsheet_cell(c) for c in cells])
         data = buf.getvalue().encode("utf-8")
         buf.seek(0)
         buf.truncate()
