@@ -239,6 +239,7 @@ def test_oauth_tokens_name_the_client_and_bad_ones_are_401_with_one_log_line(tmp
         "default_policy": "read-only"}}))
     lines: list[str] = []
     book = ClientBook(tmp_path / "clients.json", _policies(), log=lines.append)
+    identity = f"{issuer}#deploy-bot"
 
     async def echo(scope, receive, send):
         body = json.dumps(scope.get("riskrank.client")).encode()
@@ -253,7 +254,7 @@ def test_oauth_tokens_name_the_client_and_bad_ones_are_401_with_one_log_line(tmp
         def get(tok):
             return httpx.get(srv.url + "/mcp", headers={"Authorization": f"Bearer {tok}"})
 
-        assert get(token(riskrank_policy="on-call")).json() == {"name": "deploy-bot", "policy": "on-call", "via": "oauth"}
+        assert get(token(riskrank_policy="on-call")).json() == {"name": identity, "policy": "on-call", "via": "oauth"}
         assert get(token()).json()["policy"] == "read-only"
         for bad, why in [(token(exp=int(time.time()) - 600), "expired"), (token(aud="https://other.example.com"), "audience"),
                          (token(riskrank_policy="root"), "'root'"), (token(iss="https://evil.example.com"), "issuer")]:
@@ -264,3 +265,86 @@ def test_oauth_tokens_name_the_client_and_bad_ones_are_401_with_one_log_line(tmp
             assert bad not in lines[-1]
         meta = httpx.get(srv.url + "/.well-known/oauth-protected-resource").json()
         assert meta["authorization_servers"] == [issuer] and meta["resource"].endswith("/mcp")
+
+
+def _issuer(tmp_path, clients: dict):
+    """A JWKS file, a clients file with ``clients`` and an issuer, and a token minter."""
+    import time
+
+    import jwt
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    (tmp_path / "jwks.json").write_text(json.dumps({"keys": [{**jwk, "kid": "k1", "alg": "RS256"}]}))
+    issuer, audience = "https://id.example.com", "https://gw.example.com/mcp"
+    (tmp_path / "clients.json").write_text(json.dumps({"clients": clients, "oauth": {
+        "issuer": issuer, "audience": audience, "jwks": str(tmp_path / "jwks.json"), "default_policy": "read-only"}}))
+
+    def token(sub: str) -> str:
+        claims = {"sub": sub, "iss": issuer, "aud": audience, "exp": int(time.time()) + 300}
+        return jwt.encode(claims, key, algorithm="RS256", headers={"kid": "k1"})
+
+    return issuer, token
+
+
+def test_an_oauth_subject_that_shadows_a_client_is_refused_and_audited(tmp_path):
+    """``sub: "ci"`` beside a clients-file ``ci`` (or one that reads as it: ``CI``, a Cyrillic
+    ``с``): 401, one log line, and one audit line with the address, issuer and subject, never
+    the token. The client's own token still works, as itself."""
+    from riskrank.serving.auth import Gate
+    from riskrank.serving.gateway.auditlog import AuditLog
+    from test_server_support import ServerThread
+
+    issuer, token = _issuer(tmp_path, {"ci": {"token_sha256": _digest("ci-bot"), "policy": "read-only"}})
+    lines: list[str] = []
+    audit = AuditLog(tmp_path / "audit.jsonl")
+    book = ClientBook(tmp_path / "clients.json", _policies(), log=lines.append)
+
+    async def echo(scope, receive, send):
+        body = json.dumps(scope.get("riskrank.client")).encode()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": body})
+
+    with ServerThread(Gate(echo, token=None, clients=book, log=lines.append, audit=audit)) as srv:
+        def get(tok):
+            return httpx.get(srv.url + "/mcp", headers={"Authorization": f"Bearer {tok}"})
+
+        for sub in ("ci", "CI", "\u0441i"):
+            r = get(token(sub))
+            assert r.status_code == 401, (sub, r.text)
+        assert get(TOKENS["ci-bot"]).json() == {"name": "ci", "policy": "read-only", "via": "client"}
+        assert get(token("deploy-bot")).json()["name"] == f"{issuer}#deploy-bot"
+    audit.close()
+    refused = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert [r["subject"] for r in refused] == ["ci", "CI", "\u0441i"]
+    first = refused[0]
+    assert (first["decision"], first["code"], first["issuer"], first["shadows"], first["address"]) == (
+        "auth_refused", "identity_collision", issuer, "ci", "127.0.0.1")
+    assert "reads as the clients-file client 'ci'" in first["reason"] and first["time"]
+    assert not any(token("ci")[:40] in x for x in (tmp_path / "audit.jsonl").read_text().splitlines())
+    assert sum("OAuth token refused" in x and "reads as the clients-file client" in x for x in lines) == 3
+
+
+def test_oauth_identities_and_client_names_are_one_namespace_that_never_collides(tmp_path):
+    """An OAuth identity is ISSUER#SUBJECT: no clients-file name can be one (the file refuses
+    ':' and '/'), and every key that follows a caller carries the whole identity, so a
+    session id presented under an OAuth token is never a client's session."""
+    from riskrank.serving.gateway.clients import oauth_identity
+    from riskrank.serving.mcp_compat import _session_key
+
+    issuer, token = _issuer(tmp_path, {"deploy": {"token_sha256": _digest("ci-bot"), "policy": "read-only"}})
+    book = ClientBook(tmp_path / "clients.json", _policies())
+    ident = book.validate_jwt(token("deploy-bot"))
+    assert (ident.name, ident.via) == (oauth_identity(issuer, "deploy-bot"), "oauth")
+    with pytest.raises(ConfigError, match="a client name is"):
+        parse_clients({"clients": {ident.name: {"token_sha256": _digest("alice"), "policy": "read-only"}}}, "c.json",
+                      _policies())
+
+    class Request:
+        def __init__(self, who: dict, sid: str) -> None:
+            self.scope, self.headers = {"riskrank.client": who}, {"mcp-session-id": sid}
+
+    client = {"name": "deploy", "policy": "read-only", "via": "client"}
+    keys = {_session_key(Request(w, "s-1"), False) for w in (client, ident.to_scope())}
+    assert keys == {"deploy/http-s-1", f"{issuer}#deploy-bot/http-s-1"}

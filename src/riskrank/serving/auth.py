@@ -17,6 +17,7 @@ Standard library only: the gate wraps any ASGI app.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import ipaddress
 import json
@@ -98,9 +99,13 @@ class Gate:
     answered 503 ``overloaded`` with ``Retry-After: 1`` at once, so a flood queues nothing."""
 
     def __init__(self, app: Any, *, token: str | None, admin_token: str | None = None, max_body_bytes: int = 64 * 1024,
-                 max_inflight: int | None = None, clients: Any = None, log: Callable[[str], None] | None = None) -> None:
+                 max_inflight: int | None = None, clients: Any = None, log: Callable[[str], None] | None = None,
+                 audit: Any = None) -> None:
         check_distinct_tokens(token, admin_token)
         self.app = app
+        #: The audit log (an ``append(**fields)`` coroutine): an OAuth token refused for
+        #: shadowing a clients-file name is a line there, with the address, issuer and subject.
+        self.audit = audit
         #: The clients file (:class:`riskrank.serving.gateway.clients.ClientBook`): a
         #: client's own token (or OAuth JWT) names it and its policy; None: the bearer token only.
         self.clients = clients
@@ -142,6 +147,11 @@ class Gate:
                 ident = await anyio.to_thread.run_sync(self.clients.validate_jwt, text)
             except RiskrankError as exc:
                 self.log(f"401 {scope.get('method', '')} {path}: OAuth token refused: {exc}")
+                if getattr(exc, "reason", None) == "identity_collision" and self.audit is not None:
+                    with contextlib.suppress(RiskrankError):  # the 401 stands whether or not it is logged
+                        await self.audit.append(tool=None, decision="auth_refused", code="identity_collision",
+                                                reason=str(exc), address=(scope.get("client") or ("?",))[0],
+                                                issuer=exc.issuer, subject=exc.subject, shadows=exc.client)  # type: ignore[attr-defined]
                 return None
             return ident.to_scope()
         self.log(f"401 {scope.get('method', '')} {path}: " + ("no bearer token" if not given else "unknown token"))

@@ -303,7 +303,7 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
                 host, port = sock.getsockname()[:2]
                 sock.listen(128)  # before the URL is announced: a client connecting at once waits in the backlog
                 app = Gate(with_probes(mcp_compat.streamable_http_app(server, host), gateway, store), token=token,
-                           max_inflight=(limits or Limits()).max_inflight, clients=clients, log=echo)
+                           max_inflight=(limits or Limits()).max_inflight, clients=clients, log=echo, audit=audit)
                 auth = ", ".join([*(["bearer token"] if token else []), *(["clients file"] if clients is not None else [])])
                 echo(f"streamable HTTP at http://{host}:{port}/mcp  auth: {auth or 'none (--insecure, loopback)'}")
                 if console_app is not None:

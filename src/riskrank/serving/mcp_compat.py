@@ -524,8 +524,10 @@ def _client(request: Any) -> dict[str, Any] | None:
 def _session_key(request: Any, modern: bool) -> str:
     """Whose call: one client per process over stdio (no HTTP request); over streamable HTTP
     the MCP session id, and on 2026-07-28 (no sessions) the bearer token's digest. A named
-    client's key starts with its name: a session id presented with another client's token is
-    another key (one client cannot call through what another's find_tools exposed)."""
+    client's key starts with its whole identity (a clients-file name, or an OAuth
+    ``ISSUER#SUBJECT``, which can never be one): a session id presented with another
+    client's token is another key (one client cannot call through what another's find_tools
+    exposed)."""
     if request is None:
         return "stdio"
     who = (_client(request) or {}).get("name")

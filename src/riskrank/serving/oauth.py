@@ -70,7 +70,9 @@ MIN_RSA_BITS = 2048
 MAX_CLAIM_CHARS = 256
 CONFIG_KEYS = ("issuer", "audience", "jwks", "client_claim", "policy_claim", "algorithms", "leeway_s")
 _B64URL = re.compile(r"[A-Za-z0-9_-]+")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+#: Control characters, and the invisible ones that reorder or hide what is shown (bidi
+#: controls, zero-width characters, tag characters): never in a name a log line or the console shows.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff\U000e0000-\U000e007f]")
 
 
 class JwtRejected(RiskrankError):
@@ -131,6 +133,8 @@ def _check_config(cfg: Any, where: str) -> None:
         if value != value.strip() or _CONTROL.search(value):
             raise OAuthConfigError(f"{where}.{name}: must not have surrounding spaces or control characters")
     _check_url(cfg.issuer, f"{where}.issuer", allow_path=False)
+    if urlsplit(cfg.issuer).query or "#" in cfg.issuer:  # RFC 8414: an issuer has neither; "#" joins it to a subject
+        raise OAuthConfigError(f"{where}.issuer: must have no query or fragment")
     _check_url(cfg.jwks, f"{where}.jwks", allow_path=True)
     if cfg.policy_claim is not None and (not isinstance(cfg.policy_claim, str) or not cfg.policy_claim.strip()):
         raise OAuthConfigError(f"{where}.policy_claim: must be a non-empty string or null")

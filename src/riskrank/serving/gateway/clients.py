@@ -20,9 +20,16 @@ a token of its own, listed in the **clients file** (``--clients FILE``)::
   two clients, a client token equal to the shared bearer token or the admin token (separate
   roles), the digest of a well-known weak token, and a policy name the policy file lacks;
 - ``oauth``: OAuth 2.1 bearer JWTs from an issuer (the MCP authorization spec's
-  resource-server role, :mod:`riskrank.serving.oauth`): the client's name is its
-  ``client_claim``, its policy the ``policy_claim`` when the issuer sets one, else
-  ``default_policy``.
+  resource-server role, :mod:`riskrank.serving.oauth`): the client is ``ISSUER#SUBJECT``
+  (the issuer's URL and the token's ``client_claim``), its policy the ``policy_claim`` when
+  the issuer sets one, else ``default_policy``.
+
+One identity, one namespace: a clients-file name is letters, digits and ``_.@-``, and an
+OAuth identity holds the issuer's ``://``, so the two can never be the same name, and every
+key that follows a caller (its session's exposure, a confirmation's binding, the audit line,
+the console) carries the whole identity. A token whose subject reads as a clients-file name
+(the same after NFKC, case folding and Unicode's confusables) is refused with an audit line
+(:class:`IdentityCollision`): an operator reading ``ci`` must never be reading someone else.
 
 The name is on every audit line and console entry of the client's calls; the policy is the
 one it gets, looked up by name in :class:`~riskrank.serving.gateway.config.Policies`, and no
@@ -44,6 +51,7 @@ from typing import Any
 
 from riskrank.errors import RiskrankError
 from riskrank.fileio import atomic_write_text, loads_strict
+from riskrank.names import skeleton
 from riskrank.serving.gateway.config import ConfigError, Policies, check_object
 
 #: The shortest token ``riskrank clients add`` accepts (the bearer token's rule too).
@@ -77,8 +85,9 @@ def check_token_strength(token: str, where: str = "the token") -> None:
 
 @dataclass(frozen=True)
 class Identity:
-    """Who a request is: ``name`` (None: the shared bearer token, stdio or ``--insecure``),
-    its ``policy`` name (None: the default policy) and how it authenticated."""
+    """Who a request is: ``name`` (None: the shared bearer token, stdio or ``--insecure``;
+    ``ISSUER#SUBJECT`` for an OAuth token), its ``policy`` name (None: the default policy)
+    and how it authenticated."""
 
     name: str | None
     policy: str | None
@@ -86,6 +95,25 @@ class Identity:
 
     def to_scope(self) -> dict[str, Any]:
         return {"name": self.name, "policy": self.policy, "via": self.via}
+
+
+def oauth_identity(issuer: str, subject: str) -> str:
+    """The one name of an OAuth caller: ``ISSUER#SUBJECT`` (an issuer has no ``#``, so the
+    first one splits it; a clients-file name has no ``:``, so the two never meet)."""
+    return f"{issuer}#{subject}"
+
+
+class IdentityCollision(RiskrankError):
+    """An OAuth token whose subject reads as a clients-file client's name: refused (401) and
+    audited with the issuer and subject, never the token."""
+
+    code = "unauthorized"
+    reason = "identity_collision"
+
+    def __init__(self, issuer: str, subject: str, client: str) -> None:
+        super().__init__(f"the subject {subject!r} of {issuer} reads as the clients-file client {client!r}; an OAuth "
+                         "identity may not shadow a client (rename one of them)")
+        self.issuer, self.subject, self.client = issuer, subject, client
 
 
 @dataclass(frozen=True)
@@ -174,6 +202,8 @@ class ClientBook:
     reserved: dict[str, str] = field(default_factory=dict)
     log: Callable[[str], None] = print
     _by_digest: dict[str, Client] = field(default_factory=dict, init=False)
+    _names: dict[str, str] = field(default_factory=dict, init=False)
+    """Each client's :func:`riskrank.names.skeleton` -> its name (what an OAuth subject may not read as)."""
     _oauth: Any = field(default=None, init=False)
     _oauth_default: str | None = field(default=None, init=False)
     _stat: tuple[int, int, int] | None = field(default=None, init=False)
@@ -214,6 +244,7 @@ class ClientBook:
             validator = JwtValidator(OAuthConfig.from_dict(body, f"{self.path}: oauth"))
             default = oauth.get("default_policy", self.policies.default)
         self._by_digest = {d: c for c in clients.values() for d in c.digests}
+        self._names = {skeleton(n): n for n in clients}
         self._oauth, self._oauth_default, self._stat, self._broken = validator, default, stat, None
 
     def refresh(self) -> None:
@@ -253,10 +284,15 @@ class ClientBook:
         if validator is None:
             raise JwtRejected("this gateway takes no OAuth tokens")
         got = validator.validate(token)
+        issuer = validator.config.issuer
+        shadowed = self._names.get(skeleton(got.name))
+        if shadowed is not None:
+            raise IdentityCollision(issuer, got.name, shadowed)
+        who = oauth_identity(issuer, got.name)
         policy = got.policy or self._oauth_default
         if policy not in self.policies.named:
-            raise JwtRejected(f"the token of {got.name!r} names the policy {policy!r}, which the policy file lacks")
-        return Identity(got.name, policy, "oauth")
+            raise JwtRejected(f"the token of {who!r} names the policy {policy!r}, which the policy file lacks")
+        return Identity(who, policy, "oauth")
 
 
 def add_client(path: Path, name: str, policy: str, *, token: str | None = None, rotate: bool = False,

@@ -99,10 +99,11 @@ def _caller(call: Any) -> dict[str, Any] | None:
 
 
 def _who(client: dict[str, Any] | None) -> dict[str, Any]:
-    """The caller's name and policy on its audit lines (nothing for an unnamed caller)."""
+    """The caller's whole identity (a clients-file name, or ``ISSUER#SUBJECT``), how it
+    authenticated and its policy on its audit lines (nothing for an unnamed caller)."""
     if not client or not client.get("name"):
         return {}
-    return {"client": client["name"], "policy": client.get("policy")}
+    return {"client": client["name"], "via": client.get("via"), "policy": client.get("policy")}
 
 
 def _refusal(code: str, message: str) -> Any:
