@@ -322,6 +322,74 @@ def test_token_rules_with_an_admin_token(console):
         assert c.get("/console/catalogue").status_code == 303
 
 
+def _form_csrf(text: str) -> str:
+    return re.search(r'name="csrf" value="([^"]+)"', text).group(1)
+
+
+def test_login_guessing_is_throttled_and_every_failure_is_an_audit_line(tmp_path):
+    """200 wrong admin tokens from one address: 5 are checked (401), the other 195 are
+    answered 429 with Retry-After without a check, and so is the right token until the
+    oldest failure is a minute old; each checked failure is an audit line (address, time,
+    name; never the token), the refused ones one line with their count."""
+    import collections
+    import dataclasses
+    import time
+
+    from riskrank.catalogue import ArtefactSpec, LiveCatalogue
+    from riskrank.serving.console.app import create_console, with_console
+    from riskrank.serving.console.host import ConsoleOptions
+    from riskrank.serving.http import console_host, create_app
+
+    (tmp_path / "tools.json").write_text(json.dumps({"tools": [{"name": "read_file", "description": "Read a file."}]}))
+    live = LiveCatalogue.from_spec(ArtefactSpec(str(tmp_path / "tools.json"), mode="dense+rule"), HashEncoder())
+    log = auditlog.AuditLog(tmp_path / "audit.jsonl")
+    console = create_console(dataclasses.replace(console_host(live), audit=log), ConsoleOptions(ADMIN_TOKEN))
+    guesses = [f"guess-{i:03d}-{i * 7919:08d}-x" for i in range(200)]
+    with ServerThread(with_console(create_app(live, token=TOKEN), console)) as srv, httpx.Client(base_url=srv.url) as c:
+        csrf = _form_csrf(c.get("/console/login").text)
+        seen = collections.Counter()
+        started = time.perf_counter()
+        for guess in guesses:
+            r = c.post("/console/login", data={"csrf": csrf, "name": "mallory", "token": guess})
+            seen[r.status_code] += 1
+            csrf = _form_csrf(r.text)
+        took = time.perf_counter() - started
+        assert seen == {401: 5, 429: 195}, seen
+        r = c.post("/console/login", data={"csrf": csrf, "name": "alice", "token": ADMIN_TOKEN})
+        assert r.status_code == 429 and 55 <= int(r.headers["retry-after"]) <= 60 and "Too many failed logins" in r.text
+        later = time.monotonic() + console.throttle.window_s + 1
+        console.throttle.clock = lambda: later
+        r = c.post("/console/login", data={"csrf": _form_csrf(r.text), "name": "alice", "token": ADMIN_TOKEN})
+        assert r.status_code == 303, r.text[:300]
+    log.close()
+    lines = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert [r["code"] for r in lines] == ["wrong_token"] * 5 + ["login_throttled"]
+    assert all(r["decision"] == "login_failed" and r["address"] == "127.0.0.1" and r["name"] == "mallory" and r["time"]
+               for r in lines)
+    assert lines[-1]["reason"].startswith("1 login(s) refused without a check")
+    text = (tmp_path / "audit.jsonl").read_text()
+    assert not any(g in text for g in guesses) and ADMIN_TOKEN not in text
+    print(f"200 guesses in {took:.2f} s: {dict(seen)}")
+
+
+def test_the_throttle_holds_per_address_and_overall():
+    from riskrank.serving.console.security import LoginThrottle
+
+    now = [0.0]
+    t = LoginThrottle(per_address=3, overall=5, window_s=60, clock=lambda: now[0])
+    for _ in range(3):
+        assert t.wait("10.0.0.1") == 0
+        t.failed("10.0.0.1")
+    assert t.wait("10.0.0.1") == 60 and t.wait("10.0.0.2") == 0  # one address held, the others not
+    assert t.throttled("10.0.0.1") == 1 and t.throttled("10.0.0.1") == 0  # one audit line a window
+    now[0] = 30.0
+    t.failed("10.0.0.2")
+    t.failed("10.0.0.3")
+    assert t.wait("10.0.0.9") == 30 and t.scope("10.0.0.9") == "*"  # five failures in all: everyone waits
+    now[0] = 61.0
+    assert t.wait("10.0.0.1") == 0 and t.wait("10.0.0.9") == 0
+
+
 def test_without_a_token_only_loopback_names(console):
     with console() as srv:
         r = httpx.get(srv.url + "/console/login", headers={"Host": f"evil.example:{srv.port}"})
@@ -368,6 +436,26 @@ def test_cli_refusals(args, message, monkeypatch, capsys, tmp_path):
     code, err = run_entry(args, monkeypatch, capsys)
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], err
+
+
+@pytest.mark.parametrize(("env", "args", "message"), [
+    ({"RISKRANK_ADMIN_TOKEN": "aaaaaaaaaaaaaaaa"}, ["serve", "--console"], "$RISKRANK_ADMIN_TOKEN is a well-known or low-variety"),
+    ({"RISKRANK_ADMIN_TOKEN": "abcabcabcabcabcabc"}, ["mcp", "--console"], "$RISKRANK_ADMIN_TOKEN is a well-known or low-variety"),
+    ({"RISKRANK_ADMIN_TOKEN": "short-admin"}, ["mcp", "--console"], "must be at least 16 printable ASCII characters"),
+    ({"RISKRANK_TOKEN": "changemechangeme"}, ["serve"], "$RISKRANK_TOKEN is a well-known or low-variety"),
+    ({"RISKRANK_TOKEN": "xxxxxxxxxxxxxxxx"}, ["mcp", "--transport", "streamable-http"], "$RISKRANK_TOKEN is a well-known"),
+])
+def test_weak_admin_and_bearer_tokens_are_refused_at_start(env, args, message, monkeypatch, capsys, tmp_path):
+    """The admin and bearer tokens meet the rule client tokens meet: one line, exit 2."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RISKRANK_TOKEN", TOKEN)
+    monkeypatch.delenv("RISKRANK_ADMIN_TOKEN", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    code, err = run_entry(args, monkeypatch, capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], err
+    assert env.popitem()[1] not in err  # the token itself is never echoed
 
 
 def test_every_console_asset_ships_in_the_wheel(tmp_path):

@@ -18,6 +18,7 @@ Standard library only: the gate wraps any ASGI app.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import hmac
 import ipaddress
 import json
@@ -31,7 +32,15 @@ from riskrank.serving.requests import ApiError
 
 TOKEN_ENV = "RISKRANK_TOKEN"
 ADMIN_TOKEN_ENV = "RISKRANK_ADMIN_TOKEN"
+#: The shortest token any role takes (bearer, admin, a client's).
 MIN_TOKEN_CHARS = 16
+#: Tokens people type when they mean "later": refused by their digest, in every role.
+WEAK_TOKENS = ("", "token", "secret", "password", "changeme", "change-me", "admin", "test", "default", "letmein",
+               "0123456789abcdef", "abcdefghijklmnop", "passwordpassword", "changemechangeme", "1234567890123456",
+               "secretsecretsecret", "xxxxxxxxxxxxxxxx", "aaaaaaaaaaaaaaaa")
+WEAK_DIGESTS = frozenset(hashlib.sha256(t.encode()).hexdigest() for t in WEAK_TOKENS)
+#: A token of fewer distinct characters than this is a pattern, not a secret.
+MIN_DISTINCT_CHARS = 6
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json"})
 ADMIN_PREFIX = "/v1/admin/"
 #: Where an OAuth client finds this resource's authorization server (RFC 9728), when the
@@ -48,9 +57,22 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def check_token_strength(token: str, where: str = "the token", error: type[RiskrankError] = RiskrankError,
+                         hint: str = "make a random one, e.g. `openssl rand -base64 32`") -> None:
+    """The one rule every token meets, whatever its role (the bearer token, the admin token,
+    a client's): at least :data:`MIN_TOKEN_CHARS` printable ASCII characters without spaces,
+    not a well-known weak one, and at least :data:`MIN_DISTINCT_CHARS` distinct characters
+    (``aaaaaaaaaaaaaaaa`` is sixteen characters and no secret)."""
+    if len(token) < MIN_TOKEN_CHARS or not token.isascii() or not token.isprintable() or any(c.isspace() for c in token):
+        raise error(f"{where} must be at least {MIN_TOKEN_CHARS} printable ASCII characters without spaces")
+    if hashlib.sha256(token.encode()).hexdigest() in WEAK_DIGESTS or len(set(token)) < MIN_DISTINCT_CHARS:
+        raise error(f"{where} is a well-known or low-variety token; {hint}")
+
+
 def read_token(token_file: str | None, env: str | None) -> str | None:
     """The bearer token from a file (first line) or an environment variable; None if neither
-    is set. Tokens are never taken from the command line (visible in ``ps``)."""
+    is set. Tokens are never taken from the command line (visible in ``ps``), and each must
+    pass :func:`check_token_strength` (a weak one stops the server at start, in one line)."""
     value: str | None = None
     source = ""
     if token_file:
@@ -64,8 +86,7 @@ def read_token(token_file: str | None, env: str | None) -> str | None:
         value, source = os.environ[env].strip(), f"${env}"
     if value is None:
         return None
-    if len(value) < MIN_TOKEN_CHARS or any(c.isspace() for c in value) or not value.isascii():
-        raise RiskrankError(f"the token in {source} must be at least {MIN_TOKEN_CHARS} printable ASCII characters without spaces")
+    check_token_strength(value, f"the token in {source}")
     return value
 
 

@@ -31,6 +31,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import secrets
 import threading
 import time
@@ -48,6 +49,7 @@ from riskrank.serving.console.security import (
     HEADERS,
     LOGIN_COOKIE,
     SESSION_COOKIE,
+    LoginThrottle,
     Session,
     Sessions,
     check_name,
@@ -115,6 +117,7 @@ class Console:
         self.host = host
         self.options = options or ConsoleOptions()
         self.sessions = Sessions(self.options.admin_token)
+        self.throttle = LoginThrottle()
         self.static = _static()
         self.env = jinja2.Environment(
             loader=jinja2.PackageLoader("riskrank.serving.console", "templates"),
@@ -270,8 +273,24 @@ class Console:
         name = check_name(fields.get("name", ""))
         if name is None:
             return self._login_form(request, 400, "Give your name (at most 64 printable characters): it is recorded with your decisions.")
+        address = request.client.host if request.client else "unknown"
+        if self.sessions.needs_token:
+            wait = self.throttle.wait(address)
+            if wait > 0:  # the token is not even looked at: a throttle that checked it would still answer the guess
+                refused = self.throttle.throttled(address)
+                if refused:
+                    await self._login_failure("login_throttled", address, name, (
+                        f"{refused} login(s) refused without a check: too many wrong admin tokens "
+                        + ("from this address" if self.throttle.scope(address) == address else "from all addresses")
+                        + f" within {self.throttle.window_s:g} s"))
+                resp = self._login_form(request, 429, f"Too many failed logins; try again in {math.ceil(wait)} s.")
+                resp.headers["retry-after"] = str(math.ceil(wait))
+                return resp
         if not self.sessions.token_ok(fields.get("token", "")):
+            self.throttle.failed(address)
+            await self._login_failure("wrong_token", address, name, "a console login with a wrong admin token")
             return self._login_form(request, 401, "Wrong admin token.")
+        self.throttle.succeeded(address)
         old, _ = self.session_of(request)
         self.sessions.drop(old)
         sid, _ = self.sessions.create(name)
@@ -280,6 +299,16 @@ class Console:
         resp.headers.append("set-cookie", set_cookie(self.cookie(request, SESSION_COOKIE), sid, secure=secure))
         resp.headers.append("set-cookie", set_cookie(self.cookie(request, LOGIN_COOKIE), "", secure=secure, max_age=0))
         return resp
+
+    async def _login_failure(self, code: str, address: str, name: str, reason: str) -> None:
+        """One audit line per failed login (the address, the time, the name given; never the
+        token), or a log line where the surface keeps no audit log."""
+        if self.host.audit is None:
+            log.warning("console login failed (%s) from %s as %r: %s", code, address, name, reason)
+            return
+        with contextlib.suppress(RiskrankError):  # the refusal stands whether or not it is logged
+            await self.host.audit.append(tool=None, decision="login_failed", code=code, reason=reason, address=address,
+                                         name=name)
 
     async def logout(self, request: Request) -> Response:
         sid, _ = self.session_of(request)

@@ -26,7 +26,8 @@ from riskrank.serving.gateway.auditlog import read_records
 COLUMNS = ("time", "task", "tool", "level", "decision", "code", "reason", "decided_by", "note", "upstream", "session",
            "client")
 #: Decisions the gateway writes (the filter's choices; others are shown as they come).
-DECISIONS = ("found", "allowed", "refused", "pending", "failed", "upstream_up", "upstream_down")
+DECISIONS = ("found", "allowed", "refused", "pending", "failed", "upstream_up", "upstream_down", "pins", "scan",
+             "login_failed", "auth_refused")
 MAX_QUERY_CHARS = 200
 
 

@@ -6,10 +6,16 @@ The rules, the same as the rest of riskrank's servers:
   loopback address (the CLI refuses another), and it answers only requests whose ``Host`` is
   a loopback name, so a web page cannot reach it through DNS rebinding. It asks for a name
   (recorded with every decision), not a token.
-- **With an admin token** (``RISKRANK_ADMIN_TOKEN`` or ``--admin-token-file``) the login form
-  asks for it. The token is never taken from a URL and never put in one: the form posts it,
-  and the answer is a session cookie (``HttpOnly``, ``SameSite=Strict``, ``Path=/console``;
-  ``Secure`` over HTTPS) holding a random session id, never the token.
+- **With an admin token** (``RISKRANK_ADMIN_TOKEN`` or ``--admin-token-file``; it must pass
+  the rule every token meets, :func:`riskrank.serving.auth.check_token_strength`) the login
+  form asks for it. The token is never taken from a URL and never put in one: the form posts
+  it, and the answer is a session cookie (``HttpOnly``, ``SameSite=Strict``,
+  ``Path=/console``; ``Secure`` over HTTPS) holding a random session id, never the token.
+- **Guessing is throttled** (:class:`LoginThrottle`): after :data:`LOGIN_FAILURES_PER_ADDRESS`
+  wrong tokens from one address within :data:`LOGIN_WINDOW_S`, or
+  :data:`LOGIN_FAILURES_OVERALL` from all addresses, the login answers 429 with
+  ``Retry-After`` without looking at the token (the right one too: a throttle that checked
+  it would still answer the guess) until the oldest of those failures is a minute old.
 - **Every form** carries its session's CSRF token, compared in constant time; a POST whose
   ``Origin`` is another site's is refused before that. The login form, which has no session
   yet, uses a double-submit cookie.
@@ -22,14 +28,17 @@ Standard library only.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import hmac
+import math
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from riskrank.serving.auth import is_loopback
+from riskrank.serving.auth import check_token_strength, is_loopback
 
 #: Cookie names take the port: cookies do not tell ports apart, and two consoles on one host
 #: must not log each other out.
@@ -40,6 +49,14 @@ IDLE_S = 8 * 3600
 MAX_S = 24 * 3600
 MAX_SESSIONS = 256
 MAX_NAME_CHARS = 64
+#: Wrong admin tokens one address may send within LOGIN_WINDOW_S before it is answered 429.
+LOGIN_FAILURES_PER_ADDRESS = 5
+#: Wrong admin tokens from all addresses together within LOGIN_WINDOW_S before every login
+#: is answered 429 (many addresses guessing at once; a real operator waits a minute).
+LOGIN_FAILURES_OVERALL = 30
+LOGIN_WINDOW_S = 60.0
+#: Addresses whose failures are remembered at most (the oldest are forgotten first).
+MAX_TRACKED_ADDRESSES = 10_000
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
@@ -73,10 +90,71 @@ def _key(session_id: str) -> str:
     return hashlib.sha256(session_id.encode()).hexdigest()
 
 
+class LoginThrottle:
+    """Failed logins over a sliding window, per address and overall: :meth:`wait` says how
+    long an address must wait before its next try is even checked (0: it may try now).
+    :meth:`throttled` counts the tries refused meanwhile and says when one is due on the
+    audit log (the first of a window, then at most one a window per address, with the
+    count), so a flood is on record without writing a line per request. Memory is bounded:
+    a deque of at most the limit per address, and at most :data:`MAX_TRACKED_ADDRESSES`."""
+
+    def __init__(self, per_address: int = LOGIN_FAILURES_PER_ADDRESS, overall: int = LOGIN_FAILURES_OVERALL,
+                 window_s: float = LOGIN_WINDOW_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_address, self.overall, self.window_s, self.clock = per_address, overall, window_s, clock
+        self._by_address: collections.OrderedDict[str, collections.deque[float]] = collections.OrderedDict()
+        self._all: collections.deque[float] = collections.deque(maxlen=overall)
+        self._refused: dict[str, tuple[float, int]] = {}
+
+    def wait(self, address: str) -> float:
+        """Seconds until ``address`` may try again (0: now)."""
+        now = self.clock()
+        waits = [0.0]
+        mine = self._by_address.get(address)
+        if mine is not None and len(mine) >= self.per_address:
+            waits.append(mine[0] + self.window_s - now)
+        if len(self._all) >= self.overall:
+            waits.append(self._all[0] + self.window_s - now)
+        return max(waits)
+
+    def failed(self, address: str) -> None:
+        now = self.clock()
+        mine = self._by_address.pop(address, None) or collections.deque(maxlen=self.per_address)
+        mine.append(now)
+        self._by_address[address] = mine  # most recent last
+        while len(self._by_address) > MAX_TRACKED_ADDRESSES:
+            self._by_address.popitem(last=False)
+        self._all.append(now)
+
+    def succeeded(self, address: str) -> None:
+        self._by_address.pop(address, None)
+
+    def scope(self, address: str) -> str:
+        """Whom a throttle holds back: ``address``, or ``*`` when the overall limit does."""
+        mine = self._by_address.get(address)
+        now = self.clock()
+        return address if mine is not None and len(mine) >= self.per_address and mine[0] + self.window_s > now else "*"
+
+    def throttled(self, address: str) -> int:
+        """Count one try refused by the throttle; the number refused since the last audit
+        line when one is due now (0: not yet)."""
+        key, now = self.scope(address), self.clock()
+        since, count = self._refused.get(key, (-math.inf, 0))
+        count += 1
+        if now - since >= self.window_s:
+            self._refused[key] = (now, 0)
+            if len(self._refused) > MAX_TRACKED_ADDRESSES:
+                self._refused.pop(next(iter(self._refused)))
+            return count
+        self._refused[key] = (since, count)
+        return 0
+
+
 class Sessions:
     """The console's sessions, in memory (a restart logs everyone out)."""
 
     def __init__(self, admin_token: str | None) -> None:
+        if admin_token is not None:
+            check_token_strength(admin_token, "the console's admin token")
         self.admin_token = admin_token.encode() if admin_token else None
         self._table: dict[str, Session] = {}
 

@@ -52,19 +52,14 @@ from typing import Any
 from riskrank.errors import RiskrankError
 from riskrank.fileio import atomic_write_text, loads_strict
 from riskrank.names import skeleton
+from riskrank.serving.auth import WEAK_DIGESTS
+from riskrank.serving.auth import check_token_strength as check_strength
 from riskrank.serving.gateway.config import ConfigError, Policies, check_object
 
-#: The shortest token ``riskrank clients add`` accepts (the bearer token's rule too).
-MIN_TOKEN_CHARS = 16
 #: How often the file's stat is compared at most (a rotation is live within about this).
 RELOAD_EVERY_S = 1.0
 _DIGEST = re.compile(r"^sha256:([0-9a-f]{64})$")
 _NAME = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
-#: Tokens people type when they mean "later": refused by their digest at start.
-WEAK_TOKENS = ("", "token", "secret", "password", "changeme", "change-me", "admin", "test", "default", "letmein",
-               "0123456789abcdef", "abcdefghijklmnop", "passwordpassword", "changemechangeme", "1234567890123456",
-               "secretsecretsecret", "xxxxxxxxxxxxxxxx", "aaaaaaaaaaaaaaaa")
-_WEAK = frozenset(hashlib.sha256(t.encode()).hexdigest() for t in WEAK_TOKENS)
 CLIENT_KEYS = {"token_sha256", "policy"}
 TOP_KEYS = {"clients", "oauth"}
 
@@ -75,12 +70,9 @@ def token_digest(token: str) -> str:
 
 
 def check_token_strength(token: str, where: str = "the token") -> None:
-    """A token a client may be given: at least :data:`MIN_TOKEN_CHARS` printable ASCII
-    characters without spaces, not a well-known weak one, and not one character repeated."""
-    if len(token) < MIN_TOKEN_CHARS or not token.isascii() or not token.isprintable() or any(c.isspace() for c in token):
-        raise ConfigError(f"{where} must be at least {MIN_TOKEN_CHARS} printable ASCII characters without spaces")
-    if hashlib.sha256(token.encode()).hexdigest() in _WEAK or len(set(token)) < 6:
-        raise ConfigError(f"{where} is a well-known or low-variety token; use `riskrank clients add` to make one")
+    """A token a client may be given: :func:`riskrank.serving.auth.check_token_strength`,
+    the rule the bearer and admin tokens meet too."""
+    check_strength(token, where, ConfigError, "use `riskrank clients add` to make one")
 
 
 @dataclass(frozen=True)
@@ -153,7 +145,7 @@ def parse_clients(data: Any, where: str, policies: Policies, *, reserved: dict[s
             m = _DIGEST.match(d) if isinstance(d, str) else None
             if m is None:
                 raise ConfigError(f"{at}: token_sha256: {str(d)[:20]!r}... is not \"sha256:\" and 64 lower-case hex characters")
-            if m.group(1) in _WEAK:
+            if m.group(1) in WEAK_DIGESTS:
                 raise ConfigError(f"{at}: token_sha256: the digest of a well-known weak token; make one with "
                                   "`riskrank clients add`")
             if d in owner:
