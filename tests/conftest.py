@@ -4,7 +4,10 @@ the demo benchmark and a retriever trained on it, and small synthetic embeddings
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RISKRANK_CACHE", str(ROOT / ".cache"))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Keys riskrank keeps outside a state directory (the pins' MAC key) go under XDG_CONFIG_HOME:
+# a session's own, never the user's ~/.config. Gateways the tests start inherit it.
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="riskrank-test-config-")
+atexit.register(shutil.rmtree, os.environ["XDG_CONFIG_HOME"], True)
 
 UT_TEST = "JoeYing1019/UltraTool/data/English-dataset/test.json"
 UT_LABELS = "qli447/risk-aware-tool-retrieval-release/data/ultratool/ultratool_risk_labels_resolved.json"

@@ -238,7 +238,7 @@ def write_policy(path: Path, **policy: Any) -> Path:
 
 
 def python_env() -> dict[str, str]:
-    keep = ("RISKRANK_CACHE", "HF_HUB_OFFLINE", "PYTHONPATH", "PATH", "HOME")
+    keep = ("RISKRANK_CACHE", "HF_HUB_OFFLINE", "PYTHONPATH", "PATH", "HOME", "XDG_CONFIG_HOME")
     return {k: os.environ[k] for k in keep if k in os.environ}
 
 

@@ -48,7 +48,7 @@ def write_files(root: Path, calls_log: Path | None = None) -> None:
 
 
 def gateway_env(**extra: str) -> dict[str, str]:
-    keep = {k: os.environ[k] for k in ("RISKRANK_CACHE", "HF_HUB_OFFLINE", "PYTHONPATH", "PATH", "HOME") if k in os.environ}
+    keep = {k: os.environ[k] for k in ("RISKRANK_CACHE", "HF_HUB_OFFLINE", "PYTHONPATH", "PATH", "HOME", "XDG_CONFIG_HOME") if k in os.environ}
     return {**keep, **extra}
 
 

@@ -77,7 +77,7 @@ def gateway_argv(root: Path, *extra: str, audit: str = "audit.jsonl") -> list[st
 
 def gateway_env() -> dict[str, str]:
     """What the gateway runs with: riskrank's own secrets included (its upstreams must never see them)."""
-    keep = {k: os.environ[k] for k in ("RISKRANK_CACHE", "HF_HUB_OFFLINE", "PYTHONPATH", "PATH", "HOME") if k in os.environ}
+    keep = {k: os.environ[k] for k in ("RISKRANK_CACHE", "HF_HUB_OFFLINE", "PYTHONPATH", "PATH", "HOME", "XDG_CONFIG_HOME") if k in os.environ}
     return {**keep, "RISKRANK_TOKEN": SECRET, "RISKRANK_ADMIN_TOKEN": ADMIN_SECRET}
 
 

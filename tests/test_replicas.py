@@ -225,6 +225,30 @@ def test_a_pin_approved_at_one_replica_holds_at_the_other(state):
         assert [c.name for c in b.changes()] == []
 
 
+def test_a_pin_document_edited_in_the_store_is_caught(state, tmp_path):
+    """Whoever can write the database but not read the replicas' --pin-key cannot approve a
+    held tool there either: the edit fails the MAC, the tool goes back to quarantine."""
+    from riskrank.serving.gateway.pins import StorePinStore, digest
+
+    key = tmp_path / "pin.key"
+    key.write_text("k" * 20 + "0123456789abcdef0123")
+    with open_store(state) as store:
+        a = StorePinStore(store, key=key)
+        a.review("notes", [_tool("Summarise a note.")])
+        rug = [_tool("Summarise a note and upload it.")]
+        assert a.review("notes", rug)[0]
+        version, doc = store.get_doc("pins", "servers")
+        entry = doc["servers"]["notes"]
+        seen = entry["pending"].pop("summarise")["seen"]
+        entry["tools"]["summarise"] = {"sha256": digest(seen), "definition": seen, "at": 0.0}
+        assert store.put_doc("pins", "servers", doc, expect=version) is not None
+        b = StorePinStore(store, key=key)
+        assert [c for c, _ in b.take_alerts()] == ["pins_tampered"]
+        held, _ = b.review("notes", rug)
+        assert "changed outside riskrank" in held["summarise"]
+        assert StorePinStore(store, key=key).take_alerts() == []  # reported once, and the repair is signed
+
+
 def test_a_call_held_by_one_replica_is_decided_once_at_the_other(state):
     import anyio
 

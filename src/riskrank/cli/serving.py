@@ -7,6 +7,7 @@ Log lines go to stderr (stdout is the protocol for MCP over stdio).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -296,6 +297,10 @@ def parse_min_score(value: str | None) -> float | None:
 @click.option("--state-dir", type=click.Path(file_okay=False), default=None,
               help="Keep the pins of the upstreams' tool definitions here (trust on first use): a tool a pinned server "
                    "changes or adds is quarantined until approved (riskrank pins approve; docs/trust.md).")
+@click.option("--pin-key", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="The key that signs the pins (kept outside the state directory; made on first use if missing) "
+                   "[default: $RISKRANK_PIN_KEY, else one of the store's own under ~/.config/riskrank/pin-keys/]. "
+                   "Replicas on one --state share one.")
 @click.option("--state", "state_url", default=None, metavar="STORE",
               help="Keep the audit log, approvals, pins and exposures in a state store: postgresql://USER@HOST/DB "
                    "(replicas share it; needs the teams extra), a directory (SQLite), or 'sqlite' (SQLite in "
@@ -313,7 +318,7 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
                 token_env: str, insecure: bool, console: bool, labels: str | None, review: str | None,
                 console_host: str | None, console_port: int | None, admin_token_file: str | None,
                 confirm_by: str | None, confirm_timeout: float, call_timeout: float, max_argument_bytes: int,
-                max_result_bytes: int, state_dir: str | None, scan_results: str, state_url: str | None,
+                max_result_bytes: int, state_dir: str | None, pin_key: str | None, scan_results: str, state_url: str | None,
                 replica: str | None, clients_file: str | None, verbose: bool) -> None:
     """Serve risk-aware tool search over MCP (stdio, or streamable HTTP), alone or as a gateway.
 
@@ -421,7 +426,6 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
                         min_score=parse_min_score(min_score), level_model=level_model)
     pins, store = None, None
     if state_url is not None:
-        import dataclasses
         import socket
 
         from riskrank.serving.gateway.pins import StorePinStore
@@ -435,15 +439,19 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
         store.check()
         replica = replica or f"{socket.gethostname()}:{os.getpid()}"
         log(f"state: {store.url} ({store.backend}); replica {replica}")
-        pins = StorePinStore(store) if gateway else None
+        pins = StorePinStore(store, key=pin_key) if gateway else None
         if console_opts is not None:
-            console_opts = dataclasses.replace(console_opts, state_store=store)
+            console_opts = dataclasses.replace(console_opts, state_store=store, pin_key=pin_key)
     elif state_dir is not None:
         if not gateway:
             raise RiskrankError("--state-dir keeps the pins of upstream servers: give --config SERVERS.json or --upstream CMD")
         from riskrank.serving.gateway.pins import PinStore
 
-        pins = PinStore(state_dir)  # a second gateway on one directory fails here, in one line
+        pins = PinStore(state_dir, key=pin_key)  # a second gateway on one directory fails here, in one line
+        if console_opts is not None:
+            console_opts = dataclasses.replace(console_opts, pin_key=pin_key)
+    elif pin_key is not None:
+        raise RiskrankError("--pin-key signs the pins of --state-dir or --state: give one of them")
     enc = make_encoder(encoder, device=device, threads=threads, backend=encoder_backend)
     try:
         anyio.run(lambda: run(spec, enc, upstreams=upstreams or None, policies=policies, clients=clients,

@@ -17,6 +17,8 @@ from riskrank.fileio import show
 
 STATE_DIR = click.option("--state-dir", type=click.Path(file_okay=False, exists=True), required=True,
                          help="The gateway's --state-dir.")
+PIN_KEY = click.option("--pin-key", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+                       help="The gateway's --pin-key [default: $RISKRANK_PIN_KEY, else the store's own key].")
 
 
 @click.group("pins")
@@ -26,26 +28,30 @@ def pins_group() -> None:
     re-reads the pins on the next list."""
 
 
-def _store(state_dir: str):
+def _store(state_dir: str, pin_key: str | None):
     from riskrank.serving.gateway.pins import PinStore
 
-    store = PinStore(state_dir, lock=False)
-    return store
+    return PinStore(state_dir, lock=False, key=pin_key)
 
 
 @pins_group.command("list")
 @STATE_DIR
+@PIN_KEY
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def pins_list(state_dir: str, as_json: bool) -> None:
+def pins_list(state_dir: str, pin_key: str | None, as_json: bool) -> None:
     """Each server's pinned tools and the tools awaiting approval."""
-    store = _store(state_dir)
+    store = _store(state_dir, pin_key)
     rows = store.summary()
     if as_json:
-        echo(json.dumps({"pins": str(store.path), "trusted": store.broken is None, "broken": store.broken,
-                               "servers": rows, "awaiting": [c.to_dict() for c in store.changes()]}, indent=2))
+        echo(json.dumps({"pins": str(store.path), "key": str(store.key.path), "trusted": store.broken is None,
+                         "broken": store.broken, "alerts": store.alerts, "servers": rows,
+                         "awaiting": [c.to_dict() for c in store.changes()]}, indent=2))
         return
     if store.broken:
         echo(f"NOT TRUSTED: {store.broken}; every upstream tool is quarantined until `riskrank pins reset`")
+    for alert in store.alerts:
+        if not alert.get("reported"):
+            echo(f"ALERT: {alert.get('what')}")
     for r in rows:
         echo(f"{r['upstream']}: {r['pinned']} pinned" + (f"; awaiting approval: {', '.join(r['awaiting'])}"
                                                                if r["awaiting"] else ""))
@@ -55,12 +61,13 @@ def pins_list(state_dir: str, as_json: bool) -> None:
 
 @pins_group.command("diff")
 @STATE_DIR
+@PIN_KEY
 @click.argument("upstream")
 @click.argument("tool", required=False)
-def pins_diff(state_dir: str, upstream: str, tool: str | None) -> None:
+def pins_diff(state_dir: str, pin_key: str | None, upstream: str, tool: str | None) -> None:
     """The change of each held tool of UPSTREAM (or of TOOL): the pinned definition against
     the one the server lists now."""
-    changes = [c for c in _store(state_dir).changes(upstream) if tool is None or c.name == tool]
+    changes = [c for c in _store(state_dir, pin_key).changes(upstream) if tool is None or c.name == tool]
     if not changes:
         raise RiskrankError(f"nothing of {upstream!r}{' ' + repr(tool) if tool else ''} awaits approval")
     for c in changes:
@@ -70,11 +77,12 @@ def pins_diff(state_dir: str, upstream: str, tool: str | None) -> None:
 
 @pins_group.command("approve")
 @STATE_DIR
+@PIN_KEY
 @click.argument("upstream")
 @click.argument("tool", required=False)
-def pins_approve(state_dir: str, upstream: str, tool: str | None) -> None:
+def pins_approve(state_dir: str, pin_key: str | None, upstream: str, tool: str | None) -> None:
     """Pin what UPSTREAM lists now for TOOL (every held tool of UPSTREAM without TOOL)."""
-    store = _store(state_dir)
+    store = _store(state_dir, pin_key)
     if store.broken:
         raise RiskrankError(f"the pin store is not trusted ({store.broken}): check it, then `riskrank pins reset`")
     names = store.approve(upstream, tool)
@@ -83,11 +91,12 @@ def pins_approve(state_dir: str, upstream: str, tool: str | None) -> None:
 
 @pins_group.command("reset")
 @STATE_DIR
+@PIN_KEY
 @click.argument("upstream", required=False)
-def pins_reset(state_dir: str, upstream: str | None) -> None:
+def pins_reset(state_dir: str, pin_key: str | None, upstream: str | None) -> None:
     """Forget the pins of UPSTREAM (every server, and a store that is not trusted, without it):
     the next list pins afresh under the policy's first_seen."""
-    _store(state_dir).reset(upstream)
+    _store(state_dir, pin_key).reset(upstream)
     echo(f"reset the pins of {upstream!r}" if upstream else "reset every pin")
 
 

@@ -418,11 +418,12 @@ class Console:
     def _pins(self) -> Any:
         from riskrank.serving.gateway.pins import PinStore, StorePinStore
 
-        if self.options.state_store is not None:
-            return StorePinStore(self.options.state_store)  # every replica reads the same pins
+        if self.options.state_store is not None:  # every replica reads the same pins
+            return StorePinStore(self.options.state_store, key=self.options.pin_key)
         if self.options.state_dir is None:
             return None
-        return PinStore(self.options.state_dir, lock=False)  # the gateway holds the lock; it watches the file
+        # the gateway holds the lock; it watches the file
+        return PinStore(self.options.state_dir, lock=False, key=self.options.pin_key)
 
     async def changes(self, request: Request) -> Response:
         self.need_session(request)

@@ -69,3 +69,5 @@ class ConsoleOptions:
     state_store: Any = None
     """The gateway's state store (``--state``), when it keeps its state there: the pins, the
     approvals and the call log are read from it (every replica's)."""
+    pin_key: str | None = None
+    """The gateway's ``--pin-key`` (None: the pin store's default key): the Changes page signs with it."""

@@ -754,6 +754,9 @@ class _Catalogues:
         the tools held back, and every tool's scan. Pin decisions and new findings are audited."""
         held: dict[str, tuple[str, str]] = {}
         if self.pins is not None:
+            for code, what in self.pins.take_alerts():  # a pin file changed outside riskrank: one line each
+                self.echo(f"pins: {what}")
+                self.audit.write(tool=None, decision="pins", code=code, reason=what)
             own = [{**r, "name": routes[r["name"]][1]} for r in mine]
             public = {routes[r["name"]][1]: r["name"] for r in mine}
             quarantined, events = self.pins.review(up_name, own, first_seen=self.policy.first_seen)

@@ -12,9 +12,17 @@ keys sorted), with the definition itself so a change can be shown as a diff. On 
   until an operator approves it (``riskrank pins approve``, or the console);
 - a tool the server no longer lists is dropped from the pins (recorded; it would be new again).
 
-The store is one JSON file in ``--state-dir`` (``pins.json``: a format tag, the servers, and a
-sha256 over them), written atomically. A file that is not valid JSON, names another format or
-fails its checksum (a hand edit) is not trusted: every tool of every server is quarantined
+The store is one JSON file in ``--state-dir`` (``pins.json``), written atomically, and signed:
+an HMAC-SHA256 over the whole document, and one over each pin (server, tool, digest), with a
+key that lives *outside* the state directory (:class:`PinKey`: ``--pin-key FILE``,
+``$RISKRANK_PIN_KEY``, or a key of its own under ``$XDG_CONFIG_HOME/riskrank/pin-keys/``).
+Whoever can write the state directory but not read the key cannot approve a held tool by
+editing the file and recomputing a plain sha256. A document whose MAC fails was changed outside
+riskrank: the pins whose own MAC still holds stay, every other pin goes back to quarantine
+(kind ``tampered``), a server the file no longer names is quarantined on first sight from then
+on, and the finding is an alert the gateway writes to its audit log as one line
+(:meth:`PinStore.take_alerts`). A file that is not JSON or names another format, or a signed
+file whose key is missing, is not trusted at all: every tool of every server is quarantined
 until ``riskrank pins reset`` (fail closed; nothing is re-trusted silently). One gateway holds
 the directory's lock (``pins.lock``) for its life; a second gets a clear error.
 """
@@ -25,8 +33,10 @@ import contextlib
 import difflib
 import fcntl
 import hashlib
+import hmac
 import json
 import os
+import secrets
 import time
 import unicodedata
 from collections.abc import Iterator
@@ -37,8 +47,17 @@ from typing import Any
 from riskrank.errors import RiskrankError
 from riskrank.fileio import atomic_write_bytes
 
-FORMAT = "riskrank-pins/1"
+FORMAT = "riskrank-pins/2"
+#: The unsigned format before keys (a plain sha256 anyone could recompute): adopted, signed,
+#: once, when no key exists yet for its store; with a key it reads as a file changed outside riskrank.
+LEGACY_FORMAT = "riskrank-pins/1"
 PINS_FILE = "pins.json"
+#: The key file of the pins' MACs, when not given as --pin-key.
+KEY_ENV = "RISKRANK_PIN_KEY"
+#: The shortest key a key file may hold (bytes, as written).
+MIN_KEY_BYTES = 32
+#: Tamper alerts a document keeps (the newest).
+MAX_ALERTS = 20
 LOCK_FILE = "pins.lock"
 #: Held for each read-modify-write of the pin file, by the gateway and by the CLI alike.
 WRITE_LOCK_FILE = "pins.write.lock"
@@ -74,13 +93,93 @@ def digest(tool: dict[str, Any]) -> str:
 
 
 def _checksum(servers: dict[str, Any]) -> str:
+    """The unsigned format's checksum (read only, to adopt a store written before keys)."""
     return hashlib.sha256(json.dumps(servers, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def _canonical_json(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def default_key_path(store_id: str) -> Path:
+    """Where a store's own key lives when none is given: ``$XDG_CONFIG_HOME/riskrank/pin-keys/``
+    (``~/.config`` without it), named by a digest of the store's identity (the state
+    directory's real path, or the state store's URL)."""
+    base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return base / "riskrank" / "pin-keys" / (hashlib.sha256(store_id.encode()).hexdigest()[:32] + ".key")
+
+
+class PinKey:
+    """The secret of a pin store's MACs, in a file outside the state directory.
+
+    ``own``: the key is the store's own (the default path, made by riskrank with the store's
+    first document), so a key without a document means the document was removed; a key given
+    by ``--pin-key`` or ``$RISKRANK_PIN_KEY`` may be shared (replicas on one database) or
+    made before the store, so there a missing document is a new store."""
+
+    def __init__(self, path: Path, *, own: bool) -> None:
+        self.path, self.own = path, own
+
+    @classmethod
+    def resolve(cls, store_id: str, given: str | Path | None = None, *, state_dir: Path | None = None) -> PinKey:
+        """``given`` (``--pin-key``), else ``$RISKRANK_PIN_KEY``, else the store's own key;
+        refused when it lies inside ``state_dir`` (whoever edits the pins could read it)."""
+        chosen = given or os.environ.get(KEY_ENV) or None
+        key = cls(Path(chosen).expanduser(), own=False) if chosen else cls(default_key_path(store_id), own=True)
+        if state_dir is not None:
+            try:
+                inside = key.path.resolve().is_relative_to(Path(state_dir).resolve())
+            except OSError:
+                inside = False
+            if inside:
+                raise PinError(f"the pin key {key.path} lies inside the state directory {state_dir}: whoever can edit the "
+                               "pins could read it; keep it outside (--pin-key FILE)")
+        return key
+
+    def read(self) -> bytes | None:
+        """The key, or None when there is no key file; :class:`PinError` for one that cannot be used."""
+        try:
+            data = self.path.read_bytes().strip()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise PinError(f"the pin key {self.path} cannot be read ({exc.strerror or exc})") from None
+        if len(data) < MIN_KEY_BYTES:
+            raise PinError(f"the pin key {self.path} holds fewer than {MIN_KEY_BYTES} bytes (make one: "
+                           "`openssl rand -hex 32 > FILE`)")
+        return data
+
+    def create(self) -> bytes:
+        """A new random key, written 0600 in a 0700 directory (never over an existing file)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        key = secrets.token_hex(32).encode()
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return self.read() or key
+        except OSError as exc:
+            raise PinError(f"the pin key {self.path} cannot be created ({exc.strerror or exc})") from None
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(key + b"\n")
+        return key
+
+
+def _mac(key: bytes, value: Any) -> str:
+    return hmac.new(key, _canonical_json(value), hashlib.sha256).hexdigest()
+
+
+def _pin_mac(key: bytes, upstream: str, name: str, sha256: str) -> str:
+    """The MAC of one pin: it binds the digest to its server and tool, so a pin cannot be
+    edited, or moved from one tool to another, without the key."""
+    return _mac(key, ["pin", upstream, name, sha256])
 
 
 @dataclass
 class Change:
-    """A tool held for review: ``kind`` is ``new`` or ``changed``; ``pinned`` the definition
-    it had (None when new), ``seen`` the one the server lists now."""
+    """A tool held for review: ``kind`` is ``new``, ``changed``, or ``tampered`` (its pin was
+    edited outside riskrank); ``pinned`` the definition it had (None when new or tampered),
+    ``seen`` the one the server lists now (for a tampered pin, until the next list: the
+    definition the edited file claimed)."""
 
     upstream: str
     name: str
@@ -90,6 +189,9 @@ class Change:
     at: float = field(default_factory=time.time)
 
     def reason(self) -> str:
+        if self.kind == "tampered":
+            return (f"quarantined: the pin of {self.name!r} of {self.upstream!r} was changed outside riskrank (the pin "
+                    "file failed its MAC); an operator must approve the tool again (riskrank pins approve)")
         if self.kind == "new":
             return (f"quarantined: {self.upstream!r} listed a new tool {self.name!r} after its tools were pinned; "
                     "an operator must approve it (riskrank pins approve)")
@@ -112,15 +214,17 @@ class Change:
 
 class PinStore:
     """The pins of one state directory. ``lock=True`` (the gateway) holds the directory's lock
-    until :meth:`close`; the CLI reads and writes without holding it between commands."""
+    until :meth:`close`; the CLI reads and writes without holding it between commands.
+    ``key``: the MACs' key file (``--pin-key``; see :class:`PinKey` for the default)."""
 
-    def __init__(self, state_dir: str | Path, *, lock: bool = True) -> None:
+    def __init__(self, state_dir: str | Path, *, lock: bool = True, key: str | Path | None = None) -> None:
         self.dir = Path(state_dir)
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise PinError(f"--state-dir {self.dir}: cannot create it ({exc.strerror})") from None
         self.path = self.dir / PINS_FILE
+        self.key = PinKey.resolve(str(self.dir.resolve()), key, state_dir=self.dir)
         self._lock_fd: int | None = None
         if lock:
             fd = os.open(self.dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
@@ -131,10 +235,20 @@ class PinStore:
                 raise PinError(f"--state-dir {self.dir}: another gateway holds its pin store (give each gateway its own "
                                "state directory)") from None
             self._lock_fd = fd
-        #: Why the store is not trusted (corrupt, another format, a hand edit), or None.
-        self.broken: str | None = None
-        self._stamp: tuple[int, int] | None = None
+        self._init_state()
         self.servers: dict[str, dict[str, Any]] = self._load()
+
+    def _init_state(self) -> None:
+        #: Why the store is not trusted at all (corrupt, another format, its key missing), or None.
+        self.broken: str | None = None
+        self._stamp: Any = None
+        #: Tamper findings (newest last): ``{"at", "what", "reported"}``; kept in the document.
+        self.alerts: list[dict[str, Any]] = []
+        #: Set once the document was found changed outside riskrank: a server it does not name
+        #: may have been removed from it, so a server seen "for the first time" waits for an operator.
+        self.quarantine_unknown = False
+        #: The document in memory differs from the one on disk (a repair, an alert reported): written at the next write.
+        self._dirty = False
 
     def stamp(self) -> tuple[int, int] | None:
         """The file's (mtime_ns, size), or None without a file: what :meth:`refresh` compares."""
@@ -153,7 +267,7 @@ class PinStore:
         whether it changed."""
         if not self.changed_on_disk():
             return False
-        self.broken = None
+        self._init_state()
         self.servers = self._load()
         return True
 
@@ -184,36 +298,135 @@ class PinStore:
             os.close(self._lock_fd)
             self._lock_fd = None
 
-    def _load(self) -> dict[str, dict[str, Any]]:
+    def _read_doc(self) -> Any:
+        """The stored document (None: there is none); :class:`ValueError` when unreadable."""
         self._stamp = self.stamp()
         if not self.path.exists():
-            return {}
+            return None
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            return json.loads(self.path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            self.broken = f"{self.path} cannot be read ({exc})"
-            return {}
-        return self._servers(data)
+            raise ValueError(f"{self.path} cannot be read ({exc})") from None
 
-    def _servers(self, data: Any) -> dict[str, dict[str, Any]]:
-        """The servers of a pin document, or {} with :attr:`broken` set when it is not one
-        (another format, a failed checksum): such a store is never trusted."""
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            found = data.get("format") if isinstance(data, dict) else type(data).__name__
-            self.broken = f"{self.path} is not a {FORMAT} pin store (format {found!r})"
+    def _load(self) -> dict[str, dict[str, Any]]:
+        try:
+            data = self._read_doc()
+            key = self.key.read()
+        except (ValueError, PinError) as exc:
+            self.broken = str(exc)
+            return {}
+        if data is None:
+            if key is not None and self.key.own:
+                # The store's own key is made with its first document: a key without one means the
+                # document was removed, which would re-trust every server on first sight.
+                self._alert(f"{self.path} is gone but its key {self.key.path} is there: the pin file was removed outside "
+                            "riskrank; every server waits for an operator on first sight (riskrank pins reset starts afresh)",
+                            "pins_removed")
+                self.quarantine_unknown = True
+            return {}
+        return self._servers(data, key)
+
+    def _alert(self, what: str, code: str = "pins_tampered") -> None:
+        self.alerts = [*self.alerts, {"at": time.time(), "code": code, "what": what, "reported": False}][-MAX_ALERTS:]
+        self._dirty = True
+
+    def _servers(self, data: Any, key: bytes | None) -> dict[str, dict[str, Any]]:
+        """The servers of a pin document, checked against its key: a document that is not one
+        (another format, unreadable, a key that is gone) sets :attr:`broken` and trusts
+        nothing; a signed one whose MAC fails keeps only the pins whose own MAC holds
+        (:meth:`_repair`)."""
+        fmt = data.get("format") if isinstance(data, dict) else type(data).__name__
+        if not isinstance(data, dict) or fmt not in (FORMAT, LEGACY_FORMAT):
+            self.broken = f"{self.path} is not a {FORMAT} pin store (format {fmt!r})"
             return {}
         servers = data.get("servers")
-        if not isinstance(servers, dict) or data.get("sha256") != _checksum(servers):
-            self.broken = f"{self.path} fails its checksum (edited by hand, or damaged)"
+        if not isinstance(servers, dict) or not all(isinstance(e, dict) for e in servers.values()):
+            self.broken = f"{self.path} holds no servers object"
             return {}
-        return servers
+        if fmt == LEGACY_FORMAT and key is None:
+            if data.get("sha256") != _checksum(servers):
+                self.broken = f"{self.path} fails its checksum (edited by hand, or damaged)"
+                return {}
+            self._alert(f"{self.path} was written before pin files were signed: its pins are kept as they are and signed "
+                        f"with the key {self.key.path} at the next write", "pins_signed")
+            return servers
+        if key is None:
+            self.broken = (f"the key of {self.path} ({self.key.path}) is missing: its MACs cannot be checked "
+                           "(give --pin-key, or riskrank pins reset after checking the file)")
+            return {}
+        alerts = data.get("alerts") if isinstance(data.get("alerts"), list) else []
+        body = {"servers": servers, "alerts": alerts, "quarantine_unknown": data.get("quarantine_unknown") is True}
+        if fmt == FORMAT and hmac.compare_digest(str(data.get("mac", "")), _mac(key, body)):
+            self.alerts, self.quarantine_unknown = [a for a in alerts if isinstance(a, dict)], body["quarantine_unknown"]
+            return servers
+        # Changed outside riskrank. Only an alert this process can vouch for is kept (the
+        # document's own ones may be forged); what its pins' MACs still vouch for stays.
+        return self._repair(servers, key)
+
+    def _repair(self, servers: dict[str, dict[str, Any]], key: bytes) -> dict[str, dict[str, Any]]:
+        """A document changed outside riskrank: every pin whose own MAC (or digest) fails goes
+        back to quarantine as ``tampered``, every pending change that does not match its
+        digest is dropped (the next list finds it again), and from now on a server the
+        document does not name waits for an operator. One alert says what changed."""
+        out: dict[str, dict[str, Any]] = {}
+        back, dropped = [], 0
+        for up, entry in servers.items():
+            tools = entry.get("tools") if isinstance(entry.get("tools"), dict) else {}
+            pending = entry.get("pending") if isinstance(entry.get("pending"), dict) else {}
+            kept, held = {}, {}
+            for name, pin in tools.items():
+                ok = (isinstance(pin, dict) and isinstance(pin.get("sha256"), str) and isinstance(pin.get("definition"), dict)
+                      and digest(pin["definition"]) == pin["sha256"]
+                      and hmac.compare_digest(str(pin.get("mac", "")), _pin_mac(key, up, name, pin["sha256"])))
+                if ok:
+                    kept[name] = pin
+                else:
+                    seen = pin.get("definition") if isinstance(pin, dict) and isinstance(pin.get("definition"), dict) else {}
+                    change = Change(up, name, "tampered", canonical({**seen, "name": name}) if seen else {"name": name})
+                    held[name] = {"sha256": digest(change.seen), **change.to_dict()}
+                    back.append(f"{up}/{name}")
+            for name, p in pending.items():
+                if isinstance(p, dict) and isinstance(p.get("seen"), dict) and digest(p["seen"]) == p.get("sha256") \
+                        and p.get("kind") in ("new", "changed", "tampered"):
+                    held.setdefault(name, p)
+                else:
+                    dropped += 1
+            out[up] = {"tools": kept, "pending": held}
+        shown = ", ".join(back[:5]) + (f" and {len(back) - 5} more" if len(back) > 5 else "")
+        self._alert(f"{self.path} was changed outside riskrank (its MAC does not match): "
+                    + (f"{len(back)} pin(s) back in quarantine ({shown})" if back else "every pin still holds its own MAC")
+                    + (f", {dropped} pending change(s) dropped" if dropped else "")
+                    + "; a server it does not name waits for an operator on first sight")
+        self.quarantine_unknown = True
+        return out
+
+    def _document(self, key: bytes) -> dict[str, Any]:
+        for up, entry in self.servers.items():
+            for name, pin in entry.get("tools", {}).items():
+                pin["mac"] = _pin_mac(key, up, name, pin["sha256"])
+        body = {"servers": self.servers, "alerts": self.alerts, "quarantine_unknown": self.quarantine_unknown}
+        return {"format": FORMAT, **body, "mac": _mac(key, body)}
+
+    def _signing_key(self) -> bytes:
+        return self.key.read() or self.key.create()
 
     def save(self) -> None:
         if self.broken is not None:
             return  # never overwrite a store that is not trusted: reset it explicitly
-        doc = {"format": FORMAT, "servers": self.servers, "sha256": _checksum(self.servers)}
+        doc = self._document(self._signing_key())
         atomic_write_bytes(self.path, (json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode())
         self._stamp = self.stamp()
+        self._dirty = False
+
+    def take_alerts(self) -> list[tuple[str, str]]:
+        """(code, what) of each finding not yet reported, once (the gateway writes each as one
+        audit line): ``pins_tampered``, ``pins_removed`` or ``pins_signed``; marked reported
+        in the document at the next write."""
+        out = [(str(a.get("code", "pins_tampered")), str(a.get("what"))) for a in self.alerts if not a.get("reported")]
+        if out:
+            self.alerts = [{**a, "reported": True} for a in self.alerts]
+            self._dirty = True
+        return out
 
     # -- the gateway's side --------------------------------------------------------------------------
     def review(self, upstream: str, tools: list[dict[str, Any]], *, first_seen: str = "trust") -> tuple[dict[str, str], list[str]]:
@@ -232,7 +445,7 @@ class PinStore:
         if entry is None:
             entry = {"tools": {}, "pending": {}}
             self.servers[upstream] = entry
-            if first_seen == "trust":
+            if first_seen == "trust" and not self.quarantine_unknown:
                 entry["tools"] = {n: {"sha256": digest(t), "definition": canonical(t), "at": time.time()} for n, t in now.items()}
                 events.append(f"pinned {len(now)} tools of {upstream!r} on first sight")
                 self.save()
@@ -245,9 +458,9 @@ class PinStore:
             if pin is not None and pin["sha256"] == digest(tool):
                 pending.pop(name, None)
                 continue
-            change = Change(upstream, name, "new" if pin is None else "changed", canonical(tool),
-                            None if pin is None else pin["definition"])
             old = pending.get(name)
+            kind = "tampered" if (old or {}).get("kind") == "tampered" else "new" if pin is None else "changed"
+            change = Change(upstream, name, kind, canonical(tool), None if pin is None else pin["definition"])
             if old is None or old.get("sha256") != digest(tool):
                 pending[name] = {"sha256": digest(tool), **change.to_dict()}
                 events.append(change.reason())
@@ -257,7 +470,7 @@ class PinStore:
             events.append(f"{upstream!r} no longer lists {name!r}: its pin is dropped (listed again, it is new)")
         for name in sorted(set(pending) - set(now)):
             del pending[name]
-        if json.dumps(entry, sort_keys=True) != before:
+        if json.dumps(entry, sort_keys=True) != before or self._dirty:
             self.save()
         return held, events
 
@@ -287,19 +500,21 @@ class PinStore:
             if n not in pending:
                 raise PinError(f"{upstream!r} has no tool {n!r} awaiting approval (awaiting: {', '.join(sorted(pending)) or 'none'})")
             p = pending.pop(n)
-            entry["tools"][n] = {"sha256": p["sha256"], "definition": p["seen"], "at": time.time()}
+            # The digest of what is shown (the definition the operator read), never a stored one.
+            entry["tools"][n] = {"sha256": digest(p["seen"]), "definition": p["seen"], "at": time.time()}
         self.save()
         return names
 
     def reset(self, upstream: str | None = None) -> None:
-        """Forget the pins of ``upstream`` (every server when None; a broken store is replaced):
-        the next list pins afresh under the policy's ``first_seen``."""
+        """Forget the pins of ``upstream`` (every server when None; a broken or tampered store
+        is replaced, and its key made again if it is gone): the next list pins afresh under
+        the policy's ``first_seen``."""
         with self._writing():
             self._reset(upstream)
 
     def _reset(self, upstream: str | None) -> None:
         if upstream is None:
-            self.servers, self.broken = {}, None
+            self.servers, self.broken, self.quarantine_unknown, self.alerts = {}, None, False, []
         elif upstream in self.servers:
             del self.servers[upstream]
         else:
@@ -321,19 +536,20 @@ class _LostRace(Exception):
 
 class StorePinStore(PinStore):
     """The pins in the gateway's state store (:mod:`riskrank.serving.gateway.store`), shared
-    by every replica on one database: the same document (format tag, servers, checksum) as
-    ``pins.json``, written by compare-and-swap on its version. A write that loses the race to
-    another replica re-reads and redoes its review, so a pin approved at one replica holds at
-    every replica, and no replica writes back a stale copy over another's first-sight pins. A
-    store that cannot be reached mid-run is treated as unchanged until it answers again."""
+    by every replica on one database: the same signed document as ``pins.json``, written by
+    compare-and-swap on its version (every replica needs the same ``--pin-key``). A write that
+    loses the race to another replica re-reads and redoes its review, so a pin approved at one
+    replica holds at every replica, and no replica writes back a stale copy over another's
+    first-sight pins. A store that cannot be reached mid-run is treated as unchanged until it
+    answers again."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Any, *, key: str | Path | None = None) -> None:
         self.store = store
         self.dir = None  # type: ignore[assignment]
         self.path = f"{store.url} (pins)"  # type: ignore[assignment]
+        self.key = PinKey.resolve(str(store.url), key)
         self._lock_fd = None
-        self.broken = None
-        self._stamp = None
+        self._init_state()
         self.servers = self._load()
 
     def stamp(self) -> Any:
@@ -345,19 +561,19 @@ class StorePinStore(PinStore):
             return self._stamp
         return None if got is None else got[0]
 
-    def _load(self) -> dict[str, dict[str, Any]]:
+    def _read_doc(self) -> Any:
         got = self.store.get_doc(STORE_KIND, STORE_KEY)
         self._stamp = None if got is None else got[0]
-        return {} if got is None else self._servers(got[1])
+        return None if got is None else got[1]
 
     def save(self) -> None:
         if self.broken is not None:
             return
-        doc = {"format": FORMAT, "servers": self.servers, "sha256": _checksum(self.servers)}
-        version = self.store.put_doc(STORE_KIND, STORE_KEY, doc, expect=self._stamp)
+        version = self.store.put_doc(STORE_KIND, STORE_KEY, self._document(self._signing_key()), expect=self._stamp)
         if version is None:
             raise _LostRace
         self._stamp = version
+        self._dirty = False
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[None]:
