@@ -50,7 +50,8 @@ async def probes(root: Path) -> list[dict[str, Any]]:
     servers, policy = files(root)
     argv = ["-c", "from riskrank.cli import entry; entry()", "mcp", "--config", str(servers), "--policy", str(policy),
             "--max-argument-bytes", str(1 << 20), "--max-result-bytes", str(1 << 20), "--audit-log", str(root / "audit.jsonl")]
-    env = {k: os.environ[k] for k in ("RISKRANK_CACHE", "RISKRANK_DATA", "HF_HUB_OFFLINE", "PATH", "HOME", "XDG_CONFIG_HOME") if k in os.environ}
+    env = {k: os.environ[k] for k in ("RISKRANK_CACHE", "RISKRANK_DATA", "HF_HUB_OFFLINE", "PYTHONPATH", "PATH", "HOME",
+                                      "XDG_CONFIG_HOME") if k in os.environ}
     target = mcp_compat.ServerTarget(command=sys.executable, args=tuple(argv), env=env)
     shown: list[dict[str, Any]] = []
 

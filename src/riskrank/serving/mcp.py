@@ -89,7 +89,8 @@ def console_host(gateway: Gateway, audit_log: Any = None) -> ConsoleHost:
         view, p = gateway.view, gateway.policy
         out: dict[str, Any] = {
             "source": view.catalogue.registry.source if view.catalogue is not None else "no tool offered",
-            "mode": gateway.mode, "tools": len(view.tools), "offered": len(view.tools) - len(view.not_offered),
+            "mode": gateway.mode, "tools": len(view.tools) + len(view.withheld_tools),
+            "offered": len(view.tools) - len(view.not_offered), "withheld by trust": len(view.withheld_tools),
             "policy": p.source, "max_level": p.max_level, "confirm_level": p.confirm_level, "generation": view.generation}
         if len(gateway.policies.named) > 1:  # the figures above are the default policy's
             out["named policies"] = ", ".join(f"{n} (max {q.max_level}, confirm {q.confirm_level})"
@@ -99,7 +100,8 @@ def console_host(gateway: Gateway, audit_log: Any = None) -> ConsoleHost:
         return out
 
     def tools() -> list[dict[str, Any]]:
-        return [dict(row) for row in gateway.view.tools.values()]
+        view = gateway.view  # the withheld ones too (quarantined, poisoned, withdrawn), with why
+        return [dict(row) for row in [*view.tools.values(), *view.withheld_tools.values()]]
 
     def search(task: str, k: int) -> dict[str, Any]:
         return gateway.find({"task": task, "k": k})

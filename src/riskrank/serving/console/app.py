@@ -412,7 +412,8 @@ class Console:
         counts = {lvl: sum(t["level"] == lvl for t in tools) for lvl in range(1, 6)}
         return self.render(request, "catalogue.html", page="catalogue", tools=shown, n_tools=len(tools), q=q, task=task,
                            k=k_text, result=result, baseline=baseline, error=error, by_name=by_name, counts=counts,
-                           not_offered=sum(1 for t in tools if t["not_offered"]))
+                           not_offered=sum(1 for t in tools if t["not_offered"]),
+                           withheld=sum(1 for t in tools if t.get("withheld")))
 
     # -- changes: the pin store's held tools ------------------------------------------------------------
     def _pins(self) -> Any:

@@ -26,8 +26,10 @@ class ConsoleHost:
     - ``describe()``: a flat dict of what runs (mode, policy, source, tool count, generation), shown on every page.
     - ``tools()``: every tool, offered or not, as a dict with ``name``, ``description``,
       ``level``, ``provenance``, ``evidence`` (list of str), ``permissions`` (list),
-      ``annotations``, ``upstream`` (or None), ``not_offered`` (a refusal code, or None) and
-      ``needs_confirmation``.
+      ``annotations``, ``upstream`` (or None), ``not_offered`` (a refusal code, or None),
+      ``needs_confirmation``, and optionally ``original`` (the tool's own name at its server
+      when it is offered under an alias) and ``withheld`` with ``why`` (a tool trust holds
+      back: ``quarantined``, ``poisoned``, ``suspicious`` or ``withdrawn``; its ``level`` is None).
     - ``search(task, k)``: the surface's own retrieval for a task, in the shape of a
       ``find_tools`` result: ``tools`` (each with ``rank``, ``name``, ``risk_level``,
       ``risk_provenance``, ``score``, ``f_rel``, ``f_risk``, ``reasons``), ``withheld``

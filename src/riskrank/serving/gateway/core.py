@@ -144,6 +144,10 @@ class View:
     others: dict[str, View] = field(default_factory=dict)
     """The same generation under each other named policy (:func:`build_views`): a client is
     served the view of its own policy, never this one in its stead."""
+    withheld_tools: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Each withdrawn tool as an operator reads it (the console's catalogue lists these too):
+    description, upstream, its own name, ``withheld`` (``quarantined``, ``poisoned``,
+    ``suspicious`` or ``withdrawn``) and ``why``. Never offered, never ranked."""
 
     def needs_confirmation(self, name: str) -> bool:
         """Whether a call of ``name`` needs confirmation (what ``find_tools`` shows and the
@@ -186,14 +190,15 @@ def record_registry(records: list[dict[str, Any]], source: str) -> tuple[ToolReg
 def build_view(registry: ToolRegistry, spec: ArtefactSpec, encoder: Any, policy: Policy, generation: int, *,
                routes: dict[str, tuple[str, str]] | None = None, skipped: dict[str, str] | None = None,
                withdrawn: dict[str, str] | None = None, held: dict[str, str] | None = None,
-               scans: dict[str, Scan] | None = None) -> View:
+               scans: dict[str, Scan] | None = None, withheld_records: dict[str, dict[str, Any]] | None = None) -> View:
     """Resolve every tool's level once (:func:`riskrank.catalogue.audit_tools`: the policy's
     pins first, audits, the base model's or the checkpoint's risk head with keywords and MCP
     hints), keep the tools the policy may allow, and load a catalogue of those with the same
     levels (blocking: run it in a worker thread). ``find_tools``, the call-time check, the
     audit log and the console all read these levels. ``scans``: the definitions' scan results (their
     findings join each tool's evidence; a verdict the policy confirms makes every call
-    confirmed)."""
+    confirmed). ``withheld_records``: the ``tools/list`` records of the withdrawn tools (the
+    operator's rows of :attr:`View.withheld_tools`)."""
     pins = {t.name: lvl for t in registry if (lvl := policy.pinned_level(t.name)) is not None}
     audit = audit_tools(spec, encoder, registry, pins)
     # The scan's findings join each tool's evidence where its level is read (find_tools, the
@@ -219,7 +224,28 @@ def build_view(registry: ToolRegistry, spec: ArtefactSpec, encoder: Any, policy:
     for name, sc in (scans or {}).items():
         if name in rows and sc.findings:
             rows[name]["scan"] = sc.verdict
-    return View(cat, generation, levels, routes or {}, not_offered, skipped or {}, rows, withdrawn or {}, held or {})
+    for name, row in rows.items():
+        _original(row, routes, name)
+    withheld = {}
+    for name, why in (withdrawn or {}).items():
+        rec = (withheld_records or {}).get(name, {})
+        sc = (scans or {}).get(name)
+        withheld[name] = _original({
+            "name": name, "description": str(rec.get("description") or ""), "level": None, "provenance": None,
+            "evidence": [f"scan {f.verdict}: {f.kind} in {f.field}: {f.evidence}" for f in sc.findings] if sc else [],
+            "permissions": [], "annotations": rec.get("annotations"), "upstream": (routes or {}).get(name, (None, None))[0],
+            "not_offered": None, "needs_confirmation": True, "withheld": (held or {}).get(name, "withdrawn"), "why": why},
+            routes, name)
+    return View(cat, generation, levels, routes or {}, not_offered, skipped or {}, rows, withdrawn or {}, held or {},
+                withheld_tools=withheld)
+
+
+def _original(row: dict[str, Any], routes: dict[str, tuple[str, str]] | None, name: str) -> dict[str, Any]:
+    """``row`` with ``original``: the tool's own name at its server when it is offered under
+    another (a name outside MCP's alphabet, or one two servers share), for the operator."""
+    own = (routes or {}).get(name, (None, name))[1]
+    row["original"] = own if own != name else None
+    return row
 
 
 def build_views(registry: ToolRegistry, spec: ArtefactSpec, encoder: Any, policies: Policies, generation: int,
@@ -808,12 +834,14 @@ class _Catalogues:
             scans.update(up_scans)
             for name, (code, why) in kept.items():
                 withdrawn[name], held[name] = why, code
+        withheld_records = {r["name"]: r for r in records if r["name"] in withdrawn}
         records = [r for r in records if r["name"] not in withdrawn]
         source = "upstreams: " + ", ".join(u.name for u in self.manager.live())
         registry, skipped = record_registry(records, source)
         return await anyio.to_thread.run_sync(lambda: build_views(registry, self.spec, self.encoder, self.policies, generation,
                                                                  routes=routes, skipped=skipped, withdrawn=withdrawn,
-                                                                 held=held, scans=scans))
+                                                                 held=held, scans=scans,
+                                                                 withheld_records=withheld_records))
 
     def audit_upstreams(self, view: View) -> None:
         """An audit line (and a log line) for each upstream whose tools or state changed, once

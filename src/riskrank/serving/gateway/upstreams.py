@@ -19,9 +19,12 @@
   kills what is left of each child's process group (no orphans, npx's grandchildren
   included).
 
-Names: a tool (or prompt) keeps its own name unless another server lists the same one; then
-every server's copy is ``SERVER__NAME`` (:func:`public_name`). Collisions are computed over
-every tool a server has ever listed, so names do not change while a server restarts.
+Names: a tool (or prompt) keeps its own name unless another server lists the same one, or the
+name is outside MCP's tool-name alphabet (:data:`MCP_NAME`: 1-128 ASCII letters, digits, ``_``,
+``-`` and ``.``); then it is offered as ``SERVER__NAME`` (:func:`public_name`, cleaned and
+hashed where needed), a safe alias, and its own name is kept in its route for the operator (the
+console shows it; the agent never sees it). Collisions are computed over every tool a server
+has ever listed, so names do not change while a server restarts.
 Resources keep their URIs (the first server in the file wins a shared URI).
 """
 
@@ -42,6 +45,8 @@ from riskrank.serving.gateway.config import UpstreamConfig, remote_warnings
 from riskrank.timeline import mark
 
 _NOT_NAME = re.compile(r"[^A-Za-z0-9_-]")
+#: A tool name as MCP's specification lets a client rely on it (what an agent may be shown as is).
+MCP_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 MAX_PUBLIC_NAME = 64
 BACKOFF_START_S, BACKOFF_MAX_S, HEALTHY_RESET_S = 0.5, 30.0, 60.0
 STDERR_LINES = 20
@@ -353,11 +358,12 @@ class UpstreamManager:
         return [u.name for u in self.upstreams.values() if u.state == "starting"]
 
     def _names(self, attr: str) -> dict[tuple[str, str], str]:
-        """(server, name) -> public name, over every name each server has ever listed."""
+        """(server, name) -> public name, over every name each server has ever listed: its own
+        when no other server lists it and it is within :data:`MCP_NAME`, else an alias."""
         count: collections.Counter[str] = collections.Counter()
         for u in self.upstreams.values():
             count.update(getattr(u, attr))
-        return {(u.name, n): (n if count[n] == 1 else public_name(u.name, n))
+        return {(u.name, n): (n if count[n] == 1 and MCP_NAME.match(n) else public_name(u.name, n))
                 for u in self.upstreams.values() for n in getattr(u, attr)}
 
     def tools(self) -> list[tuple[str, Upstream, dict[str, Any]]]:
