@@ -369,6 +369,11 @@ def test_scan_no_start_runs_nothing_and_lists_what_would_run(tmp_path, monkeypat
     assert allowed.returncode == 0 and not pwned.exists() and doc["tools"] == []
     assert [(s["name"], s["started"]) for s in doc["servers"]] == [("x", False), ("r", False), ("gone", False)]
     assert doc["servers"][0]["env"] == ["API_KEY"] and doc["servers"][1]["headers_from_env"] == {"Authorization": "PROBE_SECRET"}
+    from riskrank.cli import main
+
+    helped = CliRunner().invoke(main, ["scan", "--help"]).output
+    first = helped.split("\n\n")[1]  # the first thing --help says: servers are started
+    assert "servers are STARTED" in first and "--no-start" in first, helped
 
 
 def test_scan_says_what_it_starts_and_a_server_that_cannot_be_listed_is_exit_2(tmp_path):

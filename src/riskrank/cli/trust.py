@@ -171,18 +171,20 @@ def _list_server(up: Any, startup_timeout: float) -> list[dict]:
 @click.option("--startup-timeout", type=click.FloatRange(1, 600), default=30.0, show_default=True,
               help="For an mcpServers file: seconds each server has to start and list its tools.")
 def scan_command(path: str, no_start: bool, allow_unreachable: bool, as_json: bool, startup_timeout: float) -> None:
-    """Check the tool definitions of PATH for text addressed to the model: instructions,
-    things hidden from the user, exfiltration cues, claims over other tools, invisible text.
+    """Check tool definitions for poisoning; an mcpServers file's servers are STARTED (--no-start runs nothing).
 
-    An mcpServers file's servers are STARTED (each command runs, each URL is connected to,
-    with the headers the file names) and listed, as the gateway does: each is printed on
-    stderr before it starts. Use --no-start on a file you do not trust: nothing runs, and
-    each command the file would start is listed instead. A registry file or a tools/list
-    dump is read as it is; nothing runs.
+    PATH is an mcpServers file, whose servers this command STARTS as the gateway does (each
+    command runs, each URL is connected to with the headers the file names) to list their
+    tools; each is printed on stderr before it starts. On a file you do not trust use
+    --no-start: nothing runs, and each command (or URL) the file would start is listed
+    instead. PATH may also be a registry file or a tools/list dump, read as it is (nothing
+    runs).
 
-    Exit 0 when every definition was checked and none is poisoned, 1 when one is poisoned,
-    2 on bad input or when a server could not be checked (it failed to list, or --no-start
-    left it unstarted) unless --allow-unreachable."""
+    Each definition is read for text addressed to the model: instructions, things hidden from
+    the user, exfiltration cues, claims over other tools, invisible text. Exit 0 when every
+    definition was checked and none is poisoned, 1 when one is poisoned, 2 on bad input or
+    when a server could not be checked (it failed to list, or --no-start left it unstarted)
+    unless --allow-unreachable."""
     from riskrank.fileio import loads_strict, read_regular_file
     from riskrank.scan import VERDICTS, scan_tools
     from riskrank.serving.gateway.config import load_servers
