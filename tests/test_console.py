@@ -363,10 +363,12 @@ def test_login_guessing_is_throttled_and_every_failure_is_an_audit_line(tmp_path
         assert r.status_code == 303, r.text[:300]
     log.close()
     lines = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
-    assert [r["code"] for r in lines] == ["wrong_token"] * 5 + ["login_throttled"]
-    assert all(r["decision"] == "login_failed" and r["address"] == "127.0.0.1" and r["name"] == "mallory" and r["time"]
-               for r in lines)
-    assert lines[-1]["reason"].startswith("1 login(s) refused without a check")
+    assert [r["code"] for r in lines] == ["wrong_token"] * 5 + ["login_throttled"] * 2
+    assert all(r["decision"] == "login_failed" and r["address"] == "127.0.0.1" and r["time"] for r in lines)
+    assert [r["name"] for r in lines] == ["mallory"] * 6 + ["alice"]
+    assert lines[-2]["reason"].startswith("1 login(s) refused without a check")
+    # the block's other 195 (194 guesses and the right token) counted in the line that closes it
+    assert lines[-1]["reason"].startswith("195 more login(s) were refused without a check")
     text = (tmp_path / "audit.jsonl").read_text()
     assert not any(g in text for g in guesses) and ADMIN_TOKEN not in text
     print(f"200 guesses in {took:.2f} s: {dict(seen)}")
@@ -382,6 +384,7 @@ def test_the_throttle_holds_per_address_and_overall():
         t.failed("10.0.0.1")
     assert t.wait("10.0.0.1") == 60 and t.wait("10.0.0.2") == 0  # one address held, the others not
     assert t.throttled("10.0.0.1") == 1 and t.throttled("10.0.0.1") == 0  # one audit line a window
+    assert t.throttled("10.0.0.1") == 0 and t.flush("10.0.0.1") == 2 and t.flush("10.0.0.1") == 0
     now[0] = 30.0
     t.failed("10.0.0.2")
     t.failed("10.0.0.3")

@@ -222,7 +222,8 @@ def scan_command(path: str, no_start: bool, allow_unreachable: bool, as_json: bo
     else:
         tools = _definitions(data, path)
     if unchecked and not allow_unreachable and not no_start:
-        raise RiskrankError(f"{'; '.join(unchecked)}; its tools are not checked (--allow-unreachable scans the others)")
+        raise RiskrankError(f"{'; '.join(unchecked)}; {'its' if len(unchecked) == 1 else 'their'} tools are not checked "
+                            "(--allow-unreachable scans the others)")
     for line in unchecked if not no_start else []:
         echo(f"warning: {line}; not checked (--allow-unreachable)", err=True)
     scans = scan_tools(tools)

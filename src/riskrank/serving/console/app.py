@@ -286,6 +286,10 @@ class Console:
                 resp = self._login_form(request, 429, f"Too many failed logins; try again in {math.ceil(wait)} s.")
                 resp.headers["retry-after"] = str(math.ceil(wait))
                 return resp
+            held_back = self.throttle.flush(address)
+            if held_back:
+                await self._login_failure("login_throttled", address, name, (
+                    f"{held_back} more login(s) were refused without a check while the throttle held them"))
         if not self.sessions.token_ok(fields.get("token", "")):
             self.throttle.failed(address)
             await self._login_failure("wrong_token", address, name, "a console login with a wrong admin token")

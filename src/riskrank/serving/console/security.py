@@ -95,7 +95,8 @@ class LoginThrottle:
     long an address must wait before its next try is even checked (0: it may try now).
     :meth:`throttled` counts the tries refused meanwhile and says when one is due on the
     audit log (the first of a window, then at most one a window per address, with the
-    count), so a flood is on record without writing a line per request. Memory is bounded:
+    count), and :meth:`flush` gives the rest once the address may try again, so a flood is
+    on record, counted, without writing a line per request. Memory is bounded:
     a deque of at most the limit per address, and at most :data:`MAX_TRACKED_ADDRESSES`."""
 
     def __init__(self, per_address: int = LOGIN_FAILURES_PER_ADDRESS, overall: int = LOGIN_FAILURES_OVERALL,
@@ -147,6 +148,17 @@ class LoginThrottle:
             return count
         self._refused[key] = (since, count)
         return 0
+
+    def flush(self, address: str) -> int:
+        """The tries refused since the last audit line for ``address`` (and for everyone),
+        once the throttle lets it try again: what the line that closes a block says."""
+        total = 0
+        for key in (address, "*"):
+            since, count = self._refused.get(key, (0.0, 0))
+            if count:
+                self._refused[key] = (since, 0)
+                total += count
+        return total
 
 
 class Sessions:
