@@ -39,13 +39,15 @@ def pins_list(state_dir: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"pins": str(store.path), "trusted": store.broken is None, "broken": store.broken,
                                "servers": rows, "awaiting": [c.to_dict() for c in store.changes()]}, indent=2))
+    if store.broken:  # an unreadable store is bad input: exit 2, after the document when one was asked for
+        raise RiskrankError(f"the pin store is not trusted ({store.broken}): every upstream tool is quarantined until "
+                            "`riskrank pins reset`")
+    if as_json:
         return
-    if store.broken:
-        click.echo(f"NOT TRUSTED: {store.broken}; every upstream tool is quarantined until `riskrank pins reset`")
     for r in rows:
         click.echo(f"{r['upstream']}: {r['pinned']} pinned" + (f"; awaiting approval: {', '.join(r['awaiting'])}"
                                                                if r["awaiting"] else ""))
-    if not rows and not store.broken:
+    if not rows:
         click.echo(f"no pins yet in {store.path}")
 
 
