@@ -303,7 +303,8 @@ rendered("docs/hardening.md", "the hostile gateway table", ["benchmarks/results/
          lambda: _bench("hostile_gateway").doc_table(_load("benchmarks/results/hostile_gateway.json")),
          Timing("2-core machine", "2026-12-05", "benchmarks/results/hostile_gateway.json"))
 rendered("docs/trust.md", "the scan table", ["benchmarks/results/trust_scan.json"],
-         lambda: _bench("trust_scan").doc_table(_load("benchmarks/results/trust_scan.json")))
+         lambda: _bench("trust_scan").doc_table(_load("benchmarks/results/trust_scan.json")),
+         Timing("2-core machine", "2026-12-03", "benchmarks/results/trust_scan.json"))
 rendered("docs/benchmarks.md", "the committed scale run", ["benchmarks/results/scale_small.json"],
          lambda: _bench("bench_scale").table(_load("benchmarks/results/scale_small.json")),
          Timing("2-core machine", "2026-12-03", "benchmarks/results/scale_small.json"))
@@ -700,7 +701,8 @@ claim(B, "{} ms against {} ms per query on one thread, but a cosine to the float
       QUANT.at("fidelity", "tool_cosine_mean", fmt=".3f"), QUANT.at("fidelity", "tool_cosine_min", fmt=".3f"),
       QUANT.at("fidelity", "dense_top5_overlap_mean", fmt=".3f"), QUANT.at("speed", "int8 weights, 1 thread", "query_p50_ms", fmt=".1f"),
       QUANT.at("fidelity_int8_weights", "tool_cosine_mean", fmt=".3f"), QUANT.at("fidelity_int8_weights", "tool_cosine_min", fmt=".3f"),
-      QUANT.at("fidelity_int8_weights", "dense_top5_overlap_mean", fmt=".3f"))
+      QUANT.at("fidelity_int8_weights", "dense_top5_overlap_mean", fmt=".3f"),
+      timing=Timing("2-core machine", "2026-12-03", "benchmarks/results/encoder_quantisation.json"))
 claim(B, "(its process alone ran {} s on the 2-core machine in the committed run of 2026-12-01 below, `wall_s` in "
       "`benchmarks/results/scale_lexical.json`)", LEX.at("sizes", "1000000", "wall_s", fmt=".0f"), timing=LEX_SECTION)
 claim(ALL, "UltraTool's {} tools", SERVE.at("n_tools", fmt=","))
@@ -905,8 +907,10 @@ FU = Json("benchmarks/results/context_frontier_ultratool.json")
 FS = Json("benchmarks/results/context_frontier_sealtools.json")
 claim(CX, "Those are {} settings without the rule filter and {} with it.",
       FU.at("seeds", "42", "pipelines", "core+graph+context", "settings", fmt=","), FU.at("seeds", "42", "pipelines", CR, "settings", fmt=","))
-claim(CX, "--out benchmarks/results/context_frontier_ultratool.json` ({} s)", FU.at("seconds", fmt=",.0f"))
-claim(CX, "--out benchmarks/results/context_frontier_sealtools.json` ({} s)", FS.at("seconds", fmt=",.0f"))
+claim(CX, "--out benchmarks/results/context_frontier_ultratool.json` ({} s on the 2-core machine, 2026-12-01)",
+      FU.at("seconds", fmt=",.0f"), timing=Timing("2-core machine", "2026-12-01", "benchmarks/results/context_frontier_ultratool.json"))
+claim(CX, "--out benchmarks/results/context_frontier_sealtools.json` ({} s on the 2-core machine, 2026-12-01)",
+      FS.at("seconds", fmt=",.0f"), timing=Timing("2-core machine", "2026-12-01", "benchmarks/results/context_frontier_sealtools.json"))
 
 
 def front(f: Json, mode: str) -> V:
@@ -1092,9 +1096,9 @@ def lobo_runs(direction: str, reg: str, *keys: str) -> Callable[[], list[V]]:
 
 
 LOBO_RUNS = (Json("benchmarks/results/lobo_seal.json"), Json("benchmarks/results/lobo_ultra.json"))
-claim(BM, "Commands ({} s per seed and direction in the committed run, `seconds` in each run of",
+claim(BM, "Commands ({} s per seed and direction in the committed run of 2026-12-01, `seconds` in each run of",
       span(lambda: [V(r["seconds"], j.path) for j in LOBO_RUNS for r in j.data["runs"].values()], ".0f"),
-      timing=Timing("2-core", "lobo_", "benchmarks/results/lobo_"))
+      timing=Timing("2-core machine", "2026-12-01", "benchmarks/results/lobo_"))
 
 
 def lm(direction: str, reg: str, mode: str, metric: str = "ndcg@5", fmt: str = ".3f") -> V:
@@ -1247,7 +1251,7 @@ def loco_runs(art: Json, key: str, seed: str | None = None) -> Callable[[], list
 
 claim(BM, "Timings: {} s per build and {} s per run (build and evaluation), two processes side by side on the 2-core machine",
       span(loco_runs(LOCO, "build_seconds"), ".0f"), span(loco_runs(LOCO, "seconds"), ".0f"),
-      timing=Timing("2-core machine", "", "benchmarks/results/loco.json"))
+      timing=Timing("2-core machine", "2026-12-05", "benchmarks/results/loco.json"))
 
 
 def loco_lams(art: Json, mode: str) -> V:
@@ -1265,8 +1269,8 @@ claim(BM, "`core+graph` reaches {} × max(bm25, dense) on {} of 6 held-out regis
       loco_lams(LOCO, "core+graph"),
       span(lambda: [V(r["pipelines"]["core+graph"]["lam"], LOBO.path) for r in LOBO.data["runs"].values()], "g"))
 claim(BM, "`core+graph+rule` (λ {}) meets its target on {} of 6.", loco_lams(LOCO, "core+graph+rule"), met_count("met_rule"))
-claim(BM, "three held-out registries each, {} s per run of seed 42: `benchmarks/results/loco_audited.json`",
-      span(loco_runs(LOCO_AUD, "seconds", "42"), ".0f"), timing=Timing("two processes", "", "benchmarks/results/loco_audited.json"))
+claim(BM, "three held-out registries each, {} s per run of seed 42 on the 2-core machine on 2026-12-04:",
+      span(loco_runs(LOCO_AUD, "seconds", "42"), ".0f"), timing=Timing("2-core machine", "2026-12-04", "benchmarks/results/loco_audited.json"))
 
 
 def lam_of(art: Json, tag: str, mode: str) -> V:
@@ -1303,10 +1307,11 @@ claim(BM, "(API-Bank held out, seed 42: {} → {}, NDCG@5 {} → {}; UltraTool's
       nd(LOCO, "ultratool|123", "core+graph+rule"), nd(LOCO_AUD, "ultratool|123", "core+graph+rule"))
 FT = Source("riskrank.training.finetune")
 claim(BM, "(never a tool whose MiniLM cosine to a gold tool is above {}:", FT.at("DUPLICATE_COSINE", "g"))
-claim(BM, "two processes, one thread each: {} s per run, of which the fine-tune {} s, where the fine-tune ran in that run",
+claim(BM, "two processes, one thread each, on the 2-core machine on 2026-12-05: {} s per run, of which the fine-tune {} s, "
+      "where the fine-tune ran in that run",
       span(lambda: [V(r["seconds"], LOCO_FT.path) for r in LOCO_FT.data["runs"].values() if not r["encoder"]["reused"]], ".0f"),
       span(lambda: [V(r["encoder"]["seconds"], LOCO_FT.path) for r in LOCO_FT.data["runs"].values() if not r["encoder"]["reused"]],
-           ".0f"), timing=Timing("one thread each", "", "benchmarks/results/loco_finetuned.json"))
+           ".0f"), timing=Timing("2-core machine", "2026-12-05", "benchmarks/results/loco_finetuned.json"))
 claim(BM, "one epoch over at most {} rows (a seeded sample), batch 32, learning rate {} with {} % warm-up",
       FT.at("FinetuneConfig.max_rows", ","), FT.at("FinetuneConfig.lr").map(lambda x: f"{x:.0e}".replace("e-0", "e-"), ""),
       pct(FT.at("FinetuneConfig.warmup"), "g"))
@@ -1338,10 +1343,11 @@ claim(BM, "Verdict: mean ratio {}, lowest {} (bfcl): the fine-tuned encoder is n
 claim(BM, "The cosine alone (`dense`) rises on all four corpora (by {} to {})",
       vmin([ft_move(f"{c}|42", "dense") for c in ("bfcl", "apibench", "apibank", "toolalpaca")]).f(".3f"),
       vmax([ft_move(f"{c}|42", "dense") for c in ("bfcl", "apibench", "apibank", "toolalpaca")]).f(".3f"))
-claim(BM, "would cost what MiniLM costs to encode a query ({} ms p50 on one thread,",
-      QUANT.at("speed", "float32, 1 thread", "query_p50_ms", fmt=".1f"))
-claim(BM, "--out benchmarks/results/loco_shipped.json`, {} s per corpus;", span(loco_runs(LOCO_SHIP, "seconds"), ".0f"),
-      timing=Timing("", "", "benchmarks/results/loco_shipped.json"))
+claim(BM, "would cost what MiniLM costs to encode a query ({} ms p50 on one thread on the 2-core machine on 2026-12-03,",
+      QUANT.at("speed", "float32, 1 thread", "query_p50_ms", fmt=".1f"),
+      timing=Timing("2-core machine", "2026-12-03", "benchmarks/results/encoder_quantisation.json"))
+claim(BM, "--out benchmarks/results/loco_shipped.json`, {} s per corpus on the 2-core machine on 2026-12-05;", span(loco_runs(LOCO_SHIP, "seconds"), ".0f"),
+      timing=Timing("2-core machine", "2026-12-05", "benchmarks/results/loco_shipped.json"))
 
 
 def shipped_ratio(name: str) -> V:
