@@ -18,7 +18,7 @@ ifneq ($(DATA_SOURCE),upstream)
 export RISKRANK_MIRROR ?= $(DATA_SOURCE)
 endif
 
-.PHONY: venv data demo test test-slow lint imports lock clean console-shots base-model transfer loco
+.PHONY: venv data demo test test-slow lint imports docs lock clean console-shots base-model transfer loco
 
 # Everything installs from the lock (constraints.txt): the exact versions riskrank is tested with.
 $(STAMP): pyproject.toml constraints.txt
@@ -74,7 +74,12 @@ lint: $(STAMP)
 imports: $(STAMP)
 	$(BIN)/python tools/check_imports.py src/riskrank
 
-test: $(STAMP) data lint imports
+# Every figure of README.md and docs/*.md against the committed artefact it comes from: a
+# figure without one, or one that differs, fails (tools/check_figures.py says how to add one).
+docs: $(STAMP) data
+	$(BIN)/python tools/check_figures.py
+
+test: $(STAMP) data lint imports docs
 	$(BIN)/python -m pytest -q
 
 # Rewrite the lock from the current venv (after changing a range in pyproject.toml).

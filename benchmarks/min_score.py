@@ -48,6 +48,20 @@ def effect(cos: np.ndarray, gold: list[np.ndarray], floor: float) -> dict[str, f
     }
 
 
+NAMES = {"sealtools/train": "Seal-Tools dev (its training split here)", "demo/train": "demo tasks"}
+
+
+def doc_table(out: dict) -> str:
+    """docs/serving.md's table of the validation sets' gold-score quantiles (a test renders it
+    again from ``benchmarks/results/min_score.json``)."""
+    lines = ["| validation set | queries | gold pairs | " + " | ".join(f"q {100 * p:g}%" for p in QUANTILES) + " |",
+             "|---|---:|---:|" + "---:|" * len(QUANTILES)]
+    for label, v in out["validation"].items():
+        lines.append(f"| {NAMES.get(label, label)} | {v['n_queries']:,} | {v['n_gold_pairs']:,} | "
+                     + " | ".join(f"{v[f'q{100 * p:g}%']:.4f}" for p in QUANTILES) + " |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=None, help="data directory [default: $RISKRANK_DATA]")
@@ -85,7 +99,7 @@ def main() -> int:
     rows = []
     for (kind, label), (cos, gold) in sets.items():
         e = effect(cos, gold, floor)
-        out[kind][label] = e
+        out[kind].setdefault(label, {}).update(e)  # a validation set keeps its quantiles beside the effect
         rows.append([f"{label} ({kind})", *(f"{100 * v:.1f}%" for v in e.values())])
     print(text_table(["queries", "gold < floor", "top-5 removed", "gold of top-5 removed", "non-gold of top-5 removed",
                       "queries losing a tool"], rows))

@@ -60,6 +60,10 @@ TASK = {"read-only": "read the logs of a service", "on-call": "restart a service
         "operator": "restart a service or read its logs"}
 
 
+#: The refusals of a call the caller was never shown: outside its latest find_tools result, or
+#: never offered to it by its policy.
+NEVER_SHOWN = ("not_exposed", "denied_by_policy", "above_max_level")
+
 def plan(calls: int) -> dict[str, list[tuple[str, dict]]]:
     """Each agent's call_tools: reads with unique arguments; the pagers' restarts (5 % of all
     calls); the bots' attempts at tools their policy never shows them."""
@@ -167,12 +171,12 @@ def check_team(lines, steps, results, decided, ran, wall, latencies) -> dict:
     allowed_args = {_arg(r) for r in calls if r["decision"] == "allowed"}
     ran_args = [line.split(" ", 1)[1] for line in ran]
     ran_without_decision = [a for a in ran_args if a not in allowed_args]
-    agent_errors = sum(1 for out in results.values() for o in out if "error" in o and not o["error"].startswith("not_exposed"))
+    agent_errors = sum(1 for out in results.values() for o in out if "error" in o and not o["error"].startswith(NEVER_SHOWN))
     return {
         "calls_issued": len(issued), "call_lines": len(calls), "lost": len(lost), "duplicated": duplicated,
         "confirmations": len(confirmed), "decided_at_the_other_replica": decided_at_other,
         "confirmations_with_the_wrong_operator": len(wrong_operator), "misattributed": len(misattributed),
-        "policy_widenings": len(widenings), "refused_not_exposed": sum(1 for r in calls if r.get("code") == "not_exposed"),
+        "policy_widenings": len(widenings), "refused_never_shown": sum(1 for r in calls if r.get("code") in NEVER_SHOWN),
         "upstream_ran": len(ran_args), "ran_without_a_committed_decision": len(ran_without_decision),
         "unexpected_agent_errors": agent_errors, "wall_s": round(wall, 1),
         "call_latency_ms": {"p50": round(1000 * statistics.median(latencies), 1),
@@ -284,7 +288,8 @@ def doc_table(store: dict, replicas: dict) -> str:
         ("decisions with the wrong client / operator", f"{team['misattributed']} / {team['confirmations_with_the_wrong_operator']}",
          "0 / 0"),
         ("calls allowed above the caller's policy", str(team["policy_widenings"]), "0"),
-        ("calls refused as never shown (the bots' attempts)", str(team["refused_not_exposed"]), ""),
+        # (runs before the refusal codes were split counted not_exposed alone: every such refusal was one)
+        ("calls refused as never shown (the bots' attempts)", str(team.get("refused_never_shown", team.get("refused_not_exposed"))), ""),
         ("calls the upstream ran without a committed decision", str(team["ran_without_a_committed_decision"]), "0"),
         ("kill -9 of a replica during 20 calls: ran before the kill / decisions committed",
          f"{kill['upstream_ran_before_the_kill']} / {kill['decisions_committed']}", "every one"),

@@ -363,3 +363,72 @@ def main() -> None:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# -- the same tables as docs/base-model.md lays them out (a test renders them again) -----------------------
+DOC_DIRECTION = {"sealtools->ultratool": "Seal-Tools → UltraTool", "ultratool->sealtools": "UltraTool → Seal-Tools"}
+DOC_REGISTRY = {"ultratool": "UltraTool test", "sealtools": "Seal-Tools test_in", "demo": "demo"}
+
+
+def _n(doc: dict, key: str, reg: str) -> int:
+    """The queries a run scored on ``reg`` (every seed scores the same ones)."""
+    return next(r[reg]["n_queries"] for t, r in doc["runs"].items() if t.split("|")[0] == key)
+
+
+def doc_main_table(doc: dict, shipped_on_demo: dict) -> str:
+    """docs/base-model.md's NDCG@5 / RVR@5 table: both directions on the held-out benchmark and
+    the demo, then the shipped model on the demo (``benchmarks/results/base_on_demo.json``)."""
+    cols = ("bm25", "dense", "hybrid", "rel_only", "core", "core+graph", "core+graph+rule", "core+graph+rule_pred")
+    lines = ["| direction | registry | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
+    for key, block in doc["summary"].items():
+        for reg in (block_target(key), "demo"):
+            m = block[reg]["methods"]
+            lines.append(f"| {DOC_DIRECTION[key]} | {DOC_REGISTRY[reg]} ({_n(doc, key, reg):,}) | "
+                         + " | ".join(f"{m[c]['ndcg@5'][0]:.3f} / {m[c]['rvr@5'][0]:.3f}" for c in cols) + " |")
+    m = shipped_on_demo["methods"]
+    n_demo = _n(doc, next(iter(doc["summary"])), "demo")
+    lines.append(f"| both (shipped) → demo | demo ({n_demo:,}) | "
+                 + " | ".join(f"{m[c]['ndcg@5']:.3f} / {m[c]['rvr@5']:.3f}" for c in cols) + " |")
+    return "\n".join(lines)
+
+
+def doc_frontier_table(summary: dict) -> str:
+    """docs/base-model.md's frontier table (one line per direction)."""
+    lines = ["| direction | max(bm25, dense) | RVR@5 limit | best (mode, λ) chosen on the test itself | NDCG@5 / RVR@5 | ratio "
+             "| 1.03 × reachable by a λ |", "|---|---|---|---|---|---|---|"]
+    for key, block in summary.items():
+        b = block[block_target(key)]
+        f = b["frontier"]
+        mode, lam = f["best"].split("|")
+        lines.append(f"| {DOC_DIRECTION[key]} | {b['baseline']:.3f} | {b['rvr_limit']:.3f} | `{mode}`, λ {lam} | "
+                     f"{f['best_ndcg']:.3f} / {f['best_rvr']:.3f} | {f['best_ratio']:.3f} × | {'yes' if f['reachable'] else 'no'} |")
+    return "\n".join(lines)
+
+
+DOC_METRIC = {"safe_rvr@5": "Safe-RVR@5", "needrisk_hit@5": "NeedRisk-Hit@5", "ndcg@5": "NDCG@5"}
+
+
+def doc_context_tables(summary: dict) -> tuple[str, str]:
+    """docs/base-model.md's two context tables: the metrics (mean ± std over seeds), and each
+    context mode against its three targets."""
+    cols = ("rel_only", "core+graph", "core+graph+rule", *CONTEXT_MODES)
+    lines = ["| direction | registry (low-risk / high-risk queries) | metric | " + " | ".join(f"`{c}`" for c in cols) + " |",
+             "|---|---|---|" + "---|" * len(cols)]
+    for key, block in summary.items():
+        for reg in (block_target(key), "demo"):
+            b = block[reg]
+            n = b["n_subsets"]
+            where = f"{DOC_REGISTRY[reg]} ({n['safe_rvr@5']} / {n['needrisk_hit@5']})"
+            for metric in ("safe_rvr@5", "needrisk_hit@5", "ndcg@5"):
+                lines.append(f"| {DOC_DIRECTION[key]} | {where} | {DOC_METRIC[metric]} | "
+                             + " | ".join(_ms(b["methods"][c][metric]) for c in cols) + " |")
+    verdicts = ["| direction | registry | mode | Safe-RVR@5 ≤ `core+graph+rule` | NeedRisk-Hit@5 ≥ 0.9 × `rel_only` "
+                "| NDCG@5 ≥ `core+graph` |", "|---|---|---|---|---|---|"]
+    for key, block in summary.items():
+        for reg in (block_target(key), "demo"):
+            for mode, v in block[reg]["context"].items():
+                cells = [f"{t['value']:.3f} vs {t['bound']:.3f} ({t['distance']:+.3f}, {t['seeds_met']}): "
+                         f"**{'met' if t['met'] else 'missed'}**".replace("-", "−")
+                         for t in (v[m] for m in ("safe_rvr@5", "needrisk_hit@5", "ndcg@5"))]
+                verdicts.append(f"| {DOC_DIRECTION[key]} | {DOC_REGISTRY[reg]} | `{mode}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines), "\n".join(verdicts)

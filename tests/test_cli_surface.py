@@ -72,6 +72,25 @@ def test_retrieve_json_matches_the_table():
     assert doc["mode"] == "dense+rule" and all(t["name"] in table for t in doc["tools"])
 
 
+def test_retrieve_level_columns_have_a_legend_and_are_the_json_levels():
+    """One enforced level per tool (``level``, with its provenance), the registry's audit and
+    the risk head's prediction beside it, and a legend that says which is which."""
+    from riskrank.cli.library import LEVEL_LEGEND
+
+    doc = json.loads(invoke("retrieve", TASK, "--json").stdout)
+    lines = invoke("retrieve", TASK).stdout.splitlines()
+    header = next(x for x in lines if x.lstrip().startswith("#"))
+    cols = header.split()
+    assert cols[5:9] == ["level", "provenance", "audited", "predicted"]
+    assert "\n".join(lines).count(LEVEL_LEGEND) == 1
+    rows = {x.split()[1]: x.split() for x in lines if x.split() and x.split()[0].isdigit()}
+    for t in doc["tools"]:
+        row = rows[t["name"]]
+        assert row[5] == f"L{t['risk_level']}" and row[6] == t["risk_provenance"]
+        assert row[7] == (f"L{t['audited_level']}" if t["audited_level"] else "-")
+        assert row[8] == (f"L{t['predicted_level']}" if t["predicted_level"] else "-")
+
+
 # -- modes: the same choices everywhere ---------------------------------------------------------------------
 @pytest.mark.parametrize("command", [["retrieve", TASK], ["serve", "--write-openapi", "x.json"], ["mcp"]])
 def test_mode_is_validated_the_same_way_everywhere(command, monkeypatch, capsys, tmp_path):

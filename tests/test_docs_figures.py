@@ -261,3 +261,91 @@ def test_the_sizes_the_card_section_states_are_the_files():
     assert f"(`base/model/`, {megabytes(ROOT / 'src/riskrank/base/model'):.1f} MB)" in card
     assert f"(`base/levels/`, {megabytes(ROOT / 'src/riskrank/base/levels'):.1f} MB)" in card
     assert f"float32, {megabytes(Path(gt.__file__).parent / 'model'):.0f} MB installed" in card
+
+
+# -- every figure: tools/check_figures.py ---------------------------------------------------------------
+sys.path.insert(0, str(ROOT / "tools"))
+
+
+def test_every_figure_of_the_docs_comes_from_an_artefact():
+    """tools/check_figures.py over README.md and docs/*.md: every figure found is rendered from
+    or checked against a committed artefact, and every registered one still says what its
+    artefact says (needs the fetched data for the figures read from the benchmarks)."""
+    import check_figures
+    from riskrank.errors import RiskrankError
+
+    try:
+        rep = check_figures.check()
+    except RiskrankError as exc:  # pragma: no cover - the data is fetched wherever the suite runs
+        pytest.skip(f"the benchmarks are not fetched here: {exc}")
+    missing_data = [m for m in rep.mismatches if "missing benchmark file" in m or "data fetch" in m]
+    if missing_data:
+        pytest.skip(f"the benchmarks are not fetched here: {missing_data[0]}")
+    found = sum(rep.found.values())
+    print(f"{found} figures: {sum(rep.rendered.values())} rendered, {sum(rep.checked.values())} checked, "
+          f"{sum(rep.handed_off.values())} handed off")
+    assert rep.mismatches == []
+    assert [f"{t.doc}:{t.line}: {t.text}" for t in rep.unbacked] == []
+    assert found > 1500 and sum(rep.handed_off.values()) <= 10
+
+
+def test_the_figures_check_fails_a_figure_without_an_artefact_and_a_changed_one(tmp_path, monkeypatch):
+    """The check itself: a new figure nobody registered is unbacked, a registered phrase whose
+    artefact now says otherwise is a mismatch, a figure typed into a template is refused, and
+    a timing whose section omits its date is reported."""
+    import check_figures
+    import figures
+
+    doc = "docs/benchmarks.md"
+    text = (ROOT / doc).read_text() + "\n\nA new result: 12.5 ms p50.\n"
+    real_read = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: text if self == ROOT / doc else real_read(self, *a, **k))
+    art = tmp_path / "a.json"
+    art.write_text(json.dumps({"x": 3.25}))
+    monkeypatch.setattr(figures, "CLAIMS", [
+        figures.Claim((doc,), "A new result: {} ms p50.", (figures.V(9.5, str(art), ".1f"),)),
+        figures.Claim((doc,), "p50 {} and 4.5 ms", (figures.V(1.0, str(art), ".1f"),)),
+        figures.Claim((doc,), "A new result: {} ms", (figures.V(12.5, str(art), ".1f"),), figures.Timing("machine", "2031-01-01", "a.json")),
+    ])
+    rep = check_figures.check()
+    assert any("A new result: 9.5 ms p50." in m for m in rep.mismatches)
+    assert any("figures written into the template" in m and "4.5" in m for m in rep.mismatches)
+    assert any("does not state" in m and "2031-01-01" in m for m in rep.mismatches)
+    assert any(t.text == "12.5" for t in rep.unbacked) is False  # the third claim matched it
+    monkeypatch.setattr(figures, "CLAIMS", [])
+    assert any(t.text == "12.5" and t.doc == doc for t in check_figures.check().unbacked)
+
+
+def test_the_audit_agreement_table_is_its_artefact():
+    """docs/audit.md's agreement table is benchmarks/results/audit_agreement.json rendered, with
+    the paper's human audit from docs/paper-figures.json; the constant-L1 rows are the label shares."""
+    import audit_agreement
+
+    art = json.loads((ROOT / "benchmarks/results/audit_agreement.json").read_text())
+    paper = json.loads((ROOT / "docs/paper-figures.json").read_text())
+    assert audit_agreement.doc_table(art, paper) in (ROOT / "docs/audit.md").read_text()
+    for row in art["rows"].values():
+        c = row["annotators"]["constant L1"]
+        assert c["exact"] == pytest.approx(c["confusion"][0][0] / row["n_tools"])  # rows: released, columns: the rater
+
+
+def test_every_choice_made_after_the_test_figures_is_noted_beside_them():
+    """Each default the training config marks as chosen after the test figures it moves had been
+    seen is the default (the mark is true), and the doc section it names says so beside its
+    figures: the setting, its value, the earlier value and what that earlier value gave."""
+    from riskrank.training.config import CHOSEN_AFTER_TEST, TrainConfig
+
+    assert CHOSEN_AFTER_TEST
+    for c in CHOSEN_AFTER_TEST:
+        assert getattr(TrainConfig(), c.setting) == c.value, c
+        doc, _, anchor = c.where.partition("#")
+        text = (ROOT / doc).read_text()
+        heads = [(m.start(), re.sub(r"[^\w\- ]", "", m.group(1).lower()).replace(" ", "-"))
+                 for m in re.finditer(r"^#+ (.+)$", text, flags=re.M)]
+        start = next(pos for pos, slug in heads if slug == anchor)
+        end = next((pos for pos, _ in heads if pos > start), len(text))
+        section = " ".join(text[start:end].split())
+        assert "Chosen after these test figures had been seen" in section, c
+        assert re.search(rf"`(TrainConfig\.)?{c.setting}`", section) and f"`{c.value}`" in section, c
+        earlier = c.earlier.split(":")[-1]
+        assert f"budget of {earlier}" in section and f"What budget {earlier} gave then" in section, c

@@ -12,7 +12,7 @@ import os
 import pytest
 
 from riskrank.adapters import ToolGuard, task_of, tool_name, tool_record
-from test_server_support import HashEncoder, npm_bin
+from test_server_support import HashEncoder, need_npm_bin
 
 pytest.importorskip("fastmcp")
 pytest.importorskip("agents")
@@ -126,9 +126,7 @@ class ScriptedModel:
 
 @pytest.fixture(scope="module")
 def fs_params(tmp_path_factory):
-    bins = npm_bin()
-    if bins is None:
-        pytest.skip("node and npm are needed for the reference MCP servers (.ci/npm/install.sh installs them)")
+    bins = need_npm_bin()
     root = tmp_path_factory.mktemp("fs")
     return {"command": str(bins / "mcp-server-filesystem"), "args": [str(root)]}
 

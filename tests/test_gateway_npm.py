@@ -9,7 +9,8 @@ are namespaced; resources, prompts and progress pass through; ``sleep 301`` as a
 is a one-line timeout error that leaves no process; SIGTERM leaves no child behind.
 
 The servers install once into the CI cache (``.ci/npm/install.sh``; .ci/run does it); these
-tests skip only where node or npm is absent. Each conversation has a hang guard; no
+tests skip only where node or npm is absent, and fail instead where the run requires them
+(``RISKRANK_REQUIRE_NPM``, as CI does). Each conversation has a hang guard; no
 assertion is about time. `.ci/mcp1` runs this file again with the gateway on mcp 1.x.
 """
 
@@ -27,7 +28,7 @@ import anyio
 import pytest
 
 from riskrank.serving import mcp_compat
-from test_server_support import TOKEN, descendants, npm_bin, processes_matching, python_c
+from test_server_support import TOKEN, descendants, need_npm_bin, processes_matching, python_c
 
 pytestmark = [pytest.mark.mcp_sdk, pytest.mark.npm]
 GUARD_S = 120
@@ -42,10 +43,7 @@ POLICY = {"max_level": 3, "confirm_level": 3, "allow": ["*"], "deny": ["toggle-*
 
 @pytest.fixture(scope="module")
 def bins() -> Path:
-    found = npm_bin()
-    if found is None:
-        pytest.skip("node and npm are needed for the reference MCP servers (.ci/npm/install.sh installs them)")
-    return found
+    return need_npm_bin()
 
 
 @pytest.fixture(scope="module")
@@ -163,10 +161,12 @@ def check_agent_loop(seen: dict, root: Path, *, confirmed: bool) -> None:
     assert delete["policy"]["not_offered"] >= 9
     if seen["call_withheld"] is not None:  # withheld by the rule filter: not callable
         assert seen["call_withheld"][1] and seen["call_withheld"][0].startswith("not_exposed: ")
-    assert seen["call_destructive"][1] and seen["call_destructive"][0].startswith("not_exposed: 'delete_entities'")
+    # A tool the policy never offers is refused as such (no search would show it), not as not_exposed.
+    assert seen["call_destructive"][1] and seen["call_destructive"][0].startswith(
+        "above_max_level: 'delete_entities' is risk level 4 and is never offered to this client")
     # Naming the tool in a later task does not expose it.
     assert "delete_entities" not in {t["name"] for t in seen["named"]["tools"]}
-    assert seen["call_named"][1] and seen["call_named"][0].startswith("not_exposed: 'delete_entities'")
+    assert seen["call_named"][1] and seen["call_named"][0].startswith("above_max_level: 'delete_entities'")
     # Two filesystem servers: their colliding names are namespaced, and each call goes to its own.
     names = {t["name"] for t in seen["collide"]["tools"]} | {t["name"] for t in seen["listing"]["tools"]}
     assert not {"read_text_file", "list_directory"} & names and {n.split("__")[0] for n in names if "__" in n} <= {"docs", "scratch"}
@@ -201,7 +201,7 @@ def check_agent_loop(seen: dict, root: Path, *, confirmed: bool) -> None:
     ups = [r["upstream"] for r in lines if r["decision"] == "upstream_up"]
     assert ups == ["docs", "scratch", "memory", "everything"]
     refused = [(r["tool"], r["code"]) for r in lines if r["decision"] == "refused"]
-    assert ("delete_entities", "not_exposed") in refused
+    assert ("delete_entities", "above_max_level") in refused
     create = [r for r in lines if r["tool"] == "create_entities"]
     assert create[-1]["decision"] == ("allowed" if confirmed else "refused")
     if confirmed:
@@ -241,7 +241,7 @@ def test_confirmation_refused_or_declined(setup):
 
     refused = anyio.run(one, None)
     assert refused[1] and refused[0].startswith("confirmation_required: 'create_entities' is risk level 3")
-    assert "raise confirm_level above 3" in refused[0]
+    assert "set \"confirm_level\": 4 in the policy file given with --policy" in refused[0]
     declined = anyio.run(one, accept_all([], action="decline"))
     assert declined == ("denied: the user did not confirm 'create_entities' (decline)", True)
 
@@ -423,7 +423,7 @@ def test_the_example_agent_loop(bins, tmp_path):
     steps = anyio.run(example.run, tmp_path, bins, lines.append)
     by_task = {s["task"]: s for s in steps}
     delete = by_task["delete the old log files"]
-    assert delete["error"] and delete["result"].startswith("not_exposed: 'edit_file'")
+    assert delete["error"] and delete["result"].startswith("above_max_level: 'edit_file' is risk level 4 and is never offered")
     assert not {"edit_file", "write_file", "move_file"} & set(delete["offered"])
     assert not by_task["list the files in the logs folder"]["error"]
     alice, bob = by_task["create an entity for Alice in the knowledge graph"], by_task["create an entity for Bob in the knowledge graph"]
@@ -432,7 +432,7 @@ def test_the_example_agent_loop(bins, tmp_path):
     assert '"prefers tea"' in by_task["open the knowledge graph node for Alice"]["result"]
     assert by_task["open the knowledge graph node for Carol"]["result"].startswith("not_exposed: 'create_entities'")
     forget = by_task["delete the entity Alice from the knowledge graph with delete_entities"]
-    assert forget["result"].startswith("not_exposed: 'delete_entities'") and "delete_entities" not in forget["offered"]
+    assert forget["result"].startswith("above_max_level: 'delete_entities'") and "delete_entities" not in forget["offered"]
     audit = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
     # read_text_file is L2 (the level model's level, shown and enforced alike): no confirmation;
     # create_entities is L3 (a state change): asked, approved for Alice and declined for Bob.
@@ -497,15 +497,20 @@ def test_one_level_per_tool_over_the_npm_servers(bins, tmp_path):
             await tg.start(manager.run)
             keeper = _Catalogues(None, manager, spec, encoder, policy, AuditLog(None), lambda _: None)
             view = await keeper.build()
-            gateway = Gateway(view, policy=policy, manager=manager, audit=AuditLog(None), broker=broker)
+            gateway = Gateway(view, policy=policy, manager=manager, audit=AuditLog(tmp_path / "audit.jsonl"), broker=broker)
             console = {r["name"]: r["level"] for r in console_host(gateway).tools()}
             shown: dict[str, int] = {}
             for name in sorted(set(view.tools) - set(view.not_offered)):
                 out = mcp_compat.wire(await gateway.find_tools({"task": f"use {name}", "k": 10}, _Call()))["structuredContent"]
                 shown.update({t["name"]: t["risk_level"] for t in out["tools"]})
                 await gateway.forward_call({"name": name, "arguments": {}}, _Call())
+            # The level each call was checked at: its audit line's (a call whose arguments miss
+            # the tool's schema is refused before the broker is asked; the broker saw the rest).
+            lines = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
+            checked = {r["tool"]: r["level"] for r in lines if r["tool"] in view.tools and r["decision"] == "refused"}
+            assert all(checked[n] == lvl for n, lvl in broker.levels.items())
             for name in sorted(view.tools):
-                rows.append((name, shown.get(name), broker.levels.get(name), console[name]))
+                rows.append((name, shown.get(name), checked.get(name), console[name]))
             tg.cancel_scope.cancel()
 
     anyio.run(main)

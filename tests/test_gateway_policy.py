@@ -134,12 +134,14 @@ POLICY = Policy(max_level=3, confirm_level=2, deny=("*__move_file",), source="p.
     ("read_file", 1, True, False, "allowed", False),
     ("read_file", 1, False, False, "not_exposed", False),
     ("read_file", 1, True, True, "not_exposed", False),
-    ("docs__move_file", 1, True, False, "denied", False),
+    ("docs__move_file", 1, True, False, "denied_by_policy", False),
     ("write_file", 4, True, False, "above_max_level", False),
     ("create_entities", 2, True, False, "allowed", True),
     ("create_entities", 3, True, False, "allowed", True),
-    # Exposure first: an unexposed tool is refused as such whatever its level.
-    ("wire_money", 5, False, False, "not_exposed", False),
+    # What the policy never offers is refused as such, shown or not: no search would return it,
+    # so not_exposed ("call find_tools first") would send the agent round in circles.
+    ("wire_money", 5, False, False, "above_max_level", False),
+    ("docs__move_file", 1, False, False, "denied_by_policy", False),
 ])
 def test_decide(name, level, exposed, expired, code, confirm):
     d = decide(POLICY, name, level, exposed=exposed, expired=expired)
@@ -148,10 +150,17 @@ def test_decide(name, level, exposed, expired, code, confirm):
 
 def test_refusal_messages_say_how_to_allow_it():
     assert "p.json" in decide(POLICY, "write_file", 4, exposed=True).reason
+    denied = decide(POLICY, "docs__move_file", 1, exposed=False).reason
+    assert "never offered to this client: the policy (p.json) denies it" in denied and "find_tools" not in denied
+    assert "find_tools for your task first" in decide(POLICY, "read_file", 1, exposed=False).reason
     msg = confirmation_refusal(POLICY, "create_entities", 2).reason
-    assert msg.startswith("'create_entities' is risk level 2") and "elicitation" in msg and "confirm_level above 2" in msg
+    assert msg.startswith("'create_entities' is risk level 2") and "elicitation" in msg
+    assert '"confirm_level": 3' in msg and "policy file given with --policy (p.json)" in msg
+    default = confirmation_refusal(Policy(), "create_entities", 3).reason
+    assert 'start the gateway with --policy FILE holding "confirm_level": 4' in default and "the default policy" in default
+    assert "confirm_level" not in confirmation_refusal(Policy(max_level=5), "wire_money", 5).reason.split("(confirm_level 3)")[1]
     only = Policy(allow=("read_*",))
-    assert only.refusal("read_file", 1) is None and only.refusal("write_file", 1) == "denied"
+    assert only.refusal("read_file", 1) is None and only.refusal("write_file", 1) == "denied_by_policy"
 
 
 # -- names on collision --------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ call-time decisions against a stub upstream (exposure, policy, confirmation, aud
 from __future__ import annotations
 
 import json
+import time
 
 import anyio
 import pytest
@@ -140,7 +141,7 @@ def test_the_policy_never_offers_what_it_refuses(encoder):
     view = view_of(ArtefactSpec(DEMO), encoder, policy)
     levels = dict(zip(view.catalogue.registry.names, view.catalogue.effective_levels, strict=True))
     assert max(levels.values()) <= 3 and not any("_vault_" in n for n in levels)
-    assert view.not_offered and set(view.not_offered.values()) == {"denied", "above_max_level"}
+    assert view.not_offered and set(view.not_offered.values()) == {"denied_by_policy", "above_max_level"}
     out = Gateway(view, policy=policy).find({"task": "wipe the disk and run a shell command as root", "k": 10})
     assert all(t["risk_level"] <= 3 for t in out["tools"]) and out["policy"]["not_offered"] == len(view.not_offered)
 
@@ -214,6 +215,8 @@ class StubSession:
             await progress_callback(1.0, 1.0, "done")
         if name == "boom":
             raise RuntimeError("the tool crashed\nwith details")
+        if arguments.get("fail"):
+            return mcp_compat.tool_result("no such note: " + str(arguments["fail"]), is_error=True)
         return mcp_compat.tool_result(json.dumps({"called": name, "arguments": arguments}))
 
 
@@ -239,7 +242,9 @@ class StubCall:
 
 TOOLS = [
     {"name": "read_notes", "description": "Return the text of a note.", "annotations": {"readOnlyHint": True}},
-    {"name": "append_note", "description": "Append a line to a note.", "inputSchema": {"type": "object"}},
+    {"name": "append_note", "description": "Append a line to a note.",
+     "inputSchema": {"type": "object", "properties": {"note": {"type": "string"}, "line": {"type": "string", "maxLength": 80}},
+                     "required": ["note", "line"], "additionalProperties": False}},
     {"name": "purge_notes", "description": "Permanently delete every note in a notebook.", "annotations": {"destructiveHint": True}},
     {"name": "run_shell", "description": "Run a shell command as root and delete files.", "inputSchema": {"type": "object"}},
     {"name": "boom", "description": "Count the words of a note.", "annotations": {"readOnlyHint": True}},
@@ -299,7 +304,9 @@ def test_call_tool_only_what_the_latest_find_returned(gateway):
     # Naming a never-offered tool in a task does not expose it.
     anyio.run(gateway.find_tools, {"task": "run_shell: run a shell command as root", "k": 5}, s1)
     assert "run_shell" not in gateway.exposure["s1"].names
-    assert text_of(run_call(gateway, "run_shell", call=s1)).startswith("not_exposed")
+    # ... and its refusal says why (never offered), not "call find_tools first", which would loop.
+    refused = text_of(run_call(gateway, "run_shell", call=s1))
+    assert refused.startswith("above_max_level: 'run_shell' is risk level 5 and is never offered") and "find_tools" not in refused
 
 
 def test_call_time_policy_and_confirmation(gateway):
@@ -338,6 +345,51 @@ def test_upstream_errors_and_the_audit_log(gateway):
         ("boom", "allowed", "allowed"), ("boom", "failed", "upstream_error"),
         ("ghost", "refused", "upstream_down"), ("boom", "refused", "upstream_down")]
     assert lines[0]["task"] == "count the words" and lines[0]["session"] == "s1" and lines[0]["upstream"] == "notes"
+
+
+def test_refusals_name_their_cause_and_are_audited(gateway, encoder):
+    """One code per cause: a tool the policy denies is denied_by_policy (never offered, do not
+    search again), a name no search returns is unknown_tool, arguments that do not match the
+    tool's input schema are invalid_arguments before the upstream is called; each is a
+    refused audit line with the same code. A tool that answers with an error is a failed line."""
+    denying = Policy(max_level=4, confirm_level=3, deny=("purge_*",), levels={"run_*": 5}, source="policy.json")
+    view = build_view(_stub_registry(gateway), ArtefactSpec("stub", fill_levels="keyword"), encoder, denying, 2,
+                      routes=gateway.view.routes)
+    gw = Gateway(view, policy=denying, manager=gateway.manager, audit=gateway.audit)
+    s = StubCall(key="s9")
+    found = anyio.run(gw.find_tools, {"task": "write a line into my note", "k": 3}, s)
+    out = mcp_compat.wire(found)["structuredContent"]
+    assert out["catalogue"]["source"] == "upstreams: notes"
+    text = text_of(run_call(gw, "purge_notes", {"notebook": "x"}, call=s))
+    assert text.startswith("denied_by_policy: 'purge_notes' is never offered to this client: the policy (policy.json) denies it")
+    assert "find_tools" not in text
+    assert text_of(run_call(gw, "no_such_tool", call=s)).startswith("unknown_tool: no tool named 'no_such_tool'")
+    gw._expose("s9", Exposure("write a line into my note", frozenset({"append_note", "read_notes"}), time.monotonic()))
+    session = gateway.manager.upstreams["notes"].session
+    before = len(session.calls)
+    bad = text_of(run_call(gw, "append_note", {"note": "todo", "line": 7}, call=s))
+    assert bad == "invalid_arguments: the arguments of 'append_note' do not match its input_schema: at line: 7 is not of type 'string'"
+    missing = text_of(run_call(gw, "append_note", {"note": "todo"}, call=s))
+    assert missing.startswith("invalid_arguments:") and "'line' is a required property" in missing
+    assert len(session.calls) == before  # the upstream was never called
+    ok = run_call(gw, "append_note", {"note": "todo", "line": "buy milk"}, call=s)
+    assert not mcp_compat.wire(ok).get("isError") and session.calls[-1] == ("append_note", {"note": "todo", "line": "buy milk"})
+    failed = run_call(gw, "read_notes", {"fail": "x"}, call=s)
+    assert mcp_compat.wire(failed)["isError"]
+    lines = [json.loads(x) for x in gateway.test_audit_path.read_text().splitlines()]
+    calls = [(r["tool"], r["decision"], r["code"]) for r in lines if r["tool"] != "find_tools"]
+    assert calls == [("purge_notes", "refused", "denied_by_policy"), ("no_such_tool", "refused", "unknown_tool"),
+                     ("append_note", "refused", "invalid_arguments"), ("append_note", "refused", "invalid_arguments"),
+                     ("append_note", "allowed", "allowed"), ("read_notes", "allowed", "allowed"),
+                     ("read_notes", "failed", "tool_error")]
+    assert lines[-1]["reason"] == "no such note: x"
+
+
+def _stub_registry(gateway):
+    from riskrank.serving.gateway.core import record_registry, upstream_records
+
+    records, _ = upstream_records(gateway.manager)
+    return record_registry(records, "stub")[0]
 
 
 def test_find_tools_in_a_context_mode_says_why(tmp_path, encoder):

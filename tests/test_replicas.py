@@ -92,7 +92,7 @@ def test_an_approval_at_one_replica_releases_the_call_held_at_the_other(tmp_path
         bot = run_as(url_a, TOKENS["ci-bot"], [("find_tools", {"task": "list the services", "k": 3}),
                                                ("call_tool", {"name": "list_services", "arguments": {}}),
                                                ("call_tool", {"name": "drop_database", "arguments": {"name": "x"}})])
-        assert bot[1]["text"].startswith("api: up") and bot[2]["error"].startswith("not_exposed")
+        assert bot[1]["text"].startswith("api: up") and bot[2]["error"].startswith("above_max_level")
         for url in (url_a, url_b):
             ready = httpx.get(_base(url) + "/readyz")
             assert ready.status_code == 200 and ready.json()["state"]["ok"] is True

@@ -6,6 +6,7 @@ service, not a model; tests/test_server_cli.py runs `riskrank serve` with the re
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import socket
@@ -209,6 +210,30 @@ def test_tool_spec(client):
     error(client.get("/v1/tools/no_such_tool", headers=AUTH), 404, "unknown_tool")
     info = client.get("/v1/info", headers=AUTH).json()
     assert info["n_tools"] == 98 and "rule" in info["modes"] and info["limits"]["max_k"] == 100
+
+
+def test_info_counts_the_served_levels_by_provenance(tmp_path):
+    """/v1/info counts the level every response serves (not only audited ones), per provenance:
+    an unaudited MCP registry with keyword levels and one audited tool."""
+    from test_server_support import write_mcp_registry
+
+    path = write_mcp_registry(tmp_path / "tools.json")
+    data = json.loads(path.read_text())
+    data["tools"][0]["risk_level"] = 2  # one audited tool among unaudited ones
+    path.write_text(json.dumps(data))
+    svc = LiveCatalogue.from_spec(ArtefactSpec(str(path), mode="dense+rule", fill_levels="keyword"), HashEncoder())
+    with ServerThread(create_app(svc, token=TOKEN)) as srv, httpx.Client(base_url=srv.url, timeout=30) as c:
+        info = c.get("/v1/info", headers=AUTH).json()
+        specs = [c.get(f"/v1/tools/{t['name']}", headers=AUTH).json() for t in data["tools"]]
+    served = collections.Counter(f"L{t['risk_level']}" for t in specs)
+    assert info["risk_levels"] == {f"L{k}": served[f"L{k}"] for k in range(1, 6)} and sum(info["risk_levels"].values()) == len(specs)
+    by = collections.defaultdict(collections.Counter)
+    for t in specs:
+        by[t["risk_provenance"]][f"L{t['risk_level']}"] += 1
+    assert set(info["risk_levels_by_provenance"]) == set(by) == {"audited", "keyword"}
+    for prov, counts in info["risk_levels_by_provenance"].items():
+        assert counts == {f"L{k}": by[prov][f"L{k}"] for k in range(1, 6)}
+    assert info["risk_provenance"] == {p: sum(c.values()) for p, c in by.items()}
 
 
 # -- limits and malformed input ---------------------------------------------------------------------------

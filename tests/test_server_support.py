@@ -239,6 +239,23 @@ def npm_bin() -> Path | None:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
+def need_npm_bin() -> Path:
+    """:func:`npm_bin`, or a skip that says why where node or npm is absent; a failure instead
+    where the run requires them (``RISKRANK_REQUIRE_NPM``, which CI sets), so a CI machine
+    without node cannot pass the gateway's tests by skipping them."""
+    import os
+
+    import pytest
+
+    found = npm_bin()
+    if found is not None:
+        return found
+    why = "node and npm are needed for the reference MCP servers (.ci/npm/install.sh installs them)"
+    if os.environ.get("RISKRANK_REQUIRE_NPM"):
+        pytest.fail(f"{why}; RISKRANK_REQUIRE_NPM is set, so this run may not skip them")
+    pytest.skip(why)
+
+
 def processes_matching(argv: list[str]) -> set[int]:
     """Pids of live processes whose command line is exactly ``argv`` (from /proc)."""
     found = set()

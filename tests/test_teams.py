@@ -162,7 +162,9 @@ def test_each_client_gets_its_own_policy_at_every_step(team):
         assert all(lvl <= POLICIES["policies"][ROLES[n]]["max_level"] for lvl in shown[n].values()), (n, shown[n])
     assert "restart_service" not in shown["ci-bot"] and "drop_database" not in shown["pager"]
     # the read-only bot and the pager cannot call what their policy never offers
-    assert seen["ci-bot"][1]["error"].startswith("not_exposed") and seen["pager"][2]["error"].startswith("not_exposed")
+    # (and the refusal says so: no search would show them)
+    assert seen["ci-bot"][1]["error"].startswith("above_max_level: 'restart_service' is risk level 3 and is never offered")
+    assert seen["pager"][2]["error"].startswith("above_max_level: 'drop_database'")
     assert seen["pager"][1] == {"text": "api restarted"}  # confirmed (elicitation), then run
     # the operator's policy (max 5) offers the drop when the rule filter ranks it; whatever it is shown, it can call
     if "drop_database" in shown["alice"]:

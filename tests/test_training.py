@@ -468,7 +468,8 @@ def test_crossfit_risk_hides_each_folds_labels(monkeypatch):
 
 
 def test_hybrid_training_on_the_demo_starts_at_the_fusion(demo, encoder, torch_single_thread):
-    from riskrank.first_stage import LEXICAL_FEATURES, LexicalIndex
+    from riskrank.first_stage import LEXICAL_FEATURES, LexicalIndex, relevance_inputs, top_m
+    from riskrank.metrics import ndcg_at_k
     from riskrank.training import choose_fusion
 
     reg = demo.registry
@@ -476,11 +477,20 @@ def test_hybrid_training_on_the_demo_starts_at_the_fusion(demo, encoder, torch_s
     Q = encoder.encode(demo.train.texts)
     lex = LexicalIndex.from_registry(reg).evidence(demo.train.texts)
     fusion = choose_fusion(Q @ T.T, lex, demo.train.gold)
-    res = train_heads(T, Q, demo.train.gold, reg.risk_levels, TrainConfig(seed=3, epochs=3), lexical=lex, fusion=fusion,
-                      perm_counts=reg.perm_counts, progress=False)
+    # An explicit validation split (the last 12 queries), so the fusion's own NDCG@5 on it is known.
+    n = len(demo.train.gold) - 12
+    Qv, gold_v = Q[n:], demo.train.gold[n:]
+    lex_v = LexicalIndex.from_registry(reg).evidence(demo.train.texts[n:])
+    res = train_heads(T, Q[:n], demo.train.gold[:n], reg.risk_levels, TrainConfig(seed=3, epochs=3),
+                      lexical=LexicalIndex.from_registry(reg).evidence(demo.train.texts[:n]), fusion=fusion,
+                      val_query_emb=Qv, val_gold=gold_v, val_lexical=lex_v, perm_counts=reg.perm_counts, progress=False)
     assert res.config.relevance == "hybrid" and res.model.lexical == LEXICAL_FEATURES and res.fusion == fusion
     hist = [h["val_ndcg@5"] for h in res.history]
-    assert hist[0] == max(hist[:1]) and res.validation["best_epoch"] == int(np.argmax(hist))  # epoch 0 = the fusion
+    # Epoch 0 is the fusion itself (the residual starts at zero and the rest is monotone), and
+    # early stopping keeps the best epoch, epoch 0 included.
+    fused = relevance_inputs(Qv @ T.T, lex_v, fusion).f0
+    assert res.history[0]["epoch"] == 0 and hist[0] == pytest.approx(float(ndcg_at_k(top_m(fused, 5), gold_v).mean()), abs=1e-9)
+    assert res.validation["best_epoch"] == int(np.argmax(hist))
     assert set(res.validation["lexical_weights"]) == set(LEXICAL_FEATURES)
     assert {"core", "core+rule", "core+graph+rule", "core+graph+rule_pred"} <= set(res.validation["pipelines"])
     with pytest.raises(RiskrankError, match="lexical evidence"):

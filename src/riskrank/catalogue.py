@@ -14,6 +14,7 @@ when a catalogue is loaded (the retriever brings torch; naming a catalogue does 
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
 import time
@@ -98,6 +99,12 @@ class ArtefactSpec:
                 "risk_source": self.risk_source, "fill_levels": self.fill_levels, "candidates": self.candidates,
                 "first_stage": self.first_stage, "trust_annotations": self.trust_annotations, "fill": self.fill,
                 "min_score": self.min_score, "level_model": self.level_model}
+
+
+def _level_counts(levels: Any) -> dict[str, int]:
+    """Tools per level, ``{"L1": n, ..., "L5": n}``."""
+    counts = collections.Counter(int(v) for v in levels)
+    return {f"L{k}": counts[k] for k in range(1, 6)}
 
 
 def _schema(tool: Any) -> dict[str, Any]:
@@ -207,7 +214,9 @@ class Catalogue:
             "registry": self.spec.registry,
             "registry_fingerprint": self.registry.fingerprint(),
             "n_tools": len(self.registry),
-            "risk_levels": self.registry.summary()["risk_levels"],
+            "risk_levels": _level_counts(self.effective_levels),
+            "risk_levels_by_provenance": {p: _level_counts(lv for lv, q in zip(self.effective_levels, self.provenance, strict=True)
+                                                           if q == p) for p in PROVENANCE if p in self.provenance},
             "risk_provenance": {p: self.provenance.count(p) for p in PROVENANCE if p in self.provenance},
             "checkpoint": self.checkpoint,
             "base_model": self.checkpoint is not None and self.spec.checkpoint is None,

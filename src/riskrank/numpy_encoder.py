@@ -186,6 +186,10 @@ class NumpyEncoder:
 GRAPH_VERSION = 2
 #: Largest element-wise difference from the NumPy forward pass accepted for a built graph.
 MAX_GRAPH_DIFF = 1e-4
+#: The largest element-wise difference of both backends' embeddings from sentence-transformers'
+#: on the bundled model, as measured (2.46e-7 on mixed texts: padding, truncation, unicode) and
+#: held by ``tests/test_encoder.py``; the docs quote it.
+EMBEDDING_TOLERANCE = 2.5e-7
 _PROBE = ["delete the old log files on the build server",
           "wire $200 to Alice and email her the receipt, then add the payment to my budget spreadsheet"]
 

@@ -78,9 +78,16 @@ def run() -> int:
     except click.exceptions.Abort:
         echo("aborted", err=True)
         return 130
+    except click.UsageError as exc:
+        # One line, like every other user error (click's own form is four: usage, a hint, a
+        # blank line, the error); the command's --help is named for the rest.
+        where = exc.ctx.command_path if exc.ctx is not None else "riskrank"
+        what = exc.format_message().rstrip(".")
+        click.echo(f"error: {one_line(f'{where}: {what} (see {where} --help)')}", err=True)
+        return EXIT_USAGE
     except click.ClickException as exc:
-        exc.show()
-        return exc.exit_code
+        click.echo(f"error: {one_line(exc.format_message())}", err=True)
+        return EXIT_USAGE
     except RiskrankError as exc:
         echo(f"error: {one_line(str(exc))}", err=True)
         return EXIT_USAGE

@@ -40,8 +40,8 @@ def data_fetch(source: str, dest: str | None, no_optional: bool, allow_unverifie
         report = fetch(source, target, progress=not quiet, include_optional=not no_optional, allow_unverified=allow_unverified)
     except DataError as exc:
         rep = getattr(exc, "report", None)
-        if rep is not None:
-            echo(rep.format(), err=True)
+        if rep is not None:  # what was checked, on stdout; the one error line follows on stderr
+            echo(rep.format())
         raise
     echo(report.format())
     echo(f"data directory: {target}")

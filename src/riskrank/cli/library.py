@@ -216,6 +216,12 @@ def retrieve(task: str | None, registry: str | None, checkpoint: str | None, k: 
     emit_json(res.to_dict(), json_out)
 
 
+#: What the level columns of :func:`show_result` mean (they may differ: only ``level`` is enforced).
+LEVEL_LEGEND = ("levels: level = the tool's one level, what the rule filter and a gateway enforce (provenance: its source);\n"
+                "        audited = the registry's own; predicted = the risk head's (the keywords' where it has not learned), "
+                "evidence only; - = none")
+
+
 def show_result(res: Any, title: str | None = None) -> None:
     from riskrank.metrics import rvr_at_k, srr_at_k
 
@@ -224,13 +230,13 @@ def show_result(res: Any, title: str | None = None) -> None:
                + (f", risk source {res.risk_source}" if "rule" in res.mode else ""))
     rows = []
     for t in res.tools:
-        level = f"L{t.risk_level}" if t.risk_level else "?"
-        pred = f"L{t.predicted_level}" if t.predicted_level else "-"
-        eff = getattr(t, "effective_level", None)
+        audited = getattr(t, "audited_level", None)
         name = t.name + (" (named)" if getattr(t, "named", False) else "")
-        rows.append([str(t.rank), name, fmt(t.score), fmt(t.f_rel), fmt(t.f_risk), level, pred, f"L{eff}" if eff else "-",
-                     getattr(t, "risk_provenance", None) or "-", ",".join(t.permissions) or "-"])
-    print_table(rows, ["#", "tool", "score", "f_rel", "f_risk", "risk", "pred", "level", "provenance", "permissions"])
+        rows.append([str(t.rank), name, fmt(t.score), fmt(t.f_rel), fmt(t.f_risk), f"L{t.risk_level}" if t.risk_level else "?",
+                     getattr(t, "risk_provenance", None) or "-", f"L{audited}" if audited else "-",
+                     f"L{t.predicted_level}" if t.predicted_level else "-", ",".join(t.permissions) or "-"])
+    print_table(rows, ["#", "tool", "score", "f_rel", "f_risk", "level", "provenance", "audited", "predicted", "permissions"])
+    click.echo(LEVEL_LEGEND)
     if any(getattr(t, "risk_evidence", None) and t.risk_provenance != "audited" for t in res.tools):
         echo("evidence:")
         for t in res.tools:

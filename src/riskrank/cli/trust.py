@@ -46,16 +46,18 @@ def pins_list(state_dir: str, pin_key: str | None, as_json: bool) -> None:
         echo(json.dumps({"pins": str(store.path), "key": str(store.key.path), "trusted": store.broken is None,
                          "broken": store.broken, "alerts": store.alerts, "servers": rows,
                          "awaiting": [c.to_dict() for c in store.changes()]}, indent=2))
+    if store.broken:  # an unreadable store is bad input: exit 2, after the document when one was asked for
+        raise RiskrankError(f"the pin store is not trusted ({store.broken}): every upstream tool is quarantined until "
+                            "`riskrank pins reset`")
+    if as_json:
         return
-    if store.broken:
-        echo(f"NOT TRUSTED: {store.broken}; every upstream tool is quarantined until `riskrank pins reset`")
     for alert in store.alerts:
         if not alert.get("reported"):
             echo(f"ALERT: {alert.get('what')}")
     for r in rows:
         echo(f"{r['upstream']}: {r['pinned']} pinned" + (f"; awaiting approval: {', '.join(r['awaiting'])}"
                                                                if r["awaiting"] else ""))
-    if not rows and not store.broken:
+    if not rows:
         echo(f"no pins yet in {store.path}")
 
 

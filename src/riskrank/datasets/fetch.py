@@ -183,7 +183,7 @@ class FetchReport:
         lines.append(", ".join(f"{n} {s}" for s, n in counts.items() if n or s != "unverified"))
         lines.extend(self.notes[rel] for rel in [*self.with_status("absent"), *self.with_status("unverified"), *self.with_status("fetched")]
                      if rel in self.notes)
-        lines.extend(f"error: {msg}" for msg in self.errors)
+        lines.extend(f"  failed: {msg}" for msg in self.errors)
         return "\n".join(lines)
 
 

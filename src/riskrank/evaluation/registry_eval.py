@@ -41,7 +41,8 @@ from riskrank.registry import ToolRegistry
 #: checkpoint or training queries) the trained pipelines.
 DEFAULT_METHODS = ("bm25", "dense", "hybrid", "dense+rule", "core", "core+graph", "core+graph+rule")
 #: Where a predicted level comes from (``levels.source`` in the results).
-LEVEL_SOURCES = {"head": "the checkpoint's risk head (with keyword evidence and MCP hints that only raise)", "keyword": "riskrank's keyword annotator"}
+LEVEL_SOURCES = {"head": "the checkpoint's risk head, with keyword evidence and MCP hints that only raise a level",
+                 "keyword": "riskrank's keyword annotator"}
 
 
 @dataclass
@@ -140,7 +141,7 @@ def evaluate_registry(
         missing = reg.risk_levels == 0
         reg = reg.with_risk_levels({t.name: int(predicted[i]) for i, t in enumerate(reg) if missing[i]})
         notes.insert(0, (f"PREDICTED risk levels: {len(reg) - n_audited} of {len(reg)} tools have no audited level and take "
-                         f"{LEVEL_SOURCES[source]}'s; the exposure metrics (rvr@5, srr@5, safe_rvr@5, needrisk_hit@5, sndcg@5) "
+                         f"the level of {LEVEL_SOURCES[source]}; the exposure metrics (rvr@5, srr@5, safe_rvr@5, needrisk_hit@5, sndcg@5) "
                          "and the rule filter read them" + ("" if n_audited else " (no audit: give --labels for audited numbers)")))
     levels = {"audited": n_audited, "predicted": len(reg) - n_audited, "source": "audited" if source is None else
               ("mixed" if n_audited else "predicted"), "predicted_by": source}

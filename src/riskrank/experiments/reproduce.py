@@ -35,6 +35,7 @@ from riskrank.extras import requires
 from riskrank.fileio import atomic_write_bytes, write_json
 from riskrank.first_stage import Fusion
 from riskrank.tables import markdown_table
+from riskrank.training.config import CHOSEN_AFTER_TEST
 
 RUN_CACHE = "cache/run"
 
@@ -113,7 +114,8 @@ def _protocol_text(run: EvalRun, bench) -> str:
         "the residual weight of the head, then per pipeline alpha (best validation NDCG@5, kept only when its gain over "
         "alpha = 0 exceeds one standard error) and lambda (exposure budget: the best validation NDCG@5 among the "
         "lambdas whose validation RVR@5 is at most R × the dense ranking's, R = 0.65 without the rule filter and 0.40 "
-        "with it, one-standard-error rule toward the larger lambda).",
+        "with it, one-standard-error rule toward the larger lambda). Not every default was chosen before the test "
+        "figures: " + "; ".join(c.note for c in CHOSEN_AFTER_TEST) + ".",
         "- riskrank's head: the validated fusion as its first stage, the lexical features beside the cosine, and the "
         "penalty s = logit − λ · P(r ≥ 3) (docs/architecture.md); `core+graph+rule_pred` reads risk levels cross-fitted "
         "over tools (5 folds: no tool's level comes from a head that saw its label).",

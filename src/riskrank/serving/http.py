@@ -265,7 +265,10 @@ class CatalogueSummary(BaseModel):
     registry: str
     registry_fingerprint: str
     n_tools: int
-    risk_levels: dict[str, int]
+    risk_levels: dict[str, int] = Field(description="Tools per served level (L1..L5): the level every response "
+                                                    "carries and the rule filter reads, whatever its provenance.")
+    risk_levels_by_provenance: dict[str, dict[str, int]] = Field(
+        description="The same counts per provenance (policy, audited, predicted, keyword, annotation, unlabelled).")
     risk_provenance: dict[str, int]
     checkpoint: str | None
     mode: str

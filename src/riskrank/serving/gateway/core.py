@@ -111,6 +111,47 @@ def _refusal(code: str, message: str) -> Any:
     return mcp_compat.tool_result(f"{code}: {message}", is_error=True, structured={"error": {"code": code, "message": message}})
 
 
+#: A call of a name no search can return (not in the catalogue now).
+UNKNOWN_TOOL = "unknown_tool"
+#: A call whose arguments do not match the tool's ``inputSchema``.
+INVALID_ARGUMENTS = "invalid_arguments"
+
+
+def argument_problem(schema: dict[str, Any] | None, args: dict[str, Any]) -> str | None:
+    """Why ``args`` do not match a tool's ``inputSchema`` (one line: where and what), or None.
+    A schema that is not valid JSON Schema itself cannot judge anything: the upstream does."""
+    if not schema:
+        return None
+    import jsonschema
+    import referencing.exceptions
+
+    try:
+        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+        cls.check_schema(schema)
+        error = jsonschema.exceptions.best_match(cls(schema).iter_errors(args))
+    except (jsonschema.exceptions.SchemaError, referencing.exceptions.Unresolvable, RecursionError, TypeError,
+            ValueError, LookupError):
+        return None
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path) or "the arguments"
+    message = " ".join(error.message.split())
+    return f"at {where}: {message if len(message) <= 200 else message[:199] + '…'}"
+
+
+def _error_text(wired: dict[str, Any]) -> str:
+    """The text of a tool's error answer, cut for an audit line."""
+    text = " ".join(str(c.get("text", "")) for c in wired.get("content") or [] if isinstance(c, dict)).strip()
+    return text[:300] or "the tool answered with an error (no text)"
+
+
+def _source(cat: Catalogue, view: View) -> str:
+    """What a catalogue serves, in words: the upstreams its tools come from (a gateway), else
+    the registry file."""
+    names = sorted({view.routes[t.name][0] for t in cat.registry if t.name in view.routes})
+    return "upstreams: " + ", ".join(names) if names else str(cat.spec.registry)
+
+
 def _error(exc: BaseException) -> Any:
     body = error_body(exc)["error"]
     return _refusal(body["code"], body["message"])
@@ -141,6 +182,9 @@ class View:
     pin change awaiting approval) or ``poisoned`` (the scan's verdict, withheld by policy).
     These are refused whether or not the caller's ``find_tools`` showed them."""
 
+    schemas: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Each tool's ``inputSchema`` as its server lists it: a call's arguments are checked
+    against it before the upstream is called (``invalid_arguments``)."""
     others: dict[str, View] = field(default_factory=dict)
     """The same generation under each other named policy (:func:`build_views`): a client is
     served the view of its own policy, never this one in its stead."""
@@ -237,7 +281,7 @@ def build_view(registry: ToolRegistry, spec: ArtefactSpec, encoder: Any, policy:
             "not_offered": None, "needs_confirmation": True, "withheld": (held or {}).get(name, "withdrawn"), "why": why},
             routes, name)
     return View(cat, generation, levels, routes or {}, not_offered, skipped or {}, rows, withdrawn or {}, held or {},
-                withheld_tools=withheld)
+                withheld_tools=withheld, schemas={t.name: dict(t.parameters) for t in registry if t.parameters is not None})
 
 
 def _original(row: dict[str, Any], routes: dict[str, tuple[str, str]] | None, name: str) -> dict[str, Any]:
@@ -412,8 +456,10 @@ class Gateway:
         call = (
             "Call a tool with its arguments. Only a tool in your latest find_tools result can be called"
             f"{ttl}: each find_tools replaces the tools you may call. The server checks the tool's risk level "
-            "against its policy at call time; a refusal is an error whose text starts with not_exposed, denied, "
-            "above_max_level or confirmation_required."
+            "against its policy at call time; a refusal is an error whose text starts with its code: not_exposed (search "
+            "for your task first), denied_by_policy or above_max_level (never offered: do not retry), "
+            "confirmation_required, denied (the user declined), invalid_arguments (fix them to the tool's input_schema) "
+            "or unknown_tool."
         )
         return find, call
 
@@ -491,7 +537,7 @@ class Gateway:
                                      risk_source=choice.get("risk_source"))
         out = cat.result_dict(res, view.needs_confirmation)
         out["policy"] = policy
-        out["catalogue"] = {"source": cat.spec.registry, "n_tools": len(cat.registry), "generation": view.generation}
+        out["catalogue"] = {"source": _source(cat, view), "n_tools": len(cat.registry), "generation": view.generation}
         if self.manager is not None:
             out["upstreams_down"] = self.manager.down()
             if starting:
@@ -599,9 +645,19 @@ class Gateway:
         session = up.session if up is not None else None  # held: the upstream may go down meanwhile
         if exposed and not expired and session is None:
             return await self._refuse(Decision("upstream_down", f"the server of {name!r} is not running; try again later"), rec)
+        if level is None and not exposed and withdrawn:
+            return await self._refuse(Decision("withdrawn", withdrawn), rec)
+        if level is None and not exposed:  # no search can return it: do not send the agent searching
+            return await self._refuse(Decision(UNKNOWN_TOOL, (
+                f"no tool named {name!r} is in the catalogue now (a server that is down lists none); call find_tools for "
+                "your task and use a name it returns")), rec)
         decision = decide(policy, name, level or 5, exposed=exposed, expired=expired, upstream=route[0] if route else None)
         if not decision.allowed:
             return await self._refuse(decision, rec)
+        invalid = argument_problem(view.schemas.get(name), args)
+        if invalid:  # refused here, before a confirmation is asked or the upstream is called
+            return await self._refuse(Decision(INVALID_ARGUMENTS, f"the arguments of {name!r} do not match its "
+                                                                  f"input_schema: {invalid}"), rec)
         upstream_name, tool = route
         rec["upstream"] = upstream_name
         digest = call_digest(name, args)
@@ -652,6 +708,10 @@ class Gateway:
                 result = await session.call_tool(tool, args, progress_callback=progress)
             wired = result if isinstance(result, dict) else mcp_compat.wire(result)
             check_result(name, wired, self.call_limits)
+            if wired.get("isError"):  # the tool answered with an error: the call ran and failed
+                with contextlib.suppress(AuditLogError):
+                    await self.audit.append(**rec, decision="failed", code="tool_error",
+                                            reason=_error_text(wired), elapsed_s=round(time.monotonic() - started, 3))
             if self.scan_results != "off":
                 wired = await self._screen_result(name, wired, rec)
         except TimeoutError:

@@ -4,20 +4,25 @@ The agent writes the task text, so it can steer what ``find_tools`` ranks first;
 change this. A tool is callable only if it is in the caller's latest ``find_tools`` result
 (within ``exposure_ttl_s`` when set) and, at call time, with the level it has *then*:
 
-1. ``not_exposed``: not in the caller's latest result (or that result is older than the TTL);
-2. ``denied``: its public name matches a ``deny`` glob, or no ``allow`` glob;
-3. ``above_max_level``: its risk level is above ``max_level``;
+1. ``denied_by_policy``: its public name matches a ``deny`` glob, or no ``allow`` glob;
+2. ``above_max_level``: its risk level is above ``max_level``;
+3. ``not_exposed``: not in the caller's latest result (or that result is older than the TTL);
 4. ``confirmation_required``: its level is ``confirm_level`` or more, or its server is one
    the policy calls ``untrusted``: it runs only if the user confirms
-   (:mod:`riskrank.serving.gateway.confirm`).
+   (:mod:`riskrank.serving.gateway.confirm`); ``denied`` when the user or the operator
+   declines.
+
+Rules 1 and 2 come first because they do not depend on the search: a tool they refuse is
+never offered by ``find_tools`` (:meth:`Policy.refusal`), so telling the agent to search again
+(``not_exposed``) would send it round in circles. ``not_exposed`` is left for a tool the agent
+could see with the right search.
 
 A level is read from the tool's description and annotations, which its server writes: a tool
 that lies about what it does (a "tidy" tool that deletes, claiming ``readOnlyHint``) gets a
 low level. For a server you do not trust, ``"preset": "untrusted"`` (every server) or
 ``"untrusted": ["NAME", ...]`` (those upstreams) asks for confirmation of every call.
 
-The first rule that fails decides (:func:`decide`, pure and unit-tested). Tools that rules 2
-and 3 refuse are never offered by ``find_tools`` either (:meth:`Policy.refusal`).
+The first rule that fails decides (:func:`decide`, pure and unit-tested).
 
 Nothing here imports the MCP SDK.
 """
@@ -31,11 +36,15 @@ from typing import Any
 from riskrank.modes import MODES, RISK_SOURCES
 
 NOT_EXPOSED = "not_exposed"
+DENIED_BY_POLICY = "denied_by_policy"
+#: The user or the operator declined the confirmation (or the approved arguments changed).
 DENIED = "denied"
 ABOVE_MAX_LEVEL = "above_max_level"
 CONFIRMATION_REQUIRED = "confirmation_required"
-#: The stable codes a refused call's text starts with.
-REFUSALS = (NOT_EXPOSED, DENIED, ABOVE_MAX_LEVEL, CONFIRMATION_REQUIRED)
+#: The stable codes of :func:`decide` and of a confirmation that fails.
+REFUSALS = (DENIED_BY_POLICY, ABOVE_MAX_LEVEL, NOT_EXPOSED, CONFIRMATION_REQUIRED, DENIED)
+#: ``Policy.source`` of the policy a gateway runs when no ``--policy`` file is given.
+DEFAULT_SOURCE = "the default policy"
 #: What a client may be allowed to pick in ``find_tools`` (``client_choices``), and where
 #: its allowed values come from.
 CHOOSABLE = {"mode": MODES, "risk_source": RISK_SOURCES, "lambda": None}
@@ -68,13 +77,14 @@ class Policy:
     first_seen: str = "trust"
     """A server's tools on its first connect to a pin store: ``trust`` (pinned as they are) or
     ``quarantine`` (held until an operator approves them)."""
-    source: str = "the default policy"
+    source: str = DEFAULT_SOURCE
+    """Where the policy comes from: the policy file (and its entry), or :data:`DEFAULT_SOURCE`."""
 
     def refusal(self, name: str, level: int) -> str | None:
-        """The code that refuses ``name`` at ``level`` whatever the exposure (``denied``,
-        ``above_max_level``), or None."""
+        """The code that refuses ``name`` at ``level`` whatever the exposure
+        (``denied_by_policy``, ``above_max_level``): such a tool is never offered. None otherwise."""
         if any(fnmatch.fnmatchcase(name, g) for g in self.deny) or not any(fnmatch.fnmatchcase(name, g) for g in self.allow):
-            return DENIED
+            return DENIED_BY_POLICY
         if level > self.max_level:
             return ABOVE_MAX_LEVEL
         return None
@@ -117,16 +127,17 @@ class Decision:
 def decide(policy: Policy, name: str, level: int, *, exposed: bool, expired: bool = False,
            upstream: str | None = None) -> Decision:
     """The call-time decision for ``name`` at its current ``level`` (module docstring)."""
+    code = policy.refusal(name, level)
+    if code == DENIED_BY_POLICY:
+        return Decision(DENIED_BY_POLICY, f"{name!r} is never offered to this client: the policy ({policy.source}) "
+                                          "denies it; no search will return it")
+    if code == ABOVE_MAX_LEVEL:
+        return Decision(ABOVE_MAX_LEVEL, f"{name!r} is risk level {level} and is never offered to this client: the "
+                                         f"policy ({policy.source}) allows at most level {policy.max_level}")
     if not exposed or expired:
         why = ("your latest find_tools result is older than the server's exposure TTL" if expired and exposed
                else "it is not in your latest find_tools result")
         return Decision(NOT_EXPOSED, f"{name!r} cannot be called: {why}; call find_tools for your task first")
-    code = policy.refusal(name, level)
-    if code == DENIED:
-        return Decision(DENIED, f"the server's policy ({policy.source}) does not allow {name!r}")
-    if code == ABOVE_MAX_LEVEL:
-        return Decision(ABOVE_MAX_LEVEL, f"{name!r} is risk level {level}; the server's policy ({policy.source}) "
-                                         f"allows at most level {policy.max_level}")
     if level >= policy.confirm_level:
         return Decision("allowed", f"level {level} >= confirm_level {policy.confirm_level}", confirm=True)
     if policy.needs_confirmation(level, upstream):
@@ -135,9 +146,15 @@ def decide(policy: Policy, name: str, level: int, *, exposed: bool, expired: boo
 
 
 def confirmation_refusal(policy: Policy, name: str, level: int) -> Decision:
-    """The refusal when a confirmation-level call cannot be confirmed by this client."""
-    return Decision(CONFIRMATION_REQUIRED, (
-        f"{name!r} is risk level {level} and needs the user's confirmation (confirm_level {policy.confirm_level}), "
-        "but this client cannot ask its user (it declared no MCP elicitation). Use a client that supports "
-        f"elicitation, or let the operator raise confirm_level above {level} in the policy file ({policy.source})"))
-
+    """The refusal when a confirmation-level call cannot be confirmed by this client: what the
+    user can do (another client) and what the operator can change: the key, in the policy file
+    the gateway runs, or ``--policy FILE`` when it runs the default policy."""
+    head = (f"{name!r} is risk level {level} and needs the user's confirmation (confirm_level {policy.confirm_level}), "
+            "but this client cannot ask its user (it declared no MCP elicitation). Use a client that supports elicitation, "
+            "or let the operator approve calls in the console (riskrank mcp --console)")
+    if level >= 5:  # no confirm_level lets a level-5 call run unconfirmed
+        return Decision(CONFIRMATION_REQUIRED, head)
+    key = f'"confirm_level": {level + 1}'
+    where = (f"start the gateway with --policy FILE holding {key} (it runs the default policy)" if policy.source == DEFAULT_SOURCE
+             else f"set {key} in the policy file given with --policy ({policy.source})")
+    return Decision(CONFIRMATION_REQUIRED, f"{head}, or {where}")

@@ -1,0 +1,157 @@
+"""Every command over its bad-input table: exit 2, one ``error:`` line naming the problem, no
+traceback and nothing else on stderr but riskrank's own progress lines (no SDK noise).
+
+The table's kinds: a file that cannot be read (a directory, bytes that are not JSON, a path
+that does not exist), a file of the wrong JSON shape, an empty file or config, and for the
+gateway a server that does not start or is not an MCP server. Run in process with the file
+descriptors captured, so a child process's or a library's stray output would show too."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from riskrank.cli import MAX_ERROR_CHARS, run
+from riskrank.datasets.demo import demo_registry_path
+
+DEMO = str(demo_registry_path())
+
+FILES = {
+    "list.json": "[1, 2]",
+    "str.json": '"just a string"',
+    "strings.json": '["a", "b"]',
+    "empty.json": "",
+    "binary.json": b"\xff\xfe\x00 not json",
+    "q.jsonl": '{"task": "read my notes", "gold": ["read_file"]}\n',
+    "noservers.json": '{"mcpServers": {}}',
+    "notmcp.json": '{"mcpServers": {"chatty": {"command": "sh", "args": ["-c", "echo hello; sleep 30"]}}}',
+    "nostart.json": '{"mcpServers": {"gone": {"command": "/nonexistent/bin/server"}}}',
+    "exits.json": '{"mcpServers": {"quits": {"command": "sh", "args": ["-c", "exit 3"]}}}',
+    "sh.json": '{"mcpServers": {"x": {"command": "sh"}}}',
+    "state/pins.json": "{ not json",
+}
+
+# (command, kind, argv, what the error line must name)
+TABLE = [
+    ("retrieve", "unreadable", ["retrieve", "x", "--registry", "adir"], "is a directory"),
+    ("retrieve", "unreadable", ["retrieve", "x", "--registry", "binary.json"], "binary.json: invalid JSON at line 1"),
+    ("retrieve", "missing", ["retrieve", "x", "--registry", "nowhere.json"], "nowhere.json: no such file"),
+    ("retrieve", "wrong shape", ["retrieve", "x", "--registry", "list.json"], "record 0 must be a JSON object"),
+    ("retrieve", "wrong shape", ["retrieve", "x", "--registry", "str.json"], "expected a JSON list or object of tools"),
+    ("retrieve", "empty", ["retrieve", "x", "--registry", "empty.json"], "empty.json: file is empty"),
+    ("graph stats", "wrong shape", ["graph", "stats", "--registry", "list.json"], "record 0 must be a JSON object"),
+    ("graph stats", "empty", ["graph", "stats", "--registry", "empty.json"], "file is empty"),
+    ("evaluate", "wrong shape", ["evaluate", "--registry", "list.json", "--queries", "q.jsonl"], "record 0 must be"),
+    ("evaluate", "wrong shape", ["evaluate", "--registry", DEMO, "--queries", "list.json"], "line 1: expected {\"task\""),
+    ("evaluate", "wrong shape", ["evaluate", "--registry", DEMO, "--queries", "q.jsonl", "--labels", "strings.json"],
+     "a labels file must be a JSON object"),
+    ("evaluate", "empty", ["evaluate", "--registry", DEMO, "--queries", "empty.json"], "no queries (the file is empty"),
+    ("compare", "unreadable", ["compare", "adir", "adir"], "is a directory"),
+    ("compare", "wrong shape", ["compare", "strings.json", "list.json"], "not a results file"),
+    ("compare", "empty", ["compare", "empty.json", "empty.json"], "not a results file"),
+    ("train", "wrong shape", ["train", "--registry", "list.json", "--queries", "q.jsonl", "--out", "ck"], "record 0 must be"),
+    ("train", "wrong shape", ["train", "--registry", DEMO, "--queries", "list.json", "--out", "ck"], "line 1: expected"),
+    ("train", "empty", ["train", "--registry", DEMO, "--queries", "empty.json", "--out", "ck"], "no queries"),
+    ("agreement", "unreadable", ["agreement", "binary.json", "binary.json"], "invalid JSON at line 1"),
+    ("agreement", "wrong shape", ["agreement", "strings.json", "list.json"], "list.json: record 0 must be a JSON object"),
+    ("agreement", "empty", ["agreement", "empty.json", "empty.json"], "file is empty"),
+    ("audit", "wrong shape", ["audit", "--registry", "list.json", "-a", "keyword", "--out", "labels.json"], "record 0 must be"),
+    ("audit", "missing", ["audit", "--apply-review", "list.json", "--out", "labels.json"], "labels.json: no such label file"),
+    ("demo", "wrong value", ["demo", "--tasks", "nosuch"], "unknown demo task id(s): nosuch"),
+    ("demo", "unreadable", ["demo", "--checkpoint", "adir"], "missing checkpoint.json"),
+    ("reproduce", "empty", ["reproduce", "--dataset", "ultratool", "--data", "adir", "--out", "out"], "missing benchmark file"),
+    ("data fetch", "missing", ["data", "fetch", "--source", "nowhere", "--dest", "dd", "--quiet"], "not a directory"),
+    ("data fetch", "empty", ["data", "fetch", "--source", "adir", "--dest", "dd", "--quiet", "--no-optional"],
+     "required file(s)"),
+    ("serve", "wrong shape", ["serve", "--registry", "list.json", "--insecure"], "record 0 must be a JSON object"),
+    ("serve", "empty", ["serve", "--registry", "empty.json", "--insecure"], "file is empty"),
+    ("serve", "unreadable", ["serve", "--checkpoint", "adir", "--insecure"], "missing checkpoint.json"),
+    ("mcp", "wrong shape", ["mcp", "--registry", "list.json"], "record 0 must be a JSON object"),
+    ("mcp", "empty", ["mcp", "--config", "empty.json"], "empty.json: invalid JSON at line 1"),
+    ("mcp", "empty", ["mcp", "--config", "noservers.json"], "mcpServers: must be a non-empty object of servers"),
+    ("mcp", "wrong shape", ["mcp", "--config", "list.json"], "the servers file must hold a JSON object"),
+    ("mcp", "wrong shape", ["mcp", "--config", "sh.json", "--policy", "list.json"], "the policy file must hold a JSON object"),
+    ("mcp", "not MCP", ["mcp", "--config", "notmcp.json", "--startup-timeout", "2"], "did not answer initialize within 2 s"),
+    ("mcp", "does not start", ["mcp", "--config", "nostart.json"], "is not an executable file or a command on PATH"),
+    ("mcp", "does not start", ["mcp", "--config", "exits.json", "--startup-timeout", "10"], "failed to start"),
+    ("mcp", "does not start", ["mcp", "--upstream", "/nonexistent/bin/server"], "is not an executable file"),
+    ("pins list", "unreadable", ["pins", "list", "--state-dir", "state"], "the pin store is not trusted"),
+    ("pins list", "missing", ["pins", "list", "--state-dir", "nowhere"], "does not exist"),
+    ("pins diff", "wrong value", ["pins", "diff", "--state-dir", "state"], "Missing argument 'UPSTREAM'"),
+    ("pins approve", "unreadable", ["pins", "approve", "up", "--state-dir", "state"], "the pin store is not trusted"),
+    ("pins reset", "wrong value", ["pins", "reset", "up", "--state-dir", "state"], "no server 'up'"),
+    ("clients add", "wrong shape", ["clients", "add", "bot", "--clients", "list.json", "--policy", "x"],
+     "the clients file must hold a JSON object"),
+    ("clients add", "empty", ["clients", "add", "bot", "--clients", "empty.json", "--policy", "x"], "invalid JSON"),
+    ("clients add", "wrong shape", ["clients", "add", "bot", "--clients", "c.json", "--policy", "x", "--policies", "list.json"],
+     "the policy file must hold a JSON object"),
+    ("clients list", "wrong shape", ["clients", "list", "--clients", "list.json"], "the clients file must hold a JSON object"),
+    ("state status", "missing", ["state", "status", "--state", "strings.json"], "no state store there"),
+    ("state migrate", "wrong shape", ["state", "migrate", "--state", "list.json"], "cannot create the state store there"),
+    ("state import", "wrong shape", ["state", "import", "--state", "st2", "--audit-log", "list.json"], "not a JSON object"),
+    ("state import", "unreadable", ["state", "import", "--state", "st2", "--audit-log", "binary.json"], "not UTF-8 text"),
+    ("state export", "missing", ["state", "export", "--state", "nowhere", "--what", "audit", "--out", "a.jsonl"],
+     "no state store there"),
+]
+
+
+@pytest.fixture
+def bad_inputs(tmp_path: Path, monkeypatch) -> Path:
+    for name, content in FILES.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    (tmp_path / "adir").mkdir()
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_every_command_has_rows():
+    """The table covers every command the CLI has (scan's exit codes are checked in its own tests)."""
+    from riskrank.cli import main
+
+    def leaves(group, prefix=()):
+        for name, cmd in group.commands.items():
+            if hasattr(cmd, "commands"):
+                yield from leaves(cmd, (*prefix, name))
+            else:
+                yield " ".join((*prefix, name))
+
+    covered = {row[0] for row in TABLE}
+    missing = sorted(set(leaves(main)) - covered - {"scan"})
+    assert not missing, f"commands without a bad-input row: {missing}"
+
+
+#: Rows whose command serves MCP on stdio while its upstreams start: run as a child process with
+#: a client's open stdin, as a client would start it.
+CHILD = ("not MCP", "does not start")
+
+
+@pytest.mark.parametrize(("command", "kind", "argv", "names"), TABLE, ids=[f"{r[0]}: {r[1]}: {' '.join(r[2][1:])[:40]}" for r in TABLE])
+def test_bad_input_is_one_error_line_and_exit_2(command, kind, argv, names, bad_inputs, monkeypatch, capfd):
+    if kind in CHILD:
+        proc = subprocess.Popen([sys.executable, "-c", "from riskrank.cli import entry; entry()", *argv], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:  # stdin stays open (a client that waits): the error must come from the upstreams, not an EOF
+            code = proc.wait(timeout=120)
+            out, err = proc.stdout.read(), proc.stderr.read()
+        finally:
+            proc.kill()
+            for f in (proc.stdin, proc.stdout, proc.stderr):
+                f.close()
+    else:
+        monkeypatch.setattr(sys, "argv", ["riskrank", *argv])
+        code = run()
+        out, err = capfd.readouterr()
+    lines = [x for x in err.splitlines() if x.strip()]
+    errors = [x for x in lines if x.startswith("error: ")]
+    assert code == 2, (code, err)
+    assert "Traceback" not in err + out and len(errors) == 1, err
+    assert names in errors[0], errors[0]
+    assert len(errors[0]) <= MAX_ERROR_CHARS
+    # Nothing else on stderr but riskrank's own progress and warnings: no SDK or library noise.
+    assert all(x.startswith(("riskrank: ", "warning: ", "error: ")) for x in lines), err
+    assert not (bad_inputs / "ck").exists() and not (bad_inputs / "labels.json").exists()

@@ -1,0 +1,257 @@
+"""Check that every figure in README.md and docs/*.md comes from a committed artefact.
+
+    python tools/check_figures.py              # counts per doc; exit 1 on any failure
+    python tools/check_figures.py --unbacked   # each figure with no artefact, with its context
+    make docs                                  # the same check
+
+**What a figure is.** A number in the prose or a table of a doc (fenced code blocks, inline
+code and link targets are commands, names and paths, not figures) that states a quantity: a
+number with a decimal point or an exponent (0.691, 2.5e-7), a percentage, a number with a unit
+of time, size or ratio (ms, s, min, MB, GB, GiB, ``x``/``×``), a duration (42:36), or a count
+with a thousands separator (1,302). Numbers that are part of a name are not figures: metric
+names and levels (NDCG@5, L3, r ≥ 3), powers (10^6), section, table, figure and equation
+numbers, dates, list markers. A number right after a comparison (``<= 3 s``, ``≥ 0.80``) is a
+bound the text sets (a target, a threshold), and "95%" before "interval" names the interval.
+Small bare integers (seeds, k, caps, the number of folds) are settings: they are checked where
+a claim quotes them (below), not found on their own.
+
+**How a figure is backed** (both registries live in ``tools/figures.py``):
+
+1. *Rendered*: a block (a table, a sentence) that a function renders from its artefact; the
+   doc must contain the rendered text byte for byte. Every figure inside it is backed.
+2. *Claimed*: a phrase of the doc with its figures as ``{}`` placeholders, filled from
+   artefact values (``claim(DOC, "reaches NeedRisk-Hit@5 {}", U.mean(...))``); the doc must
+   contain the filled phrase, whitespace and line breaks aside. Every figure inside it is
+   backed. A figure written literally in a claim's template (not through a placeholder) is an
+   error: the registry cannot vouch for a number it was only told.
+
+A figure in a section another change owns and is rewriting, with no artefact yet, may be
+*handed off* (``HANDED_OFF``): listed with the phrase and the reason, printed on every run, and
+an error once the phrase leaves the doc. It is not a way to pass a figure: keep it to sections
+this change may not edit.
+
+A claim names its artefact (a committed JSON file, a source module, the lock file, or
+``docs/paper-figures.json`` for what the paper reports); a timing claim or block also names the
+machine and the date, and its doc section must state them and the artefact's path.
+
+**Registering a figure** you add to a doc: render the table with the benchmark's own
+``doc_table``-style function and add it to ``RENDERED``, or add a ``claim`` to ``CLAIMS`` with
+the phrase as it reads in the doc and the artefact values (``Json(path).at("a.b.c")``,
+arithmetic on them, a format such as ``.3f``). ``--unbacked`` lists what is left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "src"))
+
+DOCS = ("README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")))
+
+_UNIT = r"(?:\s?(?:ms|s|min|minutes|seconds|hours|h|MB|GB|GiB|MiB|KB|kB|B)\b|\s?%|x\b|×)"
+_NUM = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.\d+(?:e[-−]?\d+)?|\d+e[-−]?\d+|\d+"
+#: a number token; the look-behind keeps names out (L3, NDCG@5, 10^6, v1, synthetic-4076, §4.3)
+NUMBER = re.compile(rf"(?<![\w@^§#/.:\\-])(?:[-−+])?(?:{_NUM})")
+#: what before a number makes it a reference, not a quantity
+_REFERENCE = re.compile(r"(?:Tables?|Figures?|Sections?|§|Appendix|Appendices|Eq\.|Eqs\.|steps?|Step|commit|"
+                        r"seeds?|lever|OAuth|HTTP/)\s*$")
+
+
+@dataclass
+class Token:
+    doc: str
+    start: int
+    end: int
+    text: str
+    line: int
+    backed_by: str = ""
+
+
+@dataclass
+class Report:
+    found: dict[str, int] = field(default_factory=dict)
+    rendered: dict[str, int] = field(default_factory=dict)
+    checked: dict[str, int] = field(default_factory=dict)
+    handed_off: dict[str, int] = field(default_factory=dict)
+    unbacked: list[Token] = field(default_factory=list)
+    mismatches: list[str] = field(default_factory=list)
+
+
+def _blank(match: re.Match) -> str:
+    return re.sub(r"[^\n]", " ", match.group())
+
+
+def prose(text: str) -> str:
+    """The doc with code blocks, inline code, link targets, HTML comments and dates blanked
+    out (same length, so offsets and line numbers stay those of the doc)."""
+    text = re.sub(r"```.*?```", _blank, text, flags=re.S)
+    text = re.sub(r"<!--.*?-->", _blank, text, flags=re.S)
+    text = re.sub(r"`(?:[^`\n]|\n(?!\s*\n))*`", _blank, text)  # inline code, across a line break too
+    text = re.sub(r"\]\([^)\s]*\)", _blank, text)
+    text = re.sub(r"\b\d{4}-\d{2}-\d{2}(?:T[\d:.]+Z?)?\b", _blank, text)
+    return text
+
+
+def is_figure(text: str, start: int, end: int) -> bool:
+    """A number token at text[start:end] is a figure (see the module's docstring)."""
+    tok = text[start:end].lstrip("-−+")
+    after = text[end:end + 24]
+    before = text[max(0, start - 24):start]
+    if re.match(r"[A-Za-z_]", after) and not re.match(_UNIT, after):
+        return False                      # 1.x, 2D, 3rd, 8th
+    if re.match(r"\.\d|\.[A-Za-z]", after):
+        return False                      # 1.2.3, 3.x
+    if re.search(r"^\s*(?:[-*]\s+)?$", text[text.rfind("\n", 0, start) + 1:start]) and re.match(r"\.\s", after):
+        return False                      # a list marker
+    if re.search(r"(?:^|\n)#+\s[^\n]*$", before):
+        return False                      # a heading's own number
+    if re.search(r"\bv$", before) or _REFERENCE.search(before):
+        return False
+    if re.search(r"(?:<=|>=|≤|≥)\s*$", before):
+        return False                      # a bound the text sets (a target, a limit), not a result
+    if re.match(r"\s?%\s(?:confidence\s)?(?:intervals?|CI|half-width)\b", after) and tok == "95":
+        return False                      # a 95% interval: the interval's name, not a result
+    if "." in tok or "e" in tok or "," in tok:
+        return True
+    if re.match(r"\s?:\d{2}\b", after):
+        return True                       # 42:36
+    return bool(re.match(_UNIT, after))
+
+
+def tokens(doc: str, text: str) -> list[Token]:
+    plain = prose(text)
+    out = []
+    for m in NUMBER.finditer(plain):
+        if is_figure(plain, m.start(), m.end()):
+            out.append(Token(doc, m.start(), m.end(), m.group(), plain.count("\n", 0, m.start()) + 1))
+    return out
+
+
+def _normalised(text: str) -> tuple[str, list[int]]:
+    """Whitespace runs collapsed to one space, with each kept character's offset in the doc."""
+    chars, offsets, space = [], [], False
+    for i, c in enumerate(text):
+        if c.isspace():
+            if not space:
+                chars.append(" ")
+                offsets.append(i)
+            space = True
+        else:
+            chars.append(c)
+            offsets.append(i)
+            space = False
+    return "".join(chars), offsets
+
+
+def check(verbose: bool = False) -> Report:
+    import figures
+
+    rep = Report()
+    texts = {d: (ROOT / d).read_text() for d in DOCS}
+    toks = {d: tokens(d, t) for d, t in texts.items()}
+    norm = {d: _normalised(t) for d, t in texts.items()}
+
+    def cover(doc: str, start: int, end: int, how: str) -> None:
+        for t in toks[doc]:
+            if start <= t.start and t.end <= end and not t.backed_by:
+                t.backed_by = how
+
+    for block in figures.RENDERED:
+        try:
+            rendered = block.render()
+        except Exception as exc:  # a missing artefact or a broken renderer fails its entry, named; the check goes on
+            rep.mismatches.append(f"{block.doc}: {block.name}: cannot render from {', '.join(block.artefacts)}: {exc}")
+            continue
+        text = texts[block.doc]
+        at = text.find(rendered)
+        if at < 0:
+            rep.mismatches.append(f"{block.doc}: {block.name}: differs from {', '.join(block.artefacts)} (render it again)")
+            continue
+        while at >= 0:
+            cover(block.doc, at, at + len(rendered), "rendered")
+            at = text.find(rendered, at + 1)
+        rep.mismatches += block.timing_problems(text)
+
+    for c in figures.CLAIMS:
+        try:
+            filled = c.filled()
+        except Exception as exc:  # the same, for a claim
+            rep.mismatches.append(f"{c.where()}: cannot read {', '.join(c.artefacts())}: {exc}")
+            continue
+        literal = c.literal_figures()
+        if literal:
+            rep.mismatches.append(f"{c.where()}: figures written into the template, not read from an artefact: {literal}")
+        needle = " ".join(filled.split())
+        hit = False
+        for doc in c.docs():
+            hay, offsets = norm[doc]
+            at = hay.find(needle)
+            while at >= 0:
+                hit = True
+                cover(doc, offsets[at], offsets[at + len(needle) - 1] + 1, "checked")
+                at = hay.find(needle, at + 1)
+            if hit:
+                rep.mismatches += c.timing_problems(texts[doc])
+        if not hit:
+            rep.mismatches.append(f"{c.where()}: the doc does not say {needle!r} (from {', '.join(c.artefacts())})")
+
+    for h in figures.HANDED_OFF:
+        hay, offsets = norm[h.doc]
+        needle = " ".join(h.phrase.split())
+        at = hay.find(needle)
+        if at < 0:
+            rep.mismatches.append(f"{h.doc}: hand-off {h.phrase[:50]!r} no longer in the doc: remove it from HANDED_OFF")
+            continue
+        cover(h.doc, offsets[at], offsets[at + len(needle) - 1] + 1, "handed off")
+
+    for d in DOCS:
+        rep.found[d] = len(toks[d])
+        rep.handed_off[d] = sum(t.backed_by == "handed off" for t in toks[d])
+        rep.rendered[d] = sum(t.backed_by == "rendered" for t in toks[d])
+        rep.checked[d] = sum(t.backed_by == "checked" for t in toks[d])
+        rep.unbacked += [t for t in toks[d] if not t.backed_by]
+    return rep
+
+
+def context(token: Token, width: int = 60) -> str:
+    text = (ROOT / token.doc).read_text()
+    a, b = max(0, token.start - width), min(len(text), token.end + width)
+    return " ".join(text[a:token.start].split()) + " [" + token.text + "] " + " ".join(text[token.end:b].split())
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--unbacked", action="store_true", help="list every figure with no artefact, in context")
+    args = p.parse_args(argv)
+    rep = check()
+    print(f"{'doc':<26} {'found':>6} {'rendered':>9} {'checked':>8} {'handed off':>11} {'unbacked':>9}")
+    for d in DOCS:
+        n_un = sum(t.doc == d for t in rep.unbacked)
+        print(f"{d:<26} {rep.found[d]:>6} {rep.rendered[d]:>9} {rep.checked[d]:>8} {rep.handed_off[d]:>11} {n_un:>9}")
+    print(f"{'total':<26} {sum(rep.found.values()):>6} {sum(rep.rendered.values()):>9} "
+          f"{sum(rep.checked.values()):>8} {sum(rep.handed_off.values()):>11} {len(rep.unbacked):>9}")
+    import figures
+
+    for h in figures.HANDED_OFF:
+        print(f"handed off: {h.doc}: {h.phrase!r}: {h.why}")
+    for m in rep.mismatches:
+        print("mismatch:", m)
+    if args.unbacked:
+        for t in rep.unbacked:
+            print(f"unbacked: {t.doc}:{t.line}: {context(t)}")
+    if rep.mismatches or rep.unbacked:
+        print(f"{len(rep.mismatches)} mismatches, {len(rep.unbacked)} figures without an artefact")
+        return 1
+    print("0 mismatches, 0 figures without an artefact")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

