@@ -1,5 +1,5 @@
 """The gateway's one state store: its audit log, the approvals waiting for an operator, the
-pins, and each session's exposure, in one database that every replica of a gateway shares.
+pins, and each session's exposure and record (the session guard's), in one database that every replica of a gateway shares.
 
 Why a database: a team runs several gateway replicas behind one address. An operator's
 approval must reach the replica whose agent is waiting, a pin one replica took must hold on
@@ -51,7 +51,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 from riskrank.errors import RiskrankError
 from riskrank.fileio import loads_strict, spreadsheet_cell
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: The SQLite file inside a state directory.
 DB_FILE = "state.sqlite3"
 #: How long opening a PostgreSQL connection, or waiting for one from the pool, may take.
@@ -111,9 +111,20 @@ def _migration_1(id_column: str) -> list[str]:
     ]
 
 
+def _migration_2(id_column: str) -> list[str]:
+    """Version 2: each session's record (the session guard's anchor, scope, flow record and
+    confirmations), written by compare-and-swap, with the time of its last write (idle
+    records are removed)."""
+    return [
+        "CREATE TABLE IF NOT EXISTS riskrank_sessions (session_key TEXT PRIMARY KEY, version BIGINT NOT NULL, "
+        "at DOUBLE PRECISION NOT NULL, record TEXT NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS riskrank_sessions_at ON riskrank_sessions (at)",
+    ]
+
+
 #: version -> the statements that bring the schema from the version before to it (each
 #: idempotent, so a database left at an older version with some tables already there upgrades).
-MIGRATIONS: dict[int, Callable[[str], list[str]]] = {1: _migration_1}
+MIGRATIONS: dict[int, Callable[[str], list[str]]] = {1: _migration_1, 2: _migration_2}
 
 _INSERT_AUDIT = ("INSERT INTO riskrank_audit (time, client, session, tool, decision, line_sha256, record) "
                  "VALUES (?, ?, ?, ?, ?, ?, ?)")
@@ -423,6 +434,34 @@ class StateStore(abc.ABC):
         row = self._do("reading exposure", lambda conn: self._ex(
             conn, "SELECT task, names, at FROM riskrank_exposure WHERE session_key = ?", (key,)).fetchone())
         return None if row is None else (row[0], json.loads(row[1]), float(row[2]))
+
+    # -- session records ------------------------------------------------------------------------------
+    def session(self, key: str) -> tuple[int, Any] | None:
+        """(version, record) of a session (:mod:`riskrank.serving.gateway.session`), None when
+        there is none."""
+        row = self._do("reading a session record", lambda conn: self._ex(
+            conn, "SELECT version, record FROM riskrank_sessions WHERE session_key = ?", (key,)).fetchone())
+        return None if row is None else (int(row[0]), json.loads(row[1]))
+
+    def put_session(self, key: str, record: Any, *, expect: int | None, at: float) -> int | None:
+        """Write a session's record only if it is still at version ``expect`` (None: only if
+        there is none yet): the new version, or None when another replica wrote it first."""
+        text = _dump(record)
+        if expect is None:
+            cur = self._do("writing a session record", lambda conn: self._ex(
+                conn, "INSERT INTO riskrank_sessions (session_key, version, at, record) VALUES (?, 1, ?, ?) "
+                "ON CONFLICT (session_key) DO NOTHING", (key, at, text)))
+            return 1 if cur.rowcount == 1 else None
+        cur = self._do("writing a session record", lambda conn: self._ex(
+            conn, "UPDATE riskrank_sessions SET version = version + 1, at = ?, record = ? WHERE session_key = ? AND version = ?",
+            (at, text, key, expect)))
+        return expect + 1 if cur.rowcount == 1 else None
+
+    def prune_sessions(self, before: float) -> int:
+        """Remove the session records last written before ``before`` (epoch seconds): how many."""
+        cur = self._do("removing idle session records", lambda conn: self._ex(
+            conn, "DELETE FROM riskrank_sessions WHERE at < ?", (before,)))
+        return max(0, cur.rowcount)
 
     def __enter__(self) -> StateStore:
         return self

@@ -1,0 +1,33 @@
+"""Confirmation: a tool at ``confirm_level`` or more, of a server the policy marks untrusted,
+or whose definition the scan found and the policy confirms, is held for the user's (or the
+operator's) confirmation. With ``"confirm": "once_per_session"`` (the default) a tool already
+confirmed in the session is not asked about again while the call stays inside the scope and
+below ``max_level`` and is confirmed for its level alone (an untrusted server's and a scan's
+are asked every call; a drift or an untrusted value holds the call in their own guards)."""
+
+from __future__ import annotations
+
+from riskrank.serving.gateway.guards.chain import HOLD, CallContext, Guard, Verdict
+
+CONFIRM = "confirm"
+
+
+def check(ctx: CallContext) -> Verdict | None:
+    if not ctx.view.needs_confirmation(ctx.tool):
+        return None
+    row, level, policy = ctx.row, ctx.level, ctx.policy
+    every = bool(row.get("confirm_every_call", True))
+    in_scope = policy.scope == "off" or ctx.record.in_scope(ctx.tool)
+    if (policy.confirm == "once_per_session" and not every and ctx.tool in ctx.record.confirmed and in_scope
+            and level is not None and level < policy.max_level):
+        return None
+    if policy.untrusted_server(ctx.upstream):
+        why = f"its server {ctx.upstream!r} is untrusted by the policy: every call is confirmed"
+    elif every:
+        why = f"its definition is {row['scan']} (the scan's findings are in its evidence) and the policy confirms such tools"
+    else:
+        why = ""  # its level: the question itself says it
+    return Verdict(HOLD, CONFIRM, why)
+
+
+GUARD = Guard("confirm", check)
