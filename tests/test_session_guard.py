@@ -165,7 +165,8 @@ def test_the_first_task_stands_and_values_are_bounded():
     full = r.with_values(values, "read_inbox", 3.0)
     assert len(values) > MAX_FLOW_VALUES and len(full.flows) == MAX_FLOW_VALUES
     assert full.forgotten == len(values) - MAX_FLOW_VALUES and full.flows[-1].folded == values[-1].folded
-    assert full.with_values(values[-5:], "other", 4.0) is full  # a value keeps its first provenance
+    again = full.with_values(values[-5:], "other", 4.0)
+    assert again.flows == full.flows and again.reads == full.reads + 1  # a value keeps its first provenance
 
 
 def test_flow_hits_leave_out_the_task_and_the_users_approvals():
@@ -176,7 +177,8 @@ def test_flow_hits_leave_out_the_task_and_the_users_approvals():
     assert hits[0].provenance() == "e-mail address 'x@evil.example' first appeared in the result of read_inbox, 12:02:11 UTC"
     cleared = r.with_confirmation("send_email", widen=True, cleared=[hits[0].folded])
     assert [h.shown for h in cleared.flow_hits(folded_arguments({"to": "x@evil.example"}))] == []
-    assert cleared.in_scope("send_email") and cleared.confirmed == ("send_email",)
+    assert cleared.in_scope("send_email") and cleared.confirmed == (("send_email", 1),) and cleared.confirmed_since_read("send_email")
+    assert not cleared.with_values([], "read_inbox", 5.0).confirmed_since_read("send_email")  # a new untrusted read
 
 
 def test_a_record_round_trips_and_a_bad_one_is_refused():
@@ -219,8 +221,29 @@ def test_the_record_lives_in_the_state_store(where):
             return r.with_confirmation("send_email", widen=True)
 
         got = one.update("alice/http-1", racing)
-        assert len(calls) == 2 and got.confirmed == ("summarise", "send_email") and two.get("alice/http-1") == got
+        assert len(calls) == 2 and [t for t, _ in got.confirmed] == ["summarise", "send_email"]
+        assert two.get("alice/http-1") == got
         assert a.prune_sessions(time.time() + 1) == 1 and two.get("alice/http-1") == SessionRecord()
+
+
+def test_values_are_rows_read_by_what_changed(where):
+    """A replica reads only the values numbered past what it holds; values beyond the bound
+    leave the table; a record a replica holds equals the writer's after each change."""
+    with open_store(where) as a, open_store(where) as b:
+        one, two = SessionBook(a), SessionBook(b)
+        one.update("k", lambda r: r.with_anchor("t", "find_tools", [], 1.0).with_values(candidates("x@evil.example"), "t1", 2.0))
+        assert two.get("k") == one.get("k")
+        reads = []
+        real = b.session
+        b.session = lambda key, after=-1: reads.append(after) or real(key, after=after)
+        one.update("k", lambda r: r.with_values(candidates("y@evil.example USR042"), "t2", 3.0))
+        assert two.get("k") == one.get("k") and reads == [0]  # only the values after the one it held
+        assert two.get("k") == one.get("k") and reads == [0]  # unchanged: nothing read
+        many = candidates(" ".join(f"user{i:05d}@corp.example" for i in range(MAX_FLOW_VALUES)))
+        full = one.update("k", lambda r: r.with_values(many, "t3", 4.0))
+        assert full.forgotten > 0 and two.get("k") == full and SessionBook(a).get("k") == full
+        rows = a._do("count", lambda conn: a._ex(conn, "SELECT COUNT(*) FROM riskrank_session_values").fetchone()[0])
+        assert rows == MAX_FLOW_VALUES
 
 
 def test_a_store_that_is_away_is_a_session_error(tmp_path):
@@ -401,10 +424,11 @@ class Upstream:
 
 
 class Agent:
-    """A CallCtx stand-in: its session, the host's task (if any), and what the user answers."""
+    """A CallCtx stand-in: its session, the host's task and the user's turn (if any), and what
+    the user answers."""
 
-    def __init__(self, answer: str = "accept", key: str = "s1", host_task=None) -> None:
-        self.answer, self.session_key, self.host_task = answer, key, host_task
+    def __init__(self, answer: str = "accept", key: str = "s1", host_task=None, host_user=None) -> None:
+        self.answer, self.session_key, self.host_task, self.host_user = answer, key, host_task, host_user
         self.progress_token, self.wants_progress = None, False
         self.asked: list[str] = []
 
@@ -562,3 +586,37 @@ def test_the_meta_task_through_the_sdk(tmp_path, encoder):
 
     out = anyio.run(go)
     assert out["session"]["task"] == "summarise my inbox" and out["session"]["task_from"] == "meta"
+
+
+def test_the_users_own_turn_widens_the_scope_and_its_values_are_the_users(tmp_path, encoder):
+    """What the host says the user wrote (``riskrank/user``) joins the scope and the user's
+    own words: the user's own e-mail to an address the inbox also named runs unasked; the same
+    call without the user's turn is held."""
+    gw = mail_gateway(tmp_path, encoder)
+    user = Agent()
+    find(gw, "summarise the e-mails in my inbox", user)
+    call(gw, "read_inbox", {}, user)
+    turn = Agent(host_user=("now e-mail the Q3 report to audit@evil.example, it is our new auditor", "meta"))
+    find(gw, "send an e-mail with the Q3 report", turn)
+    assert call(gw, "send_email", {"to": "audit@evil.example", "body": "Q3"}, turn) == (json.dumps({"called": "send_email"}),
+                                                                                       False)
+    assert not turn.asked and gw.sessions.get("s1").user_turns == (turn.host_user[0],)
+    other = mail_gateway(tmp_path, encoder)
+    find(other, "summarise the e-mails in my inbox", user)
+    call(other, "read_inbox", {}, user)
+    find(other, "send an e-mail with the Q3 report", user)
+    assert call(other, "send_email", {"to": "audit@evil.example", "body": "Q3"}, user)[1] is False and user.asked
+
+
+def test_an_approval_stops_holding_once_an_untrusted_result_was_read(tmp_path, encoder):
+    gw = mail_gateway(tmp_path, encoder)
+    user = Agent()
+    find(gw, "archive_email: archive the e-mails of my inbox after reading them", user)
+    call(gw, "archive_email", {"n": 1}, user)
+    call(gw, "archive_email", {"n": 2}, user)
+    assert len(user.asked) == 1
+    find(gw, "read_inbox: read the e-mails of my inbox", user)
+    call(gw, "read_inbox", {}, user)  # the inbox may have turned the agent
+    find(gw, "archive_email: archive the e-mails of my inbox after reading them", user)
+    call(gw, "archive_email", {"n": 3}, user)
+    assert len(user.asked) == 2

@@ -356,6 +356,7 @@ class Gateway:
 
         await self.wait_ready()  # during start-up: the first catalogue, or what is up after ready_wait_s
         try:
+            self._host_text(call, "host_task"), self._host_text(call, "host_user")  # the host's words checked first
             out = await anyio.to_thread.run_sync(lambda: self.find(arguments, _caller(call)))
         except RiskrankError as exc:
             return _error(exc)
@@ -366,7 +367,8 @@ class Gateway:
         # The session's anchor: the host's task, else this find_tools' own (its result is the
         # scope when it was asked with the defaults); a record that cannot be kept is said in
         # the answer, and the calls it would guard are refused.
-        reuse = returned if (out.get("k") == self.default_k and not set(arguments) - {"task", "k"}) else None
+        reuse = ([*returned, *(d["name"] for d in out.get("deferred", []))]
+                 if out.get("k") == self.default_k and not set(arguments) - {"task", "k"} else None)
         try:
             record, ignored = await self._anchor(call, view, out["task"], reuse)
         except ApiError as exc:
@@ -407,13 +409,15 @@ class Gateway:
 
     # -- the session record ---------------------------------------------------------------------------
     def scope_of(self, view: View, task: str) -> list[str]:
-        """The tools ``task`` needs under ``view``'s policy: riskrank's own ranking of it (the
-        ``find_tools`` default k) and the tools it names (blocking)."""
+        """The tools ``task`` needs under ``view``'s policy: riskrank's own ranking of it at the
+        ``find_tools`` default k, the tools returned and those the rule filter ranked there but
+        withheld (a cap on risky tools per list is not a judgement that the task does not need
+        them), and the tools it names (blocking)."""
         cat = view.catalogue
         if cat is None:
             return []
         res = cat.retrieve(task, k=min(self.default_k, len(cat.registry)))
-        return [t.name for t in res.tools] + self.scope_of_named(view, task)
+        return [t.name for t in res.tools] + [d.name for d in res.deferred] + self.scope_of_named(view, task)
 
     async def _record(self, key: str) -> SessionRecord:
         """The session's record (memory: at once; the state store: in a worker thread)."""
@@ -434,38 +438,46 @@ class Gateway:
                       ) -> tuple[SessionRecord, str | None]:
         """The session's record, anchored if it was not: to the host's task (``call.host_task``:
         the ``X-Riskrank-Task`` header or ``_meta`` ``riskrank/task``), else to ``task`` (a
-        ``find_tools``; None: a call, which anchors only a host's task). ``scope``: the tools
-        already ranked for ``task`` with the defaults. Also: why a later attempt to set the
-        task was ignored (None when there was none)."""
+        ``find_tools``; None: a call, which anchors only a host's task), with the user's turn
+        the host passed (``call.host_user``) kept. ``scope``: the tools already ranked for
+        ``task`` with the defaults. Also: why a later attempt to set the task was ignored (None
+        when there was none)."""
         import anyio.to_thread
 
         key = call.session_key
-        host = self._host_task(call)
+        host, user = self._host_text(call, "host_task"), self._host_text(call, "host_user")
         record = await self._record(key)
+        ignored = None
         if record.anchored:
-            if host is None or host[0] == record.anchor:
-                return record, None
-            record = await self._update(key, lambda r: r.with_anchor(host[0], host[1], (), time.time()))
-            return record, (f"the session's task was set by {record.anchor_from} to {quoted(record.anchor)}; the "
-                            f"{host[1]}'s {quoted(host[0])} is ignored (the first task stands)")
-        text, source = host if host is not None else (task, "find_tools")
-        if text is None:
-            return record, None
-        if scope is None or text != task:
-            scope = await anyio.to_thread.run_sync(lambda: self.scope_of(view, text))
+            if host is not None and host[0] != record.anchor:
+                record = await self._update(key, lambda r: r.with_anchor(host[0], host[1], (), time.time()))
+                ignored = (f"the session's task was set by {record.anchor_from} to {quoted(record.anchor)}; the "
+                           f"{host[1]}'s {quoted(host[0])} is ignored (the first task stands)")
         else:
-            scope = scope + await anyio.to_thread.run_sync(lambda: self.scope_of_named(view, text))
-        now = time.time()
-        return await self._update(key, lambda r: r.with_anchor(text, source, scope, now)), None
+            text, source = host if host is not None else (task, "find_tools")
+            if text is not None:
+                if scope is None or text != task:
+                    scope = await anyio.to_thread.run_sync(lambda: self.scope_of(view, text))
+                else:
+                    scope = scope + await anyio.to_thread.run_sync(lambda: self.scope_of_named(view, text))
+                now = time.time()
+                record = await self._update(key, lambda r: r.with_anchor(text, source, scope, now))
+        if user is not None and user[0] not in record.user_turns:
+            turn = user[0]
+            needs = await anyio.to_thread.run_sync(lambda: self.scope_of(view, turn))
+            record = await self._update(key, lambda r: r.with_user_turn(turn, needs))
+        return record, ignored
 
-    def _host_task(self, call: Any) -> tuple[str, str] | None:
-        """The host's task of ``call`` (text, ``header`` or ``meta``), checked like a
-        ``find_tools`` task (:class:`ApiError` naming where it came from)."""
-        host = getattr(call, "host_task", None)
+    def _host_text(self, call: Any, which: str) -> tuple[str, str] | None:
+        """The host's task (``which`` ``host_task``) or the user's turn (``host_user``) on
+        ``call``: (text, ``header`` or ``meta``), checked like a ``find_tools`` task
+        (:class:`ApiError` naming where it came from)."""
+        host = getattr(call, which, None)
         if host is None:
             return None
-        where = f"the host's task ({mcp_compat.TASK_HEADER} header)" if host[1] == "header" else (
-            f"the host's task (_meta {mcp_compat.TASK_META})")
+        what, header, meta = (("the host's task", mcp_compat.TASK_HEADER, mcp_compat.TASK_META) if which == "host_task"
+                              else ("the user's turn", mcp_compat.USER_HEADER, mcp_compat.USER_META))
+        where = f"{what} ({header} header)" if host[1] == "header" else f"{what} (_meta {meta})"
         try:
             return check_task(host[0], self.limits).strip(), host[1]
         except ApiError as exc:
@@ -698,9 +710,8 @@ class Gateway:
             return bounded(candidates(text.text))
 
         values, dropped = (await anyio.to_thread.run_sync(read)) if len(text.text) > THREAD_SCAN_CHARS else read()
-        if values:
-            now = time.time()
-            await self._update(key, lambda r: r.with_values(values, name, now))
+        now = time.time()  # one more untrusted read, with or without values: earlier approvals stop holding
+        await self._update(key, lambda r: r.with_values(values, name, now))
         if text.cut or dropped or text.binary:
             with contextlib.suppress(AuditLogError):
                 await self.audit.append(**{k: v for k, v in rec.items() if k != "arguments"}, decision="recorded",

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from riskrank.capabilities import name_reads, scoped_text
+from riskrank.capabilities import ACT_VERBS, name_reads
 from riskrank.errors import RiskrankError
 from riskrank.risk import normalise_text, split_name
 from riskrank.serving.gateway.policy import Policy
@@ -42,8 +42,10 @@ MAX_SCOPE = 256
 MAX_CONFIRMED = 512
 #: Values the user approved in a held call (they count as the user's own from then on).
 MAX_CLEARED = 512
-#: Characters of the anchor kept (the longest task find_tools takes is shorter).
+#: Characters of the anchor (and of each user turn) kept (the longest task find_tools takes is shorter).
 MAX_ANCHOR_CHARS = 8000
+#: The user's own turns a session keeps (the latest ones; each widens the scope).
+MAX_USER_TURNS = 64
 #: Sessions kept in memory (the state store keeps every one until it has been idle for a while).
 MAX_SESSIONS = 4096
 #: Where an anchor came from.
@@ -55,25 +57,48 @@ SINK_CAPABILITIES = frozenset({"outbound_send", "exfiltration", "financial", "de
                                "host_execution"})
 #: Words of a tool's name that make it a sink: it sends data out, pays, books or deletes.
 SINK_VERBS = frozenset({"send", "post", "share", "upload", "publish", "forward", "reply", "email", "mail", "tweet",
-                        "pay", "transfer", "withdraw", "purchase", "buy", "book", "order",
+                        "pay", "transfer", "withdraw", "purchase", "buy", "book",
                         "delete", "remove", "rm", "rmdir", "unlink", "drop", "destroy", "wipe", "erase", "purge"})
 #: What a result of someone else's making is about: a tool that reads one of these is a source.
 _OTHERS = (r"(?:messages?|inbox\w*|e ?mails?|mails?|mailbox\w*|chats?|conversations?|threads?|dms?|tweets?|posts?|"
            r"comments?|replies|mentions?|tickets?|issues?|reviews?|feeds?|notifications?|web ?pages?|pages?|websites?|"
-           r"sites?|urls?|links?|html|internet|web|search results?|rss|articles?|news|documents? shared|shared "
-           r"(?:files?|documents?|folders?)|other (?:users?|people)\w*)")
+           r"sites?|urls?|links?|html|internet|web|search results?|rss|articles?|news|documents?|attachments?|"
+           r"shared (?:files?|folders?)|other (?:users?|people)\w*)")
 _READS = (r"(?:read\w*|get|gets|getting|fetch\w*|view\w*|list|lists|listing|search\w*|retriev\w*|brows\w*|show\w*|"
-          r"display\w*|download\w*|open|opens|scrap\w*|receiv\w*|crawl\w*|load\w*|check\w*|inspect\w*)")
-_SOURCE = re.compile(rf"\b{_READS}\b(?:\s+\S+){{0,5}}?\s+{_OTHERS}\b|\b{_OTHERS}\b(?:\s+\S+){{0,2}}?\s+{_READS}\b")
-_OTHERS_WORD = re.compile(rf"\b{_OTHERS}\b")
+          r"display\w*|download\w*|open|opens|scrap\w*|receiv\w*|crawl\w*|load\w*|check\w*|inspect\w*|return\w*)")
+#: A sentence that says the tool reads what others write: it starts with a read verb and names
+#: such content within a few words ("Read the latest e-mails of the inbox", "Fetches a web page").
+_READS_OTHERS = re.compile(rf"^{_READS}\b(?:\s+\S+){{0,6}}?\s+{_OTHERS}\b")
+#: A file's text, anywhere in the description: a file can come from anywhere (a download, a
+#: shared drive, a repository); a listing of names is not its text.
+_FILE_TEXT = re.compile(r"\b(?:contents?|lines?|text|parts?) (?:of|in|from) (?:a |the |any |each |one |two |its )?"
+                        r"(?:\w+ )?files?\b|\bfiles?'? contents?\b")
+_SENTENCES = re.compile(r"(?<=[.!?])\s+|\n\s*\n")
+
+
+def _reads_others(name: str, description: str) -> str | None:
+    """Why a tool's words say its results are written by others (None: they do not)."""
+    words = normalise_text(split_name(name))
+    if set(words.split()) & ACT_VERBS:
+        return None  # a tool that acts is judged by what it does (a sink or not), not read for values
+    if name_reads(name) and (m := re.search(rf"\b{_OTHERS}\b", words)):
+        return f"its name reads {m.group(0)!r}"
+    for sentence in [x for x in _SENTENCES.split((description or "")[:4000].strip()) if x.strip()][:2]:
+        if m := _READS_OTHERS.search(normalise_text(sentence)):
+            return f"it reads what others write ({m.group(0)!r})"
+    if m := _FILE_TEXT.search(normalise_text((description or "")[:4000])):
+        return f"it returns a file's text ({m.group(0)!r})"
+    return None
 
 
 def tool_roles(name: str, description: str, schema: Mapping[str, Any] | None, annotations: Mapping[str, Any] | None,
                capabilities: Iterable[str], upstream: str | None, policy: Policy) -> tuple[str | None, str | None]:
     """(why the tool is an untrusted source, why it is a sink); None where it is not one.
 
-    A source: ``openWorldHint`` true, or its name and first sentences say it reads what other
-    people write (messages, e-mail, posts, tickets, web pages). A sink: a capability of
+    A source: ``openWorldHint`` true; or, when its name does not act, its name reads what
+    others write (``get_tweet``, ``search_messages``), one of its first two sentences starts with
+    a read verb and names such content (messages, e-mail, posts, tickets, web pages, documents),
+    or its description says it returns a file's text. A sink: a capability of
     :data:`SINK_CAPABILITIES`, or a word of :data:`SINK_VERBS` in its name. The policy's
     ``sources``/``sinks`` add tools and servers; ``trusted_sources``/``trusted_sinks`` take them out."""
     source = sink = None
@@ -84,13 +109,10 @@ def tool_roles(name: str, description: str, schema: Mapping[str, Any] | None, an
     elif (annotations or {}).get("openWorldHint") is True:
         source = "openWorldHint: it reads an open world"
     else:
-        text = scoped_text(name, description or "", schema)
-        words = normalise_text(split_name(name))
-        m = _SOURCE.search(text) or (_OTHERS_WORD.search(words) if name_reads(name) else None)
-        if m is not None:
-            source = f"it reads what others write ({m.group(0).strip()!r})"
+        source = _reads_others(name, description)
     caps = [c for c in capabilities if c in SINK_CAPABILITIES]
-    verbs = sorted(set(normalise_text(split_name(name)).split()) & SINK_VERBS)
+    # a name that reads (get_order_details, list_bookings) uses these words as nouns
+    verbs = [] if name_reads(name) else sorted(set(normalise_text(split_name(name)).split()) & SINK_VERBS)
     if policy.trusted_sinks.matches(name, upstream):
         sink = None
     elif policy.sinks.matches(name, upstream):
@@ -129,6 +151,15 @@ class Flow:
         return f"{KINDS.get(self.kind, self.kind)} {self.shown!r} first appeared in the result of {self.tool}, {when} UTC"
 
 
+def flow_to_list(f: Flow) -> list[Any]:
+    return [f.folded, f.shown, f.kind, f.tool, f.at]
+
+
+def flow_from_list(item: Any) -> Flow:
+    folded, shown, kind, tool, at = item
+    return Flow(str(folded), str(shown), str(kind), str(tool), float(at))
+
+
 @dataclass(frozen=True)
 class SessionRecord:
     """One session's anchor, scope, flow record and confirmations (module docstring). Frozen:
@@ -143,11 +174,18 @@ class SessionRecord:
     flows: tuple[Flow, ...] = ()
     forgotten: int = 0
     """Values the flow record dropped, oldest first, to stay within :data:`MAX_FLOW_VALUES`."""
-    confirmed: tuple[str, ...] = ()
+    confirmed: tuple[tuple[str, int], ...] = ()
+    """(tool, :attr:`reads` when the user approved it): an approval holds until the session
+    reads another untrusted result (the agent may have been turned by it)."""
     cleared: tuple[str, ...] = ()
     """Folded values the user approved in a held call: the user's own from then on."""
     task_attempts: int = 0
     """Later attempts to set the task, each ignored (the first stands)."""
+    user_turns: tuple[str, ...] = ()
+    """What the host said the user wrote after the task (``riskrank/user``): the tools each
+    needs join the scope, and its values are the user's own."""
+    reads: int = 0
+    """Untrusted results the session has read."""
 
     # -- reading ------------------------------------------------------------------------------------
     @property
@@ -160,12 +198,17 @@ class SessionRecord:
 
     def flow_hits(self, folded_arguments: str) -> list[Flow]:
         """The recorded values ``folded_arguments`` (:func:`~.values.folded_arguments`) carry
-        that neither the anchor nor the user's approvals hold, first seen first."""
+        that neither the user's own words (the anchor, the user's turns) nor the user's
+        approvals hold, first seen first."""
         if not self.flows or not folded_arguments:
             return []
-        own = fold(self.anchor or "")
+        own = "|".join(fold(t) for t in (self.anchor or "", *self.user_turns))
         cleared = set(self.cleared)
         return [f for f in self.flows if f.folded in folded_arguments and f.folded not in own and f.folded not in cleared]
+
+    def confirmed_since_read(self, tool: str) -> bool:
+        """Whether the user approved ``tool`` in this session after its latest untrusted read."""
+        return (tool, self.reads) in self.confirmed
 
     # -- changes (each returns a new record) ---------------------------------------------------------
     def with_anchor(self, task: str, source: str, scope: Iterable[str], at: float) -> SessionRecord:
@@ -177,54 +220,76 @@ class SessionRecord:
                        scope=tuple(sorted(set(scope)))[:MAX_SCOPE])
 
     def with_values(self, values: Iterable[Value], tool: str, at: float) -> SessionRecord:
-        """The record with ``values`` of one untrusted result added (a value already recorded
-        keeps its first provenance); the oldest are forgotten beyond :data:`MAX_FLOW_VALUES`."""
+        """The record after one untrusted result of ``tool`` was read: its ``values`` added (a
+        value already recorded keeps its first provenance; the oldest are forgotten beyond
+        :data:`MAX_FLOW_VALUES`), and one more read (earlier approvals stop holding)."""
         known = {f.folded for f in self.flows}
-        new = [Flow(v.folded, v.shown, v.kind, tool, at) for v in values if v.folded not in known]
-        if not new:
-            return self
-        flows = [*self.flows, *{f.folded: f for f in new}.values()]
+        new = {v.folded: Flow(v.folded, v.shown, v.kind, tool, at) for v in values if v.folded not in known}
+        flows = [*self.flows, *new.values()]
         over = max(0, len(flows) - MAX_FLOW_VALUES)
-        return replace(self, flows=tuple(flows[over:]), forgotten=self.forgotten + over)
+        return replace(self, flows=tuple(flows[over:]), forgotten=self.forgotten + over, reads=self.reads + 1)
+
+    def with_user_turn(self, text: str, scope: Iterable[str]) -> SessionRecord:
+        """The record with one more of the user's own turns (the host's word for it) and the
+        tools it needs in the scope; a turn already kept changes nothing."""
+        if text in self.user_turns:
+            return self
+        return replace(self, user_turns=(*self.user_turns, text[:MAX_ANCHOR_CHARS])[-MAX_USER_TURNS:],
+                       scope=tuple(sorted({*self.scope, *scope}))[:MAX_SCOPE])
 
     def with_confirmation(self, tool: str, *, widen: bool, cleared: Iterable[str] = ()) -> SessionRecord:
-        """The record after the user approved a call of ``tool``: confirmed once; inside the
-        scope from now on when ``widen`` (a held drift); ``cleared`` values the user's own."""
-        confirmed = self.confirmed if tool in self.confirmed else (*self.confirmed, tool)[-MAX_CONFIRMED:]
+        """The record after the user approved a call of ``tool``: confirmed (until the next
+        untrusted read); inside the scope from now on when ``widen`` (a held drift); ``cleared``
+        values the user's own."""
+        confirmed = (*(c for c in self.confirmed if c[0] != tool), (tool, self.reads))[-MAX_CONFIRMED:]
         widened = (*self.widened, tool)[-MAX_SCOPE:] if widen and tool not in self.widened else self.widened
         cleared_ = tuple(dict.fromkeys((*self.cleared, *cleared)))[-MAX_CLEARED:]
         return replace(self, confirmed=confirmed, widened=widened, cleared=cleared_)
 
     # -- the stored form ------------------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        return {"v": 1, "anchor": self.anchor, "anchor_from": self.anchor_from, "anchor_at": self.anchor_at,
-                "scope": list(self.scope), "widened": list(self.widened),
-                "flows": [[f.folded, f.shown, f.kind, f.tool, f.at] for f in self.flows], "forgotten": self.forgotten,
-                "confirmed": list(self.confirmed), "cleared": list(self.cleared), "task_attempts": self.task_attempts}
+    @property
+    def next_seq(self) -> int:
+        """The number the next recorded value gets (values ever recorded: kept and forgotten)."""
+        return self.forgotten + len(self.flows)
+
+    def to_dict(self, *, flows: bool = True) -> dict[str, Any]:
+        """The record as JSON; without ``flows`` (the state store keeps them a row each) it
+        says how many values were ever recorded (``next_seq``)."""
+        out = {"v": 1, "anchor": self.anchor, "anchor_from": self.anchor_from, "anchor_at": self.anchor_at,
+               "scope": list(self.scope), "widened": list(self.widened), "forgotten": self.forgotten,
+               "next_seq": self.next_seq, "confirmed": [list(c) for c in self.confirmed], "cleared": list(self.cleared),
+               "task_attempts": self.task_attempts, "user_turns": list(self.user_turns), "reads": self.reads}
+        if flows:
+            out["flows"] = [flow_to_list(f) for f in self.flows]
+        return out
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SessionRecord:
-        """A stored record; one this code cannot read raises :class:`SessionError` (the call is
-        refused: a record that cannot be read guards nothing)."""
+    def from_dict(cls, data: Mapping[str, Any], flows: Iterable[Any] | None = None) -> SessionRecord:
+        """A stored record (``flows``: its values, when they are not in ``data``); one this
+        code cannot read raises :class:`SessionError` (the call is refused: a record that
+        cannot be read guards nothing)."""
         try:
             if data.get("v") != 1:
                 raise ValueError(f"record version {data.get('v')!r}")
             return cls(anchor=data.get("anchor"), anchor_from=data.get("anchor_from"), anchor_at=data.get("anchor_at"),
                        scope=tuple(map(str, data.get("scope") or ()))[:MAX_SCOPE],
                        widened=tuple(map(str, data.get("widened") or ()))[:MAX_SCOPE],
-                       flows=tuple(Flow(str(a), str(b), str(c), str(d), float(e))
-                                   for a, b, c, d, e in (data.get("flows") or ()))[-MAX_FLOW_VALUES:],
+                       flows=tuple(flow_from_list(f) for f in (data.get("flows") or () if flows is None else flows))
+                       [-MAX_FLOW_VALUES:],
                        forgotten=int(data.get("forgotten") or 0),
-                       confirmed=tuple(map(str, data.get("confirmed") or ()))[-MAX_CONFIRMED:],
+                       confirmed=tuple((str(t), int(n)) for t, n in (data.get("confirmed") or ()))[-MAX_CONFIRMED:],
                        cleared=tuple(map(str, data.get("cleared") or ()))[-MAX_CLEARED:],
-                       task_attempts=int(data.get("task_attempts") or 0))
+                       task_attempts=int(data.get("task_attempts") or 0),
+                       user_turns=tuple(map(str, data.get("user_turns") or ()))[-MAX_USER_TURNS:],
+                       reads=int(data.get("reads") or 0))
         except (TypeError, ValueError, AttributeError) as exc:
             raise SessionError(f"a session record this gateway cannot read ({exc})") from None
 
     def summary(self) -> dict[str, Any]:
         """What an audit line or the console says of the record (not its values)."""
         return {"anchor_from": self.anchor_from, "scope": len(self.scope) + len(self.widened), "values": len(self.flows),
-                "forgotten": self.forgotten, "confirmed": len(self.confirmed)}
+                "forgotten": self.forgotten, "confirmed": len(self.confirmed), "user_turns": len(self.user_turns),
+                "reads": self.reads}
 
 
 class SessionError(RiskrankError):
@@ -244,11 +309,15 @@ PRUNE_EVERY_S = 3600.0
 class SessionBook:
     """The gateway's session records: in this process's memory (the latest
     :data:`MAX_SESSIONS`), or in the state store (``store``: every replica reads and writes the
-    same record, compare-and-swap). Blocking: the gateway calls it from a worker thread."""
+    same record by compare-and-swap; the flow values are rows of their own, so recording new
+    ones adds rows, and a replica keeps what it read and re-reads only what changed).
+    Blocking: the gateway calls it from a worker thread."""
 
     def __init__(self, store: Any = None) -> None:
         self.store = store
+        #: memory mode: the records; with a store: what this replica last read or wrote, by version
         self._memory: collections.OrderedDict[str, SessionRecord] = collections.OrderedDict()
+        self._seen: collections.OrderedDict[str, tuple[int, SessionRecord]] = collections.OrderedDict()
         self._pruned_at = 0.0
 
     def get(self, key: str) -> SessionRecord:
@@ -264,10 +333,7 @@ class SessionBook:
         applied to it again, never written over)."""
         if self.store is None:
             new = change(self._memory.get(key) or SessionRecord())
-            self._memory[key] = new
-            self._memory.move_to_end(key)
-            while len(self._memory) > MAX_SESSIONS:
-                self._memory.popitem(last=False)
+            _remember(self._memory, key, new)
             return new
         from riskrank.serving.gateway.store import StoreError
 
@@ -278,7 +344,14 @@ class SessionBook:
                 new = change(old)
                 if new is old:
                     return old
-                if self.store.put_session(key, new.to_dict(), expect=None if got is None else got[0], at=time.time()) is not None:
+                added = min(len(new.flows), new.next_seq - old.next_seq)
+                fresh = new.flows[len(new.flows) - added:] if added > 0 else ()
+                values = [(new.next_seq - added + i, flow_to_list(f)) for i, f in enumerate(fresh)]
+                version = self.store.put_session(key, new.to_dict(flows=False), expect=None if got is None else got[0],
+                                                 at=time.time(), values=values,
+                                                 drop_below=new.forgotten if new.forgotten > old.forgotten else None)
+                if version is not None:
+                    _remember(self._seen, key, (version, new))
                     self._prune()
                     return new
         except StoreError as exc:
@@ -286,13 +359,30 @@ class SessionBook:
         raise SessionError(f"the session record of {key!r} kept changing under this write ({CAS_TRIES} tries)")
 
     def _read(self, key: str) -> tuple[int, SessionRecord] | None:
+        """(version, record) from the store: what this replica holds when the version is the
+        same, else what changed (the values numbered past what it holds), else all of it."""
         from riskrank.serving.gateway.store import StoreError
 
         try:
-            got = self.store.session(key)
+            version = self.store.session_version(key)
+            seen = self._seen.get(key)
+            if version is None:
+                self._seen.pop(key, None)
+                return None
+            if seen is not None and seen[0] == version:
+                return seen
+            got = self.store.session(key, after=seen[1].next_seq - 1 if seen is not None else -1)
+            record = _merged(got, seen) if got is not None else None
+            if got is not None and record is None:  # what it held does not join what changed: all of it again
+                got = self.store.session(key)
+                record = _merged(got, None) if got is not None else None
         except StoreError as exc:
             raise SessionError(f"the session record cannot be read ({exc})") from None
-        return None if got is None else (got[0], SessionRecord.from_dict(got[1]))
+        if got is None or record is None:
+            self._seen.pop(key, None)
+            return None
+        _remember(self._seen, key, (got[0], record))
+        return got[0], record
 
     def _prune(self) -> None:
         now = time.time()
@@ -303,3 +393,27 @@ class SessionBook:
 
         with contextlib.suppress(StoreError):  # housekeeping: the next write tries again in an hour
             self.store.prune_sessions(now - IDLE_S)
+
+
+def _remember(table: collections.OrderedDict[str, Any], key: str, value: Any) -> None:
+    table[key] = value
+    table.move_to_end(key)
+    while len(table) > MAX_SESSIONS:
+        table.popitem(last=False)
+
+
+def _merged(got: tuple[int, Any, list[tuple[int, Any]]], seen: tuple[int, SessionRecord] | None) -> SessionRecord | None:
+    """The record a store read gives, its values joined to those of ``seen`` (what this
+    replica held); None when they do not join into the numbered run the record says it has."""
+    _, data, values = got
+    if not isinstance(data, dict):
+        raise SessionError("a session record this gateway cannot read (not an object)")
+    forgotten, end = int(data.get("forgotten") or 0), int(data.get("next_seq") or 0)
+    have: dict[int, Any] = {}
+    if seen is not None:
+        have = {seen[1].forgotten + i: flow_to_list(f) for i, f in enumerate(seen[1].flows)}
+    have.update(dict(values))
+    run = [have.get(q) for q in range(forgotten, end)]
+    if any(v is None for v in run):
+        return None
+    return SessionRecord.from_dict(data, run)

@@ -75,7 +75,12 @@ def unescape(text: str) -> str:
 def fold(text: str) -> str:
     """The form values are compared in (module docstring): only letters and digits, after
     unescaping, NFKC, case folding and the confusables."""
-    return _NOT_ALNUM.sub("", skeleton(unescape(text)))
+    return _folded(unescape(text))
+
+
+def _folded(plain: str) -> str:
+    """:func:`fold` of a text already unescaped."""
+    return _NOT_ALNUM.sub("", skeleton(plain))
 
 
 @dataclass(frozen=True)
@@ -96,7 +101,7 @@ def candidates(text: str) -> list[Value]:
     for kind, rx in _PATTERNS:
         for m in rx.finditer(plain):
             raw = (m.group(1) if m.groups() else m.group(0)).strip().rstrip(".,;:!?")
-            folded = fold(raw)[:MAX_VALUE_CHARS]
+            folded = _folded(raw)[:MAX_VALUE_CHARS]
             if len(folded) < MIN_VALUE_CHARS or folded in found:
                 continue
             found[folded] = (m.start(), Value(kind, raw[:MAX_VALUE_CHARS], folded))
