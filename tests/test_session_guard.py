@@ -569,6 +569,9 @@ def test_the_host_task_is_read_from_the_header_or_meta():
     init = SimpleNamespace(client_params=SimpleNamespace(meta={"riskrank/task": "from initialize"}))
     assert mcp_compat.host_task(None, SimpleNamespace(meta=None), init) == ("from initialize", "meta")
     assert mcp_compat.host_task(SimpleNamespace(headers={}), SimpleNamespace(meta=None), None) is None
+    assert mcp_compat.host_user(SimpleNamespace(headers={"x-riskrank-user": "mail it to bob"}), None) == ("mail it to bob", "header")
+    assert mcp_compat.host_user(None, SimpleNamespace(meta={"riskrank/user": "now"})) == ("now", "meta")
+    assert mcp_compat.host_user(None, SimpleNamespace(meta=None)) is None  # initialize's _meta sets no turn
 
 
 def test_the_meta_task_through_the_sdk(tmp_path, encoder):
