@@ -623,3 +623,12 @@ def test_an_approval_stops_holding_once_an_untrusted_result_was_read(tmp_path, e
     find(gw, "archive_email: archive the e-mails of my inbox after reading them", user)
     call(gw, "archive_email", {"n": 3}, user)
     assert len(user.asked) == 2
+
+
+def test_nothing_is_anchored_before_a_catalogue_serves():
+    """While the upstreams start there is no catalogue to rank the task with: the first
+    find_tools that can rank anchors the session."""
+    gw = Gateway(View(None, 1), forward=False)
+    out = mcp_compat.wire(anyio.run(gw.find_tools, {"task": "summarise my inbox"}, Agent(host_task=("summarise my inbox", "meta"))))
+    assert out["structuredContent"]["tools"] == [] and "session" not in out["structuredContent"]
+    assert not gw.sessions.get("s1").anchored

@@ -55,7 +55,13 @@ from riskrank.serving.gateway.policy import (
     Policy,
     confirmation_refusal,
 )
-from riskrank.serving.gateway.session import Exposure, SessionBook, SessionError, SessionRecord
+from riskrank.serving.gateway.session import (
+    MAX_SESSIONS,
+    Exposure,
+    SessionBook,
+    SessionError,
+    SessionRecord,
+)
 from riskrank.serving.gateway.upstreams import UpstreamManager, describe
 from riskrank.serving.gateway.values import bounded, candidates, result_text
 from riskrank.serving.gateway.view import (
@@ -77,8 +83,6 @@ INSTRUCTIONS = (
     "This server searches a tool catalogue with risk-aware ranking. Describe your task to find_tools and act only "
     "with the tools it returns; call them through call_tool. Each find_tools replaces the tools you may call."
 )
-#: Sessions whose latest result is remembered (streamable HTTP serves many).
-MAX_SESSIONS = 4096
 #: The guard whose refusal means nothing read the arguments (they stay out of the audit line).
 BOUNDS = bounds_guard.GUARD.name
 #: A result longer than this (characters) is read for values in a worker thread.
@@ -439,9 +443,10 @@ class Gateway:
         """The session's record, anchored if it was not: to the host's task (``call.host_task``:
         the ``X-Riskrank-Task`` header or ``_meta`` ``riskrank/task``), else to ``task`` (a
         ``find_tools``; None: a call, which anchors only a host's task), with the user's turn
-        the host passed (``call.host_user``) kept. ``scope``: the tools already ranked for
-        ``task`` with the defaults. Also: why a later attempt to set the task was ignored (None
-        when there was none)."""
+        the host passed (``call.host_user``) kept; while no catalogue serves (the upstreams
+        starting) nothing is anchored, since nothing could rank the task. ``scope``: the tools
+        already ranked for ``task`` with the defaults. Also: why a later attempt to set the task
+        was ignored (None when there was none)."""
         import anyio.to_thread
 
         key = call.session_key
@@ -453,7 +458,7 @@ class Gateway:
                 record = await self._update(key, lambda r: r.with_anchor(host[0], host[1], (), time.time()))
                 ignored = (f"the session's task was set by {record.anchor_from} to {quoted(record.anchor)}; the "
                            f"{host[1]}'s {quoted(host[0])} is ignored (the first task stands)")
-        else:
+        elif view.catalogue is not None:  # no catalogue yet (upstreams starting): nothing could rank the task
             text, source = host if host is not None else (task, "find_tools")
             if text is not None:
                 if scope is None or text != task:
@@ -462,7 +467,7 @@ class Gateway:
                     scope = scope + await anyio.to_thread.run_sync(lambda: self.scope_of_named(view, text))
                 now = time.time()
                 record = await self._update(key, lambda r: r.with_anchor(text, source, scope, now))
-        if user is not None and user[0] not in record.user_turns:
+        if user is not None and user[0] not in record.user_turns and view.catalogue is not None:
             turn = user[0]
             needs = await anyio.to_thread.run_sync(lambda: self.scope_of(view, turn))
             record = await self._update(key, lambda r: r.with_user_turn(turn, needs))

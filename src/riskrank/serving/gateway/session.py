@@ -46,7 +46,8 @@ MAX_CLEARED = 512
 MAX_ANCHOR_CHARS = 8000
 #: The user's own turns a session keeps (the latest ones; each widens the scope).
 MAX_USER_TURNS = 64
-#: Sessions kept in memory (the state store keeps every one until it has been idle for a while).
+#: Sessions kept in memory, records and exposures alike (the state store keeps every record
+#: until it has been idle for a while).
 MAX_SESSIONS = 4096
 #: Where an anchor came from.
 ANCHOR_SOURCES = ("find_tools", "header", "meta")
@@ -284,12 +285,6 @@ class SessionRecord:
                        reads=int(data.get("reads") or 0))
         except (TypeError, ValueError, AttributeError) as exc:
             raise SessionError(f"a session record this gateway cannot read ({exc})") from None
-
-    def summary(self) -> dict[str, Any]:
-        """What an audit line or the console says of the record (not its values)."""
-        return {"anchor_from": self.anchor_from, "scope": len(self.scope) + len(self.widened), "values": len(self.flows),
-                "forgotten": self.forgotten, "confirmed": len(self.confirmed), "user_turns": len(self.user_turns),
-                "reads": self.reads}
 
 
 class SessionError(RiskrankError):

@@ -50,7 +50,5 @@ from riskrank.serving.gateway.guards.chain import (
 #: The guards, in the order they run.
 ORDER: tuple[Guard, ...] = tuple(m.GUARD for m in (bounds, trust, withdrawn, upstream, unknown, policy, schema, session,
                                                   scope, flow, confirm))
-#: The session guard's own guards (their holds name the session; the others are per call).
-SESSION_GUARDS = (scope.GUARD.name, flow.GUARD.name)
 
-__all__ = ["HOLD", "ORDER", "REFUSE", "SESSION_GUARDS", "CallContext", "Chain", "Guard", "Outcome", "Verdict"]
+__all__ = ["HOLD", "ORDER", "REFUSE", "CallContext", "Chain", "Guard", "Outcome", "Verdict"]
