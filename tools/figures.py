@@ -1434,11 +1434,16 @@ claim(R, "the keyword annotator reaches quadratic κ {} (UltraTool) and {} (Seal
 claim(AU, "trained on the same annotators' labels for the other {}% of tools",
       AGREE.at("settings", "crossfit_folds").map(lambda k: 100 * (1 - 1 / k), ".0f"))
 claim(AU, "(UltraTool: the {} test.json queries, dev.json being absent", U.at("splits", "test", "n_queries", fmt=","))
-HANDED_OFF += [
-    HandOff(AU, "learned head 0.58-0.61", "the prose beside docs/audit.md's agreement table, which this change may not edit (only the "
-            "table's lines): it reads the earlier run; the rerun (benchmarks/results/audit_agreement.json) gives 0.61-0.63"),
-    HandOff(AU, "(71.8%, 66.9% against 60.0%), but not on UltraTool (56.9%)", "the same prose: the rerun gives 76.8%, 70.4% "
-            "against 60.0%, and 57.5% on UltraTool (the head's conclusion stands: below the human on UltraTool only)"),
-    HandOff(AU, "(L1 tools predicted L2: 439 on UltraTool, 797 on Seal-Tools)", "the same prose (bare counts, not found as figures, "
-            "listed so they are seen): the rerun's confusion matrices give 462 and 606"),
-]
+claim(AU, "learned head {}-{}, human", kappa("ultratool", "head:crossfit"), kappa("sealtools", "head:crossfit"))
+
+
+def agree(ds: str, ann: str, key: str) -> V:
+    return AGREE.at("rows", ds, "annotators", ann, key)
+
+
+claim(AU, "Seal-Tools and pooled ({}%, {}% against {}%), but not on UltraTool ({}%)",
+      pct(agree("sealtools", "head:crossfit", "exact"), ".1f"), pct(agree("pooled", "head:crossfit", "exact"), ".1f"),
+      pct(PAPER.at("human_audit", "exact"), ".1f"), pct(agree("ultratool", "head:crossfit", "exact"), ".1f"))
+claim(AU, "(L1 tools predicted L2: {} on UltraTool, {} on Seal-Tools)",
+      AGREE.at("rows", "ultratool", "annotators", "head:crossfit", "confusion", 0, 1),
+      AGREE.at("rows", "sealtools", "annotators", "head:crossfit", "confusion", 0, 1))
