@@ -1,0 +1,388 @@
+"""What makes a capability dangerous in itself, read from a tool's name, description and schema.
+
+A tool's level should not depend on whether its author remembered to say "destructive". Some
+capabilities are dangerous whatever the tool calls itself: it reads secrets, captures what a
+person types or sees, sends data where the caller says, runs commands, changes who may do
+what, destroys data, moves money, persists or hides itself. Each :class:`Capability` names one,
+maps it to the rubric's floor (the lowest level a tool with it can be served at) and cites the
+MITRE ATT&CK technique an attacker uses it for, the vocabulary of attacker capabilities
+(ATT&CK® is a registered trademark of The MITRE Corporation; technique identifiers and names
+are cited from ATT&CK Enterprise v18.1, © The MITRE Corporation, under its terms of use).
+
+Where it looks: the tool's name (split into words), the first two sentences of its
+description (what a tool *does* is said there; later sentences hold caveats, pointers to other
+tools and examples) and its parameter names. The critical capabilities (harvesting
+credentials, surveillance, covert exfiltration, intrusion, disabling defences, persistence) are
+also looked for in the whole description, since nobody writes them by accident. A match preceded
+by a negation ("does not delete") does not count. Texts are bounded (:data:`MAX_CHARS`), so a
+100 kB description costs what a short one does.
+
+The patterns were written from the rubric's anchors (docs/audit.md), ATT&CK's technique names
+and the verbs and objects of tool APIs in general, and are judged on MCP servers whose tools
+were not read while they were written (docs/base-model.md, "The level model"). They are
+evidence with a floor, not the level: the level model (:mod:`riskrank.levels`) reads them as
+features and applies the floors after it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from riskrank.risk import normalise_text, split_name
+
+#: Characters of a description read at most (the first two sentences are read from the start).
+MAX_CHARS = 20_000
+#: Words before a match that may negate it.
+_NEGATION_WINDOW = 4
+_NEGATIONS = frozenset({"not", "never", "no", "cannot", "without", "nor", "t", "neither", "non"})
+# A few words between a verb and its object ("delete the given resource group").
+_G = r"(?:\w+ ){0,3}"
+_G6 = r"(?:\w+ ){0,6}"
+
+
+@dataclass(frozen=True)
+class Capability:
+    """One dangerous capability: its key, what it is in words, the rubric floor a tool with it
+    is served at, and the ATT&CK technique (id, name) an attacker uses it for."""
+
+    key: str
+    says: str
+    floor: int
+    technique: tuple[str, str]
+    tactic: str
+    #: patterns over the scoped text (name, first sentences, parameter names)
+    scoped: tuple[str, ...]
+    #: patterns over the whole (bounded) description too
+    anywhere: tuple[str, ...] = ()
+    #: an action (deleting, sending, granting, paying, running): a tool whose name says it
+    #: reads (``get_``, ``list_``) shows it only in its name, since such a tool's description
+    #: names the actions it reports on ("the resources a plan would delete")
+    acts: bool = True
+
+    def evidence(self, quote: str) -> str:
+        tid, tname = self.technique
+        return f"{self.says} ({self.tactic}, like {tid} {tname}): {quote!r} -> at least L{self.floor}"
+
+
+_READ = r"(?:get|gets|getting|read|reads|reading|retriev\w*|fetch\w*|show\w*|reveal\w*|print\w*|return\w*|display\w*|dump\w*|export\w*|view\w*|decrypt\w*|expos\w*|output\w*|obtain\w*|access\w*|list|lists|listing)"
+_CREATE = r"(?:creat(?:e|es|ing)|generat(?:e|es|ing)|rotat(?:e|es|ing)|issu(?:e|es|ing)|regenerat(?:e|es|ing)|reset|resets|resetting|mint|mints|minting|set|sets|setting|updat(?:e|es|ing)|add|adds|adding|stor(?:e|es|ing)|import|imports|importing)"
+_SECRET = (r"(?:secret values?|secrets?|passwords?|passphrases?|credentials?|api keys?|access keys?|secret keys?|private keys?|"
+           r"signing keys?|ssh keys?|(?:access|auth|bearer|api|refresh|session|personal access|oauth|id|jwt|service account) tokens?|"
+           r"connection strings?|client secrets?|keys? vault secrets?|certificates? private keys?|kubeconfig|environment variables?|env vars?)")
+_HARVEST_VERB = r"(?:steal\w*|harvest\w*|exfiltrat\w*|extract\w*|dump\w*|collect\w*|scrap(?:e|es|ing)|grab\w*|locat\w*|sniff\w*|crack\w*|captur\w*|siphon\w*|hunt\w*)"
+_HARVEST_OBJ = (r"(?:credentials?|passwords?|password hashes|hashes|ssh (?:private )?keys?|private keys?|cookies|session cookies|keychains?|"
+                r"(?:browser|saved|stored|cached) (?:passwords?|credentials?|logins?)|(?:aws|cloud|gcp|azure|kube\w*) (?:credentials?|keys?|config\w*)|"
+                r"tokens?|api keys?|wallets?|seed phrases?|lsass)")
+_CHANGE = r"(?:grant|grants|granting|revok(?:e|es|ing)|assign|assigns|assigning|unassign|unassigns|add|adds|adding|remov(?:e|es|ing)|chang(?:e|es|ing)|modif(?:y|ies|ying)|updat(?:e|es|ing)|set|sets|setting|creat(?:e|es|ing)|delet(?:e|es|ing)|elevat(?:e|es|ing)|escalat(?:e|es|ing)|promot(?:e|es|ing)|edit|edits|editing|attach|attaches|attaching|detach|detaches|detaching|allow|allows|allowing|open|opens|opening)"
+_ACCESS_OBJ = (r"(?:roles?|role assignments?|role bindings?|cluster ?role\w*|permissions?|iam\b|iam polic\w+|access polic\w+|security polic\w+|bucket polic\w+|"
+               r"network polic\w+|acls?|access control lists?|privileges?|firewall(?: rules?)?|security groups?|network rules?|ingress rules?|ip allow ?lists?|"
+               r"allow ?lists?|whitelists?|mfa|2fa|multi factor\w*|authentication (?:settings?|methods?|polic\w+)|sudoers|admin(?:istrator)? (?:rights|access|role)|"
+               r"owners?(?:hip)?|collaborators?|group membership|sharing settings?|public access)")
+_DELETE = r"(?:delet(?:e|es|ing)|clean(?:s|ing)? ?up|drop(?:s|ping)?|destroy(?:s|ing)?|purg(?:e|es|ing)|eras(?:e|es|ing)|truncat(?:e|es|ing)|wip(?:e|es|ing)|terminat(?:e|es|ing)|overwrit(?:e|es|ing)|shred\w*|obliterat\w*|uninstall\w*|force push\w*|nuk(?:e|es|ing))"
+_REMOVE_OBJ = (r"(?:files?|director(?:y|ies)|folders?|databases?|tables?|collections?|index(?:es)?|indices|clusters?|buckets?|repositor(?:y|ies)|branch(?:es)?|projects?|"
+               r"accounts?|users?|vms?|virtual machines?|instances?|resources?|records?|documents?|nodes?|namespaces?|deployments?|pods?|volumes?|"
+               r"snapshots?|backups?|keys?|secrets?|rows?|data|objects?|blobs?|containers?|zones?|domains?|services?|workspaces?)")
+_WHOLESALE = (r"(?:database|databases|cluster|clusters|account|accounts|project|projects|organi[sz]ations?|orgs?|tenants?|resource groups?|"
+              r"every\w*|all|entire|whole)")
+_MONEY = (r"(?:money|funds?|payments?|payouts?|refunds?|balances?|crypto\w*|bitcoin|btc|eth|usdc?|dollars|euros|amounts?|wire transfers?|"
+          r"bank transfers?|credit|card|cards|charges?|invoices? payments?)")
+
+
+CAPABILITIES: tuple[Capability, ...] = (
+    Capability(
+        "host_execution", "runs arbitrary commands on the host", 5, ("T1059", "Command and Scripting Interpreter"), "execution",
+        scoped=(
+            r"(?:execut\w*|run|runs|running|spawn\w*|launch\w*|start|starts|starting|invok\w*) " + _G
+            + r"(?:shell|terminal|system|bash|zsh|powershell|cmd|os|arbitrary|any|host) (?:commands?|process\w*|scripts?)\b",
+            r"(?:execut\w*|run|runs|running) " + _G + r"commands? (?:on|in) (?:the |a |your )?(?:host|machine|computer|system|server|terminal|shell)\b",
+            r"(?:start|starts|spawn\w*|launch\w*) (?:a |new |any )*(?:terminal |shell |os |system )?process(?:es)? "
+            + _G6 + r"(?:commands?|program|executable|binary)\b",
+            r"(?:reverse|interactive|remote|root) shells?\b", r"arbitrary (?:shell |system |os )?commands?\b",
+        ),
+        anywhere=(r"reverse shells?\b", r"remote code execution\b", r"arbitrary (?:shell |system |os )?commands? (?:execution|on)\b"),
+    ),
+    Capability(
+        "code_execution", "runs code or commands", 4, ("T1059", "Command and Scripting Interpreter"), "execution",
+        scoped=(
+            r"(?:execut\w*|run|runs|running|invok\w*|spawn\w*|launch\w*|evaluat\w*) " + _G
+            + r"(?:shell |terminal |system |bash |os |arbitrary |python |javascript |js |cli |custom |user )?"
+            + r"(?:commands?|code|scripts?|programs?|snippets?|binar\w+|expressions? in the page|functions? in the page)\b",
+            r"(?:bash|zsh|powershell|sudo|subprocess\w*)\b", r"(?:shell|terminal|kubectl|cli) commands?\b", r"eval\b", r"exec\b",
+            r"code execution\b", r"run_code\b",
+            r"(?:execut\w*|run|runs|accept\w*|tak(?:e|es|ing)) (?:an |a |the )?(?:arbitrary|any|raw|custom) (?:sql|queries|query|statements?)\b",
+            r"(?:ddl|dml) (?:statements?|commands?|queries)\b", r"params (?:command|cmd|script|code|shell|bash|javascript|python)\b",
+        ),
+    ),
+    Capability(
+        "credential_harvesting", "harvests credentials from the system", 5, ("T1555", "Credentials from Password Stores"), "credential access",
+        scoped=(_HARVEST_VERB + " " + _G + _HARVEST_OBJ + r"\b",),
+        anywhere=(
+            _HARVEST_VERB + " " + _G + _HARVEST_OBJ + r" " + _G + r"(?:from|in|on|stored|saved|cached) " + _G
+            + r"(?:files?|config\w*|disk|memory|browsers?|keychains?|stores?|hosts?|machines?|system|home director\w+|dot ?files)\b",
+            r"password hash(?:es)?\b", r"lsass\b", r"mimikatz\b", r"credential dump\w*", r"keychain dump\w*",
+            r"(?:ssh|aws|gcloud|kube) (?:private )?(?:keys?|credentials?|config\w*) " + _G + r"(?:to|and send|and upload|and exfiltrat\w*)\b",
+        ),
+        acts=False,
+    ),
+    Capability(
+        "credential_access", "reads or creates secrets or credentials", 4, ("T1552", "Unsecured Credentials"), "credential access",
+        scoped=(
+            _READ + " " + _G + r"(?:the )?(?:value|values|contents?) of (?:a |the )?" + _G + _SECRET + r"\b",
+            _READ + " " + _G6 + _SECRET + r"(?: values?)?\b",
+            _CREATE + " " + _G + _SECRET + r"\b",
+            r"(?:get|print|show|dump|read) env\b",
+        ),
+        acts=False,
+    ),
+    Capability(
+        "surveillance", "captures keystrokes, the screen, the camera, the microphone or a location", 5, ("T1056", "Input Capture"), "collection",
+        scoped=(
+            r"(?:captur\w*|record\w*|grab\w*|stream\w*|take|takes|taking|snap\w*) " + _G
+            + r"(?:screenshots? of (?:the |your |a )?(?:entire |whole |user s |users )?(?:screen|desktop|display|monitor)s?|"
+            + r"(?:the |your |user s |users )?(?:entire |whole )?(?:screen|desktop|display)s?(?! of the page)\b)",
+            r"(?:webcam|camera|microphone|mic)\b", r"(?:screen|audio|video|voice) record\w*",
+        ),
+        anywhere=(
+            r"keylogging\b", r"(?:install\w*|deploy\w*|run|runs|start\w*|acts? as|functions? as|works? as|embed\w*) (?:a |an )?keylog\w*",
+            r"(?:captur\w*|record\w*|log|logs|logging|monitor\w*|intercept\w*|collect\w*|steal\w*|sniff\w*) " + _G
+            + r"(?:keyboard input|key ?strokes?|keystroke\w*|typing|typed (?:text|passwords?|input))\b",
+            r"(?:turn on|activat\w*|access\w*|record\w*|captur\w*|stream\w*) " + _G + r"(?:webcam|camera|microphone)s?\b",
+            r"(?:track\w*|trac(?:e|es|ing)|locat\w*|follow\w*) " + _G + r"(?:a person|people|someone|user s|users|the user|individuals?|phones?|devices?) s? (?:gps |physical |real time )?locations?\b",
+            r"clipboard (?:contents?|data|history)\b",
+        ),
+        acts=False,
+    ),
+    Capability(
+        "exfiltration", "moves data out covertly or wholesale", 5, ("T1048", "Exfiltration Over Alternative Protocol"), "exfiltration",
+        scoped=(r"exfiltrat\w*",),
+        anywhere=(
+            r"exfiltrat\w*", r"dns (?:tunnel\w*|queries (?:to|that) (?:send|carry|encode|leak)\w*)", r"covert (?:channels?|transfer\w*)",
+            r"command and control\b", r"c2 (?:servers?|channels?)\b", r"beacon\w* to\b",
+            r"(?:send|upload|copy|transfer|forward|post)\w* " + _G6 + r"(?:all|every|entire|whole|bulk) " + _G
+            + r"(?:files?|data|records?|contents?|customers?|users?|contacts?|emails?) " + _G + r"to (?:an? )?(?:external|remote|outside|third party|attacker)\b",
+        ),
+        acts=False,
+    ),
+    Capability(
+        "outbound_send", "sends data to a destination the caller chooses", 3, ("T1567", "Exfiltration Over Web Service"), "exfiltration",
+        scoped=(
+            r"(?:send|sends|sending|post|posts|posting|publish\w*|forward\w*|upload\w*|e ?mail|e ?mails|e ?mailing|tweet\w*|broadcast\w*|"
+            r"reply|replies|replying|dm|notif(?:y|ies|ying)) " + _G
+            + r"(?:messages?|e ?mails?|mails?|sms|texts?|notifications?|files?|data|requests?|payloads?|webhooks?|comments?|replies|"
+            + r"tweets?|invit\w+|posts?|reports?|alerts?|attachments?|documents?)\b",
+            r"(?:send|post|upload)_\w+", r"(?:http|https|web|api) (?:post|put|patch|delete) requests?\b",
+            r"(?:make|makes|making|send|sends|issue|issues) " + _G + r"(?:http|https|web|api|rest) requests? to (?:any|an arbitrary|arbitrary|a given|the given|a specified|any given)\b",
+            r"(?:call|calls|trigger\w*|invok\w*) " + _G + r"webhooks?\b",
+        ),
+    ),
+    Capability(
+        "defense_evasion", "disables defences or hides activity", 5, ("T1562", "Impair Defenses"), "defense evasion",
+        scoped=(
+            r"(?:disabl\w*|turn\w* off|stop\w*|bypass\w*|evad\w*|kill\w*|tamper\w*|suppress\w*) " + _G
+            + r"(?:antivirus|anti virus|defender|edr|endpoint protection|logging|audit\w*|security (?:agents?|controls?|features?|monitoring|center|software|scanning)|"
+            + r"mfa|2fa|multi factor\w*|firewall|monitoring agents?|siem)\b",
+            r"(?:clear\w*|delet(?:e|es|ing)|wip(?:e|es|ing)|eras(?:e|es|ing)|truncat(?:e|es|ing)|tamper\w*|scrub\w*|purg(?:e|es|ing)) " + _G
+            + r"(?:event logs?|audit (?:logs?|trails?|events?)|security logs?|system logs?|bash history|shell history|command history|traces of|evidence|forensic)\w*",
+        ),
+        anywhere=(
+            r"(?:hid(?:e|es|ing)|conceal\w*|mask\w*) " + _G + r"(?:its |the |this |their )?(?:activity|activities|processes|presence|tracks|artifacts|footprints?)\b",
+            r"without (?:the )?(?:user|owner|victim|administrator|admin) s? (?:knowledge|noticing|consent|awareness)\b",
+            r"(?:evad\w*|avoid\w*|bypass\w*) (?:detection|antivirus|edr|security monitoring)\b", r"anti forensic\w*",
+        ),
+    ),
+    Capability(
+        "persistence", "persists on a system or adds a way back in", 5, ("T1547", "Boot or Logon Autostart Execution"), "persistence",
+        scoped=(
+            r"(?:add\w*|creat\w*|install\w*|register\w*|plant\w*|insert\w*) " + _G
+            + r"(?:startup items?|autostart\w*|login items?|launch agents?|launch daemons?|launchd|run keys?|registry run|crontab entr\w+|cron jobs? on the host|"
+            + r"scheduled tasks? on the host|backdoors?|rootkits?|implants?|ssh authorized keys?|authorized keys)\b",
+            r"(?:creat\w*|add\w*) " + _G + r"(?:hidden|backdoor|rogue) (?:admin\w* |root |privileged )?(?:users?|accounts?)\b",
+        ),
+        anywhere=(r"backdoors?\b", r"rootkits?\b", r"(?:ssh )?authorized keys\b", r"persistence mechanisms?\b"),
+    ),
+    Capability(
+        "intrusion", "breaks into systems or escalates privileges", 5, ("T1068", "Exploitation for Privilege Escalation"), "privilege escalation",
+        scoped=(
+            r"(?:privilege escalat\w*|escalat\w* " + _G + r"privileges?|gain\w* (?:root|admin\w*|system) (?:access|privileges?)|root access)\b",
+            r"(?:brute ?forc\w*|password spray\w*|crack\w* " + _G + r"(?:passwords?|hashes))\b",
+            r"(?:bypass\w*|circumvent\w*) " + _G + r"(?:authentication|login|access controls?|authori[sz]ation)\b",
+            r"(?:exploit\w*) " + _G + r"(?:vulnerabilit\w+|cves?|systems?|hosts?|targets?|servers?)\b",
+        ),
+        anywhere=(r"privilege escalat\w*", r"remote access trojans?\b", r"\brats? implant\w*"),
+    ),
+    Capability(
+        "mass_destruction", "destroys data or systems wholesale", 4, ("T1485", "Data Destruction"), "impact",
+        scoped=(
+            r"(?:" + _DELETE + r"|remov(?:e|es|ing)) " + _G + _WHOLESALE + r"\b",
+            r"(?:drop|drops|dropping) (?:the )?(?:database|schema|keyspace)s?\b",
+            r"(?:format\w*|wip(?:e|es|ing)) " + _G + r"(?:disks?|drives?|partitions?|volumes?|devices?)\b", r"rm rf\b", r"factory reset\w*",
+            r"encrypt\w* " + _G + r"(?:all|every|the entire|the whole) (?:files?|disks?|data)\b",
+            r"(?:delet(?:e|es|ing)|destroy\w*|purg(?:e|es|ing)) " + _G + r"(?:backups?|recovery points?|shadow cop\w+)\b",
+        ),
+    ),
+    Capability(
+        "destruction", "deletes or overwrites data or resources", 3, ("T1485", "Data Destruction"), "impact",
+        scoped=(
+            _DELETE + r"\b",
+            r"(?:remov(?:e|es|ing)) " + _G + _REMOVE_OBJ + r"\b",
+        ),
+    ),
+    Capability(
+        "software_install", "installs or deploys software", 4, ("T1072", "Software Deployment Tools"), "execution",
+        scoped=(
+            r"(?:install|installs|installing|upgrad(?:e|es|ing)|deploy|deploys|deploying|roll(?:s|ing)? out) " + _G
+            + r"(?:plugins?|charts?|helm|packages?|software|extensions?|releases?|applications?|apps?|images?|binar\w+|drivers?|agents?|"
+            + r"updates?|to production|code|functions?|workers?|services?|models?)\b",
+        ),
+    ),
+    Capability(
+        "permission_change", "changes permissions or security controls", 4, ("T1098", "Account Manipulation"), "privilege escalation",
+        scoped=(_CHANGE + " " + _G + _ACCESS_OBJ + r"\b", r"(?:chmod|chown|setfacl)\b"),
+    ),
+    Capability(
+        "financial", "moves money", 4, ("T1657", "Financial Theft"), "impact",
+        scoped=(
+            r"(?:transfer\w*|send|sends|sending|wire|wires|wiring|withdraw\w*|pay|pays|paying|payout\w*|refund\w*|charg(?:e|es|ing)|captur(?:e|es|ing)|"
+            r"disburs\w*|remit\w*|move|moves|moving) " + _G + _MONEY + r"\b",
+            r"(?:refund|refunds|payout|payouts) (?:a |the )?(?:payment|charge|order|amount|money|funds?|customer)s?\b", r"(?:purchas(?:e|es|ing)|buy|buys|buying|sell|sells|selling|trad(?:e|es|ing)) " + _G
+            + r"(?:stocks?|shares|crypto\w*|bitcoin|securities|assets?|orders?|products?|items?|tickets?|goods)\b",
+            r"(?:cancel\w*) " + _G + r"(?:paid )?subscriptions?\b",
+        ),
+    ),
+)
+
+CAPABILITY_KEYS: tuple[str, ...] = tuple(c.key for c in CAPABILITIES)
+_BY_KEY = {c.key: c for c in CAPABILITIES}
+_SCOPED = {c.key: re.compile(r"\b(?:" + "|".join(c.scoped) + ")") for c in CAPABILITIES}
+_ANYWHERE = {c.key: re.compile(r"\b(?:" + "|".join(c.anywhere) + ")") for c in CAPABILITIES if c.anywhere}
+#: A capability that implies another: the narrower, more severe one replaces it in the evidence.
+_SUBSUMES = {"host_execution": "code_execution", "mass_destruction": "destruction", "credential_harvesting": "credential_access",
+             "exfiltration": "outbound_send"}
+#: First words of a name that say the tool reads (see :attr:`Capability.acts`).
+READ_VERBS = frozenset({"get", "list", "describe", "fetch", "search", "show", "read", "view", "find", "count", "check", "explain",
+                        "inspect", "lookup", "retrieve", "watch", "browse", "preview", "validate", "estimate", "analyze", "analyse"})
+#: Words of a name that say the tool acts; a name with one of them does not only read.
+ACT_VERBS = frozenset({
+    "create", "update", "delete", "remove", "drop", "send", "post", "put", "patch", "set", "add", "run", "exec", "execute", "start",
+    "stop", "restart", "kill", "apply", "deploy", "install", "uninstall", "grant", "revoke", "assign", "transfer", "pay", "refund",
+    "capture", "cancel", "write", "edit", "modify", "move", "rename", "upload", "invoke", "trigger", "enable", "disable", "manage",
+    "reset", "rotate", "purge", "terminate", "destroy", "scale", "import", "publish", "notify", "approve", "merge", "close",
+    "resolve", "acknowledge", "insert", "replace", "upsert", "clear", "wipe", "truncate", "charge", "submit", "generate", "and"})
+_IDENTIFIER = re.compile(r"`?\b([A-Za-z][A-Za-z0-9]*)[_-][\w-]+\b`?")
+
+
+def _strip_tool_names(text: str) -> str:
+    """Remove identifiers that name another tool (``get_connection_string``: a verb, then ``_``),
+    so that what a description tells the agent to use is not read as this tool's action; file
+    names and other identifiers (``authorized_keys``) stay."""
+    return _IDENTIFIER.sub(lambda m: " " if m.group(1).lower() in READ_VERBS | ACT_VERBS else m.group(0), text)
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n\s*\n|\n(?=\s*[-*#])")
+
+
+@dataclass(frozen=True)
+class CapabilityHit:
+    """One capability found in a tool, with the words that show it."""
+
+    key: str
+    quote: str
+
+    @property
+    def capability(self) -> Capability:
+        return _BY_KEY[self.key]
+
+    @property
+    def floor(self) -> int:
+        return self.capability.floor
+
+    def evidence(self) -> str:
+        return self.capability.evidence(self.quote)
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.capability
+        return {"capability": c.key, "says": c.says, "floor": c.floor, "technique": c.technique[0], "technique_name": c.technique[1],
+                "quote": self.quote}
+
+
+def parameter_names(schema: Mapping[str, Any] | None) -> list[str]:
+    """The top-level parameter names of a JSON schema (or a plain name -> spec mapping)."""
+    if not isinstance(schema, Mapping):
+        return []
+    props = schema.get("properties") if isinstance(schema.get("properties"), Mapping) else None
+    if props is None and "type" not in schema:
+        props = schema
+    return [str(k) for k in list(props or {})[:64]]
+
+
+def scoped_text(name: str, description: str, schema: Mapping[str, Any] | None = None) -> str:
+    """What the scoped patterns read: the name's words, the description's first two sentences
+    and the parameter names, normalised (``params`` marks where the names start)."""
+    # another tool named in the text (``use get_connection_string``) is not this tool's action
+    description = _strip_tool_names(description[:MAX_CHARS])
+    sentences = [s for s in _SENTENCE.split(description.strip()) if s.strip()][:2]
+    params = parameter_names(schema)
+    text = split_name(name) + " . " + " . ".join(sentences)
+    if params:
+        text += " . params " + " ".join(split_name(p) for p in params)
+    return normalise_text(text)
+
+
+def _negated(text: str, start: int, end: int) -> bool:
+    """A negation in the few words before a match or between its verb and its object."""
+    before = text[:start].split()[-_NEGATION_WINDOW:]
+    inside = text[start:end].split()[:-1]
+    return any(w in _NEGATIONS for w in before + inside)
+
+
+def _first(rx: re.Pattern[str], text: str) -> str | None:
+    for m in rx.finditer(text):
+        if not _negated(text, m.start(), m.end()):
+            return m.group(0).strip()
+    return None
+
+
+def name_reads(name: str) -> bool:
+    """Whether a tool's name says it only reads: its first word is a read verb (``get_``,
+    ``list_``), or it has a read verb and no action verb (``kubectl_get``)."""
+    words = normalise_text(split_name(name)).split()
+    if not words:
+        return False
+    return words[0] in READ_VERBS or (bool(set(words) & READ_VERBS) and not set(words) & ACT_VERBS)
+
+
+def detect_capabilities(name: str, description: str, schema: Mapping[str, Any] | None = None) -> list[CapabilityHit]:
+    """The dangerous capabilities a tool's definition shows, most severe first, each with the
+    words that show it; a capability implied by a more severe one found is left out."""
+    scoped = scoped_text(name, description or "", schema)
+    whole = normalise_text(split_name(name) + " " + _strip_tool_names((description or "")[:MAX_CHARS]))
+    reads = name_reads(name)
+    hits = {}
+    for cap in CAPABILITIES:
+        quote = None if reads and cap.acts else _first(_SCOPED[cap.key], scoped)
+        if quote is None and cap.key in _ANYWHERE:
+            quote = _first(_ANYWHERE[cap.key], whole)
+        if quote is not None:
+            hits[cap.key] = CapabilityHit(cap.key, quote)
+    for severe, mild in _SUBSUMES.items():
+        if severe in hits:
+            hits.pop(mild, None)
+    return sorted(hits.values(), key=lambda h: (-h.floor, CAPABILITY_KEYS.index(h.key)))
+
+
+def capability_floor(hits: Sequence[CapabilityHit]) -> int:
+    """The rubric floor of a tool's capabilities (1 without any)."""
+    return max((h.floor for h in hits), default=1)
+
+
+def capability_matrix(tools: Sequence[Any]) -> np.ndarray:
+    """[N, C] 0/1 matrix of every tool's capabilities (column order :data:`CAPABILITY_KEYS`), for
+    ``tools`` with ``name``, ``description`` and ``parameters``: the level model's features."""
+    out = np.zeros((len(tools), len(CAPABILITY_KEYS)), dtype=np.float32)
+    for i, t in enumerate(tools):
+        for h in detect_capabilities(t.name, t.description, getattr(t, "parameters", None)):
+            out[i, CAPABILITY_KEYS.index(h.key)] = 1.0
+    return out

@@ -1,0 +1,61 @@
+"""The dangerous capabilities a tool's definition shows (riskrank.capabilities): found with their
+rubric floor and ATT&CK technique, and not found where words only look dangerous."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.mark.parametrize(("name", "description", "capability", "floor"), [
+    ("run_shell_command", "Execute a bash command on the host and return its output.", "host_execution", 5),
+    ("exec_in_pod", "Execute a command in a pod", "code_execution", 4),
+    ("aws_creds", "Extract AWS credentials from configuration files", "credential_harvesting", 5),
+    ("dns_out", "Exfiltrate data through DNS queries", "exfiltration", 5),
+    ("ssh", "Locate and exfiltrate SSH private keys", "credential_harvesting", 5),
+    ("get-env", "Prints all environment variables of the server", "credential_access", 4),
+    ("get_secret", "Get the value of a secret from the key vault", "credential_access", 4),
+    ("keys", "Records all keystrokes typed by the user", "surveillance", 5),
+    ("screen", "Capture the entire screen of the user's desktop", "surveillance", 5),
+    ("transfer_money", "Transfer money to another account", "financial", 4),
+    ("send_email", "Send an email to any recipient", "outbound_send", 3),
+    ("clear_logs", "Clear the Windows security event logs", "defense_evasion", 5),
+    ("grant_role", "Grant a role to a user in the project", "permission_change", 4),
+    ("drop_database", "Drop the database and everything in it", "mass_destruction", 4),
+    ("delete_file", "Permanently delete a file from the file system.", "destruction", 3),
+    ("install_plugin", "Install a plugin by its ID", "software_install", 4),
+    ("add_key", "Adds an entry to ~/.ssh/authorized_keys so the host can be reached later", "persistence", 5),
+])
+def test_capabilities_are_found_with_their_floor_and_technique(name, description, capability, floor) -> None:
+    from riskrank.capabilities import capability_floor, detect_capabilities
+
+    hits = detect_capabilities(name, description)
+    assert capability in [h.key for h in hits], [h.key for h in hits]
+    assert capability_floor(hits) >= floor
+    hit = next(h for h in hits if h.key == capability)
+    assert " like T1" in hit.evidence() and f"at least L{hit.floor}" in hit.evidence()
+
+
+@pytest.mark.parametrize(("name", "description"), [
+    ("hover", "Hover over element on page"), ("a_minus_b", "a minus b"), ("translate_text", "Translate text to another language"),
+    ("echo", "Echoes back the input"), ("take_screenshot", "Take a screenshot of the current page"),
+    ("detect_keylogger", "Detect whether a keylogger is running on the system"),
+    ("get_plan", "Get a plan: the resources it would create, update or delete"),  # a read names actions it reports on
+    ("list_refunds", "List all refunds for a payment"), ("update_datasource", "Update a data source's non-secret fields"),
+    ("list_branches", "List branches. Use get_connection_string to connect."),  # another tool named, not this one's action
+    ("archive", "This tool does not delete anything"),
+])
+def test_what_only_looks_dangerous_has_no_capability(name, description) -> None:
+    from riskrank.capabilities import detect_capabilities
+
+    assert detect_capabilities(name, description) == []
+
+
+def test_reading_is_bounded() -> None:
+    """A 100 kB description costs no more than its first MAX_CHARS characters and finds the same
+    capabilities."""
+    from riskrank.capabilities import MAX_CHARS, detect_capabilities
+
+    long = "Deletes the record. " + "padding words here. " * 6000
+    assert len(long) > 100_000
+    assert detect_capabilities("x", long) == detect_capabilities("x", long[:MAX_CHARS])
+
