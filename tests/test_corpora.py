@@ -82,11 +82,13 @@ def copy_corpus(src: Path, dst: Path, corpus: str) -> Path:
 # -- the manifest -----------------------------------------------------------------------------------
 def test_manifest_tags_the_corpus_files():
     counts = Counter(e.corpus for e in MANIFEST)
-    assert counts == {None: 11, "bfcl": 24, "apibench": 7, "apibank": 266, "toolalpaca": 3}
+    assert counts == {None: 11, "bfcl": 24, "apibench": 7, "apibank": 266, "toolalpaca": 3,
+                      "attack": 836, "bfcl-multi-turn": 29, "bipia": 5}
     assert all(e.mirrored and e.sha256 and e.license for e in MANIFEST if e.corpus)
     assert all(e.license is None for e in MANIFEST if e.corpus is None)
     paths = {e.rel_path for e in MANIFEST if e.corpus}
-    for lic in ("ShishirPatil/gorilla/LICENSE", "AlibabaResearch/DAMO-ConvAI/api-bank/LICENSE", "tangqiaoyu/ToolAlpaca/LICENSE"):
+    for lic in ("ShishirPatil/gorilla/LICENSE", "AlibabaResearch/DAMO-ConvAI/api-bank/LICENSE", "tangqiaoyu/ToolAlpaca/LICENSE",
+                "mitre/cti/LICENSE.txt", "microsoft/BIPIA/LICENSE"):
         assert lic in paths  # the licenses travel with the data
     assert DATASETS == ("ultratool", "sealtools", "demo") and CORPORA == ("bfcl", "apibench", "apibank", "toolalpaca")
 

@@ -83,10 +83,10 @@ def run() -> int:
         # blank line, the error); the command's --help is named for the rest.
         where = exc.ctx.command_path if exc.ctx is not None else "riskrank"
         what = exc.format_message().rstrip(".")
-        click.echo(f"error: {one_line(f'{where}: {what} (see {where} --help)')}", err=True)
+        echo(f"error: {one_line(f'{where}: {what} (see {where} --help)')}", err=True)
         return EXIT_USAGE
     except click.ClickException as exc:
-        click.echo(f"error: {one_line(exc.format_message())}", err=True)
+        echo(f"error: {one_line(exc.format_message())}", err=True)
         return EXIT_USAGE
     except RiskrankError as exc:
         echo(f"error: {one_line(str(exc))}", err=True)

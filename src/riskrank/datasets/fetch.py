@@ -72,8 +72,11 @@ class ManifestEntry:
 
     ``sha256`` and ``bytes`` are ``None`` when the hash/size is not pinned (files too large
     to mirror whose exact upstream copy was never hashed here). ``corpus`` names the
-    training corpus a file belongs to (``bfcl``, ``apibench``, ``apibank``, ``toolalpaca``;
-    None for the benchmark files), so a loader can list its files from the manifest;
+    training corpus a file belongs to (``bfcl``, ``apibench``, ``apibank``, ``toolalpaca``),
+    or the reference set (``attack``: MITRE ATT&CK Enterprise, the vocabulary of the level
+    model's capabilities; ``bfcl-multi-turn``: multi-step tasks with their ground truth and
+    API simulators; ``bipia``: indirect prompt-injection instructions); None for the benchmark
+    files, so a loader can list its files from the manifest;
     ``license`` is the upstream license as stated there.
     """
 
