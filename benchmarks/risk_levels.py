@@ -47,6 +47,14 @@ from riskrank.training.levels import (
 )
 
 BEFORE = Path(__file__).with_name("results") / "levels_before.json"
+#: The half of the attack set read while the capability patterns were extended (seeded; the
+#: other half was never read): the first 130 ids of this permutation.
+ATTACK_READ_SEED, ATTACK_READ_N = 20261206, 130
+#: The MCP servers whose tools were not read while the capability patterns were written (drawn
+#: at random, seed 20261205, before any level of them was seen); the other 15 were read.
+UNREAD_SERVERS = ("ChromeDevTools/chrome-devtools-mcp", "cloudflare/mcp-server-cloudflare", "hashicorp/vault-mcp-server",
+                  "korotovsky/slack-mcp-server", "microsoft/mcp", "sooperset/mcp-atlassian", "stripe/agent-toolkit",
+                  "wonderwhy-er/DesktopCommanderMCP")
 TARGETS = {"kappa_quadratic": 0.85, "within_one": 0.97, "low_asked": 0.10, "high_unasked": 0.01, "ms_per_tool": 1.0}
 
 
@@ -107,6 +115,39 @@ def policy_table(gold: np.ndarray, pred: np.ndarray, confirm_level: int = 3) -> 
                       "unasked": int(((gold == lv) & (pred < confirm_level)).sum())} for lv in range(1, 6)}
 
 
+def frontier(doc: dict, data: LevelData) -> list[dict]:
+    """What the default policy would do at other values of the L2/L3 threshold tau_2 (the rest of
+    the choice as made): the leave-one-server-out probabilities re-read, nothing refitted. An
+    operator's view of the trade-off; the shipped tau_2 was chosen by the inner split."""
+    from riskrank.training.levels import served
+
+    loso = doc["leave_one_server_out"]
+    rows = np.asarray(loso["predictions"]["rows"])
+    cum = np.asarray(loso["predictions"]["cumulative"])
+    units = {u: np.flatnonzero(data.server[rows] == u) for u in loso["choices"]}
+    gold = data.y[rows]
+    out = []
+    for t2 in (0.2, 0.3, 0.4, 0.5, 0.6, 0.7):
+        pred = np.zeros(len(rows), dtype=np.int64)
+        for u, pos in units.items():
+            ch = loso["choices"][u]
+            tau = (ch["tau"][0], t2, ch["tau"][2], ch["tau"][3])
+            pred[pos] = served(cum[pos], data.subset(np.isin(np.arange(len(data.y)), rows[pos])), tau, ch["tau_cautious"],
+                               tuple(ch["hint_floors"]))
+        out.append({"tau_2": t2, **agreement_row(gold, pred)})
+    return out
+
+
+def read_split(doc: dict, data: LevelData) -> dict:
+    """Leave one server out, pooled separately over the servers read while the patterns were
+    written and those never read (the honest judge of the patterns)."""
+    loso = doc["leave_one_server_out"]
+    rows = np.asarray(loso["predictions"]["rows"])
+    pred = np.asarray(loso["predictions"]["served"])
+    unread = np.isin(data.server[rows], UNREAD_SERVERS)
+    return {"never read": agreement_row(data.y[rows][unread], pred[unread]), "read": agreement_row(data.y[rows][~unread], pred[~unread])}
+
+
 def table_md(doc: dict) -> str:
     """The tables of docs/base-model.md's level-model section, rendered from the artefact."""
     ag = doc["annotators"]["mcp"]
@@ -123,6 +164,12 @@ def table_md(doc: dict) -> str:
     for name, r in loso["pooled"].items():
         lines.append(f"| {name} | {_f(r['kappa_quadratic'])} | {_f(r['exact'])} | {_f(r['within_one'])} | "
                      f"{_pct(r['low_asked'])} | {_pct(r['high_unasked'])} |")
+    if doc.get("read_split"):
+        for name in ("read", "never read"):
+            r = doc["read_split"][name]
+            lines.append(f"| served level, the {r['n']} tools of the servers {name} while the patterns were written | "
+                         f"{_f(r['kappa_quadratic'])} | {_f(r['exact'])} | {_f(r['within_one'])} | {_pct(r['low_asked'])} | "
+                         f"{_pct(r['high_unasked'])} |")
     lines += ["", "Per held-out server (served level; before in brackets):", "",
               "| server | tools | annotators' κ (mean) | weighted κ | within one | L1–L2 asked | L4–L5 unasked |",
               "|---|---|---|---|---|---|---|"]
@@ -140,16 +187,36 @@ def table_md(doc: dict) -> str:
         r = v["served level"]
         lines.append(f"| {unit} | {r['n']} | {_f(r['kappa_quadratic'])} | {_f(r['exact'])} | {_f(r['within_one'])} | "
                      f"{_pct(r['low_asked'])} | {_pct(r['high_unasked'])} |")
+    un = doc.get("attack_unread_half")
+    if un:
+        r, b = un["served level"], un.get("before", {})
+        lines += ["", f"The half of the attack set never read while the capability patterns were written ({r['n']} tools, "
+                  f"{r['n_high']} rated L4–L5, {r['n_low']} rated L1–L2), the whole set held out: weighted κ {_f(r['kappa_quadratic'])} "
+                  f"(before {_f(b.get('kappa_quadratic'))}), L4–L5 run without a question {_pct(r['high_unasked'])} (before "
+                  f"{_pct(b.get('high_unasked'))}), L1–L2 asked {_pct(r['low_asked'])} (before {_pct(b.get('low_asked'))})."]
     lines += ["", "The paper's labels of a benchmark the model never saw:", "",
               "| held out | tools | weighted κ | exact | within one |", "|---|---|---|---|---|"]
     for name, r in doc["paper_labels"].items():
         lines.append(f"| {name} | {r['n']:,} | {_f(r['kappa_quadratic'])} | {_f(r['exact'])} | {_f(r['within_one'])} |")
+    if doc.get("frontier"):
+        lines += ["", "The same held-out probabilities read at other L2/L3 thresholds (τ₂; the shipped one was chosen by the "
+                  "inner split, the other choices kept):", "", "| τ₂ | weighted κ | L1–L2 asked | L4–L5 unasked |", "|---|---|---|---|"]
+        lines += [f"| {r['tau_2']:.1f} | {_f(r['kappa_quadratic'])} | {_pct(r['low_asked'])} | {_pct(r['high_unasked'])} |"
+                  for r in doc["frontier"]]
     lines += ["", "What the default policy (confirmation from L3) does, by the annotators' level (leave one server out):", "",
               "| rubric level | tools | asked (before) | run without a question (before) |", "|---|---|---|---|"]
     pt, pb = doc["policy"]["served level"], doc["policy"].get("before", {})
     for lv in map(str, range(1, 6)):
         lines.append(f"| L{lv} | {pt[lv]['n']} | {pt[lv]['asked']} ({pb.get(lv, {}).get('asked', '–')}) | "
                      f"{pt[lv]['unasked']} ({pb.get(lv, {}).get('unasked', '–')}) |")
+    cb = doc.get("confusion_before_after") or {}
+    for name in ("before", "after"):
+        m = cb.get(name)
+        if m:
+            what = "the previous release as served" if name == "before" else "leave one server out"
+            lines += ["", f"Confusion, {name} (rows: the annotators' level; columns: the served level; {what}):", "",
+                      "| | L1 | L2 | L3 | L4 | L5 |", "|---|---|---|---|---|---|"]
+            lines += [f"| L{i + 1} | " + " | ".join(str(v) for v in row) + " |" for i, row in enumerate(m)]
     return "\n".join(lines) + "\n"
 
 
@@ -181,6 +248,15 @@ def main() -> None:
     doc: dict = {"seed": a.seed, "encoder": enc.identity, "targets": TARGETS,
                  "n_tools": {s: int((data.source == s).sum()) for s in ("mcp", "rubric", "paper")}}
     doc["annotators"] = annotator_agreement(sets)
+    doc["sets"] = {s.name: {"n": len(s), "levels": {str(lv): int((s.levels == lv).sum()) for lv in range(1, 6)},
+                            "span": {k: int(v) for k, v in zip(("0", "1", ">=2"), np.bincount(np.minimum(s.votes.max(1) - s.votes.min(1), 2),
+                                                                                            minlength=3), strict=True)}}
+                   for s in sets}
+    paper = np.asarray([lv or 0 for lv in by["corpora"].extra["paper_level"]])
+    both = paper > 0
+    doc["paper_vs_anchors"] = {**agreement_row(paper[both], by["corpora"].levels[both]),
+                               "anchors_higher": int((by["corpora"].levels[both] > paper[both]).sum()),
+                               "anchors_lower": int((by["corpora"].levels[both] < paper[both]).sum())}
     print(f"annotators (mcp): kappa {[round(p['kappa_quadratic'], 3) for p in doc['annotators']['mcp']['pairs']]}", flush=True)
 
     # before: the previous release's served levels of the same tools
@@ -211,10 +287,18 @@ def main() -> None:
     data_units = LevelData(data.x, data.y, data.source, np.where(rub | (data.source == "mcp"), data.server, "paper:" + data.server),
                            data.cautious, data.floors, data.hints, data.names, data.texts)
     doc["leave_one_set_out"] = leave_groups_out(data_units, units, seed=a.seed, progress=True)
+    att = np.flatnonzero((data.source == "rubric") & np.isin(data.server, ["attack", "lookalike"]))
+    read = set(np.random.default_rng(ATTACK_READ_SEED).permutation(len(att))[:ATTACK_READ_N].tolist())
+    unread = np.asarray([k not in read for k in range(len(att))])
+    rows = doc["leave_one_set_out"]["predictions"]["rows"]
+    pos = {r: k for k, r in enumerate(rows)}
+    held_pred = np.asarray([doc["leave_one_set_out"]["predictions"]["served"][pos[int(r)]] for r in att])
+    doc["attack_unread_half"] = {"served level": agreement_row(data.y[att][unread], held_pred[unread]),
+                                 "read": sorted(read)}
     if before is not None:
-        att = [i for i in range(len(data.y)) if data.source[i] == "rubric" and data.server[i] in ("attack", "lookalike")]
         b = np.asarray([before["levels"][f"attack:{k}"] for k in range(len(att))])
         doc["attack_before"] = agreement_row(data.y[att], b)
+        doc["attack_unread_half"]["before"] = agreement_row(data.y[att][unread], b[unread])
     doc["paper_labels"] = paper_agreement(data, bench_masks, seed=a.seed)
 
     # the cost of reading a registry's levels, per tool (capabilities, text facts, the model)
@@ -235,6 +319,8 @@ def main() -> None:
         model.save(a.save)
         doc["saved"] = {"folder": a.save, "choice": choice.to_dict()}
         print(f"saved the level model to {a.save}")
+    doc["frontier"] = frontier(doc, data)
+    doc["read_split"] = read_split(doc, data)
     doc["seconds"] = round(time.time() - t0, 1)
     if a.json:
         from riskrank.fileio import atomic_write_text

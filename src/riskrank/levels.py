@@ -263,9 +263,9 @@ class LevelModel:
         """The level each declared hint raises a tool to (only raises)."""
         return {k: int(v) for k, v in self.meta.get("hint_floors", {"destructiveHint": 4, "readOnlyHint=false": 3, "openWorldHint": 2}).items()}
 
-    def cumulative(self, x: np.ndarray) -> np.ndarray:
-        """P(level > k), k = 1..4, for feature rows ``x`` [N, F]."""
-        z = np.asarray(x, dtype=np.float64) @ self.arrays["ordinal.weight"].astype(np.float64)
+    def cumulative(self, x: Any) -> np.ndarray:
+        """P(level > k), k = 1..4, for feature rows ``x`` [N, F] (an array or a sparse matrix)."""
+        z = np.asarray(x @ self.arrays["ordinal.weight"].astype(np.float64), dtype=np.float64).ravel()
         return _sigmoid(z[:, None] - self.arrays["ordinal.thresholds"].astype(np.float64)[None, :])
 
     def predict(self, tool_emb: np.ndarray, tools: Sequence[Any], evidence: ToolEvidence | None = None) -> LevelPrediction:

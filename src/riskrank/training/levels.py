@@ -55,13 +55,14 @@ def fit_ordinal(x: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None, 
     ``sum_i weight_i sum_k BCE(sigmoid(w x_i - theta_k), [y_i > k]) / sum(weight) + penalty/2 |w|^2 / n``.
 
     Thresholds are kept increasing by fitting the first and the log-gaps."""
+    import scipy.sparse as sp
     from scipy.optimize import minimize
 
-    x = np.asarray(x, dtype=np.float64)
+    x = sp.csr_matrix(x, dtype=np.float64) if sp.issparse(x) else np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.int64)
     w8 = np.ones(len(y)) if weight is None else np.asarray(weight, dtype=np.float64)
     keep = w8 > 0  # rows that weigh nothing cost nothing
-    x, y, w8 = x[keep], y[keep], w8[keep]
+    x, y, w8 = x[np.flatnonzero(keep)], y[keep], w8[keep]
     n, f = x.shape
     w8 = w8 / w8.sum()
     target = (y[:, None] > np.arange(1, 5)[None, :]).astype(np.float64)  # [n, 4]
@@ -76,7 +77,7 @@ def fit_ordinal(x: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None, 
         sp = np.logaddexp(0.0, logit)
         val = float((w8[:, None] * (sp - target * logit)).sum() + 0.5 * lam * w @ w)
         g = w8[:, None] * (1.0 / (1.0 + np.exp(-logit)) - target)  # dL/dlogit
-        gw = x.T @ g.sum(axis=1) + lam * w
+        gw = np.asarray(x.T @ g.sum(axis=1)).ravel() + lam * w
         gth = -g.sum(axis=0)  # dL/dtheta_k
         # theta_k = a + sum_{j<=k} exp(b_j): d/da = sum_k, d/db_j = exp(b_j) * sum_{k>=j}
         ga = gth.sum()
@@ -144,9 +145,14 @@ def word_vectors(data: LevelData, scale: float) -> WordVectors | None:
     return WordVectors(tuple(str(t) for t in terms), vec.idf_.astype(np.float64), scale)
 
 
-def with_words(data: LevelData, words: WordVectors | None) -> np.ndarray:
-    """``data``'s features with the word vector appended (as the model reads them)."""
-    return data.x if words is None else np.hstack([data.x, words.transform(data.texts)])
+def with_words(data: LevelData, words: WordVectors | None) -> Any:
+    """``data``'s features with the word vector appended (as the model reads them; sparse when
+    there are words: thousands of columns, a few dozen set per tool)."""
+    import scipy.sparse as sp
+
+    if words is None:
+        return data.x
+    return sp.hstack([sp.csr_matrix(data.x), sp.csr_matrix(words.transform(data.texts))], format="csr")
 
 
 def apply_hints(levels: np.ndarray, hints: Sequence[dict[str, bool]], floors: tuple[int, int, int]) -> np.ndarray:
@@ -207,12 +213,16 @@ def confusion(gold: np.ndarray, pred: np.ndarray) -> list[list[int]]:
     return counts(gold, pred).tolist()
 
 
+#: The policy's two errors the inner split charges for beyond a bound: (bound, charge per unit).
+POLICY_CHARGES = {"high_unasked": (0.01, 5.0), "low_asked": (0.10, 1.0)}
+
+
 def _objective(gold: np.ndarray, pred: np.ndarray) -> float:
-    """What the inner split maximises: κ, less a heavy charge for the policy's two errors
-    beyond its targets (L4-L5 run unasked above 1 %, L1-L2 asked above 10 %)."""
+    """What the inner split maximises: κ, less a charge for each of the policy's two errors
+    beyond its bound (:data:`POLICY_CHARGES`: L4-L5 run unasked, L1-L2 asked)."""
     r = agreement_row(gold, pred)
     k = 0.0 if not np.isfinite(r["kappa_quadratic"]) else r["kappa_quadratic"]
-    return k - 5.0 * max(0.0, (r["high_unasked"] or 0.0) - 0.01) - 1.0 * max(0.0, (r["low_asked"] or 0.0) - 0.10)
+    return k - sum(charge * max(0.0, (r[key] or 0.0) - bound) for key, (bound, charge) in POLICY_CHARGES.items())
 
 
 @dataclass(frozen=True)
@@ -245,10 +255,12 @@ def _groups(servers: np.ndarray, n_groups: int, seed: int) -> dict[str, int]:
 
 
 def choose(data: LevelData, *, n_groups: int = 4, seed: int = 42) -> Choice:
-    """The penalty, the benchmarks' weight, tau, tau_cautious and the hint floors that maximise
-    :func:`_objective` on the MCP tools of held-out server groups, fitting on the rest (MCP
-    servers only: the benchmarks always train, weighted by the choice)."""
-    mcp = data.source == "mcp"
+    """The penalty, the benchmarks' weight, the word vector's weight, tau, tau_cautious and the
+    hint floors that maximise :func:`_objective` on the tools rated under the anchors of
+    held-out groups (MCP servers, corpora of the rated sample, the attack and look-alike sets,
+    dealt into ``n_groups``), fitting on the rest; the benchmarks' paper labels always train,
+    weighted by the choice."""
+    mcp = data.source != "paper"  # every tool rated under the anchors
     group_of = _groups(data.server[mcp], n_groups, seed)
     grp = np.asarray([group_of.get(s, -1) if m else -1 for s, m in zip(data.server, mcp, strict=True)])
     # out-of-group cumulative probabilities for every (penalty, corpus weight, word scale)
@@ -265,7 +277,7 @@ def choose(data: LevelData, *, n_groups: int = 4, seed: int = 42) -> Choice:
                 cum = np.zeros((len(data.y), 4))
                 for tr, te, train, x_tr, x_te in splits:
                     f = data.x.shape[1]
-                    a, b = (x_tr[:, :f], x_te[:, :f]) if ws == 0 else (_scaled(x_tr, f, ws), _scaled(x_te, f, ws))
+                    a, b = (train.x, data.x[te]) if ws == 0 else (_scaled(x_tr, f, ws), _scaled(x_te, f, ws))
                     w, th = fit_ordinal(a, data.y[tr], sample_weights(train, cw), penalty=pen)
                     cum[te] = LevelModel({"ordinal.weight": w, "ordinal.thresholds": th}).cumulative(b)
                 cums[(pen, cw, ws)] = cum[mcp]
@@ -282,11 +294,13 @@ def choose(data: LevelData, *, n_groups: int = 4, seed: int = 42) -> Choice:
     return best
 
 
-def _scaled(x: np.ndarray, f: int, scale: float) -> np.ndarray:
+def _scaled(x: Any, f: int, scale: float) -> Any:
     """Features whose word columns (after the first ``f``) are multiplied by ``scale``."""
-    out = x.copy()
-    out[:, f:] *= scale
-    return out
+    import scipy.sparse as sp
+
+    d = np.ones(x.shape[1])
+    d[f:] = scale
+    return x @ sp.diags(d) if sp.issparse(x) else x * d
 
 
 def _tau_candidates() -> list[tuple[float, float, float, float]]:

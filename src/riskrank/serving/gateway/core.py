@@ -631,7 +631,7 @@ class Gateway:
         exposure = await self._exposure(key)
         level, provenance = view.levels.get(name, (None, None))
         rec: dict[str, Any] = {"task": exposure.task if exposure else None, "tool": name, "level": level,
-                               "provenance": provenance, "capabilities": (view.rows.get(name) or {}).get("capabilities") or None,
+                               "provenance": provenance, "capabilities": (view.tools.get(name) or {}).get("capabilities") or None,
                                "session": key, **_who(_caller(call)), "arguments": args}
         ttl = policy.exposure_ttl_s
         exposed = exposure is not None and name in exposure.names
