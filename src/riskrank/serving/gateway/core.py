@@ -259,7 +259,7 @@ def build_view(registry: ToolRegistry, spec: ArtefactSpec, encoder: Any, policy:
     cat = load_catalogue(spec, encoder, generation, audit=audit.subset(offered)) if offered else None
     mark("catalogue built (lexical index, tool graph, probe query)", once=True)
     rows = {t.name: {"name": t.name, "description": t.description, "level": int(lv.levels[i]), "provenance": lv.provenance[i],
-                     "evidence": list(lv.evidence[i]), "permissions": sorted(t.permissions),
+                     "evidence": list(lv.evidence[i]), "capabilities": lv.capabilities_of(i), "permissions": sorted(t.permissions),
                      "annotations": dict(t.annotations) if t.annotations else None,
                      "upstream": (routes or {}).get(t.name, (None, None))[0], "not_offered": not_offered.get(t.name),
                      "needs_confirmation": policy.needs_confirmation(int(lv.levels[i]), (routes or {}).get(t.name, (None,))[0])
@@ -631,7 +631,8 @@ class Gateway:
         exposure = await self._exposure(key)
         level, provenance = view.levels.get(name, (None, None))
         rec: dict[str, Any] = {"task": exposure.task if exposure else None, "tool": name, "level": level,
-                               "provenance": provenance, "session": key, **_who(_caller(call)), "arguments": args}
+                               "provenance": provenance, "capabilities": (view.tools.get(name) or {}).get("capabilities") or None,
+                               "session": key, **_who(_caller(call)), "arguments": args}
         ttl = policy.exposure_ttl_s
         exposed = exposure is not None and name in exposure.names
         expired = exposed and ttl is not None and time.monotonic() - exposure.at > ttl
