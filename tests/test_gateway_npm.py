@@ -155,7 +155,8 @@ def check_agent_loop(seen: dict, root: Path, *, confirmed: bool) -> None:
     # "delete the old log files": no destructive tool beyond the policy (max_level 3) is offered.
     delete = seen["delete"]
     assert delete["tools"] and all(t["risk_level"] <= 3 for t in delete["tools"])
-    assert not {"delete_entities", "delete_observations", "delete_relations", "docs__write_file", "docs__edit_file",
+    # (the level model rates delete_observations 3: it removes facts from entities it keeps, so it may be offered)
+    assert not {"delete_entities", "delete_relations", "docs__write_file", "docs__edit_file",
                 "docs__move_file"} & {t["name"] for t in delete["tools"]}
     assert delete["policy"] == {"max_level": 3, "confirm_level": 3, "not_offered": delete["policy"]["not_offered"]}
     assert delete["policy"]["not_offered"] >= 9

@@ -135,6 +135,14 @@ def test_which_tools_are_untrusted_sources_and_sinks():
     assert tool_roles("send_email", "Send an e-mail.", None, None, ["outbound_send"], "mail", ops)[1] is None
 
 
+def test_the_level_models_capabilities_make_sinks():
+    from riskrank.serving.gateway.view import capability_keys
+
+    caps = capability_keys(["outbound_send (T1567)", "destruction (T1485)"])
+    assert caps == ["outbound_send", "destruction"]
+    assert tool_roles("notify", "Tell someone.", None, None, caps, "srv", Policy())[1] == "capability outbound_send, destruction"
+
+
 def test_the_policy_file_keys(tmp_path):
     path = tmp_path / "policy.json"
     path.write_text(json.dumps({"scope": "off", "flow": "refuse", "confirm": "every_call",

@@ -572,7 +572,8 @@ class Gateway:
         args = dict(ctx.arguments)
         level, provenance = ctx.level, ctx.provenance
         rec: dict[str, Any] = {"task": exposure.task if exposure else None, "tool": name, "level": level,
-                               "provenance": provenance, "session": key, **_who(_caller(call)), "arguments": args}
+                               "provenance": provenance, "capabilities": (view.tools.get(name) or {}).get("capabilities") or None,
+                               "session": key, **_who(_caller(call)), "arguments": args}
         if record.anchored:
             rec["anchor"] = record.anchor
         if outcome.refusal is not None:

@@ -98,6 +98,12 @@ def record_registry(records: list[dict[str, Any]], source: str) -> tuple[ToolReg
     return ToolRegistry([t for i, t in enumerate(tools) if i not in alike], source), skipped
 
 
+def capability_keys(served: list[str]) -> list[str]:
+    """The capability keys of the level model's served form (``"outbound_send (T1567)"`` ->
+    ``"outbound_send"``): what the sink test reads."""
+    return [c.split(" ", 1)[0] for c in served]
+
+
 def build_view(registry: ToolRegistry, spec: ArtefactSpec, encoder: Any, policy: Policy, generation: int, *,
                routes: dict[str, tuple[str, str]] | None = None, skipped: dict[str, str] | None = None,
                withdrawn: dict[str, str] | None = None, held: dict[str, str] | None = None,
@@ -135,10 +141,13 @@ def build_view(registry: ToolRegistry, spec: ArtefactSpec, encoder: Any, policy:
     for name, sc in (scans or {}).items():
         if name in rows and sc.findings:
             rows[name]["scan"] = sc.verdict
-    for t in registry:  # what the session guard reads: capabilities, and whether it is a source or a sink
+    for i, t in enumerate(registry):  # what the session guard reads: capabilities, and whether it is a source or a sink
         row = rows[t.name]
-        caps = [h.key for h in detect_capabilities(t.name, t.description, t.parameters)]
-        row["capabilities"] = caps
+        # the level model's capabilities where it served the levels ("outbound_send (T1567)": the
+        # key, then the ATT&CK technique), else read from the definition
+        served = lv.capabilities_of(i) if lv.capabilities else []
+        caps = capability_keys(served) if lv.capabilities else [h.key for h in detect_capabilities(t.name, t.description, t.parameters)]
+        row["capabilities"] = served or caps
         row["source"], row["sink"] = tool_roles(t.name, t.description, t.parameters, t.annotations, caps, row["upstream"],
                                                 policy)
         # confirmed at every call whatever the session: an untrusted server's tools, a scan verdict the policy confirms
