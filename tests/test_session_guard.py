@@ -51,6 +51,7 @@ from riskrank.serving.gateway.session import (
     SessionBook,
     SessionError,
     SessionRecord,
+    confirmation_kind,
     tool_roles,
 )
 from riskrank.serving.gateway.store import open_store
@@ -364,6 +365,20 @@ def test_confirm_guard_asks_once_per_session():
     untrusted = view_of(purge={"level": 3, "every": True})
     v = confirm.check(ctx_of("purge", untrusted, record=once, policy=Policy(untrusted=("srv",))))
     assert v.code == "confirm" and "untrusted by the policy" in v.message  # an untrusted server's calls: every time
+
+
+def test_an_approval_covers_its_kind_the_tool_with_the_same_switches():
+    schema = {"type": "object", "properties": {"unlock": {"type": "boolean"}, "door": {"type": "array"},
+                                               "mode": {"type": "string", "enum": ["START", "STOP"]}, "note": {"type": "string"}}}
+    assert confirmation_kind("lockDoors", {"door": ["driver"], "note": "x"}, schema) == "lockDoors"
+    assert confirmation_kind("lockDoors", {"unlock": False, "door": ["driver"]}, schema) == "lockDoors(unlock=false)"
+    assert confirmation_kind("lockDoors", {"mode": "STOP", "unlock": True}, schema) == 'lockDoors(mode="STOP", unlock=true)'
+    assert confirmation_kind("lockDoors", {"mode": "HALT"}, schema) == "lockDoors"  # not one of the enum's: a value
+    assert confirmation_kind("t", {"flag": True}, None) == "t(flag=true)"  # a boolean is a switch, schema or not
+    v = view_of(lockDoors={"level": 3, "schema": schema})
+    locked = ANCHORED.with_confirmation("lockDoors", widen=True, kind=confirmation_kind("lockDoors", {"unlock": False}, schema))
+    assert confirm.check(ctx_of("lockDoors", v, record=locked, args={"unlock": False, "door": ["rear_left"]})) is None
+    assert confirm.check(ctx_of("lockDoors", v, record=locked, args={"unlock": True})).code == "confirm"  # another kind
 
 
 # -- the chain ----------------------------------------------------------------------------------------------

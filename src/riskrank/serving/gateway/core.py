@@ -61,6 +61,7 @@ from riskrank.serving.gateway.session import (
     SessionBook,
     SessionError,
     SessionRecord,
+    confirmation_kind,
 )
 from riskrank.serving.gateway.upstreams import UpstreamManager, describe
 from riskrank.serving.gateway.values import bounded, candidates, result_text
@@ -677,7 +678,8 @@ class Gateway:
         codes = {h.code for h in outcome.holds}
         cleared = [v for h in outcome.holds for v in h.values]
         with contextlib.suppress(SessionError):  # not remembered: the next call is asked again
-            await self._update(ctx.session, lambda r: r.with_confirmation(name, widen=DRIFT in codes, cleared=cleared))
+            await self._update(ctx.session, lambda r: r.with_confirmation(
+                name, widen=DRIFT in codes, cleared=cleared, kind=confirmation_kind(name, args, ctx.view.schemas.get(name))))
         return None
 
     @staticmethod
