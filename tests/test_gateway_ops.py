@@ -259,6 +259,33 @@ def test_replay_skips_older_lines_with_a_count(tmp_path):
                            "find_tools line without returned (an older gateway)": 1, "not a JSON object": 1}
 
 
+def test_replay_reads_a_state_store_and_counts_an_operators_call_once(tmp_path):
+    from riskrank.serving.gateway.store import open_store
+
+    guards = [["policy", "pass"], ["confirm", "hold", "confirm"]]
+    base = {"task": "t", "tool": "archive_email", "level": 3, "session": "s", "upstream": "mail", "guards": guards}
+    lines = [{"time": "2026-01-01T00:00:00.000Z", "tool": "find_tools", "decision": "found", "session": "s",
+              "returned": [["archive_email", 3]], "task": "t", "level": None, "reason": "1 returned"},
+             {**base, "time": "2026-01-01T00:00:01.000Z", "decision": "pending", "code": "awaiting_operator", "reason": "r"},
+             {**base, "time": "2026-01-01T00:00:02.000Z", "decision": "allowed", "code": "allowed", "confirmed": "console",
+              "reason": "level 3 >= confirm_level 3"}]
+    with open_store(tmp_path / "state") as store:
+        for rec in lines:
+            store.append(rec)
+    log = tmp_path / "audit.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    new = tmp_path / "new.json"
+    new.write_text(json.dumps({"confirm_level": 4}))
+    from riskrank.serving.gateway.auditlog import read_records
+
+    with open_store(tmp_path / "state", create=False) as store:
+        from_store = replay(enumerate(read_records(store), 1), load_policies(new))
+    from_file = replay(read_lines(log), load_policies(new))
+    for out in (from_store, from_file):
+        assert out.calls == 1 and out.before == {"confirmed": 1} and out.after == {"allowed": 1}
+        assert [r.change for r in out.table()] == ["no_longer_confirmed"]
+
+
 def test_policy_replay_command(tmp_path, encoder, monkeypatch, capfd):
     import sys
 

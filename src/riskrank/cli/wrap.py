@@ -223,13 +223,17 @@ def policy_replay(audit: str, policy_file: str, since: str | None, until: str | 
 
     policies = load_policies(policy_file)
     path = Path(audit)
+    store = None
     if path.is_file():
         lines = read_lines(path)
     elif "://" in audit or path.is_dir():
         from riskrank.serving.gateway.auditlog import read_records
         from riskrank.serving.gateway.store import open_store
 
-        store = open_store(audit, create=False)
+        try:
+            store = open_store(audit, create=False)
+        except RiskrankError as exc:  # the store's own words name --state: here it is --audit
+            raise type(exc)(str(exc).replace("--state ", "--audit ", 1)) from None
         lines = enumerate(read_records(store), 1)  # type: ignore[assignment]
     else:
         raise RiskrankError(f"--audit {audit}: no such audit log (a JSONL file, a state directory or a postgresql:// URL)")
@@ -245,4 +249,10 @@ def policy_replay(audit: str, policy_file: str, since: str | None, until: str | 
         result = replay(window(lines), policies)
     except OSError as exc:
         raise RiskrankError(f"--audit {audit}: cannot read it: {exc.strerror or exc}") from None
+    finally:
+        if store is not None:
+            store.close()
+    if result.records == 0 and result.skipped:
+        raise RiskrankError(f"--audit {audit}: none of its {sum(result.skipped.values())} lines is an audit record "
+                            "(a JSON object per line)")
     echo(dumps(result.to_dict()) if as_json else render(result))

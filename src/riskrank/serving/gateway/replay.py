@@ -1,7 +1,7 @@
 """A policy dry run on recorded traffic: re-decide every ``find_tools`` and call of an audit log
 under a new policy and say what would change.
 
-Each call line (``allowed``, ``refused``, ``pending``) is re-decided with the gateway's own
+Each call line (``allowed``, ``refused``) is re-decided with the gateway's own
 decision code: the policy guard's :func:`~.policy.decide` (deny and allow globs, ``max_level``,
 the exposure and its TTL, ``confirm_level``, untrusted servers) at the tool's level (the new
 policy's pinned level where it pins one, else the level on the line); the line's ``guards``
@@ -79,6 +79,8 @@ class Replay:
 
     calls: int = 0
     finds: int = 0
+    records: int = 0
+    """Lines that were JSON objects (a record of some kind)."""
     rows: dict[tuple[str, str, str], Row] = field(default_factory=dict)
     skipped: collections.Counter[str] = field(default_factory=collections.Counter)
     before: collections.Counter[str] = field(default_factory=collections.Counter)
@@ -104,14 +106,13 @@ class Replay:
 
 
 def recorded_outcome(rec: dict[str, Any]) -> str | None:
-    """What a call line says happened: ``allowed``, ``confirmed`` (held: approved, declined,
-    timed out or waiting) or ``refused:<code>``; None for a line that is no decision about a call
-    (a ``failed`` line follows its ``allowed`` one)."""
+    """What a call line says happened: ``allowed``, ``confirmed`` (held: approved, declined or
+    timed out) or ``refused:<code>``; None for a line that is no decision about a call (a
+    ``failed`` line follows its ``allowed`` one; a ``pending`` one precedes the line of the
+    operator's decision, or the call the client repeats with its user's answer)."""
     decision = rec.get("decision")
     if decision == "allowed":
         return CONFIRMED if rec.get("confirmed") else ALLOWED
-    if decision == "pending":
-        return CONFIRMED
     if decision == "refused":
         held = any(len(g) > 1 and g[1] == "hold" for g in rec.get("guards") or [])
         if held and rec.get("code") in HELD_REFUSALS:
@@ -225,6 +226,7 @@ def replay(records: Iterable[tuple[int, dict[str, Any] | None]], policies: Polic
         if rec is None:
             out.skipped["not a JSON object"] += 1
             continue
+        out.records += 1
         tool = rec.get("tool")
         if rec.get("decision") == "upstream_up" and isinstance(rec.get("not_offered"), dict):
             levels = rec.get("levels") if isinstance(rec.get("levels"), dict) else {}
@@ -303,8 +305,8 @@ def render(result: Replay, limit: int = 40) -> str:
         what = f"line {ex['line']}" + (f" {ex['before']} -> {ex['after']}" if "before" in ex else f" -> {ex['after']}")
         body.append((r.change, r.client or "-", r.tool, str(r.count), what))
     widths = [max(len(x[i]) for x in (head, *body)) for i in range(len(head))]
-    lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)))
-    lines.extend("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in body)
+    lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip())
+    lines.extend("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in body)
     if len(rows) > limit:
         lines.append(f"... and {len(rows) - limit} more rows (--json gives all)")
     return "\n".join(lines)
