@@ -182,13 +182,19 @@ def scan_command(path: str, no_start: bool, allow_unreachable: bool, as_json: bo
     instead. PATH may also be a registry file or a tools/list dump, read as it is (nothing
     runs).
 
-    Each definition is read for text addressed to the model: instructions, things hidden from
-    the user, exfiltration cues, claims over other tools, invisible text. Exit 0 when every
+    Each definition is read for text addressed to the model, by the rules (instructions, things
+    hidden from the user, exfiltration cues, claims over other tools, invisible text) and by
+    the learned detector (a "directive" finding: the span, its score and why in words); base64
+    or hex blobs are decoded once and read too. The servers of an mcpServers file (or the
+    records of a file that name their "server") are also read against each other: a name that
+    looks like another server's tool's, a text that names another server's tool. Exit 0 when every
     definition was checked and none is poisoned, 1 when one is poisoned, 2 on bad input or
     when a server could not be checked (it failed to list, or --no-start left it unstarted)
     unless --allow-unreachable."""
+    from dataclasses import replace
+
     from riskrank.fileio import loads_strict, read_regular_file
-    from riskrank.scan import VERDICTS, scan_tools
+    from riskrank.scan import VERDICTS, scan_catalogue
     from riskrank.serving.gateway.config import load_servers
 
     try:
@@ -228,7 +234,17 @@ def scan_command(path: str, no_start: bool, allow_unreachable: bool, as_json: bo
                             "(--allow-unreachable scans the others)")
     for line in unchecked if not no_start else []:
         echo(f"warning: {line}; not checked (--allow-unreachable)", err=True)
-    scans = scan_tools(tools)
+    # Across servers too: an mcpServers file's tools are server/tool; a static file's records
+    # may name their server ("server"), else they are one server's.
+    catalogue: dict[str, list[dict]] = {}
+    for t in tools:
+        server, own = t["name"].split("/", 1) if servers else (str(t.get("server") or ""), t["name"])
+        catalogue.setdefault(server, []).append({**t, "name": own})
+    scanned = {server: iter(found) for server, found in scan_catalogue(catalogue).items()}
+    scans = []
+    for t in tools:
+        server = t["name"].split("/", 1)[0] if servers else str(t.get("server") or "")
+        scans.append(replace(next(scanned[server]), name=t["name"]))
     counts = {v: sum(s.verdict == v for s in scans) for v in VERDICTS}
     if as_json:
         echo(json.dumps({"source": path, "tools": [s.to_dict() for s in scans], "counts": counts,
