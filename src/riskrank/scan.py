@@ -16,8 +16,8 @@ and returns its findings, each with the field and the matched span, and a verdic
 - ``clean``: none of these.
 
 Two kinds of evidence make the verdict. The rules (the patterns below) are high precision:
-each names the phrase it matched. The learned detector (:mod:`riskrank.poison`) scores every
-sentence-like span of the texts the model reads and finds text that speaks to the model in
+each names the phrase it matched. The learned detector (:mod:`riskrank.poison`; opt-in, see
+:data:`DEFAULT`) scores every sentence-like span of the texts the model reads and finds text that speaks to the model in
 words no rule was written for (a ``directive`` finding: the span, and why in words). Text
 smuggled in tag characters and base64 or hex blobs in a text (decoded once; the field says
 so, ``description(base64@120)``) are read by both. Across servers (:func:`scan_catalogue`),
@@ -301,7 +301,10 @@ def _rule_findings(text: str, field: str) -> list[Finding]:
     return out
 
 
-#: ``scan_tool``'s detector by default: the shipped one (:func:`riskrank.poison.default_detector`).
+#: The ``detector`` argument that means the shipped detector (:func:`riskrank.poison.default_detector`).
+#: The scan is the rules alone by default (``detector=None``): the detector is opt-in (the
+#: gateway policy's ``learned_scan``, ``riskrank scan --learned``) while it is below its
+#: targets (docs/trust.md).
 DEFAULT = "default"
 
 
@@ -336,15 +339,16 @@ def directive_findings(detector: Any, items: Sequence[tuple[str, str, int]], nam
     return out
 
 
-def scan_definitions(tools: Sequence[dict[str, Any]], detector: Any = DEFAULT) -> list[Scan]:
+def scan_definitions(tools: Sequence[dict[str, Any]], detector: Any = None) -> list[Scan]:
     """Scan tool definitions (MCP ``tools/list`` records, or any registry records): the rules
-    over every text, and the learned detector (``detector``: the shipped one by default, a
-    :class:`riskrank.poison.PoisonDetector`, or None for the rules alone) over every text the
-    model reads, what tag characters spell and what blobs decode to included. The detector
-    reads the whole list in one batch (its cost is per span, not per call)."""
-    from riskrank.poison import texts_for
-
+    over every text, and the learned detector (``detector``: None, the default, for the rules
+    alone; :data:`DEFAULT` for the shipped one; or a :class:`riskrank.poison.PoisonDetector`)
+    over every text the model reads, what tag characters spell and what blobs decode to
+    included. The detector reads the whole list in one batch (its cost is per span, not per
+    call)."""
     det = _resolve(detector)
+    if det is not None:
+        from riskrank.poison import texts_for
     found: list[list[Finding]] = []
     items: list[tuple[str, str, int]] = []
     for i, tool in enumerate(tools):
@@ -361,7 +365,7 @@ def scan_definitions(tools: Sequence[dict[str, Any]], detector: Any = DEFAULT) -
     return [_verdict(str(t.get("name", "")), fs) for t, fs in zip(tools, found, strict=True)]
 
 
-def scan_tool(tool: dict[str, Any], detector: Any = DEFAULT) -> Scan:
+def scan_tool(tool: dict[str, Any], detector: Any = None) -> Scan:
     """Scan one tool definition (see :func:`scan_definitions`)."""
     return scan_definitions([tool], detector)[0]
 
@@ -371,7 +375,7 @@ def _verdict(name: str, findings: Sequence[Finding]) -> Scan:
     return Scan(name, VERDICTS[worst], tuple(findings))
 
 
-def scan_tools(tools: list[dict[str, Any]], detector: Any = DEFAULT) -> list[Scan]:
+def scan_tools(tools: list[dict[str, Any]], detector: Any = None) -> list[Scan]:
     """Scan each definition of a list (a server's ``tools/list``, a registry's records)."""
     return scan_definitions([t for t in tools if isinstance(t, dict)], detector)
 
@@ -464,7 +468,7 @@ def with_findings(scan: Scan, extra: Sequence[Finding]) -> Scan:
     return _verdict(scan.name, [*scan.findings, *extra]) if extra else scan
 
 
-def scan_catalogue(catalogue: Mapping[str, Sequence[dict[str, Any]]], detector: Any = DEFAULT) -> dict[str, list[Scan]]:
+def scan_catalogue(catalogue: Mapping[str, Sequence[dict[str, Any]]], detector: Any = None) -> dict[str, list[Scan]]:
     """Every tool of several servers (server -> its ``tools/list``): each definition's scan,
     in its server's order, with the findings across servers (:func:`cross_server_findings`)."""
     det = _resolve(detector)

@@ -172,7 +172,11 @@ def _list_server(up: Any, startup_timeout: float) -> list[dict]:
               help="Print {\"tools\": [{name, verdict, findings}], \"counts\": {...}, \"servers\": [...]}.")
 @click.option("--startup-timeout", type=click.FloatRange(1, 600), default=30.0, show_default=True,
               help="For an mcpServers file: seconds each server has to start and list its tools.")
-def scan_command(path: str, no_start: bool, allow_unreachable: bool, as_json: bool, startup_timeout: float) -> None:
+@click.option("--learned", is_flag=True,
+              help="Add the learned detector's findings to the rules' (off by default, as in the gateway: it is below "
+                   "its targets and flags some real tools; docs/trust.md).")
+def scan_command(path: str, no_start: bool, allow_unreachable: bool, as_json: bool, startup_timeout: float,
+                 learned: bool) -> None:
     """Check tool definitions for poisoning; an mcpServers file's servers are STARTED (--no-start runs nothing).
 
     PATH is an mcpServers file, whose servers this command STARTS as the gateway does (each
@@ -183,9 +187,9 @@ def scan_command(path: str, no_start: bool, allow_unreachable: bool, as_json: bo
     runs).
 
     Each definition is read for text addressed to the model, by the rules (instructions, things
-    hidden from the user, exfiltration cues, claims over other tools, invisible text) and by
-    the learned detector (a "directive" finding: the span, its score and why in words); base64
-    or hex blobs are decoded once and read too. The servers of an mcpServers file (or the
+    hidden from the user, exfiltration cues, claims over other tools, invisible text) and, with
+    --learned, by the learned detector (a "directive" finding: the span, its score and why in
+    words); base64 or hex blobs are decoded once and read too. The servers of an mcpServers file (or the
     records of a file that name their "server") are also read against each other: a name that
     looks like another server's tool's, a text that names another server's tool. Exit 0 when every
     definition was checked and none is poisoned, 1 when one is poisoned, 2 on bad input or
@@ -194,7 +198,7 @@ def scan_command(path: str, no_start: bool, allow_unreachable: bool, as_json: bo
     from dataclasses import replace
 
     from riskrank.fileio import loads_strict, read_regular_file
-    from riskrank.scan import VERDICTS, scan_catalogue
+    from riskrank.scan import DEFAULT, VERDICTS, scan_catalogue
     from riskrank.serving.gateway.config import load_servers
 
     try:
@@ -240,7 +244,7 @@ def scan_command(path: str, no_start: bool, allow_unreachable: bool, as_json: bo
     for t in tools:
         server, own = t["name"].split("/", 1) if servers else (str(t.get("server") or ""), t["name"])
         catalogue.setdefault(server, []).append({**t, "name": own})
-    scanned = {server: iter(found) for server, found in scan_catalogue(catalogue).items()}
+    scanned = {server: iter(found) for server, found in scan_catalogue(catalogue, DEFAULT if learned else None).items()}
     scans = []
     for t in tools:
         server = t["name"].split("/", 1)[0] if servers else str(t.get("server") or "")

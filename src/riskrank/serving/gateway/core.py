@@ -28,6 +28,7 @@ from riskrank.names import look_alikes
 from riskrank.registry import ToolRegistry
 from riskrank.risk import RISKY_LEVEL, split_name
 from riskrank.scan import (
+    DEFAULT,
     Finding,
     Scan,
     cross_server_findings,
@@ -837,13 +838,15 @@ class _Catalogues:
 
     def _scan_many(self, records: list[dict[str, Any]]) -> list[Scan]:
         """The scans of definitions, remembered; those not seen yet are scanned in one batch
-        (the learned detector's cost is per span, not per call)."""
-        keys = [json.dumps(r, sort_keys=True, default=str) for r in records]
+        (the learned detector's cost is per span, not per call). The rules alone unless the
+        policy's ``learned_scan`` adds the detector (a scan is remembered under that choice)."""
+        learned = self.policy.learned_scan
+        keys = [("learned:" if learned else "rules:") + json.dumps(r, sort_keys=True, default=str) for r in records]
         todo = {k: r for k, r in zip(keys, records, strict=True) if k not in self.scans}
         if todo:
             if len(self.scans) + len(todo) > 20_000:
                 self.scans.clear()
-            self.scans.update(zip(todo, scan_definitions(list(todo.values())), strict=True))
+            self.scans.update(zip(todo, scan_definitions(list(todo.values()), DEFAULT if learned else None), strict=True))
         return [self.scans[k] for k in keys]
 
     def trust(self, up_name: str, mine: list[dict[str, Any]], routes: dict[str, tuple[str, str]],
