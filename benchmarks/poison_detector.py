@@ -262,7 +262,7 @@ def main() -> None:
     if args.ship:
         final.detector.save(args.ship)
         print(f"wrote {args.ship}")
-    det = final.detector
+    det = load_detector(args.ship) if args.ship else final.detector  # judge what ships, as it loads
     test = {f.name: recall_of(f, d.judge_hosts, det, 5000 + k) for k, f in enumerate(d.families) if f.split == "test"}
     heldout = {f.name: recall_of(f, d.judge_hosts, det, 7000 + k) for k, f in enumerate(d.families) if f.split == "heldout"}
     benign_hard = fpr_of([{"name": f"benign_{i}", "description": t} for i, t in enumerate(tp.benign_heldout())], det)

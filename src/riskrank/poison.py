@@ -535,7 +535,7 @@ class PoisonDetector:
         blob = save(arrays)
         atomic_write_bytes(folder / WEIGHTS, blob)
         meta = {**self.meta, "format": FORMAT, "weights_sha256": hashlib.sha256(blob).hexdigest(),
-                "tokenizer_sha256": self.featuriser.sha256(), "lexicons": {k: list(v) for k, v in self.featuriser.lexicons.items()},
+                "tokenizer_sha256": self.featuriser.sha256(), "lexicons": [[k, list(v)] for k, v in self.featuriser.lexicons.items()],
                 "openers": list(self.featuriser.openers), "span_features": list(SPAN_FEATURES)}
         atomic_write_bytes(folder / SIDECAR, (json.dumps(meta, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode())
         return folder
@@ -585,7 +585,13 @@ def load_detector(folder: str | Path) -> PoisonDetector:
     missing = [k for k in _KEYS_MLP if k not in arrays]
     if missing:
         raise CheckpointError(f"{weights}: missing {', '.join(missing)}")
-    feat = Featuriser(tok, meta.get("lexicons"), meta.get("openers"))
+    # The cue groups in the weights' order (a list of [group, words]: the sidecar is written
+    # with sorted keys, so an object would lose the order that indexes cues.weight's rows).
+    lexicons = meta.get("lexicons")
+    if not (isinstance(lexicons, list) and all(isinstance(g, list) and len(g) == 2 and isinstance(g[0], str)
+                                               and isinstance(g[1], list) for g in lexicons)):
+        raise CheckpointError(f"{side}: lexicons must be a list of [group, words] in the weights' order")
+    feat = Featuriser(tok, {g: tuple(map(str, words)) for g, words in lexicons}, meta.get("openers"))
     hidden = arrays["l1.bias"].shape[0]
     shapes = {"token.table": (len(feat.vocab), hidden), "topic.table": (len(feat.vocab), arrays["topic.table"].shape[1]),
               "cues.weight": (feat.n_cues, hidden),
