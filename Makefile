@@ -52,7 +52,7 @@ base-model: $(STAMP) data
 
 # The poisoning detector shipped in the wheel (docs/trust.md), fitted and judged in one run: 40
 # fits (leave one family out, with one server out each; leave one corpus out; the shipped
-# one), about an hour on two cores, the first run also building the static piece table (minutes).
+# one), twenty minutes on two shared cores, the first run also building the static piece table (minutes).
 # It writes the artefact docs/trust.md renders. NPM_BIN: the reference servers' bin directory.
 POISON_DETECTOR := src/riskrank/base/poison
 NPM_BIN ?= $(shell bash .ci/npm/install.sh $(HOME)/.cache/riskrank-ci/npm 2>/dev/null | tail -1)
