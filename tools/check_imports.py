@@ -8,9 +8,10 @@ The layering rules (see docs/architecture.md):
 
 - the HTTP API, the MCP server and the agent adapters stand on the catalogue, never on each
   other;
-- the gateway's parts (``serving.gateway``: config, policy, upstreams, confirmation, audit log)
-  sit below the MCP server: they import neither it, nor the HTTP API, nor the engine, and only
-  ``serving.mcp_compat`` touches the MCP SDK's modules;
+- the gateway's parts (``serving.gateway``: config, policy, upstreams, confirmation, audit log,
+  the view, the session record, the guards) sit below the MCP server: they import neither it,
+  nor the HTTP API, nor the engine, and only ``serving.mcp_compat`` touches the MCP SDK's
+  modules; the guards, the view and the session record do not import the gateway's core (it runs them);
 - the console (``serving.console``) is a surface the HTTP API and the MCP server mount: it may
   be imported by them, but imports neither of them, nor the MCP layer, the agent adapters or
   the engine; what it shows comes through its seam (``serving.console.host``), the catalogue
@@ -54,6 +55,11 @@ FORBIDDEN = [
     # evaluation runs the methods; the paper's tables and figures (experiments) are built on it
     ("riskrank.evaluation", "riskrank.experiments"),
     ("riskrank.serving.gateway", "riskrank.serving.console"),
+    # the chain's guards are run by the core and read the view: they never reach back into it
+    ("riskrank.serving.gateway.guards", "riskrank.serving.gateway.core"),
+    ("riskrank.serving.gateway.view", "riskrank.serving.gateway.core"),
+    ("riskrank.serving.gateway.session", "riskrank.serving.gateway.core"),
+    ("riskrank.serving.gateway.values", "riskrank.serving.gateway.core"),
     # wrap edits client files: it reads the gateway's file formats, and runs nothing of a server
     *(("riskrank.serving.wrap", s) for s in ("riskrank.serving.mcp", "riskrank.serving.http", "riskrank.serving.console",
                                              "riskrank.serving.mcp_compat", "riskrank.pipeline")),

@@ -320,6 +320,16 @@ rendered("docs/benchmarks.md", "the serve concurrency table", ["benchmarks/resul
 rendered("docs/benchmarks.md", "the teams table", ["benchmarks/results/state_store.json", "benchmarks/results/replicas.json"],
          lambda: _bench("replicas").doc_table(_load("benchmarks/results/state_store.json"), _load("benchmarks/results/replicas.json")),
          Timing("2-core machine", "2026-12-04", "benchmarks/results/state_store.json"))
+SESSION = "benchmarks/results/session_replay.json"
+SESSION_RUN = Timing("2-core machine", "2026-12-06", SESSION)
+rendered("docs/session-guard.md", "the replay table", [SESSION],
+         lambda: _bench("session_replay").doc_table(_load(SESSION)), SESSION_RUN)
+rendered("docs/session-guard.md", "the attacks that ran, by sink", [SESSION],
+         lambda: _bench("session_replay").doc_breakdown(_load(SESSION)))
+rendered("docs/session-guard.md", "the chain's cost", [SESSION],
+         lambda: _bench("session_replay").doc_overhead(_load(SESSION)), SESSION_RUN)
+rendered("docs/session-guard.md", "the session guard's targets", [SESSION],
+         lambda: _bench("session_replay").doc_targets(_load(SESSION)), SESSION_RUN)
 rendered("docs/base-model.md", "the leave-one-corpus-out tables", ["benchmarks/results/loco.json"],
          lambda: _bench("transfer_loco").doc_tables(_load("benchmarks/results/loco.json")["summary"]))
 rendered("docs/base-model.md", "the risk-choices lever table", ["benchmarks/results/loco.json", "benchmarks/results/loco_audited.json"],
@@ -811,6 +821,12 @@ claim(E, "writes UltraTool's {} tools as an MCP `tools/list` result with no leve
 claim(E, "which put 914 of the {} tools at L3 or above", loader_count("ultratool", "tools"))
 claim("docs/teams.md", "sees it within {} s (polling)", Source("riskrank.serving.gateway.confirm").at("POLL_S", "g"))
 claim("docs/trust.md", "a field over {} characters", Source("riskrank.scan").at("MAX_FIELD_CHARS", ","))
+claim("docs/session-guard.md", "with {} values already recorded in the session", Json(SESSION).at("overhead", "values", fmt=","),
+      timing=SESSION_RUN)
+claim("docs/session-guard.md", "a session keeps its latest {} values",
+      Source("riskrank.serving.gateway.session").at("MAX_FLOW_VALUES", ","))
+claim("docs/session-guard.md", "this process's memory (the latest {} sessions)",
+      Source("riskrank.serving.gateway.session").at("MAX_SESSIONS", ","))
 claim("docs/trust.md", "**Benign**: the {} real tools of", TRUST.at("benign", "n", fmt=","))
 POISON_TRAIN = Source("riskrank.training.poison")
 claim("docs/trust.md", "false-positive rate is {}%, the `suspicious` one where it is {}%",

@@ -259,8 +259,9 @@ def parse_min_score(value: str | None) -> float | None:
               help="One upstream MCP server, a command line (with --config: one more, named 'upstream').")
 @click.option("--policy", "policy_file", type=click.Path(dir_okay=False), default=None, metavar="POLICY.json",
               help="The call-time policy: max_level, confirm_level, allow, deny, exposure_ttl_s, client_choices, levels, "
-                   "preset (untrusted: confirm every call), untrusted, call_timeouts "
-                   "[default: max_level 4, confirm_level 3, everything allowed, no client choices].")
+                   "preset (untrusted: confirm every call), untrusted, call_timeouts, and the session guard's scope, flow, "
+                   "confirm, sources, sinks (docs/session-guard.md) [default: max_level 4, confirm_level 3, everything "
+                   "allowed, no client choices, the session guard on].")
 @click.option("--audit-log", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="Append every decision (found, allowed, refused, confirmed; upstreams up and down) to FILE as JSONL.")
 @click.option("--forward/--no-forward", default=None,

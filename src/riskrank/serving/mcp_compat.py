@@ -453,13 +453,22 @@ class CallCtx:
 
     def __init__(self, session: Any, request_id: Any, progress_token: Any, capabilities: Any, *,
                  protocol_version: str | None = None, params: Any = None, session_key: str = "stdio",
-                 client: dict[str, Any] | None = None) -> None:
+                 client: dict[str, Any] | None = None, host_task: tuple[Any, str] | None = None,
+                 host_user: tuple[Any, str] | None = None) -> None:
         self.session, self.request_id, self.progress_token = session, request_id, progress_token
         self.capabilities, self.protocol_version, self.params = capabilities, protocol_version, params
         self.session_key = session_key
         #: Who the gate found the caller to be (``name``, ``policy``, ``via``; see
         #: :mod:`riskrank.serving.auth`); None over stdio.
         self.client = client
+        #: The session's task as the host application set it, and where from (``header``:
+        #: :data:`TASK_HEADER`; ``meta``: :data:`TASK_META` of this request's or the
+        #: ``initialize`` request's ``_meta``); None when the host set none. The value is what
+        #: was sent (the gateway checks it).
+        self.host_task = host_task
+        #: The user's latest turn as the host passed it with this request (:data:`USER_HEADER`,
+        #: :data:`USER_META`), and where from; None when it passed none.
+        self.host_user = host_user
 
     @property
     def wants_progress(self) -> bool:
@@ -513,6 +522,48 @@ class CallCtx:
 def _header(request: Any, name: str) -> str | None:
     headers = getattr(request, "headers", None)
     return headers.get(name) if headers is not None else None
+
+
+#: The HTTP header (streamable HTTP) a host application sets the session's task with; its
+#: value is percent-decoded (UTF-8), so any text fits an ASCII header.
+TASK_HEADER = "x-riskrank-task"
+#: The ``_meta`` key of a request (or of ``initialize``) that does the same on any transport.
+TASK_META = "riskrank/task"
+#: The header and the ``_meta`` key (of one request) a host passes the user's latest turn with:
+#: the user's own words after the task (the tools they need join the session's scope).
+USER_HEADER = "x-riskrank-user"
+USER_META = "riskrank/user"
+
+
+def _meta_value(meta: Any, key: str) -> Any:
+    """``key`` of a request's ``_meta``: a dict in 2.x, a pydantic model with extra fields in 1.x."""
+    if meta is None:
+        return None
+    if isinstance(meta, dict):
+        return meta.get(key)
+    return (getattr(meta, "model_extra", None) or {}).get(key)
+
+
+def host_task(request: Any, params: Any, session: Any, *, header: str = TASK_HEADER, key: str = TASK_META,
+              initialize: bool = True) -> tuple[Any, str] | None:
+    """The task a host application set for the session: the :data:`TASK_HEADER` header, else
+    :data:`TASK_META` in this request's ``_meta``, else in the ``initialize`` request's
+    (``header``, ``key``, ``initialize``: the same for the user's turn, which only a request carries)."""
+    found = _header(request, header) if request is not None else None
+    if found is not None:
+        from urllib.parse import unquote
+
+        return unquote(found, errors="replace"), "header"
+    value = _meta_value(getattr(params, "meta", None), key)
+    if value is None and initialize:
+        init = getattr(session, "client_params", None)
+        value = _meta_value(getattr(init, "meta", None), key)
+    return (value, "meta") if value is not None else None
+
+
+def host_user(request: Any, params: Any) -> tuple[Any, str] | None:
+    """The user's latest turn a host passed with this request (:data:`USER_HEADER`, :data:`USER_META`)."""
+    return host_task(request, params, None, header=USER_HEADER, key=USER_META, initialize=False)
 
 
 def _client(request: Any) -> dict[str, Any] | None:
@@ -602,7 +653,8 @@ def _build_v2(name: str, version: str, instructions: str | None, h: Handlers, ti
         modern = ctx.protocol_version in MODERN_PROTOCOLS
         call = CallCtx(ctx.session, ctx.request_id, token(params), ctx.session.client_capabilities,
                        protocol_version=ctx.protocol_version, params=params, session_key=_session_key(ctx.request, modern),
-                       client=_client(ctx.request))
+                       client=_client(ctx.request), host_task=host_task(ctx.request, params, ctx.session),
+                       host_user=host_user(ctx.request, params))
         try:
             return as_call_result(await h.call_tool(params.name, params.arguments or {}, call))
         except InputRequired as ir:
@@ -632,7 +684,8 @@ def _build_v1(name: str, version: str, instructions: str | None, h: Handlers) ->
         token = getattr(rc.meta, "progressToken", None) if rc.meta is not None else None
         caps = rc.session.client_params.capabilities if rc.session.client_params else None
         call = CallCtx(rc.session, rc.request_id, token, caps, params=req.params,
-                       session_key=_session_key(rc.request, False), client=_client(rc.request))
+                       session_key=_session_key(rc.request, False), client=_client(rc.request),
+                       host_task=host_task(rc.request, req.params, rc.session), host_user=host_user(rc.request, req.params))
         return t.ServerResult(as_call_result(await h.call_tool(req.params.name, req.params.arguments or {}, call)))
 
     R[t.ListToolsRequest] = list_tools

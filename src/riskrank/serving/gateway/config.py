@@ -36,7 +36,14 @@ from typing import Any
 from riskrank.errors import RiskrankError
 from riskrank.fileio import loads_strict
 from riskrank.modes import MODES, RISK_SOURCES
-from riskrank.serving.gateway.policy import CHOOSABLE, Policy
+from riskrank.serving.gateway.policy import (
+    CHOOSABLE,
+    CONFIRM_MODES,
+    FLOW_ACTIONS,
+    SCOPE_ACTIONS,
+    Globs,
+    Policy,
+)
 from riskrank.serving.mcp_compat import ServerTarget
 
 #: The child environment's variables when ``env`` gives none (the MCP SDK's default list).
@@ -98,8 +105,10 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,255}$")
 #: A header value HTTP can carry: visible ASCII, spaces and tabs (no line breaks).
 _HEADER_VALUE = re.compile(r"^[\x20-\x7e\t]+$")
 POLICY_KEYS = {"max_level", "confirm_level", "allow", "deny", "exposure_ttl_s", "client_choices", "levels", "preset",
-               "untrusted", "call_timeouts", "on_poisoned", "on_suspicious", "first_seen",
-               "learned_scan"}
+               "untrusted", "call_timeouts", "on_poisoned", "on_suspicious", "first_seen", "learned_scan",
+               "scope", "flow", "confirm", "sources", "trusted_sources", "sinks", "trusted_sinks"}
+#: The session guard's keys that name servers and tools (:class:`Globs`).
+GLOB_SETS = ("sources", "trusted_sources", "sinks", "trusted_sinks")
 #: What a scan verdict may do (``on_poisoned``, ``on_suspicious``), and a first connect (``first_seen``).
 VERDICT_ACTIONS = ("withhold", "confirm", "allow")
 FIRST_SEEN = ("trust", "quarantine")
@@ -401,10 +410,17 @@ def check_glob(glob: Any, where: str) -> str:
     return glob
 
 
-def _globs(value: Any, where: str) -> tuple[str, ...]:
+def _globs(value: Any, where: str, over: str = "tool names") -> tuple[str, ...]:
     if not isinstance(value, list):
-        raise ConfigError(f"{where}: must be a list of globs over tool names")
+        raise ConfigError(f"{where}: must be a list of globs over {over}")
     return tuple(check_glob(g, f"{where}[{i}]") for i, g in enumerate(value))
+
+
+def _glob_set(value: Any, where: str) -> Globs:
+    """``{"servers": [globs], "tools": [globs]}`` (either may be left out)."""
+    check_object(value, {"servers", "tools"}, where, 'an object, {"servers": ["GLOB"], "tools": ["GLOB"]}')
+    return Globs(_globs(value.get("servers", []), f"{where}.servers", "upstream server names"),
+                 _globs(value.get("tools", []), f"{where}.tools"))
 
 
 @dataclass(frozen=True)
@@ -541,8 +557,17 @@ def _policy(data: dict[str, Any], where: str) -> Policy:
     learned = data.get("learned_scan", False)
     if not isinstance(learned, bool):
         raise ConfigError(f"{where}: learned_scan: must be true or false, got {learned!r}")
+    guard: dict[str, Any] = {}
+    for key, choices_, default in (("scope", SCOPE_ACTIONS, "confirm"), ("flow", FLOW_ACTIONS, "confirm"),
+                                   ("confirm", CONFIRM_MODES, "once_per_session")):
+        value = data.get(key, default)
+        if value not in choices_:
+            raise ConfigError(f"{where}: {key}: must be one of {', '.join(choices_)}, got {value!r}")
+        guard[key] = value
+    for key in GLOB_SETS:
+        guard[key] = _glob_set(data.get(key, {}), f"{where}: {key}")
     return Policy(
-        **trust, learned_scan=learned,
+        **trust, **guard, learned_scan=learned,
         max_level=max_level, confirm_level=confirm_level,
         allow=_globs(data.get("allow", list(d.allow)), f"{where}: allow"),
         deny=_globs(data.get("deny", list(d.deny)), f"{where}: deny"),

@@ -25,6 +25,7 @@ import hashlib
 import json
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -67,16 +68,19 @@ def shown_value(value: Any) -> str:
             "the whole value is shown beside this question]")
 
 
-def confirmation_text(tool: str, level: int, provenance: str | None, task: str | None, arguments: dict[str, Any]) -> str:
-    """The question put to whoever confirms a call: every argument on a line of its own (long
-    ones by head, tail, length and digest: see :func:`shown_value`), and the call's digest.
-    A call with more than :data:`MAX_SHOWN_ARGUMENTS` arguments raises
+def confirmation_text(tool: str, level: int, provenance: str | None, task: str | None, arguments: dict[str, Any],
+                      reasons: Sequence[str] = ()) -> str:
+    """The question put to whoever confirms a call: why it is asked beyond its level
+    (``reasons``, one line each: the session guard's), every argument on a line of its own
+    (long ones by head, tail, length and digest: see :func:`shown_value`), and the call's
+    digest. A call with more than :data:`MAX_SHOWN_ARGUMENTS` arguments raises
     :class:`UnshowableCall` instead of being shown in part."""
     if len(arguments) > MAX_SHOWN_ARGUMENTS:
         raise UnshowableCall(f"{tool!r} was called with {len(arguments):,} arguments; at most {MAX_SHOWN_ARGUMENTS} can be "
                              "shown to whoever confirms a call, so it is refused rather than approved unseen")
     lines = [f"The agent wants to call {tool} (risk level {level}, {provenance or 'unlabelled'})"
              + (f" for the task {shown_value(task)}" if task else "") + "."]
+    lines += list(reasons)
     lines.append(f"Arguments ({len(arguments)}):" if arguments else "No arguments.")
     lines += [f"  {shown_value(k) if len(k) > 60 else k} = {shown_value(v)}" for k, v in sorted(arguments.items())]
     lines.append(f"Call digest sha256 {call_digest(tool, arguments)[:16]}: the approval holds for exactly these arguments.")

@@ -1,5 +1,5 @@
 """The gateway's one state store: its audit log, the approvals waiting for an operator, the
-pins, and each session's exposure, in one database that every replica of a gateway shares.
+pins, and each session's exposure and record (the session guard's), in one database that every replica of a gateway shares.
 
 Why a database: a team runs several gateway replicas behind one address. An operator's
 approval must reach the replica whose agent is waiting, a pin one replica took must hold on
@@ -43,7 +43,7 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
@@ -51,7 +51,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 from riskrank.errors import RiskrankError
 from riskrank.fileio import loads_strict, spreadsheet_cell
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: The SQLite file inside a state directory.
 DB_FILE = "state.sqlite3"
 #: How long opening a PostgreSQL connection, or waiting for one from the pool, may take.
@@ -111,9 +111,23 @@ def _migration_1(id_column: str) -> list[str]:
     ]
 
 
+def _migration_2(id_column: str) -> list[str]:
+    """Version 2: each session's record (the session guard's anchor, scope and confirmations),
+    written by compare-and-swap with the time of its last write (idle records are removed),
+    and its flow record's values, one row each, numbered in the order they were seen (a new
+    untrusted answer adds rows instead of rewriting the record)."""
+    return [
+        "CREATE TABLE IF NOT EXISTS riskrank_sessions (session_key TEXT PRIMARY KEY, version BIGINT NOT NULL, "
+        "at DOUBLE PRECISION NOT NULL, record TEXT NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS riskrank_sessions_at ON riskrank_sessions (at)",
+        "CREATE TABLE IF NOT EXISTS riskrank_session_values (session_key TEXT NOT NULL, seq BIGINT NOT NULL, "
+        "value TEXT NOT NULL, PRIMARY KEY (session_key, seq))",
+    ]
+
+
 #: version -> the statements that bring the schema from the version before to it (each
 #: idempotent, so a database left at an older version with some tables already there upgrades).
-MIGRATIONS: dict[int, Callable[[str], list[str]]] = {1: _migration_1}
+MIGRATIONS: dict[int, Callable[[str], list[str]]] = {1: _migration_1, 2: _migration_2}
 
 _INSERT_AUDIT = ("INSERT INTO riskrank_audit (time, client, session, tool, decision, line_sha256, record) "
                  "VALUES (?, ?, ?, ?, ?, ?, ?)")
@@ -423,6 +437,69 @@ class StateStore(abc.ABC):
         row = self._do("reading exposure", lambda conn: self._ex(
             conn, "SELECT task, names, at FROM riskrank_exposure WHERE session_key = ?", (key,)).fetchone())
         return None if row is None else (row[0], json.loads(row[1]), float(row[2]))
+
+    # -- session records ------------------------------------------------------------------------------
+    def session_version(self, key: str) -> int | None:
+        """The version of a session's record (None: there is none): one cheap query, so a
+        replica re-reads the record only when another wrote it."""
+        row = self._do("reading a session record", lambda conn: self._ex(
+            conn, "SELECT version FROM riskrank_sessions WHERE session_key = ?", (key,)).fetchone())
+        return None if row is None else int(row[0])
+
+    def session(self, key: str, *, after: int = -1) -> tuple[int, Any, list[tuple[int, Any]]] | None:
+        """(version, record, values) of a session (:mod:`riskrank.serving.gateway.session`):
+        its flow values numbered above ``after`` (seq, value), oldest first; None when there is
+        no record."""
+        def read(conn: Any) -> tuple[int, Any, list[tuple[int, Any]]] | None:
+            row = self._ex(conn, "SELECT version, record FROM riskrank_sessions WHERE session_key = ?", (key,)).fetchone()
+            if row is None:
+                return None
+            values = self._ex(conn, "SELECT seq, value FROM riskrank_session_values WHERE session_key = ? AND seq > ? "
+                              "ORDER BY seq", (key, after)).fetchall()
+            return int(row[0]), json.loads(row[1]), [(int(q), json.loads(v)) for q, v in values]
+
+        return self._do("reading a session record", read, tx=True)
+
+    def put_session(self, key: str, record: Any, *, expect: int | None, at: float,
+                    values: Sequence[tuple[int, Any]] = (), drop_below: int | None = None) -> int | None:
+        """Write a session's record only if it is still at version ``expect`` (None: only if
+        there is none yet), with its new flow ``values`` (seq, value) and without those numbered
+        below ``drop_below``, in one transaction: the new version, or None when another replica
+        wrote it first (nothing is written then)."""
+        text = _dump(record)
+        rows = [(key, seq, _dump(v)) for seq, v in values]
+
+        def write(conn: Any) -> int | None:
+            if expect is None:
+                cur = self._ex(conn, "INSERT INTO riskrank_sessions (session_key, version, at, record) VALUES (?, 1, ?, ?) "
+                               "ON CONFLICT (session_key) DO NOTHING", (key, at, text))
+                version = 1
+            else:
+                cur = self._ex(conn, "UPDATE riskrank_sessions SET version = version + 1, at = ?, record = ? "
+                               "WHERE session_key = ? AND version = ?", (at, text, key, expect))
+                version = expect + 1
+            if cur.rowcount != 1:
+                return None
+            if expect is None:  # a record made afresh (its earlier one pruned): no values of it stay
+                self._ex(conn, "DELETE FROM riskrank_session_values WHERE session_key = ?", (key,))
+            if rows:
+                self._executemany(conn, "INSERT INTO riskrank_session_values (session_key, seq, value) VALUES (?, ?, ?) "
+                                  "ON CONFLICT (session_key, seq) DO NOTHING", rows)
+            if drop_below is not None:
+                self._ex(conn, "DELETE FROM riskrank_session_values WHERE session_key = ? AND seq < ?", (key, drop_below))
+            return version
+
+        return self._do("writing a session record", write, tx=True)
+
+    def prune_sessions(self, before: float) -> int:
+        """Remove the session records (and their values) last written before ``before`` (epoch
+        seconds): how many records."""
+        def prune(conn: Any) -> int:
+            self._ex(conn, "DELETE FROM riskrank_session_values WHERE session_key IN "
+                     "(SELECT session_key FROM riskrank_sessions WHERE at < ?)", (before,))
+            return max(0, self._ex(conn, "DELETE FROM riskrank_sessions WHERE at < ?", (before,)).rowcount)
+
+        return self._do("removing idle session records", prune, tx=True)
 
     def __enter__(self) -> StateStore:
         return self
