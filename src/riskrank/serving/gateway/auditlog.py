@@ -36,6 +36,13 @@ class AuditLogError(RiskrankError):
     code = "audit_failed"
 
 
+class StoreAuditLogError(AuditLogError):
+    """The state store cannot take the audit line: the store's cause, the store's one code
+    (:data:`riskrank.serving.gateway.store.STATE_UNAVAILABLE`)."""
+
+    code = "state_unavailable"
+
+
 def now_iso() -> str:
     t = time.time()
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}Z"
@@ -126,7 +133,7 @@ class StoreAuditLog(AuditLog):
         self.down: str | None = None
 
     def write(self, **fields: Any) -> None:
-        from riskrank.serving.gateway.store import StoreError
+        from riskrank.serving.gateway.store import StoreError, unavailable_message
 
         if self.replica is not None:
             fields.setdefault("replica", self.replica)
@@ -137,7 +144,7 @@ class StoreAuditLog(AuditLog):
             if self.down is None:
                 self.log(f"state: {exc}; every call is refused until the store takes the audit log again")
             self.down = str(exc)
-            raise AuditLogError(f"cannot append to the audit log in {self.store.url}: {exc}") from None
+            raise StoreAuditLogError(unavailable_message(self.store.url, f"the audit line cannot be written: {exc}")) from None
         if self.down is not None:
             self.down = None
             self.log(f"state: {self.store.url} takes the audit log again; calls are decided again")
