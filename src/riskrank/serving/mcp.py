@@ -215,7 +215,8 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
               limits: Limits | None = None, echo: Callable[[str], None] = print, console: ConsoleOptions | None = None,
               console_sock: Any = None, confirm_by: str = "elicitation", confirm_timeout: float = 120.0,
               call_limits: CallLimits | None = None, pins: PinStore | None = None, scan_results: str = "off",
-              store: Any = None, replica: str = "gateway", replica_lapse: float = REPLICA_LAPSE_S) -> None:
+              store: Any = None, replica: str = "gateway", replica_lapse: float = REPLICA_LAPSE_S,
+              notifier: Any = None) -> None:
     """Load the catalogue (a registry, or the upstream servers), then serve until the client
     goes away or SIGTERM/SIGINT (which stop every upstream child first).
 
@@ -233,7 +234,8 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
     ``console``: serve the operator's console too, at ``/console`` of the streamable-HTTP app,
     or (over stdio) on a loopback listener of its own, ``console_sock``. ``confirm_by``:
     who confirms a call at ``confirm_level``: ``elicitation`` (the MCP client's user) or
-    ``console`` (an operator, who has ``confirm_timeout`` seconds)."""
+    ``console`` (an operator, who has ``confirm_timeout`` seconds). ``notifier``: webhooks
+    (:mod:`.gateway.notify`) told of each held call and decision, delivered beside the calls."""
     import anyio
     import anyio.to_thread
 
@@ -259,6 +261,11 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
             stop = anyio.Event()
             graceful: list[bool] = []  # set once uvicorn serves: a signal then lets it shut down itself
             tg.start_soon(_on_signal, tg.cancel_scope, stop, echo, graceful)
+            if notifier is not None and isinstance(broker, OperatorBroker | StoreBroker):
+                broker.notifier = notifier
+                if transport != "stdio":
+                    notifier.console_url = f"{_url(sock)}/console/approvals"
+                tg.start_soon(notifier.run)
             if isinstance(broker, StoreBroker):
                 await broker.start()  # a predecessor of this name: the calls it held are withdrawn first
                 tg.start_soon(broker.beat, echo)

@@ -334,8 +334,9 @@ class Console:
     async def approvals(self, request: Request) -> Response:
         self.need_session(request)
         broker = self._broker()
+        notifier = getattr(broker, "notifier", None)
         return self.render(request, "approvals.html", page="approvals", pending=broker.waiting(), recent=list(broker.recent),
-                           timeout_s=broker.timeout_s, now=time.time())
+                           timeout_s=broker.timeout_s, now=time.time(), webhooks=notifier.stats() if notifier else [])
 
     async def decide(self, request: Request) -> Response:
         session = self.need_session(request)

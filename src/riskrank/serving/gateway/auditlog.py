@@ -48,7 +48,8 @@ def now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}Z"
 
 
-def _cut(value: Any) -> Any:
+def cut_field(value: Any) -> Any:
+    """A field as an audit line keeps it: whole, or past MAX_FIELD_CHARS its head and its length."""
     text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), default=str)
     if len(text) <= MAX_FIELD_CHARS:
         return value
@@ -80,7 +81,7 @@ class AuditLog:
         rec.update(fields)
         data = json.dumps(rec, separators=(",", ":"), ensure_ascii=False, default=str)
         if len(data.encode()) > MAX_LINE_BYTES:
-            rec = {k: (_cut(v) if k not in self.REQUIRED else v) for k, v in rec.items()}
+            rec = {k: (cut_field(v) if k not in self.REQUIRED else v) for k, v in rec.items()}
             data = json.dumps(rec, separators=(",", ":"), ensure_ascii=False, default=str)
         return json.loads(data)
 

@@ -205,6 +205,14 @@ async def _first(events: Sequence[Any], timeout: float) -> None:
                 tg.start_soon(wait, event)
 
 
+def _tell(notifier: Any, kind: str, item: Pending) -> None:
+    """Queue a webhook event (:mod:`.notify`) for ``item``; never waits, never fails the call."""
+    if notifier is not None:
+        from riskrank.serving.gateway.notify import event_of
+
+        notifier.notify(event_of(kind, item))
+
+
 def refusal_text(item: Pending) -> str:
     """Why a request can no longer be decided (the console's 409): its caller left, its
     replica is gone, or someone (or the timeout) decided it first."""
@@ -232,6 +240,8 @@ class OperatorBroker:
     audit: Any = None
     name: str = "console"
     pending: dict[str, Pending] = field(default_factory=dict)
+    notifier: Any = None
+    """Webhooks (:class:`~riskrank.serving.gateway.notify.Notifier`): each hold and decision."""
     recent: collections.deque[Pending] = field(default_factory=lambda: collections.deque(maxlen=RECENT))
 
     def __post_init__(self) -> None:
@@ -252,6 +262,7 @@ class OperatorBroker:
                     **request.who(), decision="pending", code="awaiting_operator",
                     reason=f"waiting up to {self.timeout_s:g} s for an operator to approve or deny it at the console")
         link = _link(call)
+        _tell(self.notifier, "hold", item)
         try:
             await _first([item.event] + ([link.event] if link is not None else []), self.timeout_s)
         finally:
@@ -261,12 +272,14 @@ class OperatorBroker:
                 item.answer = Answer(CALLER_GONE, note=link.describe())
                 item.decided_at = link.left_at
                 self.recent.appendleft(item)
+                _tell(self.notifier, "withdrawn", item)
         if link is not None and link.gone:
             return Answer(CALLER_GONE, note=link.describe())  # nothing runs for a caller who left, approved or not
         if item.answer is None:
             item.answer = Answer(TIMEOUT, note=f"no operator decided within {self.timeout_s:g} s")
             item.decided_at = time.time()
             self.recent.appendleft(item)
+            _tell(self.notifier, "withdrawn", item)
         return item.answer
 
     def decide(self, request_id: str, approve: bool, by: str, note: str | None = None) -> Pending | None:
@@ -279,6 +292,7 @@ class OperatorBroker:
         item.decided_at = time.time()
         self.recent.appendleft(item)
         item.event.set()
+        _tell(self.notifier, "decided", item)
         return item
 
     def waiting(self) -> list[Pending]:
@@ -353,6 +367,8 @@ class StoreBroker:
     lapse_s: float = REPLICA_LAPSE_S
     instance: str = field(default_factory=lambda: secrets.token_hex(8))
     started: bool = False
+    notifier: Any = None
+    """Webhooks (:class:`~riskrank.serving.gateway.notify.Notifier`): each hold and decision."""
 
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:
@@ -367,6 +383,8 @@ class StoreBroker:
 
     async def _withdrawn(self, rows: list[dict[str, Any]]) -> None:
         """One ``refused`` audit line per request withdrawn because its replica is gone."""
+        for row in rows:
+            _tell(self.notifier, "withdrawn", _pending_of(row))
         if self.audit is None:
             return
         for row in rows:
@@ -422,6 +440,7 @@ class StoreBroker:
                 deadline=now + self.timeout_s))
         except StoreError as exc:
             return Answer(UNAVAILABLE, note=str(exc))
+        _tell(self.notifier, "hold", Pending(rid, request, now, now + self.timeout_s, None, replica=self.replica))
         if self.audit is not None:
             with contextlib.suppress(RiskrankError):
                 await self.audit.append(
@@ -459,7 +478,9 @@ class StoreBroker:
                 action, note = ((CALLER_GONE, link.describe()) if gone
                                 else (TIMEOUT, f"no operator decided within {self.timeout_s:g} s"))
                 with anyio.CancelScope(shield=True), contextlib.suppress(StoreError):
-                    await anyio.to_thread.run_sync(close, action, note)
+                    if await anyio.to_thread.run_sync(close, action, note):
+                        _tell(self.notifier, "withdrawn", Pending(rid, request, now, deadline, None, Answer(action, note=note),
+                                                                  time.time(), self.replica))
         if link is not None and link.gone:
             return Answer(CALLER_GONE, note=link.describe())  # nothing runs for a caller who left, approved or not
         try:
@@ -477,7 +498,10 @@ class StoreBroker:
                                       lapse_s=self.lapse_s):
             return None
         row = self.store.approval(request_id)
-        return _pending_of(row) if row is not None else None
+        item = _pending_of(row) if row is not None else None
+        if item is not None:
+            _tell(self.notifier, "decided", item)
+        return item
 
     def why_not(self, request_id: str) -> str | None:
         """Why ``request_id`` cannot be decided; None when no request has that id."""
