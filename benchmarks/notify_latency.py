@@ -27,6 +27,9 @@ from riskrank.serving.gateway.notify import Notifier, verify
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = b"bench-webhook-secret-0123456789"
+#: How long the slow receiver sleeps before answering, and how long the receiver is down.
+SLOW_S = 5
+OUTAGE_S = 3
 
 
 MODES = {"ok": 0, "slow": 1, "error": 2}
@@ -40,7 +43,7 @@ def _serve(port: int, mode: object, verified: object, bad: object) -> None:
             now = mode.value
             body = self.rfile.read(int(self.headers["Content-Length"]))
             if now == MODES["slow"]:
-                time.sleep(5)
+                time.sleep(SLOW_S)
             elif now == MODES["error"]:
                 self.send_response(500)
                 self.end_headers()
@@ -187,7 +190,7 @@ def main() -> None:
     base = columns[0]["p99_ms"]
     for c in columns[1:]:
         c["added_p99_ms"] = round(c["p99_ms"] - base, 3)
-    recovery = anyio.run(_recovery, receiver, args.holds, 3.0)
+    recovery = anyio.run(_recovery, receiver, args.holds, OUTAGE_S)
     receiver.down()
     result = {"machine": socket.gethostname(), "date": time.strftime("%Y-%m-%d"), "columns": columns, "recovery": recovery}
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")

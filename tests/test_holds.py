@@ -230,12 +230,24 @@ def test_a_dropped_connection_withdraws_the_hold_at_both_replicas_and_nothing_ru
         assert "caller gone" in at_b.http.get("/console/approvals").text
         at_a.close()
         at_b.close()
+        from team_support import run_as
+
+        bot = run_as(url_a, TOKENS["ci-bot"], [("find_tools", {"task": "list the services", "k": 3}),
+                                               ("call_tool", {"name": "list_services", "arguments": {}}),
+                                               ("call_tool", {"name": "drop_database", "arguments": {"name": "x"}})])
+        assert bot[2]["error"].startswith("above_max_level")
     finally:
         _stop(a, b)
-    assert not (tmp_path / "ran.txt").exists() or "restart_service" not in (tmp_path / "ran.txt").read_text()
+    assert "restart_service" not in (tmp_path / "ran.txt").read_text()
     with open_store(state, create=False) as store:
-        lines = [r for r in store.records() if r.get("tool") == "restart_service"]
+        everything = store.records()
+        lines = [r for r in everything if r.get("tool") == "restart_service"]
         assert store.approval(rid)["status"] == CALLER_GONE
+    # every line about a named client's session names the client and its policy, whatever its kind
+    kinds = {(r["decision"], r.get("code")) for r in everything if r.get("session")}
+    assert {("found", "found"), ("allowed", "allowed"), ("refused", "above_max_level"), ("pending", "awaiting_operator"),
+            ("refused", "caller_gone")} <= kinds, kinds
+    assert [r for r in everything if r.get("session") and not (r.get("client") and r.get("policy"))] == []
     assert [(r["decision"], r.get("code"), r["replica"]) for r in lines] == [
         ("pending", "awaiting_operator", "gw-b"), ("refused", "caller_gone", "gw-b")]
     assert all((r["client"], r["policy"]) == ("pager", "on-call") for r in lines)
@@ -361,8 +373,10 @@ def test_the_approvals_api_decides_once_with_a_named_operators_token(tmp_path, s
         _stop(a, b)
     assert (tmp_path / "ran.txt").read_text().splitlines() == ["restart_service api"]  # never a second run
     with open_store(state, create=False) as store:
-        run = [r for r in store.records() if r.get("tool") == "restart_service" and r["decision"] == "allowed"]
+        everything = store.records()
+        run = [r for r in everything if r.get("tool") == "restart_service" and r["decision"] == "allowed"]
     assert [(r["decided_by"], r["client"], r["policy"]) for r in run] == [(winner, "pager", "on-call")]
+    assert [r for r in everything if r.get("session") and not (r.get("client") and r.get("policy"))] == []
 
 
 @pytest.mark.parametrize(("content", "message"), [
