@@ -396,3 +396,82 @@ def test_an_operators_file_that_cannot_be_trusted_is_one_line(tmp_path, content,
     with pytest.raises(RiskrankError, match=None) as err:
         read_operators(path)
     assert message in str(err.value) and str(err.value).startswith("--operators ") and "\n" not in str(err.value)
+
+
+# -- how a caller's leaving is heard -----------------------------------------------------------------------
+def test_an_asgi_disconnect_or_a_failed_write_marks_the_caller_gone():
+    async def go():
+        links = []
+
+        async def app(scope, receive, send):  # reads its body, then waits as a held call does
+            links.append(scope["riskrank.link"])
+            await receive()
+            await scope["riskrank.link"].event.wait()
+
+        gone = anyio.Event()
+        messages = [{"type": "http.request", "body": b"{}", "more_body": False}]
+
+        async def receive():
+            if messages:
+                return messages.pop(0)
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message):
+            return None
+
+        watched = mcp_compat.watch_callers(app)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watched, {"type": "http", "path": "/mcp"}, receive, send)
+            await anyio.sleep(0.05)
+            assert not links[0].gone
+            gone.set()  # the connection closes
+        assert links[0].gone and "its HTTP connection closed" in links[0].describe()
+
+        async def writes(scope, receive, send):
+            links.append(scope["riskrank.link"])
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+
+        async def broken(message):
+            raise OSError("broken pipe")
+
+        with pytest.raises(OSError):
+            await mcp_compat.watch_callers(writes)({"type": "http", "path": "/mcp"}, receive, broken)
+        assert links[1].gone and "a write to its stream failed" in links[1].describe()
+
+        async def answers(scope, receive, send):  # a finished answer: the disconnect after it is no leaving
+            links.append(scope["riskrank.link"])
+            await receive()
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"ok"})
+            await anyio.sleep(0.05)
+
+        messages.append({"type": "http.request", "body": b"{}", "more_body": False})
+        await mcp_compat.watch_callers(answers)({"type": "http", "path": "/mcp"}, receive, send)
+        assert not links[2].gone
+
+    anyio.run(go)
+
+
+def test_stdin_ending_marks_the_stdio_caller_gone():
+    import os
+
+    read_fd, write_fd = os.pipe()
+    mcp_compat._STDIO_LINK[:] = [mcp_compat.CallerLink("its stdin closed")]
+    try:
+        stdin = mcp_compat.CancellableStdin(read_fd)
+
+        async def go():
+            os.write(write_fd, b'{"jsonrpc": "2.0"}\n')
+            assert (await stdin.__anext__()).startswith("{")
+            assert not mcp_compat._stdio_link().gone
+            os.close(write_fd)
+            with pytest.raises(StopAsyncIteration):
+                await stdin.__anext__()
+
+        anyio.run(go)
+        assert mcp_compat._stdio_link().gone and "its stdin closed" in mcp_compat._stdio_link().describe()
+        assert mcp_compat._link(None) is mcp_compat._stdio_link()
+    finally:
+        mcp_compat._STDIO_LINK.clear()
+        os.close(read_fd)

@@ -527,11 +527,16 @@ def watch_callers(app: Any) -> Any:
             if message["type"] == "http.response.body" and not message.get("more_body", False):
                 state["done"] = True
 
+        failed: Exception | None = None
         async with anyio.create_task_group() as tg:
             try:
                 await app(scope, app_receive, app_send)
+            except Exception as exc:  # raised as the app raised it, not wrapped in the task group's group
+                failed = exc
             finally:
                 tg.cancel_scope.cancel()
+        if failed is not None:
+            raise failed
 
     return watched
 
