@@ -309,14 +309,34 @@ def _api(base: str, operator: str | None, body, token: str | None = None) -> htt
 
 @pytest.mark.mcp_sdk
 def test_the_approvals_api_decides_once_with_a_named_operators_token(tmp_path, state):
+    """401/409/409/404/422 and one decision; the hold and the decision reach a webhook, signed."""
     import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from riskrank.serving.gateway.confirm import call_digest
+    from riskrank.serving.gateway.notify import verify
     from team_support import run_as
 
     write_files(tmp_path, tmp_path / "ran.txt")
     ops = _operators(tmp_path)
-    extra = ("--operators", str(ops))
+    hooks: list[tuple[bool, dict]] = []  # what a team's receiver got: (signature verified, event)
+
+    class Hook(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            hooks.append((verify(b"w" * 16 + b"0123456789abcdef", body, self.headers["X-Riskrank-Timestamp"],
+                                 self.headers["X-Riskrank-Signature"]), json.loads(body)))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            return
+
+    receiver = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    (tmp_path / "hook.key").write_bytes(b"w" * 16 + b"0123456789abcdef")
+    extra = ("--operators", str(ops), "--notify", f"http://127.0.0.1:{receiver.server_address[1]}/hook",
+             "--notify-secret-file", str(tmp_path / "hook.key"))
     a, url_a, _ = start_gateway(tmp_path, "--state", state, "--replica", "gw-a", "--console", "--admin-token-file",
                                 str(tmp_path / "admin"), "--confirm-timeout", "60", *extra)
     b, url_b, _ = start_gateway(tmp_path, "--state", state, "--replica", "gw-b", "--console", "--admin-token-file",
@@ -369,7 +389,15 @@ def test_the_approvals_api_decides_once_with_a_named_operators_token(tmp_path, s
         assert out["steps"][1] == {"text": "api restarted"}
         again = _api(base_a, "lead", good)
         assert again.status_code == 409 and "already decided" in again.json()["error"]["message"]
+        deadline = time.time() + GUARD_S
+        while len(hooks) < 2 and time.time() < deadline:
+            time.sleep(0.1)
+        # the hold (posted by gw-b, which holds it) and the decision (by the replica that took it), signed
+        assert sorted((e["event"], e["id"]) for _, e in hooks) == [("decided", rid), ("hold", rid)]
+        assert all(ok for ok, _ in hooks) and {e["client"] for _, e in hooks} == {"pager"}
+        assert next(e for _, e in hooks if e["event"] == "decided")["decided_by"] == winner
     finally:
+        receiver.shutdown()
         _stop(a, b)
     assert (tmp_path / "ran.txt").read_text().splitlines() == ["restart_service api"]  # never a second run
     with open_store(state, create=False) as store:
