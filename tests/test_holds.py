@@ -503,3 +503,35 @@ def test_stdin_ending_marks_the_stdio_caller_gone():
     finally:
         mcp_compat._STDIO_LINK.clear()
         os.close(read_fd)
+
+
+def test_after_a_store_outage_no_replica_sweeps_before_the_others_could_beat_again():
+    from riskrank.serving.gateway.store import StoreError
+
+    class Store:
+        """Down for the first beats, then up: when did this replica sweep?"""
+
+        def __init__(self) -> None:
+            self.beats, self.sweeps, self.t0 = 0, [], time.monotonic()
+
+        def heartbeat(self, name, instance):
+            self.beats += 1
+            if self.beats <= 3:
+                raise StoreError("the state store is away")
+            self.up_at = getattr(self, "up_at", time.monotonic())
+            return True
+
+        def sweep_lapsed(self, lapse_s):
+            self.sweeps.append(time.monotonic())
+            return []
+
+    store = Store()
+    broker = StoreBroker(store, 30, replica="A", lapse_s=0.5)
+
+    async def go():
+        with anyio.move_on_after(2.0):
+            await broker.beat()
+
+    anyio.run(go)
+    assert store.sweeps, "a live replica never swept"
+    assert store.sweeps[0] - store.up_at >= 0.5  # a whole window of beats first: the others had time to beat again

@@ -412,15 +412,20 @@ class StoreBroker:
         from riskrank.serving.gateway.store import StoreError
 
         taken_over = False
+        beating_since: float | None = None
         while True:
             try:
                 mine = await anyio.to_thread.run_sync(self.store.heartbeat, self.replica, self.instance)
                 if not mine and not taken_over and log is not None:
                     log(f"state: another process started as replica {self.replica!r}; this one's held calls are withdrawn")
                 taken_over = not mine
-                await self._withdrawn(await anyio.to_thread.run_sync(self.store.sweep_lapsed, self.lapse_s))
+                beating_since = time.monotonic() if beating_since is None else beating_since
+                # Sweep only after beating for a whole window: when the store comes back from an
+                # outage every replica's heartbeat is old, and each must have had time to beat again.
+                if time.monotonic() - beating_since >= self.lapse_s:
+                    await self._withdrawn(await anyio.to_thread.run_sync(self.store.sweep_lapsed, self.lapse_s))
             except StoreError:
-                pass  # the store is away: the calls are refused meanwhile; beat again when it is back
+                beating_since = None  # the store is away: calls are refused meanwhile; beat again when it is back
             await anyio.sleep(self.lapse_s / 5)
 
     async def confirm(self, request: ConfirmationRequest, call: Any) -> Answer:
