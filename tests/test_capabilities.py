@@ -59,3 +59,23 @@ def test_reading_is_bounded() -> None:
     assert len(long) > 100_000
     assert detect_capabilities("x", long) == detect_capabilities("x", long[:MAX_CHARS])
 
+
+
+def test_scan_shows_what_each_tool_can_do() -> None:
+    """riskrank scan prints each capability with its floor and technique (and in --json), and they
+    do not change the exit status: they are evidence, not a poisoning verdict."""
+    import json
+
+    from click.testing import CliRunner
+
+    from riskrank.cli import main as cli
+
+    path = "examples/registries/mcp_filesystem_tools_list.json"
+    out = CliRunner().invoke(cli, ["scan", path])
+    assert out.exit_code == 0, out.output
+    assert ("capability run_shell_command: runs arbitrary commands on the host (execution, like T1059 Command and Scripting "
+            "Interpreter): 'run shell command' -> at least L5") in out.output
+    assert "capability list_directory" not in out.output
+    doc = json.loads(CliRunner().invoke(cli, ["scan", path, "--json"]).output)
+    caps = {t["name"]: [c["capability"] for c in t["capabilities"]] for t in doc["tools"]}
+    assert caps["run_shell_command"] == ["host_execution"] and caps["get_file_info"] == []

@@ -28,7 +28,7 @@ from riskrank.serving.gateway.confirm import (
     ConfirmationRequest,
     OperatorBroker,
 )
-from test_mcp import StubCall, gateway, run_call, text_of  # noqa: F401 - gateway is a fixture
+from test_mcp import StubCall, make_gateway, run_call, text_of
 from test_server_support import ADMIN_TOKEN, TOKEN, HashEncoder, ServerThread
 
 REQUEST = ConfirmationRequest(session="s1", task="tidy the notes", tool="purge_notes", level=4, arguments={"notebook": "x"},
@@ -79,9 +79,12 @@ def test_operator_broker_times_out_and_forgets_a_caller_that_left():
         OperatorBroker(timeout_s=0)
 
 
-def test_the_gateway_waits_for_the_operator(gateway):  # noqa: F811 - the fixture
+def test_the_gateway_waits_for_the_operator(tmp_path, encoder):
     """call_tool through an OperatorBroker: approved it runs, denied it is 'denied', unanswered
-    it is 'confirmation_required'; the audit log has a pending line and the decision with who."""
+    it is 'confirmation_required'; the audit log has a pending line and the decision with who.
+    Permanent bulk deletion reads L5, so this policy offers L5 (behind a confirmation)."""
+    gateway = make_gateway(tmp_path, encoder, max_level=5)
+    assert gateway.view.levels["purge_notes"] == (5, "predicted")
     path = gateway.test_audit_path
     broker = OperatorBroker(timeout_s=600, audit=gateway.audit)
     gateway.broker = broker
@@ -109,7 +112,7 @@ def test_the_gateway_waits_for_the_operator(gateway):  # noqa: F811 - the fixtur
     assert anyio.run(decided, False, "no") == "denied: the operator 'alice' did not confirm 'purge_notes' (decline): no"
     broker.timeout_s = 0.01
     late = text_of(run_call(gateway, "purge_notes", {"notebook": "x"}, call=call))
-    assert late.startswith("confirmation_required: 'purge_notes' is risk level 4 and needs an operator's approval")
+    assert late.startswith("confirmation_required: 'purge_notes' is risk level 5 and needs an operator's approval")
     lines = [json.loads(x) for x in path.read_text().splitlines() if '"purge_notes"' in x and '"find_tools"' not in x]
     assert [(r["decision"], r["code"], r.get("decided_by"), r.get("note"), r.get("confirmed")) for r in lines] == [
         ("pending", "awaiting_operator", None, None, None), ("allowed", "allowed", "alice", "ok", "console"),

@@ -155,10 +155,12 @@ def check_agent_loop(seen: dict, root: Path, *, confirmed: bool) -> None:
     # "delete the old log files": no destructive tool beyond the policy (max_level 3) is offered.
     delete = seen["delete"]
     assert delete["tools"] and all(t["risk_level"] <= 3 for t in delete["tools"])
-    assert not {"delete_entities", "delete_observations", "delete_relations", "docs__write_file", "docs__edit_file",
-                "docs__move_file"} & {t["name"] for t in delete["tools"]}
+    # What deletes is never offered unasked: a delete the level model reads L3 (delete_observations,
+    # one entity's facts) comes with a confirmation; delete_entities (L4) is never offered.
+    assert "delete_entities" not in {t["name"] for t in delete["tools"]}
+    assert all(t["needs_confirmation"] for t in delete["tools"] if "delete" in t["name"] or t["risk_level"] >= 3), delete["tools"]
     assert delete["policy"] == {"max_level": 3, "confirm_level": 3, "not_offered": delete["policy"]["not_offered"]}
-    assert delete["policy"]["not_offered"] >= 9
+    assert delete["policy"]["not_offered"] >= 5  # the two write_file, delete_entities and the two toggle-* denied
     if seen["call_withheld"] is not None:  # withheld by the rule filter: not callable
         assert seen["call_withheld"][1] and seen["call_withheld"][0].startswith("not_exposed: ")
     # A tool the policy never offers is refused as such (no search would show it), not as not_exposed.
@@ -445,8 +447,8 @@ def test_the_example_agent_loop(bins, tmp_path):
     steps = anyio.run(example.run, tmp_path, bins, lines.append)
     by_task = {s["task"]: s for s in steps}
     delete = by_task["delete the old log files"]
-    assert delete["error"] and delete["result"].startswith("above_max_level: 'edit_file' is risk level 4 and is never offered")
-    assert not {"edit_file", "write_file", "move_file"} & set(delete["offered"])
+    assert delete["error"] and delete["result"].startswith("above_max_level: 'write_file' is risk level 4 and is never offered")
+    assert not {"write_file", "move_file"} & set(delete["offered"])
     assert not by_task["list the files in the logs folder"]["error"]
     alice, bob = by_task["create an entity for Alice in the knowledge graph"], by_task["create an entity for Bob in the knowledge graph"]
     assert not alice["error"] and '"Alice"' in alice["result"]
@@ -456,7 +458,7 @@ def test_the_example_agent_loop(bins, tmp_path):
     forget = by_task["delete the entity Alice from the knowledge graph with delete_entities"]
     assert forget["result"].startswith("above_max_level: 'delete_entities'") and "delete_entities" not in forget["offered"]
     audit = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
-    # read_text_file is L2 (the level model's level, shown and enforced alike): no confirmation;
+    # read_text_file is L1 (the level model's level, shown and enforced alike): no confirmation;
     # create_entities is L3 (a state change): asked, approved for Alice and declined for Bob.
     read = by_task["read the log file old.log"]
     assert not read["error"] and read["tool"] == "read_text_file"

@@ -256,6 +256,11 @@ TOOLS = [
 def gateway(tmp_path, encoder):
     """A gateway over one stub upstream, policy max_level 4, confirm_level 3, run_* pinned to
     L5, audit log on."""
+    return make_gateway(tmp_path, encoder)
+
+
+def make_gateway(tmp_path, encoder, max_level: int = 4):
+    """The ``gateway`` fixture's gateway, with another ``max_level`` where a test needs one."""
     manager = UpstreamManager([UpstreamConfig("notes", mcp_compat.ServerTarget(command="sh"))])
     up = manager.upstreams["notes"]
     up.state, up.tools, up.known_tools, up.session = "up", TOOLS, {t["name"] for t in TOOLS}, StubSession()
@@ -265,7 +270,7 @@ def gateway(tmp_path, encoder):
     registry, skipped = record_registry(records, "stub")
     assert list(skipped) == ["malformed"] and "readOnlyHint" in skipped["malformed"]  # one bad tool, not a dead catalogue
     # run_shell's level is pinned by the policy (an operator's audit), above max_level.
-    policy = Policy(max_level=4, confirm_level=3, levels={"run_*": 5}, source="policy.json")
+    policy = Policy(max_level=max_level, confirm_level=3, levels={"run_*": 5}, source="policy.json")
     view = build_view(registry, ArtefactSpec("stub", fill_levels="keyword"), encoder, policy, 1, routes=routes, skipped=skipped)
     assert "malformed" not in view.levels
     gw = Gateway(view, policy=policy, manager=manager, audit=AuditLog(tmp_path / "audit.jsonl"))

@@ -51,6 +51,7 @@ from riskrank.serving.gateway.session import (
     SessionBook,
     SessionError,
     SessionRecord,
+    confirmation_kind,
     tool_roles,
 )
 from riskrank.serving.gateway.store import open_store
@@ -133,6 +134,14 @@ def test_which_tools_are_untrusted_sources_and_sinks():
     assert tool_roles("list_files", "List files.", None, None, [], "fs", ops)[0] is None  # trusted wins
     assert tool_roles("mv", "Move a file.", None, None, [], "fs", ops)[1] == "the policy lists it among the sinks"
     assert tool_roles("send_email", "Send an e-mail.", None, None, ["outbound_send"], "mail", ops)[1] is None
+
+
+def test_the_level_models_capabilities_make_sinks():
+    from riskrank.serving.gateway.view import capability_keys
+
+    caps = capability_keys(["outbound_send (T1567)", "destruction (T1485)"])
+    assert caps == ["outbound_send", "destruction"]
+    assert tool_roles("notify", "Tell someone.", None, None, caps, "srv", Policy())[1] == "capability outbound_send, destruction"
 
 
 def test_the_policy_file_keys(tmp_path):
@@ -356,6 +365,20 @@ def test_confirm_guard_asks_once_per_session():
     untrusted = view_of(purge={"level": 3, "every": True})
     v = confirm.check(ctx_of("purge", untrusted, record=once, policy=Policy(untrusted=("srv",))))
     assert v.code == "confirm" and "untrusted by the policy" in v.message  # an untrusted server's calls: every time
+
+
+def test_an_approval_covers_its_kind_the_tool_with_the_same_switches():
+    schema = {"type": "object", "properties": {"unlock": {"type": "boolean"}, "door": {"type": "array"},
+                                               "mode": {"type": "string", "enum": ["START", "STOP"]}, "note": {"type": "string"}}}
+    assert confirmation_kind("lockDoors", {"door": ["driver"], "note": "x"}, schema) == "lockDoors"
+    assert confirmation_kind("lockDoors", {"unlock": False, "door": ["driver"]}, schema) == "lockDoors(unlock=false)"
+    assert confirmation_kind("lockDoors", {"mode": "STOP", "unlock": True}, schema) == 'lockDoors(mode="STOP", unlock=true)'
+    assert confirmation_kind("lockDoors", {"mode": "HALT"}, schema) == "lockDoors"  # not one of the enum's: a value
+    assert confirmation_kind("t", {"flag": True}, None) == "t(flag=true)"  # a boolean is a switch, schema or not
+    v = view_of(lockDoors={"level": 3, "schema": schema})
+    locked = ANCHORED.with_confirmation("lockDoors", widen=True, kind=confirmation_kind("lockDoors", {"unlock": False}, schema))
+    assert confirm.check(ctx_of("lockDoors", v, record=locked, args={"unlock": False, "door": ["rear_left"]})) is None
+    assert confirm.check(ctx_of("lockDoors", v, record=locked, args={"unlock": True})).code == "confirm"  # another kind
 
 
 # -- the chain ----------------------------------------------------------------------------------------------

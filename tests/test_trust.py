@@ -499,3 +499,24 @@ def test_an_approval_never_writes_back_a_stale_copy(tmp_path):
     assert after.servers["notes"]["tools"]["summarise"]["definition"]["description"] == "Summarise a text. Changed."
     held, _ = gateway.review("mail", [{"name": "send", "description": "Send it elsewhere.", "inputSchema": {"type": "object"}}])
     assert "send" in held  # the first-sight pin held: the change is quarantined, not trusted
+
+
+def test_a_gateway_whose_every_tool_is_held_back_serves_nothing_and_says_why():
+    """Every tool quarantined (an untrusted pin store, say): the catalogue is empty, not a crash
+    at start; each tool is withheld with its reason and find_tools says why nothing is offered."""
+    from riskrank.catalogue import ArtefactSpec
+    from riskrank.encoder import make_encoder
+    from riskrank.serving.gateway.core import Gateway, build_view, record_registry
+    from riskrank.serving.gateway.policy import Policy
+    from test_server_support import HashEncoder
+
+    assert record_registry([], "notes") == (None, {})
+    why = "the pin store is not trusted: quarantined until an operator approves it"
+    view = build_view(None, ArtefactSpec("stub", fill_levels="keyword"), make_encoder(HashEncoder()), Policy(), 1,
+                      withdrawn={"read": why, "write": why}, held={"read": "quarantined", "write": "quarantined"},
+                      withheld_records={"read": {"name": "read", "description": "Read a note."}})
+    assert view.catalogue is None and view.levels == {}
+    assert view.withheld_tools["read"]["withheld"] == "quarantined" and view.withheld_tools["read"]["description"] == "Read a note."
+    gw = Gateway(view, policy=Policy())
+    out = gw.find({"task": "read my note"}, None)
+    assert out["tools"] == [] and out["note"] == "no tool is available: " + why

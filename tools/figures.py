@@ -327,8 +327,6 @@ rendered("docs/session-guard.md", "the chain's cost", [SESSION],
          lambda: _bench("session_replay").doc_overhead(_load(SESSION)), SESSION_RUN)
 rendered("docs/session-guard.md", "the session guard's targets", [SESSION],
          lambda: _bench("session_replay").doc_targets(_load(SESSION)), SESSION_RUN)
-rendered("docs/base-model.md", "the level-model tables", ["benchmarks/results/risk_levels.json"],
-         lambda: _bench("risk_levels").table_md(_load("benchmarks/results/risk_levels.json")))
 rendered("docs/base-model.md", "the leave-one-corpus-out tables", ["benchmarks/results/loco.json"],
          lambda: _bench("transfer_loco").doc_tables(_load("benchmarks/results/loco.json")["summary"]))
 rendered("docs/base-model.md", "the risk-choices lever table", ["benchmarks/results/loco.json", "benchmarks/results/loco_audited.json"],
@@ -1076,34 +1074,78 @@ claim(BM, "The rebuild's zero-shot choices differ in two places (`core+graph+rul
 claim(BM, "UltraTool's {} and Seal-Tools' {} audited tools form one registry; the queries are UltraTool's {} `test.json` questions",
       loader_count("ultratool", "tools"), loader_count("sealtools", "tools"), U.at("splits", "test", "n_queries", fmt=","))
 LEVELS = Json("benchmarks/results/risk_levels.json")
+LEVELS_FIRST = Json("benchmarks/results/risk_levels_first_run.json")
+LEVELS_PREV = Json("benchmarks/results/risk_levels_previous.json")
 RL_POOLED = ("leave_one_server_out", "pooled")
-claim(BM, "`levels.safetensors`, {} KB", V(lambda: (ROOT / "src/riskrank/base/levels/levels.safetensors").stat().st_size / 1024,
-                                           "src/riskrank/base/levels/levels.safetensors", ".0f"))
-claim(BM, "trained on the {} audited UltraTool and Seal-Tools tools and on {} real MCP tools from {} public servers",
-      LEVELS.at("saved", "n_audited", fmt=","), LEVELS.at("saved", "n_annotated", fmt=","), LEVELS.at("n_servers"))
-claim(BM, "--save src/riskrank/base/levels`, {} s on the 2-core machine", LEVELS.at("seconds", fmt=".0f"))
+LEVELS_TIMING = Timing("2-core machine", "2026-12-06", "benchmarks/results/risk_levels.json")
 
 
 def rl(name: str, key: str, fmt: str = ".3f") -> V:
     return LEVELS.at(*RL_POOLED, name, key, fmt=fmt)
 
 
-claim(BM, "\"the higher of\" costs about {} of AUC on the MCP tools",
-      (rl("served level", "destructive_vs_read_only") - rl("higher of head and keywords (before)", "destructive_vs_read_only")).f(".1f"))
-claim(BM, "it costs {} of AUC on the MCP tools (below)",
-      vmax([rl("served level without the rubric floor", k) - rl("served level", k)
-            for k in ("destructive_vs_read_only", "not_read_only_vs_read_only")]).f(".3f"))
-claim(BM, "on the MCP tools the served level reaches {} destructive vs read-only (target {}: **missed** by {}, met without the floor "
-      "at {}) and {} not-read-only vs read-only (target {}: met). On the audited benchmarks the target ({}) is **missed** in both "
-      "directions, and the level model is below the rule it replaced there ({} and {} against {} and {})",
-      rl("served level", "destructive_vs_read_only"), LEVELS.at("targets", "destructive_vs_read_only", fmt=".2f"),
-      (LEVELS.at("targets", "destructive_vs_read_only") - rl("served level", "destructive_vs_read_only")).f(".3f"),
-      rl("served level without the rubric floor", "destructive_vs_read_only"), rl("served level", "not_read_only_vs_read_only"),
-      LEVELS.at("targets", "not_read_only_vs_read_only", fmt=".2f"), LEVELS.at("targets", "benchmark_auc", fmt=".2f"),
-      LEVELS.at("leave_one_benchmark_out", "ultratool", "served_level_auc", fmt=".3f"),
-      LEVELS.at("leave_one_benchmark_out", "sealtools", "served_level_auc", fmt=".3f"),
-      LEVELS.at("leave_one_benchmark_out", "ultratool", "before_auc", fmt=".3f"),
-      LEVELS.at("leave_one_benchmark_out", "sealtools", "before_auc", fmt=".3f"))
+def rl_pct(name: str, key: str) -> V:
+    return pct(rl(name, key), ".1f")
+
+
+claim(BM, "`levels.safetensors`, {} KB", V(lambda: (ROOT / "src/riskrank/base/levels/levels.safetensors").stat().st_size / 1024,
+                                           "src/riskrank/base/levels/levels.safetensors", ".0f"))
+claim(BM, "a tf-idf vector of the name's and description's words and word pairs over a {}-term vocabulary",
+      Json("src/riskrank/base/levels/levels.json").at("vocabulary").map(len, ",.0f"))
+claim(BM, "(expected calibration error of P(level ≥ k) on held-out servers: {}–{})",
+      LEVELS.at("calibration_ece").map(lambda d: min(d.values()), ".3f"), LEVELS.at("calibration_ece").map(lambda d: max(d.values()), ".3f"))
+claim(BM, "three annotators, {} real MCP tools of {} servers, {} tools of the corpora and {} attack definitions",
+      LEVELS.at("sets", "mcp", "n", fmt=","), LEVELS.at("leave_one_server_out", "per_unit").map(len, "d"),
+      LEVELS.at("sets", "corpora", "n", fmt=","), LEVELS.at("sets", "attack", "n", fmt=","))
+claim(BM, "--save src/riskrank/base/levels`, {} s on the 2-core machine on 2026-12-06", LEVELS.at("seconds", fmt=",.0f"), timing=LEVELS_TIMING)
+claim(BM, "Against the targets: weighted κ {} against {} (the annotators' own: {}–{}), within one level {} % against {} %, L1–L2 tools "
+      "asked {} % against {} % and L4–L5 tools run without a question {} % against {} %", rl("served level", "kappa_quadratic"),
+      LEVELS.at("targets", "kappa_quadratic", fmt=".2f"),
+      LEVELS.at("annotators", "mcp", "pairs").map(lambda ps: min(p["kappa_quadratic"] for p in ps), ".3f"),
+      LEVELS.at("annotators", "mcp", "pairs").map(lambda ps: max(p["kappa_quadratic"] for p in ps), ".3f"),
+      rl_pct("served level", "within_one"), pct(LEVELS.at("targets", "within_one"), ".0f"), rl_pct("served level", "low_asked"),
+      pct(LEVELS.at("targets", "low_asked"), ".0f"), rl_pct("served level", "high_unasked"), pct(LEVELS.at("targets", "high_unasked"), ".0f"))
+claim(BM, "previous release's {}, {} %, {} % and {} %", rl("before", "kappa_quadratic"), rl_pct("before", "within_one"),
+      rl_pct("before", "low_asked"), rl_pct("before", "high_unasked"))
+claim(BM, "The held-out attack set moves most: weighted κ {} against {}, L4–L5 attack tools run without a question {} % against {} %",
+      LEVELS.at("leave_one_set_out", "per_unit", "attack set", "served level", "kappa_quadratic", fmt=".3f"),
+      LEVELS.at("attack_before", "kappa_quadratic", fmt=".3f"),
+      pct(LEVELS.at("leave_one_set_out", "per_unit", "attack set", "served level", "high_unasked"), ".1f"),
+      pct(LEVELS.at("attack_before", "high_unasked"), ".1f"))
+claim(BM, "The read-only vs destructive AUCs of the served level on the MCP tools are {} and {} (not-read-only vs read-only), against "
+      "{} and {} for the previous level model held out the same way and {} and {} as it served them in-sample",
+      LEVELS.at("hint_aucs", "served level", "destructive_vs_read_only", fmt=".3f"),
+      LEVELS.at("hint_aucs", "served level", "not_read_only_vs_read_only", fmt=".3f"),
+      LEVELS_PREV.at("leave_one_server_out", "pooled", "served level", "destructive_vs_read_only", fmt=".3f"),
+      LEVELS_PREV.at("leave_one_server_out", "pooled", "served level", "not_read_only_vs_read_only", fmt=".3f"),
+      LEVELS.at("hint_aucs", "before", "destructive_vs_read_only", fmt=".3f"), LEVELS.at("hint_aucs", "before", "not_read_only_vs_read_only", fmt=".3f"))
+claim(BM, "Reading a registry's levels costs {} ms per tool beyond the embedding", LEVELS.at("ms_per_tool", fmt=".3f"), timing=LEVELS_TIMING)
+claim(BM, "the {} ms target is **missed** as measured", LEVELS.at("targets", "ms_per_tool", fmt=".0f"))
+claim(BM, "(shipped figures then: κ {}, the attack set held out κ {} with {} % of its L4–L5 tools run without a question)",
+      LEVELS_FIRST.at(*RL_POOLED, "served level", "kappa_quadratic", fmt=".3f"),
+      LEVELS_FIRST.at("leave_one_set_out", "per_unit", "attack set", "served level", "kappa_quadratic", fmt=".3f"),
+      pct(LEVELS_FIRST.at("leave_one_set_out", "per_unit", "attack set", "served level", "high_unasked"), ".1f"))
+claim(BM, "(the boundary the model is surest of: {} % of L4–L5 tools fall below it)", rl_pct("served level", "high_unasked"))
+claim(BM, "the benchmarks' paper labels at weight {}, words at weight {}, τ = ({}, {}, {}, {}), hint floors destructive L{}, not read-only "
+      "L{}, open world L{}", LEVELS.at("choice", "corpus_weight", fmt=".0f"), LEVELS.at("choice", "word_scale", fmt=".0f"),
+      *[LEVELS.at("choice", "tau", k, fmt=".1f") for k in range(4)], *[LEVELS.at("choice", "hint_floors", k) for k in range(3)])
+claim(BM, "(τ = {} at every boundary)", LEVELS.at("choice", "tau_cautious", 0, fmt=".1f"))
+TLV = Source("riskrank.training.levels")
+claim(R, "trained on {} tools three\n  annotators rated under the rubric's anchors",
+      (LEVELS.at("sets", "mcp", "n") + LEVELS.at("sets", "corpora", "n") + LEVELS.at("sets", "attack", "n")).f(",d"))
+claim(R, "leave one MCP server out it agrees with them at weighted κ {} (the annotators among\n  themselves: {}–{};",
+      rl("served level", "kappa_quadratic"),
+      LEVELS.at("annotators", "mcp", "pairs").map(lambda ps: min(p["kappa_quadratic"] for p in ps), ".3f"),
+      LEVELS.at("annotators", "mcp", "pairs").map(lambda ps: max(p["kappa_quadratic"] for p in ps), ".3f"))
+claim(BM, "({}× the share of L4–L5 tools run without a question above {} %, {}× the share of L1–L2 tools asked about above {} %)",
+      TLV.at("POLICY_CHARGES").map(lambda d: d["high_unasked"][1], ".0f"), TLV.at("POLICY_CHARGES").map(lambda d: 100 * d["high_unasked"][0], ".0f"),
+      TLV.at("POLICY_CHARGES").map(lambda d: d["low_asked"][1], ".0f"), TLV.at("POLICY_CHARGES").map(lambda d: 100 * d["low_asked"][0], ".0f"))
+claim(BM, "over the {} MCP tools, measured inside the run above", LEVELS.at("sets", "mcp", "n", fmt=","))
+claim(BM, "the capability patterns read its first {} characters, the words its first {}",
+      Source("riskrank.capabilities").at("MAX_CHARS", ",d"), Source("riskrank.levels").at("WORD_CHARS", ",d"))
+rendered(BM, "the level-model tables", ["benchmarks/results/risk_levels.json"],
+         lambda: _bench("risk_levels").table_md(_load("benchmarks/results/risk_levels.json")))
+
 
 
 def lobo_runs(direction: str, reg: str, *keys: str) -> Callable[[], list[V]]:
@@ -1425,9 +1467,6 @@ class HandOff:
 #: Figures in sections another change owns and is rewriting, which have no artefact yet (see
 #: tools/check_figures.py): each printed on every run, and an error once its phrase is gone.
 HANDED_OFF: list[HandOff] = [
-    HandOff(BM, "the mix weight of the two probabilities (0, 0.5, 1, 2)",
-            "the level-model section (being rewritten with the risk-level code): the grid of mix weights the level-model study "
-            "compared is in no committed script or artefact (benchmarks/risk_levels.py keeps only the chosen form)"),
 ]
 claim(R, "the same embeddings as sentence-transformers to {}", TOL)
 
@@ -1436,6 +1475,19 @@ claim(R, "the same embeddings as sentence-transformers to {}", TOL)
 
 AU = "docs/audit.md"
 AGREE = Json("benchmarks/results/audit_agreement.json")
+claim(AU, "these levels agree with the paper's released ones at weighted κ {}\n(exact {} %)", LEVELS.at("paper_vs_anchors", "kappa_quadratic", fmt=".3f"),
+      pct(LEVELS.at("paper_vs_anchors", "exact"), ".1f"))
+claim(AU, "the anchors mostly rate higher ({} tools higher, {} lower)", LEVELS.at("paper_vs_anchors", "anchors_higher"),
+      LEVELS.at("paper_vs_anchors", "anchors_lower"))
+claim(AU, "| real MCP tools, 23 servers | {} | `corpora/mcp-annotated/levels.jsonl` | {} / {} / {} |",
+      V(lambda: sum(1 for _ in (ROOT / "corpora/mcp-annotated/levels.jsonl").open()), "corpora/mcp-annotated/levels.jsonl", ","),
+      *[V(lambda k=k: sum(min(max(r["votes"].values()) - min(r["votes"].values()), 2) == k
+                          for r in map(json.loads, (ROOT / "corpora/mcp-annotated/levels.jsonl").open())), "corpora/mcp-annotated/levels.jsonl", ",")
+        for k in (0, 1, 2)])
+claim(AU, "| a sample of the corpora (API-Bank, ToolAlpaca, BFCL, UltraTool, Seal-Tools) | {} | `corpora/rubric-levels/corpora.jsonl` | {} / {} / {} |",
+      LEVELS.at("sets", "corpora", "n", fmt=","), *[LEVELS.at("sets", "corpora", "span", k, fmt=",") for k in ("0", "1", ">=2")])
+claim(AU, "| attack definitions and benign look-alikes, written for riskrank | {} | `corpora/rubric-levels/attack.json` | {} / {} / {} |",
+      LEVELS.at("sets", "attack", "n", fmt=","), *[LEVELS.at("sets", "attack", "span", k, fmt=",") for k in ("0", "1", ">=2")])
 PAPER = Json("docs/paper-figures.json")
 rendered(AU, "the agreement table", [AGREE.path, PAPER.path], lambda: _bench("audit_agreement").doc_table(AGREE.data, PAPER.data))
 
@@ -1459,11 +1511,16 @@ claim(R, "the keyword annotator reaches quadratic κ {} (UltraTool) and {} (Seal
 claim(AU, "trained on the same annotators' labels for the other {}% of tools",
       AGREE.at("settings", "crossfit_folds").map(lambda k: 100 * (1 - 1 / k), ".0f"))
 claim(AU, "(UltraTool: the {} test.json queries, dev.json being absent", U.at("splits", "test", "n_queries", fmt=","))
-HANDED_OFF += [
-    HandOff(AU, "learned head 0.58-0.61", "the prose beside docs/audit.md's agreement table, which this change may not edit (only the "
-            "table's lines): it reads the earlier run; the rerun (benchmarks/results/audit_agreement.json) gives 0.61-0.63"),
-    HandOff(AU, "(71.8%, 66.9% against 60.0%), but not on UltraTool (56.9%)", "the same prose: the rerun gives 76.8%, 70.4% "
-            "against 60.0%, and 57.5% on UltraTool (the head's conclusion stands: below the human on UltraTool only)"),
-    HandOff(AU, "(L1 tools predicted L2: 439 on UltraTool, 797 on Seal-Tools)", "the same prose (bare counts, not found as figures, "
-            "listed so they are seen): the rerun's confusion matrices give 462 and 606"),
-]
+claim(AU, "learned head {}-{}, human", kappa("ultratool", "head:crossfit"), kappa("sealtools", "head:crossfit"))
+
+
+def agree(ds: str, ann: str, key: str) -> V:
+    return AGREE.at("rows", ds, "annotators", ann, key)
+
+
+claim(AU, "Seal-Tools and pooled ({}%, {}% against {}%), but not on UltraTool ({}%)",
+      pct(agree("sealtools", "head:crossfit", "exact"), ".1f"), pct(agree("pooled", "head:crossfit", "exact"), ".1f"),
+      pct(PAPER.at("human_audit", "exact"), ".1f"), pct(agree("ultratool", "head:crossfit", "exact"), ".1f"))
+claim(AU, "(L1 tools predicted L2: {} on UltraTool, {} on Seal-Tools)",
+      AGREE.at("rows", "ultratool", "annotators", "head:crossfit", "confusion", 0, 1),
+      AGREE.at("rows", "sealtools", "annotators", "head:crossfit", "confusion", 0, 1))

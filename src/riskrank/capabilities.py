@@ -63,6 +63,9 @@ class Capability:
     #: reads (``get_``, ``list_``) shows it only in its name, since such a tool's description
     #: names the actions it reports on ("the resources a plan would delete")
     acts: bool = True
+    #: patterns over the raw, lower-cased description (paths and command lines, whose
+    #: punctuation the normalised text drops): ``~/.aws/credentials``, ``cmd.exe /c``
+    raw: tuple[str, ...] = ()
 
     def evidence(self, quote: str) -> str:
         tid, tname = self.technique
@@ -74,7 +77,7 @@ _CREATE = r"(?:creat(?:e|es|ing)|generat(?:e|es|ing)|rotat(?:e|es|ing)|issu(?:e|
 _SECRET = (r"(?:secret values?|secrets?|passwords?|passphrases?|credentials?|api keys?|access keys?|secret keys?|private keys?|"
            r"signing keys?|ssh keys?|(?:access|auth|bearer|api|refresh|session|personal access|oauth|id|jwt|service account) tokens?|"
            r"connection strings?|client secrets?|keys? vault secrets?|certificates? private keys?|kubeconfig|environment variables?|env vars?)")
-_HARVEST_VERB = r"(?:steal\w*|harvest\w*|exfiltrat\w*|extract\w*|dump\w*|collect\w*|scrap(?:e|es|ing)|grab\w*|locat\w*|sniff\w*|crack\w*|captur\w*|siphon\w*|hunt\w*)"
+_HARVEST_VERB = r"(?:steal\w*|harvest\w*|exfiltrat\w*|extract\w*|dump\w*|collect\w*|scrap(?:e|es|ing)|grab\w*|locat(?:e|es|ing)|sniff\w*|crack\w*|captur\w*|siphon\w*|hunt\w*)"
 _HARVEST_OBJ = (r"(?:credentials?|passwords?|password hashes|hashes|ssh (?:private )?keys?|private keys?|cookies|session cookies|keychains?|"
                 r"(?:browser|saved|stored|cached) (?:passwords?|credentials?|logins?)|(?:aws|cloud|gcp|azure|kube\w*) (?:credentials?|keys?|config\w*)|"
                 r"tokens?|api keys?|wallets?|seed phrases?|lsass)")
@@ -104,7 +107,11 @@ CAPABILITIES: tuple[Capability, ...] = (
             + _G6 + r"(?:commands?|program|executable|binary)\b",
             r"(?:reverse|interactive|remote|root) shells?\b", r"arbitrary (?:shell |system |os )?commands?\b",
         ),
-        anywhere=(r"reverse shells?\b", r"remote code execution\b", r"arbitrary (?:shell |system |os )?commands? (?:execution|on)\b"),
+        anywhere=(r"reverse shells?\b", r"bind shells?\b", r"remote code execution\b", r"arbitrary (?:shell |system |os )?commands? (?:execution|on)\b",
+                  r"(?:meterpreter|cobalt strike|netcat|ncat|socat|psexec|wmiexec)\b",
+                  r"(?:start\w*|run\w*|launch\w*|execut\w*|spawn\w*) any (?:program|process|binary|executable|command)s?\b"),
+        raw=(r"\b(?:rundll32|regsvr32|mshta|certutil|bitsadmin|installutil|msbuild|wmic)(?:\.exe)?\b", r"child_process\b", r"\bcmd(?:\.exe)?\s+/[ck]\b", r"\b(?:ba|z|da)?sh\s+-c\b", r"\bpowershell(?:\.exe)?\s+-(?:e|enc|encodedcommand|c|command|nop|w)\b",
+             r"\bos\.system\(|\bsubprocess\.(?:run|popen|call|check_output)\b", r"\bnc\s+-[a-z]*e\b", r"/bin/(?:ba)?sh\b"),
     ),
     Capability(
         "code_execution", "runs code or commands", 4, ("T1059", "Command and Scripting Interpreter"), "execution",
@@ -124,10 +131,21 @@ CAPABILITIES: tuple[Capability, ...] = (
         anywhere=(
             _HARVEST_VERB + " " + _G + _HARVEST_OBJ + r" " + _G + r"(?:from|in|on|stored|saved|cached) " + _G
             + r"(?:files?|config\w*|disk|memory|browsers?|keychains?|stores?|hosts?|machines?|system|home director\w+|dot ?files)\b",
-            r"password hash(?:es)?\b", r"lsass\b", r"mimikatz\b", r"credential dump\w*", r"keychain dump\w*",
+            r"password hash(?:es)?\b", r"lsass\b", r"mimikatz\b", r"credential dump\w*", r"keychain dump\w*", r"ntds dit\b",
+            r"(?:sam|security|system) hives?\b", r"kerberoast\w*", r"(?:golden|silver) tickets?\b", r"dcsync\b", r"pass the (?:hash|ticket)\b",
+            r"(?:browser|chrome|firefox|edge|safari) (?:saved |stored )?(?:passwords?|cookies|credentials?|logins?|login data)\b",
+            r"(?:steal\w*|harvest\w*|grab\w*|hijack\w*) " + _G + r"(?:sessions?|session tokens?|cookies|oauth tokens?|refresh tokens?|tickets)\b",
+            r"(?:seed phrases?|wallet (?:files?|keys?)|private keys? of (?:the |a )?wallet)\b",
+            r"(?:collect\w*|read\w*|dump\w*|gather\w*|grab\w*) " + _G6 + r"(?:environment variables|env vars|secret files|secrets|credentials|tokens) (?:of|from|in) (?:every|all|each|other)\b",
+            r"(?:log\w*|record\w*|captur\w*|sav\w*|stor\w*|keep\w*) " + _G + r"(?:every |all |the )?passwords? (?:that )?(?:users? |people |they )?(?:type|types|typed|enter|enters|entered)\b",
+            r"raw secret values?\b",
             r"(?:ssh|aws|gcloud|kube) (?:private )?(?:keys?|credentials?|config\w*) " + _G + r"(?:to|and send|and upload|and exfiltrat\w*)\b",
         ),
         acts=False,
+        raw=(r"\.(?:pst|ost)\b", r"~?/?\.aws/credentials\b", r"\.ssh/id_(?:rsa|dsa|ecdsa|ed25519)\b(?!\.pub)", r"\bid_(?:rsa|dsa|ecdsa|ed25519)\b(?!\.pub)",
+             r"/etc/shadow\b", r"\.git-credentials\b", r"\.netrc\b", r"\.docker/config\.json\b", r"\.kube/config\b",
+             r"\bntds\.dit\b", r"\blsass(?:\.exe)?\b", r"\bkey[34]\.db\b", r"\blogins\.json\b", r"\bcookies\.sqlite\b",
+             r"\bwallet\.dat\b", r"\blogin data\b", r"\.config/gcloud\b", r"\.bash_history\b"),
     ),
     Capability(
         "credential_access", "reads or creates secrets or credentials", 4, ("T1552", "Unsecured Credentials"), "credential access",
@@ -145,7 +163,8 @@ CAPABILITIES: tuple[Capability, ...] = (
             r"(?:captur\w*|record\w*|grab\w*|stream\w*|take|takes|taking|snap\w*) " + _G
             + r"(?:screenshots? of (?:the |your |a )?(?:entire |whole |user s |users )?(?:screen|desktop|display|monitor)s?|"
             + r"(?:the |your |user s |users )?(?:entire |whole )?(?:screen|desktop|display)s?(?! of the page)\b)",
-            r"(?:webcam|camera|microphone|mic)\b", r"(?:screen|audio|video|voice) record\w*",
+            r"(?:turn\w* on|activat\w*|access\w*|record\w*|captur\w*|stream\w*|snap\w*) " + _G + r"(?:webcam|camera|microphone|mic)\b",
+            r"(?:record\w*|captur\w*|start\w*) (?:the )?(?:screen|desktop) (?:recording|video|capture)\b",
         ),
         anywhere=(
             r"keylogging\b", r"(?:install\w*|deploy\w*|run|runs|start\w*|acts? as|functions? as|works? as|embed\w*) (?:a |an )?keylog\w*",
@@ -153,7 +172,10 @@ CAPABILITIES: tuple[Capability, ...] = (
             + r"(?:keyboard input|key ?strokes?|keystroke\w*|typing|typed (?:text|passwords?|input))\b",
             r"(?:turn on|activat\w*|access\w*|record\w*|captur\w*|stream\w*) " + _G + r"(?:webcam|camera|microphone)s?\b",
             r"(?:track\w*|trac(?:e|es|ing)|locat\w*|follow\w*) " + _G + r"(?:a person|people|someone|user s|users|the user|individuals?|phones?|devices?) s? (?:gps |physical |real time )?locations?\b",
-            r"clipboard (?:contents?|data|history)\b",
+            r"clipboard (?:contents?|data|history)\b", r"(?:read\w*|captur\w*|monitor\w*|log\w*|collect\w*) " + _G + r"clipboard\b",
+            r"screenshots? " + _G + r"(?:every|periodically|at intervals|in the background|silently)\b",
+            r"(?:periodic|background|silent|hidden|covert) (?:screen ?shots?|screen captures?|recordings?)\b",
+            r"(?:browsing|browser|search) history\b", r"(?:microphone|mic|camera|webcam) (?:open|on|active|enabled|running)\b", r"(?:record\w*|captur\w*|eavesdrop\w*|listen\w*) " + _G + r"(?:calls?|conversations?|audio|microphone)\b",
         ),
         acts=False,
     ),
@@ -165,15 +187,27 @@ CAPABILITIES: tuple[Capability, ...] = (
             r"command and control\b", r"c2 (?:servers?|channels?)\b", r"beacon\w* to\b",
             r"(?:send|upload|copy|transfer|forward|post)\w* " + _G6 + r"(?:all|every|entire|whole|bulk) " + _G
             + r"(?:files?|data|records?|contents?|customers?|users?|contacts?|emails?) " + _G + r"to (?:an? )?(?:external|remote|outside|third party|attacker)\b",
+            r"exfil\b", r"(?:encod\w*|embed\w*|split\w*|chunk\w*|smuggl\w*) " + _G6 + r"(?:subdomains?|dns (?:queries|lookups?|labels?|requests?|records?)|icmp|pings?)\b",
+            r"(?:forward\w*|redirect\w*|auto forward\w*) " + _G + r"(?:all|every|incoming|new) (?:e ?mails?|mail|messages?)\b",
+            r"(?:mail ?box|inbox) (?:export|dump)\b|(?:export\w*|dump\w*|download\w*) " + _G + r"(?:entire|whole|full|all) (?:mail ?box|inbox)\w*",
+            r"(?:pastebin|transfer sh|webhook site|requestbin|ngrok|file io|mega nz)\b", r"steganograph\w*",
+            r"(?:raw|plain) (?:tcp|tls|udp) sockets?\b", r"(?:account|server|bucket|endpoint|address) (?:owned|controlled|run) by (?:the )?(?:tool s |tools )?(?:author|attacker|operator|vendor)\b",
+            r"destination (?:is )?not (?:shown|disclosed|visible)\b",
+            r"(?:to|into|with) (?:an? )?(?:outside|external|foreign|other|third party) (?:aws |cloud |storage )?accounts?(?: id)?\b",
+            r"(?:clon\w*|cop(?:y|ies|ying)|collect\w*|download\w*|harvest\w*|grab\w*|archiv\w*|zip\w*) " + _G
+            + r"(?:every|all) (?:private |internal |reachable )?(?:repos|repositories|mail ?boxes|shares|smb shares|network shares|documents)\b",
+            r"from (?:all|every) (?:reachable |accessible |mapped )?(?:smb |network )?(?:shares|drives|hosts)\b",
+            r"(?:upload|send|post|ship|sync)\w* (?:them|it|everything|the (?:files?|data|archive|results?|bundle)) " + _G
+            + r"to (?:a |an |the )?(?:remote|external|attacker\w*|configured|hard ?coded|author s|our) (?:server|endpoint|host|url|bucket|address|domain)\b",
         ),
         acts=False,
     ),
     Capability(
         "outbound_send", "sends data to a destination the caller chooses", 3, ("T1567", "Exfiltration Over Web Service"), "exfiltration",
         scoped=(
-            r"(?:send|sends|sending|post|posts|posting|publish\w*|forward\w*|upload\w*|e ?mail|e ?mails|e ?mailing|tweet\w*|broadcast\w*|"
+            r"(?:send|sends|sending|post|posts|posting|publish\w*|forward\w*|upload\w*|e ?mail|e ?mailing|tweet\w*|broadcast\w*|"
             r"reply|replies|replying|dm|notif(?:y|ies|ying)) " + _G
-            + r"(?:messages?|e ?mails?|mails?|sms|texts?|notifications?|files?|data|requests?|payloads?|webhooks?|comments?|replies|"
+            + r"(?:messages?|e ?mails?|mails?|sms|texts?|notifications?|files?|data|payloads?|webhooks?|comments?|replies|"
             + r"tweets?|invit\w+|posts?|reports?|alerts?|attachments?|documents?)\b",
             r"(?:send|post|upload)_\w+", r"(?:http|https|web|api) (?:post|put|patch|delete) requests?\b",
             r"(?:make|makes|making|send|sends|issue|issues) " + _G + r"(?:http|https|web|api|rest) requests? to (?:any|an arbitrary|arbitrary|a given|the given|a specified|any given)\b",
@@ -193,7 +227,19 @@ CAPABILITIES: tuple[Capability, ...] = (
             r"(?:hid(?:e|es|ing)|conceal\w*|mask\w*) " + _G + r"(?:its |the |this |their )?(?:activity|activities|processes|presence|tracks|artifacts|footprints?)\b",
             r"without (?:the )?(?:user|owner|victim|administrator|admin) s? (?:knowledge|noticing|consent|awareness)\b",
             r"(?:evad\w*|avoid\w*|bypass\w*) (?:detection|antivirus|edr|security monitoring)\b", r"anti forensic\w*",
+            r"(?:disabl\w*|turn\w* off|stop\w*|kill\w*|tamper\w*|unload\w*|blind\w*) " + _G
+            + r"(?:windows defender|defender|antivirus|edr|amsi|etw|sysmon|auditd|selinux|apparmor|tamper protection|real time protection|"
+            + r"security (?:agents?|services?|software|tools?|monitoring)|event logging|audit logging)\b",
+            r"(?:clear\w*|wip(?:e|es|ing)|eras(?:e|es|ing)|delet(?:e|es|ing)|truncat\w*|tamper\w*) " + _G
+            + r"(?:event logs?|security logs?|audit (?:logs?|trails?)|system logs?|bash history|shell history|command history|syslog)\b",
+            r"timestomp\w*", r"(?:process|dll|code|shellcode) (?:injection|hollowing)\b", r"inject\w* " + _G + r"(?:shellcode|dll|into (?:a |another |the )?(?:process|memory))\b",
+            r"(?:uac|amsi) bypass\w*|bypass\w* (?:uac|amsi)\b", r"masquerad\w*", r"unhook\w*",
+            r"(?:evad\w*|avoid\w*|bypass\w*|defeat\w*) " + _G + r"(?:av|antivirus|anti virus|edr|signatures?|detection|scanners?)\b",
+            r"(?:scan |antivirus |av |defender )exclusions?\b|exclusion lists?\b", r"(?:never|not be|no longer) (?:inspected|scanned|monitored|logged)\b",
+            r"(?:pack\w*|obfuscat\w*|crypt\w*) " + _G + r"(?:binar\w+|payloads?|executables?|malware|shellcode)\b",
+            r"(?:hid(?:e|es|ing)|conceal\w*) " + _G + r"(?:window|process|files?|folders?|directory|itself|the tool|network connections?)\b",
         ),
+        raw=(r"\bwevtutil(?:\.exe)?\s+cl\b", r"\bvssadmin(?:\.exe)?\s+delete\b", r"\bset-mppreference\b", r"\bhistory\s+-c\b"),
     ),
     Capability(
         "persistence", "persists on a system or adds a way back in", 5, ("T1547", "Boot or Logon Autostart Execution"), "persistence",
@@ -203,7 +249,16 @@ CAPABILITIES: tuple[Capability, ...] = (
             + r"scheduled tasks? on the host|backdoors?|rootkits?|implants?|ssh authorized keys?|authorized keys)\b",
             r"(?:creat\w*|add\w*) " + _G + r"(?:hidden|backdoor|rogue) (?:admin\w* |root |privileged )?(?:users?|accounts?)\b",
         ),
-        anywhere=(r"backdoors?\b", r"rootkits?\b", r"(?:ssh )?authorized keys\b", r"persistence mechanisms?\b"),
+        anywhere=(r"backdoors?\b", r"rootkits?\b", r"(?:ssh )?authorized keys\b", r"persistence mechanisms?\b",
+                  r"(?:startup folder|run keys?|registry run|launch agents?|launch daemons?|login items?|schtasks|rc local|webshells?|web shells?|"
+                  r"wmi (?:event )?subscriptions?|login hooks?)\b",
+                  r"(?:add\w*|append\w*|modif\w*|writ\w*|insert\w*) " + _G + r"(?:bashrc|bash profile|zshrc|profile|crontab|systemd (?:units?|services?|timers?))\b",
+                  r"(?:survive|persist\w*|remain\w*) " + _G + r"(?:reboots?|restarts?|logouts?|logoffs?)\b",
+                  r"(?:at|on) (?:every |each )?(?:logon|login|startup|boot)\b", r"ld so preload\b|ld preload\b|dyld insert\w*|dll (?:hijack\w*|side ?load\w*)",
+                  r"(?:auto ?run|autorun|auto ?open) macros?\b", r"startup (?:binar\w+|scripts?|programs?) from\b",
+                  r"(?:creat\w*|add\w*) " + _G + r"(?:local |new |hidden |secondary )?(?:admin\w*|root|superuser|domain admin) (?:users?|accounts?)\b"),
+        raw=(r"\.bashrc\b", r"\.bash_profile\b", r"\.zshrc\b", r"/etc/rc\.local\b", r"/etc/cron\.", r"\bcurrentversion\\run\b",
+             r"/library/launchagents\b", r"\bschtasks(?:\.exe)?\s+/create\b"),
     ),
     Capability(
         "intrusion", "breaks into systems or escalates privileges", 5, ("T1068", "Exploitation for Privilege Escalation"), "privilege escalation",
@@ -213,7 +268,35 @@ CAPABILITIES: tuple[Capability, ...] = (
             r"(?:bypass\w*|circumvent\w*) " + _G + r"(?:authentication|login|access controls?|authori[sz]ation)\b",
             r"(?:exploit\w*) " + _G + r"(?:vulnerabilit\w+|cves?|systems?|hosts?|targets?|servers?)\b",
         ),
-        anywhere=(r"privilege escalat\w*", r"remote access trojans?\b", r"\brats? implant\w*"),
+        anywhere=(r"privilege escalat\w*", r"remote access trojans?\b", r"\brats? implant\w*", r"(?:c2|command and control) (?:servers?|channels?|implants?|agents?)\b",
+                  r"(?:malware|c2|attacker s|remote) implants?\b", r"beacon\w* (?:to|home|back|out)\b", r"lateral(?:ly)? mov\w*", r"(?:spread\w*|propagat\w*|pivot\w*) " + _G + r"(?:to|across|through) " + _G
+                  + r"(?:hosts?|machines?|systems?|networks?)\b", r"(?:port|network|vulnerability) scan\w* " + _G + r"(?:targets?|hosts?|subnets?|ranges?)\b",
+                  r"(?:brute ?forc\w*|password spray\w*|credential stuff\w*)\b", r"(?:hashcat|john the ripper|hydra)\b",
+                  r"escape\w* " + _G + r"(?:the )?(?:container|sandbox|vm|virtual machine)\b", r"container escape\w*",
+                  r"(?:sudo|setuid|suid) " + _G + r"(?:abuse|exploit\w*|misconfigur\w*)\b",
+                  r"socks ?5? proxy\b", r"(?:proxy|exit) nodes?\b", r"(?:relay\w*|rout\w*|tunnel\w*|forward\w*) " + _G
+                  + r"(?:the )?(?:operator s|attacker s|third part(?:y|ies) s?|remote|external) traffic\b", r"into (?:the )?internal network\b",
+                  r"forg(?:e|es|ed|ing) " + _G + r"(?:session |auth |signed |kerberos )?(?:cookies?|tokens?|tickets?|certificates?|jwts?|signatures?)\b",
+                  r"privileged (?:containers?|pods?)\b", r"(?:host s|node s|host|node) root (?:filesystem|file system)\b", r"full control of the (?:node|host|machine|cluster)\b",
+                  r"(?:session hijack\w*|hijack\w* " + _G + r"sessions?)\b", r"pam modules?\b", r"(?:universal|master|skeleton) (?:pass(?:word|phrase)|key)\b",
+                  r"(?:under|with) the same tag\b", r"tscon\b"),
+    ),
+    Capability(
+        "fraud", "deceives people or steals value", 5, ("T1656", "Impersonation"), "impact",
+        scoped=(
+            r"(?:impersonat(?:e|es|ing)|spoof(?:s|ing)?) " + _G + r"(?:users?|emails?|senders?|messages?|domains?|callers?|executives?|people|victims?|targets?|pages?|identit\w+)\b",
+            r"(?:drain\w*|steal\w*|siphon\w*|skim\w*) " + _G + r"(?:funds?|money|wallets?|accounts?|balances?|crypto\w*|payments?|cards?)\b",
+        ),
+        anywhere=(
+            r"(?:send\w*|craft\w*|launch\w*|run\w*|generat\w*|creat\w*|host\w*) " + _G + r"(?:phishing|spear ?phishing|smishing|vishing)\b",
+            r"(?:mfa|2fa|push) (?:fatigue|bombing|spam\w*)\b",
+            r"(?:repeated\w*|keep\w*|until) " + _G6 + r"(?:mfa|push|approval) (?:requests?|prompts?|notifications?)\b",
+            r"(?:drain\w*|steal\w*|siphon\w*|skim\w*) " + _G + r"(?:funds?|money|wallets?|accounts?|balances?|crypto\w*|payments?|cards?)\b",
+            r"(?:pays?|payouts?|send\w*|transfer\w*) " + _G + r"to (?:the )?(?:author s|attacker s|operator s|our|a hard ?coded|a fixed) (?:wallet|account|address)\b",
+            r"(?:run\w*|start\w*|install\w*|deploy\w*|launch\w*|spawn\w*) " + _G + r"(?:crypto ?min\w*|coin ?min\w*|miners?|xmrig)\b",
+            r"(?:mining pools?|pays? out to)\b",
+        ),
+        acts=False,
     ),
     Capability(
         "mass_destruction", "destroys data or systems wholesale", 4, ("T1485", "Data Destruction"), "impact",
@@ -224,6 +307,8 @@ CAPABILITIES: tuple[Capability, ...] = (
             r"encrypt\w* " + _G + r"(?:all|every|the entire|the whole) (?:files?|disks?|data)\b",
             r"(?:delet(?:e|es|ing)|destroy\w*|purg(?:e|es|ing)) " + _G + r"(?:backups?|recovery points?|shadow cop\w+)\b",
         ),
+        anywhere=(r"defac\w*", r"replac\w* (?:the )?site index\b", r"(?:stop\w*|kill\w*|disabl\w*) " + _G + r"services? (?:matching|named|like)\b",
+                  r"ransom\w*", r"encrypt\w* " + _G + r"(?:victim s|user s|users|all the|every) (?:files?|data|disks?)\b"),
     ),
     Capability(
         "destruction", "deletes or overwrites data or resources", 3, ("T1485", "Data Destruction"), "impact",
@@ -247,7 +332,7 @@ CAPABILITIES: tuple[Capability, ...] = (
     Capability(
         "financial", "moves money", 4, ("T1657", "Financial Theft"), "impact",
         scoped=(
-            r"(?:transfer\w*|send|sends|sending|wire|wires|wiring|withdraw\w*|pay|pays|paying|payout\w*|refund\w*|charg(?:e|es|ing)|captur(?:e|es|ing)|"
+            r"(?:transfer\w*|send|sends|sending|wire|wires|wiring|withdraw\w*|pay|pays|paying|payout\w*|charg(?:e|es|ing)|captur(?:e|es|ing)|"
             r"disburs\w*|remit\w*|move|moves|moving) " + _G + _MONEY + r"\b",
             r"(?:refund|refunds|payout|payouts) (?:a |the )?(?:payment|charge|order|amount|money|funds?|customer)s?\b", r"(?:purchas(?:e|es|ing)|buy|buys|buying|sell|sells|selling|trad(?:e|es|ing)) " + _G
             + r"(?:stocks?|shares|crypto\w*|bitcoin|securities|assets?|orders?|products?|items?|tickets?|goods)\b",
@@ -260,6 +345,7 @@ CAPABILITY_KEYS: tuple[str, ...] = tuple(c.key for c in CAPABILITIES)
 _BY_KEY = {c.key: c for c in CAPABILITIES}
 _SCOPED = {c.key: re.compile(r"\b(?:" + "|".join(c.scoped) + ")") for c in CAPABILITIES}
 _ANYWHERE = {c.key: re.compile(r"\b(?:" + "|".join(c.anywhere) + ")") for c in CAPABILITIES if c.anywhere}
+_RAW = {c.key: re.compile("|".join(c.raw)) for c in CAPABILITIES if c.raw}
 #: A capability that implies another: the narrower, more severe one replaces it in the evidence.
 _SUBSUMES = {"host_execution": "code_execution", "mass_destruction": "destruction", "credential_harvesting": "credential_access",
              "exfiltration": "outbound_send"}
@@ -359,12 +445,16 @@ def detect_capabilities(name: str, description: str, schema: Mapping[str, Any] |
     words that show it; a capability implied by a more severe one found is left out."""
     scoped = scoped_text(name, description or "", schema)
     whole = normalise_text(split_name(name) + " " + _strip_tool_names((description or "")[:MAX_CHARS]))
+    raw = (description or "")[:MAX_CHARS].lower()
     reads = name_reads(name)
     hits = {}
     for cap in CAPABILITIES:
         quote = None if reads and cap.acts else _first(_SCOPED[cap.key], scoped)
         if quote is None and cap.key in _ANYWHERE:
             quote = _first(_ANYWHERE[cap.key], whole)
+        if quote is None and cap.key in _RAW:
+            m = _RAW[cap.key].search(raw)
+            quote = m.group(0).strip() if m else None
         if quote is not None:
             hits[cap.key] = CapabilityHit(cap.key, quote)
     for severe, mild in _SUBSUMES.items():

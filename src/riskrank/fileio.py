@@ -49,11 +49,12 @@ DIR_MODE = 0o777 & ~_umask()
 
 
 @contextlib.contextmanager
-def atomic_writer(path: str | os.PathLike[str], *, suffix: str = ".tmp") -> Iterator[IO[bytes]]:
+def atomic_writer(path: str | os.PathLike[str], *, suffix: str = ".tmp", mode: int | None = None) -> Iterator[IO[bytes]]:
     """A binary file handle whose contents replace ``path`` when the block ends without an
     error (fsync, then ``os.replace``); on any error, including one raised by the caller to
     reject what it wrote, the temporary file (``.NAME.*SUFFIX`` beside ``path``) is removed
-    and ``path`` is untouched."""
+    and ``path`` is untouched. ``mode``: the file's permissions instead of :data:`FILE_MODE`
+    (a user's file rewritten in place keeps its own; a file holding secrets gets ``0o600``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
@@ -62,15 +63,15 @@ def atomic_writer(path: str | os.PathLike[str], *, suffix: str = ".tmp") -> Iter
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
-            os.fchmod(fh.fileno(), FILE_MODE)
+            os.fchmod(fh.fileno(), FILE_MODE if mode is None else mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    with atomic_writer(path) as fh:
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int | None = None) -> None:
+    with atomic_writer(path, mode=mode) as fh:
         fh.write(data)
 
 

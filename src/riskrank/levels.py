@@ -1,95 +1,288 @@
-"""The level model: what level an unaudited tool is served at, from its embedding.
+"""The level model: the rubric level of a tool nobody audited, from its definition.
 
-Three small heads read the frozen tool embedding, and their mean is the level score the
-served level comes from (``level = round(4 * score + 1)``, the rubric's scale):
+One ordinal model reads three kinds of evidence about a tool:
 
-* ``risk``: the rubric-level regression ((r - 1) / 4, sigmoid(MLP)), trained on the audited
-  tools of the benchmarks and on real MCP tools whose declared hints stand in as weak levels
-  (read-only L1, changes state L3, destructive L5);
-* ``writes``: P(the tool changes state), a logistic regression on the MCP tools' readOnlyHint;
-* ``destructive``: P(destructive), a logistic regression on their destructiveHint.
+* its frozen embedding (what the tool is about),
+* the dangerous capabilities its name, description and parameters show
+  (:mod:`riskrank.capabilities`: reads secrets, runs commands, deletes, moves money, ...),
+* four facts about its text: the name says it only reads, the name says it acts, the
+  description is (nearly) empty, the description is not English;
+* its words: a tf-idf vector of the name and description's words and word pairs over a
+  vocabulary fixed at training (the embedding is a mean over the whole text, so one
+  sentence that says what a disguised tool really does barely moves it; its words do).
 
-``score = (risk + 2 * (writes / 2 + destructive / 4)) / 3``: the two probabilities are put
-on the level scale (a state change is about L3, destruction about L4) and weighed twice the
-regression. The form was chosen by leaving one MCP server out at a time (docs/base-model.md);
-keyword evidence and permission categories were measured as further inputs and added
-nothing there, while "the higher of the head and the keywords" cost 0.2 of AUC, so they are
-evidence in every response but do not set the level. Declared hints are applied afterwards,
-escalate-only (:func:`riskrank.risk.resolve_tool_levels`).
+It is a cumulative-logit (proportional odds) model: a score ``z = w · x`` and four increasing
+thresholds give ``P(level > k) = sigmoid(z - theta_k)`` for k = 1..4, so every tool gets a
+calibrated distribution over the five levels, not a point. The level served is the highest k
+with ``P(level >= k) >= tau_k`` (``tau`` chosen on held-out servers at training time), raised to
+the floor of the capabilities found: a tool that runs commands is never served below L4 and a
+tool that harvests credentials never below L5, whatever the model says. A tool whose text
+says little (an empty description, a language the encoder was not trained on) is read at the
+cautious end of its distribution (``tau_cautious``), and its evidence says so. Declared MCP
+hints are applied afterwards and only raise a level (:func:`riskrank.risk.resolve_tool_levels`),
+by the amounts the model carries (``hint_floors``).
 
 Inference is NumPy (no torch on the serving path); the weights live in one safetensors file
-with a JSON sidecar holding its sha256 and how it was trained.
+with a JSON sidecar holding its sha256, the feature layout and how it was trained.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from riskrank.capabilities import (
+    ACT_VERBS,
+    CAPABILITY_KEYS,
+    READ_VERBS,
+    CapabilityHit,
+    capability_floor,
+    detect_capabilities,
+)
 from riskrank.errors import CheckpointError
 from riskrank.fileio import atomic_write_bytes
+from riskrank.risk import normalise_text, split_name
 
 WEIGHTS = "levels.safetensors"
 SIDECAR = "levels.json"
-FORMAT = "riskrank-levels/1"
-#: The weights of the mean: (risk, writes, destructive), each probability on the level axis.
-MIX = {"risk": 1.0, "writes": 1.0, "destructive": 0.5}
-_KEYS = ("risk.l1.weight", "risk.l1.bias", "risk.l2.weight", "risk.l2.bias",
-         "writes.weight", "writes.bias", "destructive.weight", "destructive.bias")
+FORMAT = "riskrank-levels/2"
+_KEYS = ("ordinal.weight", "ordinal.thresholds")
+#: Present when the model reads words (a vocabulary in the sidecar, its idf here).
+_TEXT_KEY = "text.idf"
+#: Characters of a description the word vector reads.
+WORD_CHARS = 4000
+_TOKEN = re.compile(r"\b\w\w+\b")
+#: The facts about a tool's text the model reads beside the embedding and the capabilities.
+TEXT_FEATURES = ("name_reads", "name_acts", "no_description", "not_english")
+#: Fewer words than this in a description is "says little": read at the cautious end.
+MIN_WORDS = 3
+_ENGLISH = frozenset(["the", "a", "an", "of", "to", "and", "in", "for", "is", "on", "with", "this", "that", "by", "from", "or", "be", "it", "as", "are", "at", "its", "can", "use", "used", "returns"])
+_LETTERS = re.compile(r"[^\W\d_]+")
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
-    return (1.0 / (1.0 + np.exp(-np.clip(z, -60, 60)))).astype(np.float32)
+    return 1.0 / (1.0 + np.exp(-np.clip(z, -60, 60)))
+
+
+def text_facts(name: str, description: str) -> tuple[bool, bool, bool, bool]:
+    """(name only reads, name acts, description says little, description is not English).
+
+    Not English: at least six words of which under 5 % are common English function words, or
+    mostly letters outside ASCII (the encoder is English-only: such a text is read cautiously)."""
+    words = set(normalise_text(split_name(name)).split())
+    acts = bool(words & ACT_VERBS)
+    reads = bool(words & READ_VERBS) and not acts
+    desc = (description or "")[:4000]
+    tokens = _LETTERS.findall(desc)
+    little = len(tokens) < MIN_WORDS
+    foreign = False
+    if len(tokens) >= 6:
+        low = [t.lower() for t in tokens]
+        english = sum(t in _ENGLISH for t in low) / len(low)
+        ascii_share = sum(t.isascii() for t in tokens) / len(tokens)
+        foreign = english < 0.05 or ascii_share < 0.5
+    return reads, acts, little, foreign
 
 
 @dataclass(frozen=True)
-class LevelParts:
-    """Each head's output per tool and the level score they make."""
+class ToolEvidence:
+    """What the level model reads of a registry beside the embeddings: each tool's capabilities
+    and text facts (computed once per registry)."""
 
-    risk: np.ndarray
-    writes: np.ndarray
-    destructive: np.ndarray
+    hits: tuple[tuple[CapabilityHit, ...], ...]
+    facts: np.ndarray  # [N, len(TEXT_FEATURES)] 0/1
+
+    @classmethod
+    def of(cls, tools: Sequence[Any]) -> ToolEvidence:
+        hits = tuple(tuple(detect_capabilities(t.name, t.description, getattr(t, "parameters", None))) for t in tools)
+        facts = np.asarray([text_facts(t.name, t.description) for t in tools], dtype=np.float32).reshape(len(tools), len(TEXT_FEATURES))
+        return cls(hits, facts)
 
     @property
-    def score(self) -> np.ndarray:
-        total = MIX["risk"] * self.risk + MIX["writes"] * self.writes + MIX["destructive"] * self.destructive
-        return (total / 3.0).astype(np.float32)
+    def capability_matrix(self) -> np.ndarray:
+        out = np.zeros((len(self.hits), len(CAPABILITY_KEYS)), dtype=np.float32)
+        for i, hs in enumerate(self.hits):
+            for h in hs:
+                out[i, CAPABILITY_KEYS.index(h.key)] = 1.0
+        return out
 
-    def evidence(self, i: int) -> str:
-        return (f"level model: score {float(self.score[i]):.2f} (risk head {float(self.risk[i]):.2f}, "
-                f"P(changes state) {float(self.writes[i]):.2f}, P(destructive) {float(self.destructive[i]):.2f})")
+    @property
+    def floors(self) -> np.ndarray:
+        return np.asarray([capability_floor(hs) for hs in self.hits], dtype=np.int8)
+
+    @property
+    def cautious(self) -> np.ndarray:
+        return (self.facts[:, 2] > 0) | (self.facts[:, 3] > 0)
+
+
+def features(tool_emb: np.ndarray, evidence: ToolEvidence) -> np.ndarray:
+    """The model's input [N, D + C + 4]: embedding, capability flags, text facts (the word
+    vector, when the model reads words, is appended by :class:`WordVectors`)."""
+    e = np.asarray(tool_emb, dtype=np.float32)
+    return np.hstack([e, evidence.capability_matrix, evidence.facts]).astype(np.float32)
+
+
+def word_text(name: str, description: str) -> str:
+    """What the word vector reads: the name's words and the description's first WORD_CHARS
+    characters, normalised."""
+    return normalise_text(split_name(name) + " " + (description or "")[:WORD_CHARS])
+
+
+def word_terms(text: str) -> list[str]:
+    """A normalised text's words of two or more characters and its adjacent word pairs (the
+    terms scikit-learn's ``TfidfVectorizer(ngram_range=(1, 2))`` counts)."""
+    words = _TOKEN.findall(text)
+    return words + [f"{a} {b}" for a, b in pairwise(words)]
+
+
+@dataclass(frozen=True)
+class WordVectors:
+    """Sublinear tf-idf over a fixed vocabulary, L2-normalised (equal to scikit-learn's
+    ``TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True)`` with that vocabulary and idf:
+    tested), scaled by ``scale``."""
+
+    vocabulary: tuple[str, ...]
+    idf: np.ndarray
+    scale: float = 1.0
+
+    def transform(self, texts: Sequence[str]) -> np.ndarray:
+        index = {t: i for i, t in enumerate(self.vocabulary)}
+        out = np.zeros((len(texts), len(self.vocabulary)), dtype=np.float32)
+        for r, text in enumerate(texts):
+            counts: dict[int, int] = {}
+            for term in word_terms(text):
+                j = index.get(term)
+                if j is not None:
+                    counts[j] = counts.get(j, 0) + 1
+            if counts:
+                cols = np.fromiter(counts, dtype=np.int64)
+                vals = (1.0 + np.log(np.fromiter(counts.values(), dtype=np.float64))) * self.idf[cols]
+                norm = float(np.sqrt((vals ** 2).sum()))
+                out[r, cols] = (vals / norm * self.scale) if norm > 0 else 0.0
+        return out
+
+
+def levels_from_cumulative(cum: np.ndarray, tau: Sequence[float]) -> np.ndarray:
+    """The level for cumulative probabilities ``cum`` [N, 4] (P(level > k), k = 1..4): 1 + the
+    number of boundaries k with P(level > k) >= tau_k."""
+    return (1 + (np.asarray(cum) >= np.asarray(tau, dtype=np.float64)[None, :]).sum(axis=1)).astype(np.int8)
+
+
+@dataclass(frozen=True)
+class LevelPrediction:
+    """The level model's reading of every tool: its distribution over the levels, the level it
+    gives, the capability floor, and the evidence for both."""
+
+    cumulative: np.ndarray  # [N, 4] P(level > k)
+    model_levels: np.ndarray  # [N] before the floors
+    evidence: ToolEvidence
+    hint_floors: dict[str, int] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.model_levels)
+
+    @property
+    def floors(self) -> np.ndarray:
+        return self.evidence.floors
+
+    @property
+    def levels(self) -> np.ndarray:
+        """The level after the capability floors (before declared hints)."""
+        return np.maximum(self.model_levels, self.floors).astype(np.int8)
+
+    @property
+    def probabilities(self) -> np.ndarray:
+        """[N, 5] P(level = k)."""
+        c = np.hstack([np.ones((len(self), 1)), self.cumulative, np.zeros((len(self), 1))])
+        return np.clip(c[:, :-1] - c[:, 1:], 0.0, 1.0)
+
+    @property
+    def expected(self) -> np.ndarray:
+        """E[level] under the model (1..5): a continuous level score."""
+        return (1.0 + self.cumulative.sum(axis=1)).astype(np.float32)
+
+    def explain(self, i: int) -> list[str]:
+        """Why tool ``i`` gets its level: the model's distribution, the caution, the floors."""
+        p = self.probabilities[i]
+        dist = " ".join(f"L{k + 1} {p[k]:.2f}" for k in range(5) if p[k] >= 0.05)
+        why = [f"level model: L{int(self.model_levels[i])} ({dist})"]
+        _reads, _acts, little, foreign = (bool(x) for x in self.evidence.facts[i])
+        if little:
+            why.append("the description says almost nothing: read at the cautious end of the model's range")
+        if foreign:
+            why.append("the description does not read as English (the encoder's language): read at the cautious end")
+        why += [h.evidence() for h in self.evidence.hits[i]]
+        if self.floors[i] > self.model_levels[i]:
+            why.append(f"capability floor raises L{int(self.model_levels[i])} to L{int(self.floors[i])}")
+        return why
 
 
 @dataclass(frozen=True)
 class LevelModel:
-    """The three heads' weights (see the module docstring) and their sidecar."""
+    """The ordinal model's weights and its sidecar (see the module docstring)."""
 
     arrays: dict[str, np.ndarray] = field(repr=False)
     meta: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def words(self) -> WordVectors | None:
+        """The word vector it reads (None for a model without one)."""
+        if _TEXT_KEY not in self.arrays:
+            return None
+        return WordVectors(tuple(self.meta.get("vocabulary") or ()), self.arrays[_TEXT_KEY].astype(np.float64),
+                           float(self.meta.get("word_scale", 1.0)))
+
+    @property
     def dim(self) -> int:
-        return int(self.arrays["writes.weight"].shape[0])
+        """The embedding dimension it reads."""
+        n_words = 0 if _TEXT_KEY not in self.arrays else int(self.arrays[_TEXT_KEY].shape[0])
+        return int(self.arrays["ordinal.weight"].shape[0]) - len(CAPABILITY_KEYS) - len(TEXT_FEATURES) - n_words
 
     @property
     def encoder_identity(self) -> str | None:
         return self.meta.get("encoder")
 
-    def parts(self, tool_emb: np.ndarray) -> LevelParts:
+    @property
+    def tau(self) -> tuple[float, ...]:
+        return tuple(float(t) for t in self.meta.get("tau", (0.5,) * 4))
+
+    @property
+    def tau_cautious(self) -> tuple[float, ...]:
+        return tuple(float(t) for t in self.meta.get("tau_cautious", (0.25,) * 4))
+
+    @property
+    def hint_floors(self) -> dict[str, int]:
+        """The level each declared hint raises a tool to (only raises)."""
+        return {k: int(v) for k, v in self.meta.get("hint_floors", {"destructiveHint": 4, "readOnlyHint=false": 3, "openWorldHint": 2}).items()}
+
+    def cumulative(self, x: Any) -> np.ndarray:
+        """P(level > k), k = 1..4, for feature rows ``x`` [N, F] (an array or a sparse matrix)."""
+        z = np.asarray(x @ self.arrays["ordinal.weight"].astype(np.float64), dtype=np.float64).ravel()
+        return _sigmoid(z[:, None] - self.arrays["ordinal.thresholds"].astype(np.float64)[None, :])
+
+    def predict(self, tool_emb: np.ndarray, tools: Sequence[Any], evidence: ToolEvidence | None = None) -> LevelPrediction:
+        """The level model's reading of ``tools`` (objects with ``name``, ``description`` and
+        ``parameters``) from their embeddings [N, D]."""
         e = np.asarray(tool_emb, dtype=np.float32)
         if e.ndim != 2 or e.shape[1] != self.dim:
             raise CheckpointError(f"level model expects {self.dim}-d embeddings, got shape {tuple(e.shape)}")
-        a = self.arrays
-        h = np.maximum(e @ a["risk.l1.weight"].T + a["risk.l1.bias"], 0)
-        risk = _sigmoid(h @ a["risk.l2.weight"][0] + a["risk.l2.bias"][0])
-        writes = _sigmoid(e @ a["writes.weight"] + a["writes.bias"][0])
-        destructive = _sigmoid(e @ a["destructive.weight"] + a["destructive.bias"][0])
-        return LevelParts(risk, writes, destructive)
+        if len(tools) != e.shape[0]:
+            raise CheckpointError(f"level model: {len(tools)} tools but {e.shape[0]} embeddings")
+        evidence = evidence if evidence is not None else ToolEvidence.of(tools)
+        x = features(e, evidence)
+        if self.words is not None:
+            x = np.hstack([x, self.words.transform([word_text(t.name, t.description) for t in tools])])
+        cum = self.cumulative(x)
+        levels = np.where(evidence.cautious, levels_from_cumulative(cum, self.tau_cautious), levels_from_cumulative(cum, self.tau))
+        return LevelPrediction(cum.astype(np.float32), levels.astype(np.int8), evidence, self.hint_floors)
 
     def save(self, folder: str | Path) -> Path:
         """Write the weights and the sidecar (with their sha256) atomically."""
@@ -97,15 +290,17 @@ class LevelModel:
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        blob = save({k: np.ascontiguousarray(self.arrays[k], dtype=np.float32) for k in _KEYS})
+        blob = save({k: np.ascontiguousarray(self.arrays[k], dtype=np.float32) for k in (*_KEYS, _TEXT_KEY) if k in self.arrays})
         atomic_write_bytes(folder / WEIGHTS, blob)
-        meta = {**self.meta, "format": FORMAT, "weights_sha256": hashlib.sha256(blob).hexdigest(), "mix": MIX}
+        meta = {**self.meta, "format": FORMAT, "weights_sha256": hashlib.sha256(blob).hexdigest(),
+                "features": {"embedding": self.dim, "capabilities": list(CAPABILITY_KEYS), "text": list(TEXT_FEATURES)}}
         atomic_write_bytes(folder / SIDECAR, (json.dumps(meta, indent=1, sort_keys=True) + "\n").encode())
         return folder
 
 
 def load_level_model(folder: str | Path) -> LevelModel:
-    """Load and check a level model; a missing, torn or tampered file is a CheckpointError."""
+    """Load and check a level model; a missing, torn, tampered or older-format file is a
+    CheckpointError, and so is one whose capability list differs from this riskrank's."""
     from safetensors import SafetensorError
     from safetensors.numpy import load
 
@@ -119,7 +314,8 @@ def load_level_model(folder: str | Path) -> LevelModel:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise CheckpointError(f"{side}: corrupt level model sidecar ({exc})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise CheckpointError(f"{side}: not a {FORMAT} sidecar")
+        fmt = meta.get("format") if isinstance(meta, dict) else None
+        raise CheckpointError(f"{side}: not a {FORMAT} sidecar (found {fmt!r}; rebuild it with benchmarks/risk_levels.py --save)")
     blob = weights.read_bytes()
     if hashlib.sha256(blob).hexdigest() != meta.get("weights_sha256"):
         raise CheckpointError(f"{weights}: does not match the sidecar's sha256 (corrupt, partially written, or of another run)")
@@ -128,11 +324,13 @@ def load_level_model(folder: str | Path) -> LevelModel:
     except (SafetensorError, ValueError) as exc:
         raise CheckpointError(f"{weights}: cannot load ({str(exc).splitlines()[0][:160]})") from None
     missing = [k for k in _KEYS if k not in arrays]
+    if _TEXT_KEY in arrays and len(meta.get("vocabulary") or ()) != arrays[_TEXT_KEY].shape[0]:
+        raise CheckpointError(f"{side}: its vocabulary does not match {weights.name}'s {_TEXT_KEY}")
     if missing:
         raise CheckpointError(f"{weights}: missing {', '.join(missing)}")
-    d = arrays["writes.weight"].shape[0]
-    shapes = {"risk.l1.weight": (arrays["risk.l1.bias"].shape[0], d), "destructive.weight": (d,), "risk.l2.weight": (1, arrays["risk.l1.bias"].shape[0])}
-    for k, shape in shapes.items():
-        if arrays[k].shape != shape:
-            raise CheckpointError(f"{weights}: {k} has shape {arrays[k].shape}, expected {shape}")
-    return LevelModel({k: np.asarray(arrays[k], dtype=np.float32) for k in _KEYS}, meta)
+    caps = (meta.get("features") or {}).get("capabilities")
+    if caps != list(CAPABILITY_KEYS):
+        raise CheckpointError(f"{side}: built for capabilities {caps}, this riskrank detects {list(CAPABILITY_KEYS)}; rebuild it")
+    if arrays["ordinal.thresholds"].shape != (4,) or arrays["ordinal.weight"].ndim != 1:
+        raise CheckpointError(f"{weights}: ordinal arrays have shapes {arrays['ordinal.weight'].shape}, {arrays['ordinal.thresholds'].shape}")
+    return LevelModel({k: np.asarray(arrays[k], dtype=np.float32) for k in (*_KEYS, _TEXT_KEY) if k in arrays}, meta)

@@ -415,18 +415,13 @@ class RiskAwareRetriever:
         filter reads under ``risk_source="labels"``, what every result shows as
         ``risk_level``, and what a gateway checks a call at."""
         if self._tool_levels is None:
-            # the level model's score, else a risk head that has learned, else no learned level
-            parts = self.level_model.parts(self.tool_emb) if self.level_model is not None else None
-            if parts is not None:
-                score = parts.score
-            elif self.scorer is not None and self.risk_head_learned:
-                score = self.scorer.level_score
-            else:
-                score = None
+            # the level model's reading, else a risk head that has learned, else no learned level
+            prediction = self.level_model.predict(self.tool_emb, list(self.registry)) if self.level_model is not None else None
+            score = self.scorer.level_score if prediction is None and self.scorer is not None and self.risk_head_learned else None
             self._tool_levels = resolve_tool_levels(
                 self.registry, head_levels=level_from_score(score) if score is not None else None, head_scores=score,
                 fill_keyword=self.fill_levels == "keyword", trust_annotations=self.trust_annotations, pins=self.level_pins,
-                level_parts=parts)
+                prediction=prediction)
         return self._tool_levels
 
     def level_note(self) -> str | None:

@@ -238,31 +238,6 @@ def keyword_level(
     return level, evidence
 
 
-#: Running commands or code is a system-level permission by the rubric (L4): a tool whose name
-#: or description says it runs them is served at least at :data:`SYSTEM_FLOOR`, whatever a
-#: model says. Narrower than the permission categories (whose "command", "cli" or "python"
-#: also name documentation and read-only listings): a run/execute verb with its object, or
-#: an unambiguous shell word.
-SYSTEM_PATTERNS = (
-    r"(?:execut\w*|run|runs|running|invok\w*|spawn\w*|launch\w*) " + _GAP
-    + r"(?:shell |terminal |system |bash |os |arbitrary |python |javascript |js |sql |cli )?"
-    + r"(?:commands?|code|scripts?|programs?|snippets?|binar\w+)\b",
-    r"(?:bash|zsh|powershell|sudo|subprocess\w*)\b", r"shell commands?\b", r"terminal commands?\b",
-    r"eval\b", r"exec\b", r"code execution\b", r"run_code\b",
-)
-_SYSTEM_RX = re.compile(r"\b(?:" + "|".join(SYSTEM_PATTERNS) + ")")
-SYSTEM_FLOOR = 4
-
-
-def rubric_floor(name: str, description: str) -> tuple[int, str | None]:
-    """The lowest level the rubric allows a tool that runs commands or code (L4), with the
-    words that say so; else 1 and None."""
-    m = _SYSTEM_RX.search(normalise_text(split_name(name) + " " + description))
-    if m is None:
-        return 1, None
-    return SYSTEM_FLOOR, f"runs commands or code ({m.group(0)!r}): a system-level permission, at least L{SYSTEM_FLOOR}"
-
-
 def read_only_contradicted(text: str, categories: frozenset[str]) -> bool:
     """Whether a tool's normalised name + description contradicts a ``readOnlyHint``: a
     state-changing or destructive verb, or a category other than credential handling and
@@ -330,6 +305,9 @@ class ToolLevels:
     levels: np.ndarray
     provenance: tuple[str, ...]
     evidence: tuple[tuple[str, ...], ...]
+    #: the dangerous capabilities the level model found per tool (``"destruction (T1485)"``);
+    #: empty tuples where no level model read the tool
+    capabilities: tuple[tuple[str, ...], ...] = ()
 
     def __len__(self) -> int:
         return len(self.provenance)
@@ -347,17 +325,22 @@ class ToolLevels:
         """The same levels with more evidence per tool (the definition scan's findings, say):
         what moved or qualifies a level is said where the level is read."""
         return ToolLevels(self.levels.copy(), self.provenance,
-                          tuple((*ev, *more) for ev, more in zip(self.evidence, extra, strict=True)))
+                          tuple((*ev, *more) for ev, more in zip(self.evidence, extra, strict=True)), self.capabilities)
+
+    def capabilities_of(self, index: int) -> list[str]:
+        """The capabilities found in tool ``index`` (empty without a level model)."""
+        return list(self.capabilities[index]) if self.capabilities else []
 
     def subset(self, indices: Sequence[int]) -> ToolLevels:
         idx = [int(i) for i in indices]
-        return ToolLevels(self.levels[idx].copy(), tuple(self.provenance[i] for i in idx), tuple(self.evidence[i] for i in idx))
+        caps = tuple(self.capabilities[i] for i in idx) if self.capabilities else ()
+        return ToolLevels(self.levels[idx].copy(), tuple(self.provenance[i] for i in idx), tuple(self.evidence[i] for i in idx), caps)
 
 
 def resolve_tool_levels(
     tools: Sequence[Any], *, head_levels: np.ndarray | None = None, head_scores: np.ndarray | None = None,
     fill_keyword: bool = False, trust_annotations: bool = False, pins: Mapping[str, int] | None = None,
-    level_parts: Any = None,
+    prediction: Any = None,
 ) -> ToolLevels:
     """Each tool's level, in order of trust, with its provenance and evidence (``tools``:
     objects with ``name``, ``description``, ``risk_level``, ``annotations``, as
@@ -369,17 +352,17 @@ def resolve_tool_levels(
        regression, shown in the evidence): the head's level combined with the keyword
        evidence (the higher of the two: ``predicted``, or ``keyword`` when the keywords rate
        it higher) and its MCP annotations (``annotation`` when a hint moved the level); with
-       the level model's outputs (``level_parts``, :class:`riskrank.levels.LevelParts`, whose
-       score ``head_levels`` and ``head_scores`` are) the level is the model's alone: keyword
-       hits are evidence but do not raise it (they cost the served level 0.2 of AUC on real
-       MCP tools, docs/base-model.md);
+       the level model's reading (``prediction``, :class:`riskrank.levels.LevelPrediction`)
+       the level is the model's, raised to the floor of the capabilities the tool shows
+       (``keyword`` when a floor raised it), then by its hints to the model's hint floors;
     4. without one, with ``fill_keyword``: the keyword annotator's level (``keyword``);
     5. else the fail-closed level: MCP hints set it (``annotation``), or L5 (``unlabelled``).
 
     Hints only raise by default (``destructiveHint: true`` to at least L4, ``openWorldHint:
-    true`` to at least L2): a ``readOnlyHint`` cannot lower a tool the head or the keywords
-    rate risky, because servers mislabel tools. With ``trust_annotations`` an uncontradicted
-    ``readOnlyHint`` caps the level at L2."""
+    true`` to at least L2; with the level model, to its hint floors): a ``readOnlyHint`` cannot
+    lower a tool the head or the keywords rate risky, because servers mislabel tools. With
+    ``trust_annotations`` an uncontradicted ``readOnlyHint`` caps the level at L2, never below
+    a capability floor."""
     pins = pins or {}
     closed = fail_closed_levels(tools, trust_annotations=trust_annotations)
     levels, provenance, evidence = [], [], []
@@ -390,9 +373,11 @@ def resolve_tool_levels(
         elif tool.risk_level:
             level, source = int(tool.risk_level), "audited"
             why = [f"audited: L{tool.risk_level}"] + ([tool.reason] if getattr(tool, "reason", None) else [])
+        elif prediction is not None:
+            level, source, why = _model_level(tool, prediction, i, trust_annotations)
         elif head_levels is not None:
             level, source, why = _head_level(tool, int(head_levels[i]), float(head_scores[i]) if head_scores is not None else None,
-                                             trust_annotations, None if level_parts is None else level_parts.evidence(i))
+                                             trust_annotations)
         elif fill_keyword:
             level, why = keyword_level(tool.name, tool.description, dict(tool.annotations or {}), trust_annotations=trust_annotations)
             source = "keyword"
@@ -403,25 +388,50 @@ def resolve_tool_levels(
         levels.append(level)
         provenance.append(source)
         evidence.append(tuple(why))
-    return ToolLevels(np.asarray(levels, dtype=np.int8), tuple(provenance), tuple(evidence))
+    caps = () if prediction is None else tuple(
+        tuple(f"{h.key} ({h.capability.technique[0]})" for h in hits) for hits in prediction.evidence.hits)
+    return ToolLevels(np.asarray(levels, dtype=np.int8), tuple(provenance), tuple(evidence), caps)
 
 
-def _head_level(tool: Any, head: int, score: float | None, trust_annotations: bool,
-                model: str | None = None) -> tuple[int, str, list[str]]:
+def _model_level(tool: Any, prediction: Any, i: int, trust_annotations: bool) -> tuple[int, str, list[str]]:
+    """The level model's level for tool ``i`` (capability floors applied), then its hints:
+    each raises to the model's hint floor; a trusted, uncontradicted ``readOnlyHint`` caps at
+    L2 but never below the capability floor."""
+    why = prediction.explain(i)
+    level = int(prediction.levels[i])
+    source = "keyword" if prediction.floors[i] > prediction.model_levels[i] else "predicted"
+    floors = prediction.hint_floors
+    ann = tool.annotations or {}
+    raises = (("destructiveHint", ann.get("destructiveHint") is True, "destructiveHint"),
+              ("readOnlyHint=false", ann.get("readOnlyHint") is False, "readOnlyHint false (the server says it changes state)"),
+              ("openWorldHint", ann.get("openWorldHint") is True, "openWorldHint"))
+    for key, present, says in raises:
+        floor = int(floors.get(key, 1))
+        if present and level < floor:
+            level, source = floor, "annotation"
+            why.append(f"mcp: {says} raises the level to L{floor}")
+        elif present:
+            why.append(f"mcp: {says} (the level is already L{level})")
+    if ann.get("readOnlyHint") is True:
+        text = normalise_text(split_name(tool.name) + " " + tool.description)
+        cap = max(_READ_ONLY_CAP, int(prediction.floors[i]))
+        if not trust_annotations:
+            why.append("mcp: readOnlyHint (not trusted: hints only raise a level)")
+        elif read_only_contradicted(text, permission_categories(tool.name, tool.description)):
+            why.append("mcp: readOnlyHint contradicted by the description, ignored")
+        elif level > cap:
+            level, source = cap, "annotation"
+            why.append(f"mcp: readOnlyHint (trusted) caps the level at L{cap}" + (" (the capability floor)" if cap > _READ_ONLY_CAP else ""))
+        else:
+            why.append("mcp: readOnlyHint (trusted; agrees)")
+    return level, source, why
+
+
+def _head_level(tool: Any, head: int, score: float | None, trust_annotations: bool) -> tuple[int, str, list[str]]:
     kw, hits = keyword_level(tool.name, tool.description, None)
-    if model is not None:
-        # the level model's level; keywords are shown, not added, except the rubric's floor
-        why = [f"{model} -> L{head}"]
-        why += [f"keyword {h} (evidence; does not set the level)" for h in hits] or ["keyword: no risk keyword"]
-        level, source = head, "predicted"
-        floor, reason = rubric_floor(tool.name, tool.description)
-        if level < floor:
-            level, source = floor, "keyword"
-            why.append(f"{reason}: raises L{head} to L{floor}")
-    else:
-        why = [f"risk head: L{head}" + (f" (score {score:.2f})" if score is not None else "")]
-        why += [f"keyword {h}" for h in hits] or ["keyword: no risk keyword"]
-        level, source = (head, "predicted") if head >= kw else (kw, "keyword")
+    why = [f"risk head: L{head}" + (f" (score {score:.2f})" if score is not None else "")]
+    why += [f"keyword {h}" for h in hits] or ["keyword: no risk keyword"]
+    level, source = (head, "predicted") if head >= kw else (kw, "keyword")
     ann = tool.annotations or {}
     if ann.get("destructiveHint") is True:
         if level < 4:

@@ -8,7 +8,8 @@ missing extra) print one ``error:`` line and exit with status 2; no traceback.
 
 One module per group of commands: :mod:`.data`, :mod:`.library` (evaluate, retrieve, train,
 graph stats), :mod:`.experiments` (reproduce, demo), :mod:`.audit` (audit, agreement) and
-:mod:`.serving` (serve, mcp); :mod:`.common` holds what they share.
+:mod:`.serving` (serve, mcp), :mod:`.wrap` (wrap, unwrap, policy check); :mod:`.common` holds
+what they share.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 
 import click
 
-from riskrank.cli import audit, data, experiments, library, serving, state, trust
+from riskrank.cli import audit, data, experiments, library, serving, state, trust, wrap
 from riskrank.cli.common import echo
 from riskrank.errors import RiskrankError
 
@@ -55,7 +56,8 @@ def main() -> None:
 
 for _command in (data.data, library.evaluate, library.compare, library.retrieve, library.train, library.graph, experiments.reproduce,
                  experiments.demo, audit.audit_command, audit.agreement_command, serving.serve_command,
-                 serving.mcp_command, trust.pins_group, trust.scan_command, trust.clients_group):
+                 serving.mcp_command, trust.pins_group, trust.scan_command, trust.clients_group, wrap.wrap_command,
+                 wrap.unwrap_command, wrap.policy_group):
     main.add_command(_command)
 main.add_command(state.state_group)
 
@@ -83,10 +85,10 @@ def run() -> int:
         # blank line, the error); the command's --help is named for the rest.
         where = exc.ctx.command_path if exc.ctx is not None else "riskrank"
         what = exc.format_message().rstrip(".")
-        click.echo(f"error: {one_line(f'{where}: {what} (see {where} --help)')}", err=True)
+        echo(f"error: {one_line(f'{where}: {what} (see {where} --help)')}", err=True)
         return EXIT_USAGE
     except click.ClickException as exc:
-        click.echo(f"error: {one_line(exc.format_message())}", err=True)
+        echo(f"error: {one_line(exc.format_message())}", err=True)
         return EXIT_USAGE
     except RiskrankError as exc:
         echo(f"error: {one_line(str(exc))}", err=True)

@@ -236,7 +236,7 @@ def show_result(res: Any, title: str | None = None) -> None:
                      getattr(t, "risk_provenance", None) or "-", f"L{audited}" if audited else "-",
                      f"L{t.predicted_level}" if t.predicted_level else "-", ",".join(t.permissions) or "-"])
     print_table(rows, ["#", "tool", "score", "f_rel", "f_risk", "level", "provenance", "audited", "predicted", "permissions"])
-    click.echo(LEVEL_LEGEND)
+    echo(LEVEL_LEGEND)
     if any(getattr(t, "risk_evidence", None) and t.risk_provenance != "audited" for t in res.tools):
         echo("evidence:")
         for t in res.tools:

@@ -169,7 +169,7 @@ def _list_server(up: Any, startup_timeout: float) -> list[dict]:
               help="A server that could not be listed (or, with --no-start, was not started) is a warning, and the "
                    "exit status is that of the tools checked; without it, it is an error (exit 2).")
 @click.option("--json", "as_json", is_flag=True,
-              help="Print {\"tools\": [{name, verdict, findings}], \"counts\": {...}, \"servers\": [...]}.")
+              help="Print {\"tools\": [{name, verdict, findings, capabilities}], \"counts\": {...}, \"servers\": [...]}.")
 @click.option("--startup-timeout", type=click.FloatRange(1, 600), default=30.0, show_default=True,
               help="For an mcpServers file: seconds each server has to start and list its tools.")
 def scan_command(path: str, no_start: bool, allow_unreachable: bool, as_json: bool, startup_timeout: float) -> None:
@@ -183,10 +183,14 @@ def scan_command(path: str, no_start: bool, allow_unreachable: bool, as_json: bo
     runs).
 
     Each definition is read for text addressed to the model: instructions, things hidden from
-    the user, exfiltration cues, claims over other tools, invisible text. Exit 0 when every
+    the user, exfiltration cues, claims over other tools, invisible text; and for what it can
+    do whatever it says (runs commands, reads secrets, deletes, sends data out, ...: each a
+    ``capability`` line with its rubric floor and ATT&CK technique, which does not change the
+    exit status). Exit 0 when every
     definition was checked and none is poisoned, 1 when one is poisoned, 2 on bad input or
     when a server could not be checked (it failed to list, or --no-start left it unstarted)
     unless --allow-unreachable."""
+    from riskrank.capabilities import detect_capabilities
     from riskrank.fileio import loads_strict, read_regular_file
     from riskrank.scan import VERDICTS, scan_tools
     from riskrank.serving.gateway.config import load_servers
@@ -230,13 +234,20 @@ def scan_command(path: str, no_start: bool, allow_unreachable: bool, as_json: bo
         echo(f"warning: {line}; not checked (--allow-unreachable)", err=True)
     scans = scan_tools(tools)
     counts = {v: sum(s.verdict == v for s in scans) for v in VERDICTS}
+    # what each tool can do, whatever its text says to the model: evidence for its level, not a verdict
+    caps = [detect_capabilities(str(t.get("name") or ""), str(t.get("description") or ""),
+                                t.get("inputSchema") if isinstance(t.get("inputSchema"), dict) else t.get("parameters"))
+            for t in tools]
     if as_json:
-        echo(json.dumps({"source": path, "tools": [s.to_dict() for s in scans], "counts": counts,
+        rows = [{**s.to_dict(), "capabilities": [h.to_dict() for h in hits]} for s, hits in zip(scans, caps, strict=True)]
+        echo(json.dumps({"source": path, "tools": rows, "counts": counts,
                          **({"servers": servers} if servers else {})}, indent=2, ensure_ascii=False))
     else:
-        for s in scans:
+        for s, hits in zip(scans, caps, strict=True):
             if s.verdict != "clean":
                 echo(f"{s.verdict:<10} {s.name}: {s.reason()}")
+            for h in hits:
+                echo(f"{'capability':<10} {s.name}: {h.evidence()}")
         echo(f"{len(scans)} tools: " + ", ".join(f"{counts[v]} {v}" for v in VERDICTS)
              + (f"; {len(unchecked)} server(s) not checked" if unchecked else ""))
     if unchecked and not allow_unreachable:  # --no-start: the listing above is the answer, and nothing was checked

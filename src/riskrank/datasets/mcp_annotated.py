@@ -40,6 +40,8 @@ class AnnotatedTools:
     hints: list[dict[str, bool]]
     weak: np.ndarray
     notes: list[str] = field(default_factory=list)
+    #: each tool's index in the file (the key of its rubric levels, :func:`load_levels`)
+    ids: list[int] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.tools)
@@ -86,7 +88,7 @@ def load_annotated(path: str | Path | None = None) -> AnnotatedTools:
         raise DataError(f"{path}: not valid JSON ({exc})") from None
     except (KeyError, TypeError):
         raise DataError(f"{path}: no 'tools' list") from None
-    tools, servers, hints, seen = [], [], [], set()
+    tools, servers, hints, seen, ids = [], [], [], set(), []
     dup = contradictory = 0
     for i, rec in enumerate(records):
         try:
@@ -102,14 +104,73 @@ def load_annotated(path: str | Path | None = None) -> AnnotatedTools:
         seen.add((server, name))
         h = {k: bool(v) for k, v in ann.items() if v is not None}
         contradictory += h.get("readOnlyHint") is True and h.get("destructiveHint") is True
-        tools.append(make_tool(name, desc, where=f"{path}: tools[{i}] ({server})"))
+        schema = rec.get("inputSchema")
+        tools.append(make_tool(name, desc, where=f"{path}: tools[{i}] ({server})", parameters=schema if isinstance(schema, dict) else None))
         servers.append(server)
         hints.append(h)
+        ids.append(i)
     weak = np.asarray([weak_label(h) for h in hints], dtype=np.int64)
     notes = [f"{len(tools)} tools from {len(set(servers))} servers; {int((weak > 0).sum())} with a usable hint"]
     if dup:
         notes.append(f"{dup} records repeat a name within their server: the first is kept")
     if contradictory:
         notes.append(f"{contradictory} tools declare readOnlyHint and destructiveHint both true: no label")
-    return AnnotatedTools(tools, servers, hints, weak, notes)
+    return AnnotatedTools(tools, servers, hints, weak, notes, ids)
 
+
+
+#: The rubric levels three annotators gave the same tools (``corpora/mcp-annotated/levels.jsonl``).
+LEVELS_PATH = DEFAULT_PATH.with_name("levels.jsonl")
+
+
+@dataclass(frozen=True)
+class RubricLabel:
+    """One tool's rubric votes and the level the span rule resolves them to."""
+
+    id: int
+    server: str
+    name: str
+    votes: dict[str, int]
+    why: dict[str, str]
+    level: int
+    resolution: str
+
+
+def load_levels(path: str | Path | None = None, tools_path: str | Path | None = None) -> dict[int, RubricLabel]:
+    """The annotators' levels by tool id (its index in ``tools.json``), each resolved again by
+    the span rule (:func:`riskrank.audit.resolve_votes`) and checked against the file's own
+    resolution and against the tool it names (server, name and description digest)."""
+    import hashlib
+
+    from riskrank.audit import resolve_votes
+
+    path = Path(path) if path is not None else LEVELS_PATH
+    tools_path = Path(tools_path) if tools_path is not None else DEFAULT_PATH
+    if not path.is_file():
+        raise DataError(f"{path}: missing rubric levels file (a source checkout carries corpora/mcp-annotated/levels.jsonl)")
+    records = json.loads(tools_path.read_text(encoding="utf-8"))["tools"]
+    out: dict[int, RubricLabel] = {}
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            i, votes = int(rec["id"]), {str(k): int(v) for k, v in rec["votes"].items()}
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            raise DataError(f"{path}:{n}: not a rubric label line ({{id, votes, ...}})") from None
+        if not 0 <= i < len(records):
+            raise DataError(f"{path}:{n}: id {i} is not a tool of {tools_path.name}")
+        tool = records[i]
+        digest = hashlib.sha256(str(tool.get("description") or "").encode()).hexdigest()[:16]
+        if (rec.get("server"), rec.get("name"), rec.get("description_sha256")) != (tool["server"], tool["name"], digest):
+            raise DataError(f"{path}:{n}: id {i} names {rec.get('server')}/{rec.get('name')}, which is not the tool in {tools_path.name} "
+                            "(the tools file changed since the labels were made)")
+        res = resolve_votes(list(votes.values()), 3)
+        if res.level is None or res.level != rec.get("risk_level") or res.status != rec.get("resolution"):
+            reviewed = rec.get("resolution") == "reviewed" and isinstance(rec.get("risk_level"), int)
+            if not reviewed:
+                raise DataError(f"{path}:{n}: votes {votes} resolve to {res.level} ({res.status}), the line says "
+                                f"{rec.get('risk_level')} ({rec.get('resolution')})")
+        level = int(rec["risk_level"])
+        out[i] = RubricLabel(i, tool["server"], tool["name"], votes, dict(rec.get("why") or {}), level, str(rec["resolution"]))
+    return out

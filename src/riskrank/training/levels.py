@@ -1,136 +1,381 @@
 """Fit the level model (:mod:`riskrank.levels`) and judge it by leaving data out.
 
-The judge is the level actually served, with the declared hints stripped from the input:
+Training data: the rubric levels three annotators gave 1,298 real MCP tools, 895 tools of the
+corpora and 260 attack and look-alike definitions (:mod:`riskrank.datasets.rubric`), and,
+weighted by a choice, the paper's audited levels of the benchmarks (UltraTool, Seal-Tools). The model is a cumulative-logit
+(all-threshold) regression with an L2 penalty, fitted by L-BFGS; its choices (the penalty, the
+benchmarks' weight, the decision thresholds ``tau`` and the hint floors) are made by an inner
+leave-servers-out split of the training servers only.
 
-* leave one MCP server out: for each of the annotated servers in turn, the model is fitted on
-  the audited benchmark tools and the other servers' tools, and the held-out server's tools
-  are scored; AUC of the served level, destructive vs read-only and not-read-only vs
-  read-only, pooled over the held-out scores and per server;
-* leave one benchmark out: fitted on one benchmark's audited tools and every annotated tool,
-  AUC (r >= 3 vs < 3) of the served level on the other benchmark's audited tools.
+The judge is the level served, with the declared hints stripped from the model's input and
+applied as the gateway applies them:
 
-Beside it, on the same folds, the rule it replaces (the higher of the shipped risk head's level
-and the keyword level), the keywords alone and the shipped head alone.
+* leave one MCP server out (:func:`leave_groups_out`): each server's tools scored by a model
+  fitted (and tuned) without it; weighted κ, exact and within-one agreement against the
+  annotators' level, and what the default policy would do (tools rated L1-L2 that would be
+  asked about, tools rated L4-L5 that would run without a question), per server and pooled;
+  the same with each corpus of the rated sample, and the attack set, held out in turn;
+* leave one benchmark out (:func:`paper_agreement`): κ against the paper's own labels of a
+  benchmark whose tools the model never saw.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from riskrank.levels import LevelModel
-from riskrank.risk import RISKY_LEVEL, level_from_score, rubric_floor
+from riskrank.levels import (
+    LevelModel,
+    ToolEvidence,
+    WordVectors,
+    features,
+    levels_from_cumulative,
+    word_text,
+)
+
+#: What the inner split chooses from.
+PENALTIES = (1.0,)
+CORPUS_WEIGHTS = (0.0, 0.3)
+#: The word vector's weight beside the embedding (0: no words), and its vocabulary's bounds.
+WORD_SCALES = (0.0, 1.0)
+WORD_MIN_DF, WORD_MAX_FEATURES = 3, 5000
+TAU_GRID = (0.3, 0.4, 0.5, 0.6)
+#: The hint floors compared: (destructiveHint, readOnlyHint false, openWorldHint).
+HINT_FLOORS = ((4, 3, 2), (4, 2, 2), (3, 2, 1), (1, 1, 1))
+#: The default policy asks from this level.
+CONFIRM_LEVEL = 3
 
 
-def fit_level_model(aud_emb: np.ndarray, aud_levels: np.ndarray, mcp_emb: np.ndarray, weak: np.ndarray, *,
-                    seed: int = 42, meta: dict[str, Any] | None = None) -> LevelModel:
-    """The three heads on audited tools (levels 1..5, 0 = unaudited and skipped) and annotated
-    tools (weak labels of :mod:`riskrank.datasets.mcp_annotated`)."""
-    from sklearn.linear_model import LogisticRegression
+def fit_ordinal(x: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None, *, penalty: float = 1.0,
+                max_iter: int = 500) -> tuple[np.ndarray, np.ndarray]:
+    """(w [F], thresholds [4]) of the all-threshold cumulative-logit model minimising
+    ``sum_i weight_i sum_k BCE(sigmoid(w x_i - theta_k), [y_i > k]) / sum(weight) + penalty/2 |w|^2 / n``.
 
-    from riskrank.datasets.mcp_annotated import DESTRUCTIVE, READ_ONLY, WRITES
-    from riskrank.training.config import TrainConfig
-    from riskrank.training.risk import train_risk_head
+    Thresholds are kept increasing by fitting the first and the log-gaps."""
+    import scipy.sparse as sp
+    from scipy.optimize import minimize
 
-    weak = np.asarray(weak)
-    # the risk weighting the residual design resolves to: each level weighs the same
-    cfg = TrainConfig(seed=seed, risk_weighting="balanced")
-    head = train_risk_head(np.vstack([aud_emb, mcp_emb]), np.concatenate([aud_levels, weak]), "levels", cfg)
-    state = {k: v.detach().numpy().astype(np.float32) for k, v in head.state_dict().items()}
+    x = sp.csr_matrix(x, dtype=np.float64) if sp.issparse(x) else np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.int64)
+    w8 = np.ones(len(y)) if weight is None else np.asarray(weight, dtype=np.float64)
+    keep = w8 > 0  # rows that weigh nothing cost nothing
+    x, y, w8 = x[np.flatnonzero(keep)], y[keep], w8[keep]
+    n, f = x.shape
+    w8 = w8 / w8.sum()
+    target = (y[:, None] > np.arange(1, 5)[None, :]).astype(np.float64)  # [n, 4]
+    lam = penalty / n
 
-    def logistic(mask: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        m = LogisticRegression(C=1.0, max_iter=2000, class_weight="balanced").fit(mcp_emb[mask], target[mask])
-        return m.coef_[0].astype(np.float32), m.intercept_.astype(np.float32)
+    def unpack(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return p[:f], np.cumsum(np.r_[p[f], np.exp(p[f + 1:])])
 
-    ro = weak == READ_ONLY
-    changes = (weak == WRITES) | (weak == DESTRUCTIVE)
-    w_w, w_b = logistic(ro | changes, changes)
-    d_w, d_b = logistic(ro | (weak == DESTRUCTIVE), weak == DESTRUCTIVE)
-    arrays = {"risk.l1.weight": state["l1.weight"], "risk.l1.bias": state["l1.bias"], "risk.l2.weight": state["l2.weight"],
-              "risk.l2.bias": state["l2.bias"], "writes.weight": w_w, "writes.bias": w_b, "destructive.weight": d_w,
-              "destructive.bias": d_b}
-    info = {"seed": seed, "n_audited": int((np.asarray(aud_levels) > 0).sum()), "n_annotated": int((weak > 0).sum()),
-            "n_changes_state": int(changes.sum()), "n_read_only": int(ro.sum())}
+    def loss(p: np.ndarray) -> tuple[float, np.ndarray]:
+        w, th = unpack(p)
+        logit = (x @ w)[:, None] - th[None, :]
+        sp = np.logaddexp(0.0, logit)
+        val = float((w8[:, None] * (sp - target * logit)).sum() + 0.5 * lam * w @ w)
+        g = w8[:, None] * (1.0 / (1.0 + np.exp(-logit)) - target)  # dL/dlogit
+        gw = np.asarray(x.T @ g.sum(axis=1)).ravel() + lam * w
+        gth = -g.sum(axis=0)  # dL/dtheta_k
+        # theta_k = a + sum_{j<=k} exp(b_j): d/da = sum_k, d/db_j = exp(b_j) * sum_{k>=j}
+        ga = gth.sum()
+        gb = np.exp(p[f + 1:]) * np.cumsum(gth[::-1])[::-1][1:]
+        return val, np.r_[gw, ga, gb]
+
+    p0 = np.zeros(f + 4)
+    p0[f] = -1.0
+    res = minimize(loss, p0, jac=True, method="L-BFGS-B", options={"maxiter": max_iter})
+    w, th = unpack(res.x)
+    return w.astype(np.float32), th.astype(np.float32)
+
+
+@dataclass(frozen=True)
+class LevelData:
+    """Everything the level model trains and is judged on, as arrays (built once)."""
+
+    x: np.ndarray  # [N, F] features (hints stripped)
+    y: np.ndarray  # [N] levels 1..5
+    source: np.ndarray  # [N] "mcp", "rubric" (other tools rated under the anchors) or "paper" (the benchmarks' labels)
+    server: np.ndarray  # [N] the group held out together: the MCP server, the corpus, attack/look-alike ("" for paper labels)
+    cautious: np.ndarray  # [N] bool
+    floors: np.ndarray  # [N] capability floors
+    hints: list[dict[str, bool]]  # declared hints (empty for benchmark tools)
+    names: list[str]
+    texts: list[str]  # what the word vector reads (levels.word_text)
+
+    def subset(self, mask: np.ndarray) -> LevelData:
+        idx = np.flatnonzero(mask)
+        return LevelData(self.x[idx], self.y[idx], self.source[idx], self.server[idx], self.cautious[idx], self.floors[idx],
+                         [self.hints[i] for i in idx], [self.names[i] for i in idx], [self.texts[i] for i in idx])
+
+
+def build_data(parts: Sequence[tuple[str, np.ndarray, Sequence[Any], np.ndarray, Sequence[str], Sequence[dict[str, bool]]]]) -> LevelData:
+    """``parts``: (source, tool embeddings, tools, levels, groups, hints) per source; tools
+    with level 0 (unaudited) are skipped."""
+    xs, ys, src, srv, cau, flo, hints, names, texts = [], [], [], [], [], [], [], [], []
+    for source, emb, tools, levels, servers, hs in parts:
+        ev = ToolEvidence.of(tools)
+        keep = np.asarray(levels) > 0
+        xs.append(features(emb, ev)[keep])
+        ys.append(np.asarray(levels)[keep])
+        src += [source] * int(keep.sum())
+        srv += [s for s, k in zip(servers, keep, strict=True) if k]
+        cau.append(ev.cautious[keep])
+        flo.append(ev.floors[keep])
+        hints += [h for h, k in zip(hs, keep, strict=True) if k]
+        names += [t.name for t, k in zip(tools, keep, strict=True) if k]
+        texts += [word_text(t.name, t.description) for t, k in zip(tools, keep, strict=True) if k]
+    return LevelData(np.vstack(xs), np.concatenate(ys).astype(np.int64), np.asarray(src), np.asarray(srv), np.concatenate(cau),
+                     np.concatenate(flo).astype(np.int64), hints, names, texts)
+
+
+def word_vectors(data: LevelData, scale: float) -> WordVectors | None:
+    """The word vector's vocabulary and idf, from the texts of the tools rated under the
+    anchors in ``data`` (terms in at least WORD_MIN_DF of them, the WORD_MAX_FEATURES most
+    frequent); None at scale 0."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    if scale <= 0:
+        return None
+    ours = [t for t, src in zip(data.texts, data.source, strict=True) if src != "paper"]
+    vec = TfidfVectorizer(min_df=WORD_MIN_DF, ngram_range=(1, 2), sublinear_tf=True, max_features=WORD_MAX_FEATURES).fit(ours)
+    terms = vec.get_feature_names_out()
+    return WordVectors(tuple(str(t) for t in terms), vec.idf_.astype(np.float64), scale)
+
+
+def with_words(data: LevelData, words: WordVectors | None) -> Any:
+    """``data``'s features with the word vector appended (as the model reads them; sparse when
+    there are words: thousands of columns, a few dozen set per tool)."""
+    import scipy.sparse as sp
+
+    if words is None:
+        return data.x
+    return sp.hstack([sp.csr_matrix(data.x), sp.csr_matrix(words.transform(data.texts))], format="csr")
+
+
+def apply_hints(levels: np.ndarray, hints: Sequence[dict[str, bool]], floors: tuple[int, int, int]) -> np.ndarray:
+    """Declared hints as the gateway applies them: each only raises, to its floor."""
+    out = np.asarray(levels, dtype=np.int64).copy()
+    d, w, o = floors
+    for i, h in enumerate(hints):
+        if h.get("destructiveHint") is True:
+            out[i] = max(out[i], d)
+        elif h.get("readOnlyHint") is False:
+            out[i] = max(out[i], w)
+        if h.get("openWorldHint") is True:
+            out[i] = max(out[i], o)
+    return out
+
+
+def sample_weights(data: LevelData, corpus_weight: float) -> np.ndarray:
+    """Each tool rated under the anchors weighs 1; the benchmarks' paper labels together weigh
+    ``corpus_weight`` times those (they follow the paper's prompt, not the anchors: the two
+    agree at κ 0.65 on the 400 benchmark tools rated both ways)."""
+    paper = data.source == "paper"
+    w = np.where(paper, 0.0, 1.0)
+    n_ours, n_paper = (~paper).sum(), paper.sum()
+    if corpus_weight > 0 and n_paper:
+        w[paper] = corpus_weight * n_ours / n_paper
+    return w
+
+
+def served(cum: np.ndarray, data: LevelData, tau: Sequence[float], tau_cautious: Sequence[float],
+           hint_floors: tuple[int, int, int] | None) -> np.ndarray:
+    """The served level: the model's level (cautious where the text says little), the
+    capability floors, then the hints."""
+    lv = np.where(data.cautious, levels_from_cumulative(cum, tau_cautious), levels_from_cumulative(cum, tau)).astype(np.int64)
+    lv = np.maximum(lv, data.floors)
+    return apply_hints(lv, data.hints, hint_floors) if hint_floors is not None else lv
+
+
+def agreement_row(gold: np.ndarray, pred: np.ndarray, confirm_level: int = CONFIRM_LEVEL) -> dict[str, Any]:
+    """Weighted κ, exact and within-one agreement, and the default policy's errors: the share
+    of tools rated L1-L2 that would be asked about, and of tools rated L4-L5 that would run
+    without a question (below ``confirm_level``)."""
+    from riskrank.agreement import confusion as counts
+    from riskrank.agreement import quadratic_kappa
+
+    gold, pred = np.asarray(gold), np.asarray(pred)
+    low, high = gold <= 2, gold >= 4
+    kappa = float(quadratic_kappa(counts(gold, pred))) if len(gold) else float("nan")
+    return {"n": len(gold), "kappa_quadratic": kappa, "exact": float((gold == pred).mean()) if len(gold) else float("nan"),
+            "within_one": float((abs(gold - pred) <= 1).mean()) if len(gold) else float("nan"),
+            "n_low": int(low.sum()), "low_asked": float((pred[low] >= confirm_level).mean()) if low.any() else None,
+            "n_high": int(high.sum()), "high_unasked": float((pred[high] < confirm_level).mean()) if high.any() else None}
+
+
+def confusion(gold: np.ndarray, pred: np.ndarray) -> list[list[int]]:
+    """5 x 5 counts, rows the annotators' level, columns the served one."""
+    from riskrank.agreement import confusion as counts
+
+    return counts(gold, pred).tolist()
+
+
+#: The policy's two errors the inner split charges for beyond a bound: (bound, charge per unit).
+POLICY_CHARGES = {"high_unasked": (0.01, 5.0), "low_asked": (0.10, 1.0)}
+
+
+def _objective(gold: np.ndarray, pred: np.ndarray) -> float:
+    """What the inner split maximises: κ, less a charge for each of the policy's two errors
+    beyond its bound (:data:`POLICY_CHARGES`: L4-L5 run unasked, L1-L2 asked)."""
+    r = agreement_row(gold, pred)
+    k = 0.0 if not np.isfinite(r["kappa_quadratic"]) else r["kappa_quadratic"]
+    return k - sum(charge * max(0.0, (r[key] or 0.0) - bound) for key, (bound, charge) in POLICY_CHARGES.items())
+
+
+@dataclass(frozen=True)
+class Choice:
+    penalty: float
+    corpus_weight: float
+    word_scale: float
+    tau: tuple[float, float, float, float]
+    tau_cautious: tuple[float, float, float, float]
+    hint_floors: tuple[int, int, int]
+    score: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"penalty": self.penalty, "corpus_weight": self.corpus_weight, "word_scale": self.word_scale, "tau": list(self.tau),
+                "tau_cautious": list(self.tau_cautious), "hint_floors": list(self.hint_floors), "inner_objective": round(self.score, 4)}
+
+
+def _groups(servers: np.ndarray, n_groups: int, seed: int) -> dict[str, int]:
+    """Servers dealt into ``n_groups`` groups of about equal tool counts (largest first)."""
+    names, counts = np.unique(servers, return_counts=True)
+    rng = np.random.default_rng(seed)
+    order = sorted(range(len(names)), key=lambda i: (-counts[i], rng.random()))
+    load = np.zeros(n_groups)
+    out = {}
+    for i in order:
+        g = int(np.argmin(load))
+        out[str(names[i])] = g
+        load[g] += counts[i]
+    return out
+
+
+def choose(data: LevelData, *, n_groups: int = 4, seed: int = 42) -> Choice:
+    """The penalty, the benchmarks' weight, the word vector's weight, tau, tau_cautious and the
+    hint floors that maximise :func:`_objective` on the tools rated under the anchors of
+    held-out groups (MCP servers, corpora of the rated sample, the attack and look-alike sets,
+    dealt into ``n_groups``), fitting on the rest; the benchmarks' paper labels always train,
+    weighted by the choice."""
+    mcp = data.source != "paper"  # every tool rated under the anchors
+    group_of = _groups(data.server[mcp], n_groups, seed)
+    grp = np.asarray([group_of.get(s, -1) if m else -1 for s, m in zip(data.server, mcp, strict=True)])
+    # out-of-group cumulative probabilities for every (penalty, corpus weight, word scale)
+    cums: dict[tuple[float, float, float], np.ndarray] = {}
+    splits = []
+    for g in range(n_groups):
+        tr, te = grp != g, grp == g
+        train = data.subset(tr)
+        words = word_vectors(train, 1.0) if max(WORD_SCALES) > 0 else None
+        splits.append((tr, te, train, with_words(train, words), with_words(data.subset(te), words)))
+    for pen in PENALTIES:
+        for cw in CORPUS_WEIGHTS:
+            for ws in WORD_SCALES:
+                cum = np.zeros((len(data.y), 4))
+                for tr, te, train, x_tr, x_te in splits:
+                    f = data.x.shape[1]
+                    a, b = (train.x, data.x[te]) if ws == 0 else (_scaled(x_tr, f, ws), _scaled(x_te, f, ws))
+                    w, th = fit_ordinal(a, data.y[tr], sample_weights(train, cw), penalty=pen)
+                    cum[te] = LevelModel({"ordinal.weight": w, "ordinal.thresholds": th}).cumulative(b)
+                cums[(pen, cw, ws)] = cum[mcp]
+    held = data.subset(mcp)
+    best: Choice | None = None
+    for (pen, cw, ws), cum in cums.items():
+        for tau in _tau_candidates():
+            for hf in HINT_FLOORS:
+                caut = tuple(min(t, 0.3) for t in tau)
+                s = _objective(held.y, served(cum, held, tau, caut, hf))
+                if best is None or s > best.score + 1e-9:
+                    best = Choice(pen, cw, ws, tau, caut, hf, s)
+    assert best is not None
+    return best
+
+
+def _scaled(x: Any, f: int, scale: float) -> Any:
+    """Features whose word columns (after the first ``f``) are multiplied by ``scale``."""
+    import scipy.sparse as sp
+
+    d = np.ones(x.shape[1])
+    d[f:] = scale
+    return x @ sp.diags(d) if sp.issparse(x) else x * d
+
+
+def _tau_candidates() -> list[tuple[float, float, float, float]]:
+    """tau per boundary: the L2/L3 boundary (asked or not) and the L3/L4 one vary; the outer
+    boundaries share one value."""
+    return [(a, b, c, a) for a in TAU_GRID for b in TAU_GRID for c in TAU_GRID]
+
+
+def fit_level_model(data: LevelData, choice: Choice, *, meta: dict[str, Any] | None = None) -> LevelModel:
+    """The level model fitted on all of ``data`` with ``choice`` (its vocabulary too)."""
+    words = word_vectors(data, choice.word_scale)
+    w, th = fit_ordinal(with_words(data, words), data.y, sample_weights(data, choice.corpus_weight), penalty=choice.penalty)
+    hf = dict(zip(("destructiveHint", "readOnlyHint=false", "openWorldHint"), choice.hint_floors, strict=True))
+    info = {"tau": list(choice.tau), "tau_cautious": list(choice.tau_cautious), "hint_floors": hf, "choice": choice.to_dict(),
+            "n_tools": {str(s): int((data.source == s).sum()) for s in np.unique(data.source)}}
+    arrays = {"ordinal.weight": w, "ordinal.thresholds": th}
+    if words is not None:
+        arrays["text.idf"] = words.idf.astype(np.float32)
+        info.update(vocabulary=list(words.vocabulary), word_scale=words.scale)
     return LevelModel(arrays, {**info, **(meta or {})})
 
 
-def served_levels(score: np.ndarray, tools: Sequence[Any]) -> np.ndarray:
-    """The level served for a level score (before hints): its rubric level, raised to the
-    rubric's floor for tools that run commands or code (:func:`riskrank.risk.rubric_floor`)."""
-    floors = np.asarray([rubric_floor(t.name, t.description)[0] for t in tools])
-    return np.maximum(level_from_score(score), floors).astype(np.float32)
+def model_features(model: LevelModel, data: LevelData) -> np.ndarray:
+    """``data``'s features as ``model`` reads them (with its word vector, if it has one)."""
+    return with_words(data, model.words)
 
 
-def auc(pos: np.ndarray, neg: np.ndarray) -> float | None:
-    """ROC AUC of scores ``pos`` above ``neg`` (ties count half); None without both classes."""
-    from sklearn.metrics import roc_auc_score
-
-    if not len(pos) or not len(neg):
-        return None
-    return float(roc_auc_score(np.r_[np.ones(len(pos)), np.zeros(len(neg))], np.r_[pos, neg]))
-
-
-def hint_aucs(score: np.ndarray, read_only: np.ndarray, not_read_only: np.ndarray, destructive: np.ndarray) -> dict[str, float | None]:
-    return {"destructive_vs_read_only": auc(score[destructive], score[read_only]),
-            "not_read_only_vs_read_only": auc(score[not_read_only], score[read_only]),
-            "n_read_only": int(read_only.sum()), "n_not_read_only": int(not_read_only.sum()), "n_destructive": int(destructive.sum())}
-
-
-def leave_one_server_out(aud_emb: np.ndarray, aud_levels: np.ndarray, data: Any, mcp_emb: np.ndarray,
-                         baselines: dict[str, np.ndarray], *, seed: int = 42, progress: bool = False) -> dict[str, Any]:
-    """The served level of every annotated tool from a model that never saw its server; the
-    AUCs of it and of each ``baselines`` score (name -> [N]), pooled and per server."""
+def leave_groups_out(data: LevelData, units: dict[str, Sequence[str]], *, seed: int = 42, progress: bool = False,
+                     baselines: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+    """Every tool of each unit (name -> the groups it holds: one MCP server, one corpus, the
+    attack set) served by a model fitted and tuned without that unit; the agreement and policy
+    rows pooled over the units and per unit, the confusion matrix, and each baseline (name ->
+    served levels over the same rows, in order) on the same rows."""
     from tqdm import tqdm
 
-    servers = np.asarray(data.servers)
-    score = np.zeros(len(servers), dtype=np.float32)
-    for srv in tqdm(sorted(set(data.servers)), desc="leave one server out", disable=not progress):
-        tr, te = servers != srv, servers == srv
-        model = fit_level_model(aud_emb, aud_levels, mcp_emb[tr], data.weak[tr], seed=seed)
-        score[te] = model.parts(mcp_emb[te]).score
-    served = served_levels(score, data.tools)
-    ro, nro, de = data.read_only, data.not_read_only, data.destructive
-    scores = {"served level": served, "level score": score, "served level without the rubric floor": level_from_score(score).astype(np.float32),
-              **baselines}
-    pooled = {name: hint_aucs(s, ro, nro, de) for name, s in scores.items()}
-    per_server = {}
-    for srv in sorted(set(data.servers)):
-        m = servers == srv
-        per_server[srv] = {name: hint_aucs(s[m], ro[m], nro[m], de[m]) for name, s in scores.items()}
-    levels = {str(lv): int((served == lv).sum()) for lv in range(1, 6)}
-    return {"pooled": pooled, "per_server": per_server, "served_levels": levels}
+    rows = np.flatnonzero(np.isin(data.server, [g for gs in units.values() for g in gs]))
+    pos_of = {int(r): k for k, r in enumerate(rows)}
+    pred = np.zeros(len(rows), dtype=np.int64)
+    model_level = np.zeros(len(rows), dtype=np.int64)
+    cumulative = np.zeros((len(rows), 4))
+    unit_of = np.empty(len(rows), dtype=object)
+    choices = {}
+    for unit, groups in tqdm(units.items(), desc="leave one out", disable=not progress):
+        held = np.isin(data.server, list(groups))
+        train = data.subset(~held)
+        ch = choose(train, seed=seed)
+        model = fit_level_model(train, ch)
+        te = data.subset(held)
+        cum = model.cumulative(model_features(model, te))
+        pos = np.asarray([pos_of[int(r)] for r in np.flatnonzero(held)])
+        pred[pos] = served(cum, te, ch.tau, ch.tau_cautious, ch.hint_floors)
+        model_level[pos] = served(cum, te, ch.tau, ch.tau_cautious, None)
+        cumulative[pos] = cum
+        unit_of[pos] = unit
+        choices[unit] = ch.to_dict()
+    gold = data.y[rows]
+    table = {"served level": pred, "before hints": model_level, **(baselines or {})}
+    out: dict[str, Any] = {"pooled": {k: agreement_row(gold, v) for k, v in table.items()},
+                           "per_unit": {u: {k: agreement_row(gold[unit_of == u], v[unit_of == u]) for k, v in table.items()}
+                                        for u in units},
+                           "confusion": {k: confusion(gold, v) for k, v in table.items()}, "choices": choices}
+    out["predictions"] = {"rows": rows.tolist(), "served": pred.tolist(), "cumulative": np.round(cumulative, 4).tolist()}
+    return out
 
 
-def _rule_before(aud_emb: np.ndarray, aud_levels: np.ndarray, emb: np.ndarray, tools: Sequence[Any], seed: int) -> np.ndarray:
-    """The rule the level model replaced: the higher of a risk head's level (trained on the
-    audited tools only, as a base build trains it) and the keyword level."""
-    from riskrank.risk import keyword_level
-    from riskrank.training.config import TrainConfig
-    from riskrank.training.risk import _score, train_risk_head
-
-    head = train_risk_head(aud_emb, aud_levels, "levels", TrainConfig(seed=seed, risk_weighting="balanced"))
-    kw = np.asarray([keyword_level(t.name, t.description, None)[0] for t in tools])
-    return np.maximum(level_from_score(_score(head, emb)), kw).astype(np.float32)
-
-
-def leave_one_benchmark_out(benchmarks: Sequence[tuple[str, np.ndarray, np.ndarray, Sequence[Any]]], mcp_emb: np.ndarray, weak: np.ndarray,
-                            *, seed: int = 42) -> dict[str, Any]:
-    """For each (name, tool embeddings, audited levels, tools) held out: fitted on the others and
-    every annotated tool, the served level's AUC (r >= 3 vs < 3) on its audited tools."""
+def paper_agreement(data: LevelData, benchmarks: Sequence[tuple[str, np.ndarray]], *, seed: int = 42) -> dict[str, Any]:
+    """For each benchmark (name, a mask over ``data`` of its paper-labelled tools): a model fitted
+    (with the inner choice) on everything but that benchmark's tools, κ and the policy row of
+    its served level (benchmark tools declare no hints) against the paper's labels."""
     out = {}
-    for i, (name, emb, lv, tools) in enumerate(benchmarks):
-        others = [b for j, b in enumerate(benchmarks) if j != i]
-        model = fit_level_model(np.vstack([b[1] for b in others]), np.concatenate([b[2] for b in others]), mcp_emb, weak, seed=seed)
-        s = model.parts(emb).score
-        lab = lv > 0
-        risky = lv >= RISKY_LEVEL
-        served = served_levels(s, tools)
-        before = _rule_before(np.vstack([b[1] for b in others]), np.concatenate([b[2] for b in others]), emb, tools, seed)
-        out[name] = {"served_level_auc": auc(served[lab & risky], served[lab & ~risky]),
-                     "level_score_auc": auc(s[lab & risky], s[lab & ~risky]),
-                     "before_auc": auc(before[lab & risky], before[lab & ~risky]),
-                     "n_tools": int(lab.sum()), "n_risky": int((lab & risky).sum()),
-                     "trained_on": [b[0] for b in others] + ["mcp-annotated"]}
+    for name, mask in benchmarks:
+        train = data.subset(~mask)
+        test = data.subset(mask)
+        ch = choose(train, seed=seed)
+        model = fit_level_model(train, ch)
+        pred = served(model.cumulative(model_features(model, test)), test, ch.tau, ch.tau_cautious, None)
+        out[name] = {**agreement_row(test.y, pred), "confusion": confusion(test.y, pred), "choice": ch.to_dict()}
     return out

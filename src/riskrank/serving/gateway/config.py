@@ -196,6 +196,14 @@ def load_servers(path: str | Path, *, secret_names: frozenset[str] = frozenset()
     return out
 
 
+def check_server_entry(where: str, key: str, name: str, entry: Any, secret_names: frozenset[str]) -> UpstreamConfig | None:
+    """One entry of a servers object read as the gateway reads it, offline (no command looked
+    up, no variable read): whether a server another client's file names can move into a
+    servers file (``riskrank wrap``). :class:`ConfigError` names ``where``, ``key`` and the
+    field; None for a disabled entry."""
+    return _server(where, key, name, entry, secret_names, offline=True)
+
+
 def _server(path: str | Path, key: str, name: str, entry: Any, secret_names: frozenset[str],
             offline: bool = False) -> UpstreamConfig | None:
     """One entry of the servers file (None when it is disabled)."""
@@ -428,6 +436,15 @@ class Policies:
     @property
     def default_policy(self) -> Policy:
         return self.named[self.default]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The file resolved: every named policy with every default filled in (``preset``
+        folded into ``untrusted``), in the named form :func:`load_policies` reads back to
+        the same policies. The gateway-wide settings (:data:`GATEWAY_WIDE`) appear in the
+        default policy only: that is where the gateway reads them, whoever calls."""
+        return {"default": self.default, "policies": {
+            name: {k: v for k, v in p.to_dict().items() if name == self.default or k not in GATEWAY_WIDE}
+            for name, p in self.named.items()}}
 
     def get(self, name: str | None) -> Policy:
         """The policy ``name`` (None: the default); :class:`ConfigError` for a name the file lacks."""

@@ -65,6 +65,7 @@ from riskrank.serving.gateway.session import (
     SessionError,
     SessionRecord,
     StoreSessionError,
+    confirmation_kind,
 )
 from riskrank.serving.gateway.store import STATE_UNAVAILABLE, StateUnavailable, unavailable_message
 from riskrank.serving.gateway.upstreams import UpstreamManager, describe
@@ -584,7 +585,8 @@ class Gateway:
         args = dict(ctx.arguments)
         level, provenance = ctx.level, ctx.provenance
         rec: dict[str, Any] = {"task": exposure.task if exposure else None, "tool": name, "level": level,
-                               "provenance": provenance, "session": key, **_who(_caller(call)), "arguments": args}
+                               "provenance": provenance, "capabilities": (view.tools.get(name) or {}).get("capabilities") or None,
+                               "session": key, **_who(_caller(call)), "arguments": args}
         if record.anchored:
             rec["anchor"] = record.anchor
         if outcome.refusal is not None:
@@ -707,7 +709,8 @@ class Gateway:
         codes = {h.code for h in outcome.holds}
         cleared = [v for h in outcome.holds for v in h.values]
         with contextlib.suppress(SessionError):  # not remembered: the next call is asked again
-            await self._update(ctx.session, lambda r: r.with_confirmation(name, widen=DRIFT in codes, cleared=cleared))
+            await self._update(ctx.session, lambda r: r.with_confirmation(
+                name, widen=DRIFT in codes, cleared=cleared, kind=confirmation_kind(name, args, ctx.view.schemas.get(name))))
         return None
 
     @staticmethod

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import json
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -152,6 +153,31 @@ class Flow:
         return f"{KINDS.get(self.kind, self.kind)} {self.shown!r} first appeared in the result of {self.tool}, {when} UTC"
 
 
+#: The longest kind of a confirmation (:func:`confirmation_kind`) kept whole.
+MAX_KIND_CHARS = 300
+
+
+def confirmation_kind(tool: str, arguments: Mapping[str, Any], schema: Mapping[str, Any] | None) -> str:
+    """What one approval covers under ``"confirm": "once_per_session"``: the tool with the
+    values of its switches, the arguments that choose what the call does rather than what it
+    works on: a boolean, or a string the tool's schema lists in an ``enum``. Approving
+    ``lockDoors(unlock=false)`` is not approving ``unlock=true``, nor ``ls`` approving ``ls(a=true)``;
+    the paths, texts and amounts a call works on are the flow guard's (values first seen in an
+    untrusted result are asked about whatever was approved)."""
+    props = (schema or {}).get("properties") if isinstance(schema, Mapping) else None
+    props = props if isinstance(props, Mapping) else {}
+
+    def switch(key: str, value: Any) -> bool:
+        spec = props.get(key)
+        return isinstance(value, bool) or (isinstance(value, str) and isinstance(spec, Mapping)
+                                           and isinstance(spec.get("enum"), list) and value in spec["enum"])
+
+    switches = sorted((str(k), v) for k, v in arguments.items() if switch(str(k), v))
+    if not switches:
+        return tool
+    return (tool + "(" + ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in switches) + ")")[:MAX_KIND_CHARS]
+
+
 def flow_to_list(f: Flow) -> list[Any]:
     return [f.folded, f.shown, f.kind, f.tool, f.at]
 
@@ -176,8 +202,9 @@ class SessionRecord:
     forgotten: int = 0
     """Values the flow record dropped, oldest first, to stay within :data:`MAX_FLOW_VALUES`."""
     confirmed: tuple[tuple[str, int], ...] = ()
-    """(tool, :attr:`reads` when the user approved it): an approval holds until the session
-    reads another untrusted result (the agent may have been turned by it)."""
+    """(the call's kind, :func:`confirmation_kind`; :attr:`reads` when the user approved it): an
+    approval holds until the session reads another untrusted result (the agent may have been
+    turned by it)."""
     cleared: tuple[str, ...] = ()
     """Folded values the user approved in a held call: the user's own from then on."""
     task_attempts: int = 0
@@ -207,9 +234,10 @@ class SessionRecord:
         cleared = set(self.cleared)
         return [f for f in self.flows if f.folded in folded_arguments and f.folded not in own and f.folded not in cleared]
 
-    def confirmed_since_read(self, tool: str) -> bool:
-        """Whether the user approved ``tool`` in this session after its latest untrusted read."""
-        return (tool, self.reads) in self.confirmed
+    def confirmed_since_read(self, kind: str) -> bool:
+        """Whether the user approved a call of ``kind`` (:func:`confirmation_kind`; a tool's
+        name when it has no switches) in this session after its latest untrusted read."""
+        return (kind, self.reads) in self.confirmed
 
     # -- changes (each returns a new record) ---------------------------------------------------------
     def with_anchor(self, task: str, source: str, scope: Iterable[str], at: float) -> SessionRecord:
@@ -238,11 +266,13 @@ class SessionRecord:
         return replace(self, user_turns=(*self.user_turns, text[:MAX_ANCHOR_CHARS])[-MAX_USER_TURNS:],
                        scope=tuple(sorted({*self.scope, *scope}))[:MAX_SCOPE])
 
-    def with_confirmation(self, tool: str, *, widen: bool, cleared: Iterable[str] = ()) -> SessionRecord:
-        """The record after the user approved a call of ``tool``: confirmed (until the next
-        untrusted read); inside the scope from now on when ``widen`` (a held drift); ``cleared``
-        values the user's own."""
-        confirmed = (*(c for c in self.confirmed if c[0] != tool), (tool, self.reads))[-MAX_CONFIRMED:]
+    def with_confirmation(self, tool: str, *, widen: bool, cleared: Iterable[str] = (), kind: str | None = None) -> SessionRecord:
+        """The record after the user approved a call of ``tool``: its ``kind`` (the tool with its
+        switches, :func:`confirmation_kind`; the tool's name by default) confirmed until the next
+        untrusted read; the tool inside the scope from now on when ``widen`` (a held drift);
+        ``cleared`` values the user's own."""
+        kind = kind or tool
+        confirmed = (*(c for c in self.confirmed if c[0] != kind), (kind, self.reads))[-MAX_CONFIRMED:]
         widened = (*self.widened, tool)[-MAX_SCOPE:] if widen and tool not in self.widened else self.widened
         cleared_ = tuple(dict.fromkeys((*self.cleared, *cleared)))[-MAX_CLEARED:]
         return replace(self, confirmed=confirmed, widened=widened, cleared=cleared_)

@@ -77,10 +77,12 @@ class View:
         return got
 
 
-def record_registry(records: list[dict[str, Any]], source: str) -> tuple[ToolRegistry, dict[str, str]]:
+def record_registry(records: list[dict[str, Any]], source: str) -> tuple[ToolRegistry | None, dict[str, str]]:
     """A registry of upstream ``tools/list`` records, each validated on its own: a malformed
-    tool is skipped (with the reason) instead of failing the whole catalogue. Two records
-    with one name raise :class:`RegistryError` (the caller withdraws that server's list)."""
+    tool is skipped (with the reason) instead of failing the whole catalogue; None when no
+    tool is left (every one held back or skipped: the gateway serves nothing and says why,
+    it does not fail). Two records with one name raise :class:`RegistryError` (the caller
+    withdraws that server's list)."""
     names = collections.Counter(str(rec.get("name")) for rec in records)
     twice = sorted(n for n, c in names.items() if c > 1)
     if twice:  # which of the two is meant cannot be known: the list is refused whole
@@ -95,10 +97,17 @@ def record_registry(records: list[dict[str, Any]], source: str) -> tuple[ToolReg
     alike = look_alikes([t.name for t in tools])
     for i, j in alike.items():
         skipped[tools[i].name] = f"looks like {tools[j].name!r} (the same after NFKC, case folding and Unicode's confusables)"
-    return ToolRegistry([t for i, t in enumerate(tools) if i not in alike], source), skipped
+    kept = [t for i, t in enumerate(tools) if i not in alike]
+    return (ToolRegistry(kept, source) if kept else None), skipped
 
 
-def build_view(registry: ToolRegistry, spec: ArtefactSpec, encoder: Any, policy: Policy, generation: int, *,
+def capability_keys(served: list[str]) -> list[str]:
+    """The capability keys of the level model's served form (``"outbound_send (T1567)"`` ->
+    ``"outbound_send"``): what the sink test reads."""
+    return [c.split(" ", 1)[0] for c in served]
+
+
+def build_view(registry: ToolRegistry | None, spec: ArtefactSpec, encoder: Any, policy: Policy, generation: int, *,
                routes: dict[str, tuple[str, str]] | None = None, skipped: dict[str, str] | None = None,
                withdrawn: dict[str, str] | None = None, held: dict[str, str] | None = None,
                scans: dict[str, Scan] | None = None, withheld_records: dict[str, dict[str, Any]] | None = None) -> View:
@@ -110,6 +119,9 @@ def build_view(registry: ToolRegistry, spec: ArtefactSpec, encoder: Any, policy:
     findings join each tool's evidence; a verdict the policy confirms makes every call
     confirmed). ``withheld_records``: the ``tools/list`` records of the withdrawn tools (the
     operator's rows of :attr:`View.withheld_tools`)."""
+    withheld = _withheld_rows(withdrawn or {}, held or {}, scans or {}, withheld_records or {}, routes)
+    if registry is None:  # no tool left to serve: an empty catalogue, each withdrawn tool with its reason
+        return View(None, generation, {}, routes or {}, {}, skipped or {}, {}, withdrawn or {}, held or {}, withheld_tools=withheld)
     pins = {t.name: lvl for t in registry if (lvl := policy.pinned_level(t.name)) is not None}
     audit = audit_tools(spec, encoder, registry, pins)
     # The scan's findings join each tool's evidence where its level is read (find_tools, the
@@ -135,28 +147,36 @@ def build_view(registry: ToolRegistry, spec: ArtefactSpec, encoder: Any, policy:
     for name, sc in (scans or {}).items():
         if name in rows and sc.findings:
             rows[name]["scan"] = sc.verdict
-    for t in registry:  # what the session guard reads: capabilities, and whether it is a source or a sink
+    for i, t in enumerate(registry):  # what the session guard reads: capabilities, and whether it is a source or a sink
         row = rows[t.name]
-        caps = [h.key for h in detect_capabilities(t.name, t.description, t.parameters)]
-        row["capabilities"] = caps
+        # the level model's capabilities where it served the levels ("outbound_send (T1567)": the
+        # key, then the ATT&CK technique), else read from the definition
+        served = lv.capabilities_of(i) if lv.capabilities else []
+        caps = capability_keys(served) if lv.capabilities else [h.key for h in detect_capabilities(t.name, t.description, t.parameters)]
+        row["capabilities"] = served or caps
         row["source"], row["sink"] = tool_roles(t.name, t.description, t.parameters, t.annotations, caps, row["upstream"],
                                                 policy)
         # confirmed at every call whatever the session: an untrusted server's tools, a scan verdict the policy confirms
         row["confirm_every_call"] = policy.untrusted_server(row["upstream"]) or _scan_confirms(policy, (scans or {}).get(t.name))
     for name, row in rows.items():
         _original(row, routes, name)
-    withheld = {}
-    for name, why in (withdrawn or {}).items():
-        rec = (withheld_records or {}).get(name, {})
-        sc = (scans or {}).get(name)
-        withheld[name] = _original({
+    return View(cat, generation, levels, routes or {}, not_offered, skipped or {}, rows, withdrawn or {}, held or {},
+                withheld_tools=withheld, schemas={t.name: dict(t.parameters) for t in registry if t.parameters is not None})
+
+
+def _withheld_rows(withdrawn: dict[str, str], held: dict[str, str], scans: dict[str, Scan],
+                   records: dict[str, dict[str, Any]], routes: dict[str, tuple[str, str]] | None) -> dict[str, dict[str, Any]]:
+    """Each withdrawn tool as an operator reads it (:attr:`View.withheld_tools`)."""
+    out = {}
+    for name, why in withdrawn.items():
+        rec, sc = records.get(name, {}), scans.get(name)
+        out[name] = _original({
             "name": name, "description": str(rec.get("description") or ""), "level": None, "provenance": None,
             "evidence": [f"scan {f.verdict}: {f.kind} in {f.field}: {f.evidence}" for f in sc.findings] if sc else [],
             "permissions": [], "annotations": rec.get("annotations"), "upstream": (routes or {}).get(name, (None, None))[0],
-            "not_offered": None, "needs_confirmation": True, "withheld": (held or {}).get(name, "withdrawn"), "why": why},
+            "not_offered": None, "needs_confirmation": True, "withheld": held.get(name, "withdrawn"), "why": why},
             routes, name)
-    return View(cat, generation, levels, routes or {}, not_offered, skipped or {}, rows, withdrawn or {}, held or {},
-                withheld_tools=withheld, schemas={t.name: dict(t.parameters) for t in registry if t.parameters is not None})
+    return out
 
 
 def _original(row: dict[str, Any], routes: dict[str, tuple[str, str]] | None, name: str) -> dict[str, Any]:
