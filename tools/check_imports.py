@@ -73,7 +73,8 @@ FORBIDDEN = [
     *((engine, "riskrank.training") for engine in (
         "riskrank.pipeline", "riskrank.checkpoint", "riskrank.catalogue", "riskrank.modes", "riskrank.risk",
         "riskrank.rules", "riskrank.graph", "riskrank.heads", "riskrank.first_stage", "riskrank.context",
-        "riskrank.encoder", "riskrank.registry", "riskrank.serving", "riskrank.adapters", "riskrank.ann")),
+        "riskrank.encoder", "riskrank.registry", "riskrank.serving", "riskrank.adapters", "riskrank.ann",
+        "riskrank.scan", "riskrank.poison")),
 ]
 #: External packages only one module may import: (package, the module that may).
 OWNED = [("mcp", "riskrank.serving.mcp_compat")]

@@ -305,6 +305,9 @@ rendered("docs/hardening.md", "the hostile gateway table", ["benchmarks/results/
 rendered("docs/trust.md", "the scan table", ["benchmarks/results/trust_scan.json"],
          lambda: _bench("trust_scan").doc_table(_load("benchmarks/results/trust_scan.json")),
          Timing("2-core machine", "2026-12-03", "benchmarks/results/trust_scan.json"))
+rendered("docs/trust.md", "the learned detector's tables", ["benchmarks/results/poison_detector.json"],
+         lambda: _bench("poison_detector").doc_tables(_load("benchmarks/results/poison_detector.json")),
+         Timing("2-core machine", "2026-12-06", "benchmarks/results/poison_detector.json"))
 rendered("docs/benchmarks.md", "the committed scale run", ["benchmarks/results/scale_small.json"],
          lambda: _bench("bench_scale").table(_load("benchmarks/results/scale_small.json")),
          Timing("2-core machine", "2026-12-03", "benchmarks/results/scale_small.json"))
@@ -834,6 +837,12 @@ claim("docs/session-guard.md", "a session keeps its latest {} values",
 claim("docs/session-guard.md", "this process's memory (the latest {} sessions)",
       Source("riskrank.serving.gateway.session").at("MAX_SESSIONS", ","))
 claim("docs/trust.md", "**Benign**: the {} real tools of", TRUST.at("benign", "n", fmt=","))
+POISON_TRAIN = Source("riskrank.training.poison")
+claim("docs/trust.md", "false-positive rate is {}%, the `suspicious` one where it is {}%",
+      pct(POISON_TRAIN.at("ALPHA_POISONED"), "g"), pct(POISON_TRAIN.at("ALPHA_SUSPICIOUS"), "g"))
+POISON_CARD = Json("src/riskrank/base/poison/poison.json")
+claim("docs/trust.md", "Negatives: every real definition at hand, {}:",
+      POISON_CARD.at("trained_on", "negatives").map(lambda n: sum(n.values()), ","))
 claim(SV, "as low as the floor itself (the demo tasks' {}% point above", pct(MIN.at("quantile"), "g"))
 H = "docs/hardening.md"
 HOSTILE_TEST = Text("tests/test_registry_hostile.py")

@@ -106,7 +106,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,255}$")
 _HEADER_VALUE = re.compile(r"^[\x20-\x7e\t]+$")
 POLICY_KEYS = {"max_level", "confirm_level", "allow", "deny", "exposure_ttl_s", "client_choices", "levels", "preset",
                "untrusted", "call_timeouts", "on_poisoned", "on_suspicious", "first_seen", "scope", "flow", "confirm",
-               "sources", "trusted_sources", "sinks", "trusted_sinks"}
+               "sources", "trusted_sources", "sinks", "trusted_sinks", "learned_scan"}
 #: The session guard's keys that name servers and tools (:class:`Globs`).
 GLOB_SETS = ("sources", "trusted_sources", "sinks", "trusted_sinks")
 #: What a scan verdict may do (``on_poisoned``, ``on_suspicious``), and a first connect (``first_seen``).
@@ -458,7 +458,7 @@ class Policies:
 
 #: What a gateway-wide setting is: the trust of upstream definitions is one for every client
 #: (one pin store, one scan), so only the default policy may set these.
-GATEWAY_WIDE = ("on_poisoned", "on_suspicious", "first_seen")
+GATEWAY_WIDE = ("on_poisoned", "on_suspicious", "first_seen", "learned_scan")
 
 
 def load_policies(path: str | Path | None) -> Policies:
@@ -563,8 +563,11 @@ def _policy(data: dict[str, Any], where: str) -> Policy:
         guard[key] = value
     for key in GLOB_SETS:
         guard[key] = _glob_set(data.get(key, {}), f"{where}: {key}")
+    learned = data.get("learned_scan", False)
+    if not isinstance(learned, bool):
+        raise ConfigError(f"{where}: learned_scan: must be true or false, got {learned!r}")
     return Policy(
-        **trust, **guard,
+        **trust, **guard, learned_scan=learned,
         max_level=max_level, confirm_level=confirm_level,
         allow=_globs(data.get("allow", list(d.allow)), f"{where}: allow"),
         deny=_globs(data.get("deny", list(d.deny)), f"{where}: deny"),

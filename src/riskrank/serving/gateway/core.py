@@ -19,7 +19,15 @@ from riskrank.catalogue import ArtefactSpec, Catalogue
 from riskrank.errors import RegistryError, RiskrankError, error_body
 from riskrank.modes import parse_mode
 from riskrank.risk import RISKY_LEVEL
-from riskrank.scan import Scan, scan_result, scan_tool
+from riskrank.scan import (
+    DEFAULT,
+    Finding,
+    Scan,
+    cross_server_findings,
+    scan_definitions,
+    scan_result,
+    with_findings,
+)
 from riskrank.serving import mcp_compat
 from riskrank.serving.gateway.auditlog import AuditLog, AuditLogError
 from riskrank.serving.gateway.config import Policies
@@ -858,18 +866,26 @@ class _Catalogues:
 
     def _scan(self, record: dict[str, Any]) -> Scan:
         """The scan of one definition, remembered: a re-list of unchanged tools costs no scan."""
-        key = json.dumps(record, sort_keys=True, default=str)
-        hit = self.scans.get(key)
-        if hit is None:
-            if len(self.scans) > 20_000:
-                self.scans.clear()
-            hit = self.scans[key] = scan_tool(record)
-        return hit
+        return self._scan_many([record])[0]
 
-    def trust(self, up_name: str, mine: list[dict[str, Any]], routes: dict[str, tuple[str, str]]
-              ) -> tuple[dict[str, tuple[str, str]], dict[str, Scan]]:
+    def _scan_many(self, records: list[dict[str, Any]]) -> list[Scan]:
+        """The scans of definitions, remembered; those not seen yet are scanned in one batch
+        (the learned detector's cost is per span, not per call). The rules alone unless the
+        policy's ``learned_scan`` adds the detector (a scan is remembered under that choice)."""
+        learned = self.policy.learned_scan
+        keys = [("learned:" if learned else "rules:") + json.dumps(r, sort_keys=True, default=str) for r in records]
+        todo = {k: r for k, r in zip(keys, records, strict=True) if k not in self.scans}
+        if todo:
+            if len(self.scans) + len(todo) > 20_000:
+                self.scans.clear()
+            self.scans.update(zip(todo, scan_definitions(list(todo.values()), DEFAULT if learned else None), strict=True))
+        return [self.scans[k] for k in keys]
+
+    def trust(self, up_name: str, mine: list[dict[str, Any]], routes: dict[str, tuple[str, str]],
+              cross: dict[tuple[str, str], list[Finding]] | None = None) -> tuple[dict[str, tuple[str, str]], dict[str, Scan]]:
         """One server's list against its pins and the scan: (public name -> (code, why)) for
-        the tools held back, and every tool's scan. Pin decisions and new findings are audited."""
+        the tools held back, and every tool's scan (with ``cross``, the findings across servers,
+        keyed by (server, the server's own name)). Pin decisions and new findings are audited."""
         held: dict[str, tuple[str, str]] = {}
         if self.pins is not None:
             for code, what in self.pins.take_alerts():  # a pin file changed outside riskrank: one line each
@@ -884,7 +900,8 @@ class _Catalogues:
             # the refusal is "quarantined: <why>": the code is not said twice
             held.update({public[n]: ("quarantined", why.removeprefix("quarantined: ")) for n, why in quarantined.items()
                          if n in public})
-        scans = {r["name"]: self._scan({**r, "name": routes[r["name"]][1]}) for r in mine}
+        scans = {r["name"]: with_findings(self._scan({**r, "name": routes[r["name"]][1]}),
+                                          (cross or {}).get((up_name, routes[r["name"]][1]), [])) for r in mine}
         for name, sc in scans.items():
             mark = sc.verdict + ":" + sc.reason()
             if sc.verdict != "clean" and self.scan_seen.get(name) != mark:
@@ -920,9 +937,16 @@ class _Catalogues:
                 withdrawn.update({r["name"]: why for r in mine})
         held: dict[str, str] = {}
         scans: dict[str, Scan] = {}
+        # Across servers: a look-alike of another server's tool name, a text naming another
+        # server's tool (the definitions' own scans are remembered, so this costs no re-scan).
+        served = {up.name: [{**r, "name": routes[r["name"]][1]} for r in records
+                            if routes[r["name"]][0] == up.name and r["name"] not in withdrawn] for up in self.manager.live()}
+        flat = [(s, r) for s, rs in served.items() for r in rs]
+        first = self._scan_many([r for _, r in flat])
+        cross = cross_server_findings(served, {(s, r["name"]): sc for (s, r), sc in zip(flat, first, strict=True)})
         for up in self.manager.live():
             mine = [r for r in records if routes[r["name"]][0] == up.name and r["name"] not in withdrawn]
-            kept, up_scans = self.trust(up.name, mine, routes)
+            kept, up_scans = self.trust(up.name, mine, routes, cross)
             scans.update(up_scans)
             for name, (code, why) in kept.items():
                 withdrawn[name], held[name] = why, code

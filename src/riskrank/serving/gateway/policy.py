@@ -101,6 +101,10 @@ class Policy:
     callable), ``confirm`` (every call confirmed) or ``allow``."""
     on_suspicious: str = "confirm"
     """The same for a ``suspicious`` tool (default: every call confirmed)."""
+    learned_scan: bool = False
+    """Whether the scan adds the learned detector's findings to the rules' (``riskrank.poison``;
+    off by default: measured below its targets, with false positives on real servers,
+    docs/trust.md)."""
     first_seen: str = "trust"
     """A server's tools on its first connect to a pin store: ``trust`` (pinned as they are) or
     ``quarantine`` (held until an operator approves them)."""
