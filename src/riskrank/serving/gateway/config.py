@@ -105,8 +105,8 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,255}$")
 #: A header value HTTP can carry: visible ASCII, spaces and tabs (no line breaks).
 _HEADER_VALUE = re.compile(r"^[\x20-\x7e\t]+$")
 POLICY_KEYS = {"max_level", "confirm_level", "allow", "deny", "exposure_ttl_s", "client_choices", "levels", "preset",
-               "untrusted", "call_timeouts", "on_poisoned", "on_suspicious", "first_seen", "scope", "flow", "confirm",
-               "sources", "trusted_sources", "sinks", "trusted_sinks", "learned_scan"}
+               "untrusted", "call_timeouts", "on_poisoned", "on_suspicious", "first_seen", "learned_scan",
+               "scope", "flow", "confirm", "sources", "trusted_sources", "sinks", "trusted_sinks"}
 #: The session guard's keys that name servers and tools (:class:`Globs`).
 GLOB_SETS = ("sources", "trusted_sources", "sinks", "trusted_sinks")
 #: What a scan verdict may do (``on_poisoned``, ``on_suspicious``), and a first connect (``first_seen``).
@@ -554,6 +554,9 @@ def _policy(data: dict[str, Any], where: str) -> Policy:
         if value not in choices_:
             raise ConfigError(f"{where}: {key}: must be one of {', '.join(choices_)}, got {value!r}")
         trust[key] = value
+    learned = data.get("learned_scan", False)
+    if not isinstance(learned, bool):
+        raise ConfigError(f"{where}: learned_scan: must be true or false, got {learned!r}")
     guard: dict[str, Any] = {}
     for key, choices_, default in (("scope", SCOPE_ACTIONS, "confirm"), ("flow", FLOW_ACTIONS, "confirm"),
                                    ("confirm", CONFIRM_MODES, "once_per_session")):
@@ -563,9 +566,6 @@ def _policy(data: dict[str, Any], where: str) -> Policy:
         guard[key] = value
     for key in GLOB_SETS:
         guard[key] = _glob_set(data.get(key, {}), f"{where}: {key}")
-    learned = data.get("learned_scan", False)
-    if not isinstance(learned, bool):
-        raise ConfigError(f"{where}: learned_scan: must be true or false, got {learned!r}")
     return Policy(
         **trust, **guard, learned_scan=learned,
         max_level=max_level, confirm_level=confirm_level,
