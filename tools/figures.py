@@ -256,7 +256,7 @@ class Claim:
         return sorted({s.split(":")[0] for v in self.values for s in v.source.split("; ")})
 
     def literal_figures(self) -> list[str]:
-        from check_figures import tokens
+        from figure_tokens import tokens
 
         bare = re.sub(r"\{[^{}]*\}", " ", self.template)
         return [t.text for t in tokens("", bare)]
