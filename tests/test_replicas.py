@@ -155,7 +155,8 @@ def test_a_replica_killed_mid_run_leaves_every_decision_it_acted_on(tmp_path, st
 
 def test_a_replica_that_loses_its_database_refuses_calls_and_keeps_searching(tmp_path):
     """Its own PostgreSQL, stopped mid-run: /readyz 503, find_tools still answers (exposing
-    nothing), every call is refused; started again, the replica works again."""
+    nothing), every call, read or risky, is refused as ``state_unavailable`` naming the store
+    (never advice to change the policy); started again, the replica works again."""
     postgres_support.need_psycopg()
     cluster = postgres_support.start_cluster()
     try:
@@ -169,7 +170,11 @@ def test_a_replica_that_loses_its_database_refuses_calls_and_keeps_searching(tmp
             assert ready.status_code == 503 and ready.json()["state"]["ok"] is False
             down = run_as(url, TOKENS["ci-bot"], steps)
             assert down[0]["tools"] and "state store is unreachable" in down[0]["note"]
-            assert down[1]["error"].startswith("not_exposed")
+            risky = run_as(url, TOKENS["pager"], [FIND_RESTART, ("call_tool", {"name": "restart_service",
+                                                                              "arguments": {"service": "api"}})])
+            for refusal in (down[1]["error"], risky[1]["error"]):  # read or risky: one code, naming the store
+                assert refusal.startswith("state_unavailable: the gateway's state store postgresql://"), refusal
+                assert "raise confirm_level" not in refusal and "cannot ask its user" not in refusal, refusal
             cluster.start()
             deadline = time.time() + GUARD_S
             while httpx.get(_base(url) + "/readyz").status_code != 200 and time.time() < deadline:

@@ -386,7 +386,8 @@ def test_the_chain_runs_in_the_documented_order():
     names = [g.name for g in guards.ORDER]
     assert names == ["bounds", "trust", "withdrawn", "upstream", "unknown", "policy", "schema", "session", "scope", "flow",
                      "confirm"]
-    # The refusal table of docs/serving.md lists the codes in the order the chain finds them.
+    # The refusal table of docs/serving.md lists the codes in the order the chain finds them, then
+    # the holds' ends (caller or replica gone) and the state store's one code.
     from pathlib import Path
 
     doc = (Path(__file__).resolve().parents[1] / "docs/serving.md").read_text(encoding="utf-8")
@@ -394,7 +395,8 @@ def test_the_chain_runs_in_the_documented_order():
     codes = re.findall(r"^\| `([a-z_]+)` \|", table, flags=re.M)
     assert codes == ["arguments_too_large", "quarantined", "poisoned", "withdrawn", "upstream_down", "unknown_tool",
                      "denied_by_policy", "above_max_level", "not_exposed", "invalid_arguments", "session_unavailable",
-                     "untrusted_value", "confirmation_required", "denied"]
+                     "untrusted_value", "confirmation_required", "denied", "caller_gone", "replica_gone",
+                     "state_unavailable"]
 
 
 def test_the_first_refusal_decides_and_holds_add_up():

@@ -256,7 +256,7 @@ class Claim:
         return sorted({s.split(":")[0] for v in self.values for s in v.source.split("; ")})
 
     def literal_figures(self) -> list[str]:
-        from check_figures import tokens
+        from figure_tokens import tokens
 
         bare = re.sub(r"\{[^{}]*\}", " ", self.template)
         return [t.text for t in tokens("", bare)]
@@ -823,6 +823,15 @@ claim(E, "writes UltraTool's {} tools as an MCP `tools/list` result with no leve
       "and the {} test queries", loader_count("ultratool", "tools"), U.at("splits", "test", "n_queries", fmt=","))
 claim(E, "which put 914 of the {} tools at L3 or above", loader_count("ultratool", "tools"))
 claim("docs/teams.md", "sees it within {} s (polling)", Source("riskrank.serving.gateway.confirm").at("POLL_S", "g"))
+CONFIRM, NOTIFY, NOTIFY_BENCH = (Source("riskrank.serving.gateway.confirm"), Source("riskrank.serving.gateway.notify"),
+                                 Source("notify_latency"))
+claim("docs/console.md", "every fifth of `--replica-lapse` (default {} s)", CONFIRM.at("REPLICA_LAPSE_S", "g"))
+claim("docs/teams.md", "older than `--replica-lapse` (default {} s, judged", CONFIRM.at("REPLICA_LAPSE_S", "g"))
+claim("docs/teams.md", "refuses a timestamp more than {} s from its clock", NOTIFY.at("TOLERANCE_S", "g"))
+claim("docs/teams.md", "posts it with a {} s timeout", NOTIFY.at("TIMEOUT_S", "g"))
+claim("docs/teams.md", "A receiver's queue holds {} events", NOTIFY.at("QUEUE_MAX", ","))
+claim("docs/teams.md", "a receiver that sleeps {} s and one that answers 500, and a receiver down for {} s then back",
+      NOTIFY_BENCH.at("SLOW_S", "g"), NOTIFY_BENCH.at("OUTAGE_S", "g"))
 claim("docs/trust.md", "a field over {} characters", Source("riskrank.scan").at("MAX_FIELD_CHARS", ","))
 claim("docs/session-guard.md", "with {} values already recorded in the session", Json(SESSION).at("overhead", "values", fmt=","),
       timing=SESSION_RUN)

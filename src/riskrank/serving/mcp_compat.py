@@ -461,6 +461,101 @@ class _ConfirmTokens:
 _TOKENS = _ConfirmTokens()
 
 
+class CallerLink:
+    """Whether the caller of one request can still receive its answer: left (``left_at``,
+    ``how``) once its HTTP connection closed (the ASGI disconnect), a write to it failed, or
+    stdin reached its end. A call held for confirmation waits on :attr:`event` beside the
+    decision, so a gone caller's hold is withdrawn at once rather than run for nobody."""
+
+    def __init__(self, how: str) -> None:
+        import anyio
+
+        self.how = how
+        self.left_at: float | None = None
+        self.event = anyio.Event()
+
+    @property
+    def gone(self) -> bool:
+        return self.left_at is not None
+
+    def leave(self, how: str | None = None) -> None:
+        if self.left_at is None:
+            self.left_at = time.time()
+            self.how = how or self.how
+            self.event.set()
+
+    def describe(self) -> str:
+        """``the agent disconnected at 2026-12-06T03:40:12Z (its HTTP connection closed)``."""
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.left_at or time.time()))
+        return f"the agent disconnected at {at} ({self.how})"
+
+
+#: The one caller of a stdio server: gone when stdin reaches its end.
+_STDIO_LINK: list[CallerLink] = []
+
+
+def _stdio_link() -> CallerLink | None:
+    return _STDIO_LINK[0] if _STDIO_LINK else None
+
+
+def watch_callers(app: Any) -> Any:
+    """``app`` with a :class:`CallerLink` on each HTTP request's scope (``riskrank.link``).
+    Once the request's body is read, the real ``receive`` is watched here for the
+    disconnect (the app's later reads wait for it too), and a ``send`` that fails marks the
+    caller gone; a disconnect after the response ended is no leaving."""
+    import anyio
+
+    async def watched(scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        link = CallerLink("its HTTP connection closed")
+        scope["riskrank.link"] = link
+        state = {"read": False, "done": False}
+
+        async def watch() -> None:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    if not state["done"]:
+                        link.leave()
+                    return
+
+        async def app_receive() -> dict:
+            if state["read"]:
+                await link.event.wait()
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                link.leave()
+            elif not message.get("more_body", False):
+                state["read"] = True
+                tg.start_soon(watch)
+            return message
+
+        async def app_send(message: dict) -> None:
+            try:
+                await send(message)
+            except Exception:
+                link.leave("a write to its stream failed")
+                raise
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                state["done"] = True
+
+        failed: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            try:
+                await app(scope, app_receive, app_send)
+            except Exception as exc:  # raised as the app raised it, not wrapped in the task group's group
+                failed = exc
+            finally:
+                tg.cancel_scope.cancel()
+        if failed is not None:
+            raise failed
+
+    return watched
+
+
 class CallCtx:
     """What a tool handler needs of the call, from either SDK's request context: who is
     calling (``session_key``), a progress sender for the caller's token, and a confirmation
@@ -469,8 +564,11 @@ class CallCtx:
     def __init__(self, session: Any, request_id: Any, progress_token: Any, capabilities: Any, *,
                  protocol_version: str | None = None, params: Any = None, session_key: str = "stdio",
                  client: dict[str, Any] | None = None, host_task: tuple[Any, str] | None = None,
-                 host_user: tuple[Any, str] | None = None, traceparent: str | None = None) -> None:
+                 host_user: tuple[Any, str] | None = None, link: CallerLink | None = None,
+                 traceparent: str | None = None) -> None:
         self.session, self.request_id, self.progress_token = session, request_id, progress_token
+        #: Whether the caller can still receive this call's answer (None: nothing watches it).
+        self.link = link
         self.capabilities, self.protocol_version, self.params = capabilities, protocol_version, params
         self.session_key = session_key
         #: Who the gate found the caller to be (``name``, ``policy``, ``via``; see
@@ -603,6 +701,14 @@ def _client(request: Any) -> dict[str, Any] | None:
     return scope.get("riskrank.client") if isinstance(scope, dict) else None
 
 
+def _link(request: Any) -> CallerLink | None:
+    """The caller's :class:`CallerLink`: the HTTP request's (:func:`watch_callers`), else stdio's."""
+    scope = getattr(request, "scope", None)
+    if isinstance(scope, dict):
+        return scope.get("riskrank.link")
+    return _stdio_link() if request is None else None
+
+
 def _session_key(request: Any, modern: bool) -> str:
     """Whose call: one client per process over stdio (no HTTP request); over streamable HTTP
     the MCP session id, and on 2026-07-28 (no sessions) the bearer token's digest. A named
@@ -685,7 +791,8 @@ def _build_v2(name: str, version: str, instructions: str | None, h: Handlers, ti
         call = CallCtx(ctx.session, ctx.request_id, token(params), ctx.session.client_capabilities,
                        protocol_version=ctx.protocol_version, params=params, session_key=_session_key(ctx.request, modern),
                        client=_client(ctx.request), host_task=host_task(ctx.request, params, ctx.session),
-                       host_user=host_user(ctx.request, params), traceparent=traceparent(ctx.request, params))
+                       host_user=host_user(ctx.request, params), link=_link(ctx.request),
+                       traceparent=traceparent(ctx.request, params))
         try:
             return as_call_result(await h.call_tool(params.name, params.arguments or {}, call))
         except InputRequired as ir:
@@ -717,7 +824,7 @@ def _build_v1(name: str, version: str, instructions: str | None, h: Handlers) ->
         call = CallCtx(rc.session, rc.request_id, token, caps, params=req.params,
                        session_key=_session_key(rc.request, False), client=_client(rc.request),
                        host_task=host_task(rc.request, req.params, rc.session), host_user=host_user(rc.request, req.params),
-                       traceparent=traceparent(rc.request, req.params))
+                       link=_link(rc.request), traceparent=traceparent(rc.request, req.params))
         return t.ServerResult(as_call_result(await h.call_tool(req.params.name, req.params.arguments or {}, call)))
 
     R[t.ListToolsRequest] = list_tools
@@ -757,6 +864,8 @@ class CancellableStdin:
             except BlockingIOError:
                 continue
             if not chunk:
+                if (link := _stdio_link()) is not None:
+                    link.leave("its stdin closed")
                 if self.buf:
                     line, self.buf = self.buf, b""
                     return line.decode("utf-8", "replace")
@@ -781,9 +890,13 @@ async def serve_stdio(server: Any) -> None:
     task is cancelled."""
     from mcp.server.stdio import stdio_server
 
+    _STDIO_LINK[:] = [CallerLink("its stdin closed")]
     stdin = CancellableStdin() if _pollable(0) else None
-    async with stdio_server(stdin=stdin) as (read, write):
-        await server.run(read, write, server.create_initialization_options())
+    try:
+        async with stdio_server(stdin=stdin) as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+    finally:
+        _STDIO_LINK[0].leave()
 
 
 def streamable_http_app(server: Any, host: str = "127.0.0.1", path: str = "/mcp") -> Any:

@@ -37,12 +37,20 @@ class AuditLogError(RiskrankError):
     code = "audit_failed"
 
 
+class StoreAuditLogError(AuditLogError):
+    """The state store cannot take the audit line: the store's cause, the store's one code
+    (:data:`riskrank.serving.gateway.store.STATE_UNAVAILABLE`)."""
+
+    code = "state_unavailable"
+
+
 def now_iso() -> str:
     t = time.time()
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}Z"
 
 
-def _cut(value: Any) -> Any:
+def cut_field(value: Any) -> Any:
+    """A field as an audit line keeps it: whole, or past MAX_FIELD_CHARS its head and its length."""
     text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), default=str)
     if len(text) <= MAX_FIELD_CHARS:
         return value
@@ -76,7 +84,7 @@ class AuditLog:
         rec.update(fields)
         data = json.dumps(rec, separators=(",", ":"), ensure_ascii=False, default=str)
         if len(data.encode()) > MAX_LINE_BYTES:
-            rec = {k: (_cut(v) if k not in self.REQUIRED else v) for k, v in rec.items()}
+            rec = {k: (cut_field(v) if k not in self.REQUIRED else v) for k, v in rec.items()}
             data = json.dumps(rec, separators=(",", ":"), ensure_ascii=False, default=str)
         return json.loads(data)
 
@@ -140,7 +148,7 @@ class StoreAuditLog(AuditLog):
         self.down: str | None = None
 
     def write(self, **fields: Any) -> None:
-        from riskrank.serving.gateway.store import StoreError
+        from riskrank.serving.gateway.store import StoreError, unavailable_message
 
         if self.replica is not None:
             fields.setdefault("replica", self.replica)
@@ -153,7 +161,7 @@ class StoreAuditLog(AuditLog):
             self.down = str(exc)
             for w in self.watchers:
                 w.failed("state")
-            raise AuditLogError(f"cannot append to the audit log in {self.store.url}: {exc}") from None
+            raise StoreAuditLogError(unavailable_message(self.store.url, f"the audit line cannot be written: {exc}")) from None
         if self.down is not None:
             self.down = None
             self.log(f"state: {self.store.url} takes the audit log again; calls are decided again")

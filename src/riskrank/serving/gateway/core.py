@@ -34,7 +34,10 @@ from riskrank.serving.gateway.auditlog import AuditLog, AuditLogError
 from riskrank.serving.gateway.config import Policies
 from riskrank.serving.gateway.confirm import (
     ACCEPT,
+    CALLER_GONE,
+    REPLICA_GONE,
     TIMEOUT,
+    UNAVAILABLE,
     UNSUPPORTED,
     ConfirmationBroker,
     ConfirmationRequest,
@@ -70,8 +73,10 @@ from riskrank.serving.gateway.session import (
     SessionBook,
     SessionError,
     SessionRecord,
+    StoreSessionError,
     confirmation_kind,
 )
+from riskrank.serving.gateway.store import STATE_UNAVAILABLE, StateUnavailable, unavailable_message
 from riskrank.serving.gateway.upstreams import UpstreamManager, describe
 from riskrank.serving.gateway.values import bounded, candidates, result_text
 from riskrank.serving.gateway.view import (
@@ -546,8 +551,9 @@ class Gateway:
 
         try:
             row = await anyio.to_thread.run_sync(self.state.exposure, key)
-        except RiskrankError:
-            return None
+        except RiskrankError as exc:
+            raise StateUnavailable(unavailable_message(self.state.url, f"the caller's latest find_tools cannot be read: {exc}")
+                                   ) from None
         if row is None:
             return None
         task, names, at = row
@@ -595,7 +601,10 @@ class Gateway:
             return _refusal("invalid_request", f"call_tool takes name (a string) and arguments (an object): {why}")
         key = call.session_key
         _, policy, view = self.served(_caller(call))
-        exposure = await self._exposure(key)
+        try:
+            exposure = await self._exposure(key)
+        except StateUnavailable as exc:
+            return await self._refuse(Decision(STATE_UNAVAILABLE, str(exc)), {"tool": name, "session": key, **_who(_caller(call))})
         record, record_error = SessionRecord(), None
         try:
             record, ignored = await self._anchor(call, view, None)
@@ -606,6 +615,9 @@ class Gateway:
                                             **_who(_caller(call)))
         except ApiError as exc:
             return _error(exc)
+        except StoreSessionError as exc:
+            return await self._refuse(Decision(STATE_UNAVAILABLE, unavailable_message(self.state.url, str(exc))),
+                                      {"tool": name, "session": key, **_who(_caller(call))})
         except SessionError as exc:
             record_error = str(exc)
         route = view.routes.get(name)
@@ -644,6 +656,9 @@ class Gateway:
             if refused is not None:
                 return refused
             span.set_attribute("riskrank.confirmed", rec.get("confirmed") or "")
+        link = getattr(call, "link", None)
+        if link is not None and link.gone:  # nothing runs for a caller who cannot receive the result
+            return await self._refuse(Decision(CALLER_GONE, f"{link.describe()}; {name!r} was not run"), rec, guards=guards)
         try:
             await self.audit.append(**rec, decision="allowed", code="allowed", reason=policy_guard.decision(ctx).reason,
                                     digest=digest, guards=guards)
@@ -715,7 +730,8 @@ class Gateway:
         request = ConfirmationRequest(
             session=ctx.session, task=rec["task"], tool=name, level=level, arguments=args, bind=f"{ctx.session}:{digest}",
             message=message, provenance=ctx.provenance, evidence=tuple(ctx.row.get("evidence", ())), upstream=rec["upstream"],
-            client=(ctx.client or {}).get("name"))
+            client=(ctx.client or {}).get("name"), policy=(ctx.client or {}).get("policy"))
+        link = getattr(call, "link", None)
         waited = time.perf_counter()
         answer = None
         if self.metrics is not None:
@@ -730,6 +746,13 @@ class Gateway:
                 await self.audit.append(**rec, decision="pending", code="confirmation_requested",
                                         reason=f"asked the user through {self.broker.name}", digest=digest, guards=guards)
             raise
+        except BaseException:
+            if link is not None and link.gone:  # cancelled because the caller left (stdin closed): on record even so
+                import anyio
+
+                with anyio.CancelScope(shield=True):
+                    await self._refuse(self._gone(name, link.describe()), rec, confirmation=CALLER_GONE, guards=guards)
+            raise
         finally:
             if self.metrics is not None:
                 self.metrics.pending.dec()
@@ -740,6 +763,14 @@ class Gateway:
             who["note"] = answer.note
         if answer.action == UNSUPPORTED:
             return await self._refuse(self._unconfirmable(outcome), rec, guards=guards)
+        if answer.action == UNAVAILABLE:
+            return await self._refuse(Decision(STATE_UNAVAILABLE, unavailable_message(
+                self.state.url if self.state is not None else "", f"the approval cannot be held: {answer.note}")),
+                rec, guards=guards)
+        if answer.action in (CALLER_GONE, REPLICA_GONE):
+            decision = (self._gone(name, answer.note or "the agent disconnected") if answer.action == CALLER_GONE else
+                        Decision(REPLICA_GONE, f"{name!r} was held for an operator's approval, but {answer.note}"))
+            return await self._refuse(decision, rec, confirmation=answer.action, guards=guards, **who)
         if answer.action == TIMEOUT:
             return await self._refuse(Decision(CONFIRMATION_REQUIRED, (
                 f"{name!r} is risk level {level} and needs an operator's approval (confirm_level "
@@ -761,6 +792,12 @@ class Gateway:
             await self._update(ctx.session, lambda r: r.with_confirmation(
                 name, widen=DRIFT in codes, cleared=cleared, kind=confirmation_kind(name, args, ctx.view.schemas.get(name))))
         return None
+
+    @staticmethod
+    def _gone(name: str, when: str) -> Decision:
+        """The refusal of a held call whose caller left: withdrawn, never run."""
+        return Decision(CALLER_GONE, f"{name!r} was held for an operator's approval, but {when}: the request was "
+                                     "withdrawn and the call was not run")
 
     @staticmethod
     def _reasons(outcome: Outcome) -> list[str]:

@@ -323,6 +323,11 @@ class SessionError(RiskrankError):
     code = "session_unavailable"
 
 
+class StoreSessionError(SessionError):
+    """The session's record cannot be read or written because the state store cannot be
+    reached: the call is refused for the store's sake (``state_unavailable``)."""
+
+
 #: How many times a compare-and-swap write is retried before it fails.
 CAS_TRIES = 8
 #: A session record idle longer than this is removed from the state store (on a later write).
@@ -380,7 +385,7 @@ class SessionBook:
                     self._prune()
                     return new
         except StoreError as exc:
-            raise SessionError(f"the session record cannot be written ({exc})") from None
+            raise StoreSessionError(f"the session record cannot be written ({exc})") from None
         raise SessionError(f"the session record of {key!r} kept changing under this write ({CAS_TRIES} tries)")
 
     def _read(self, key: str) -> tuple[int, SessionRecord] | None:
@@ -402,7 +407,7 @@ class SessionBook:
                 got = self.store.session(key)
                 record = _merged(got, None) if got is not None else None
         except StoreError as exc:
-            raise SessionError(f"the session record cannot be read ({exc})") from None
+            raise StoreSessionError(f"the session record cannot be read ({exc})") from None
         if got is None or record is None:
             self._seen.pop(key, None)
             return None
