@@ -11,7 +11,8 @@ The layering rules (see docs/architecture.md):
 - the gateway's parts (``serving.gateway``: config, policy, upstreams, confirmation, audit log,
   the view, the session record, the guards) sit below the MCP server: they import neither it,
   nor the HTTP API, nor the engine, and only ``serving.mcp_compat`` touches the MCP SDK's
-  modules; the guards, the view and the session record do not import the gateway's core (it runs them);
+  modules; the guards, the view and the session record do not import the gateway's core (it runs them),
+  nor do the metrics, the spans and the policy replay (which re-decides with the policy's own code);
 - the console (``serving.console``) is a surface the HTTP API and the MCP server mount: it may
   be imported by them, but imports neither of them, nor the MCP layer, the agent adapters or
   the engine; what it shows comes through its seam (``serving.console.host``), the catalogue
@@ -60,6 +61,7 @@ FORBIDDEN = [
     ("riskrank.serving.gateway.view", "riskrank.serving.gateway.core"),
     ("riskrank.serving.gateway.session", "riskrank.serving.gateway.core"),
     ("riskrank.serving.gateway.values", "riskrank.serving.gateway.core"),
+    *(("riskrank.serving.gateway." + m, "riskrank.serving.gateway.core") for m in ("metrics", "tracing", "replay")),
     # wrap edits client files: it reads the gateway's file formats, and runs nothing of a server
     *(("riskrank.serving.wrap", s) for s in ("riskrank.serving.mcp", "riskrank.serving.http", "riskrank.serving.console",
                                              "riskrank.serving.mcp_compat", "riskrank.pipeline")),

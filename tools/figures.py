@@ -320,6 +320,9 @@ rendered("docs/benchmarks.md", "the serve concurrency table", ["benchmarks/resul
 rendered("docs/benchmarks.md", "the teams table", ["benchmarks/results/state_store.json", "benchmarks/results/replicas.json"],
          lambda: _bench("replicas").doc_table(_load("benchmarks/results/state_store.json"), _load("benchmarks/results/replicas.json")),
          Timing("2-core machine", "2026-12-04", "benchmarks/results/state_store.json"))
+rendered("docs/serving.md", "the gateway's metrics and replay costs", ["benchmarks/results/gateway_ops.json"],
+         lambda: _bench("gateway_ops").doc_table(_load("benchmarks/results/gateway_ops.json")),
+         Timing("2-core machine", "2026-12-06", "benchmarks/results/gateway_ops.json"))
 SESSION = "benchmarks/results/session_replay.json"
 SESSION_RUN = Timing("2-core machine", "2026-12-06", SESSION)
 rendered("docs/session-guard.md", "the replay table", [SESSION],

@@ -324,6 +324,10 @@ def parse_min_score(value: str | None) -> float | None:
 @click.option("--clients", "clients_file", type=click.Path(dir_okay=False), default=None, metavar="CLIENTS.json",
               help="Over streamable HTTP: each client's token digest and the named policy of --policy it gets, and "
                    "optionally OAuth bearer JWTs (docs/teams.md); re-read when it changes.")
+@click.option("--metrics", is_flag=True,
+              help="Over streamable HTTP: GET /metrics in the Prometheus text format, behind the admin token "
+                   f"(${ADMIN_TOKEN_ENV} or --admin-token-file; loopback only without one; needs the ops extra; "
+                   "docs/serving.md).")
 def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, risk_source: str, fill_levels: str,
                 encoder: str | None, device: str, encoder_backend: str, threads: int | None, candidates: int | None,
                 first_stage: str, trust_annotations: bool, level_model: str, fill: str, min_score: str | None, config_file: str | None,
@@ -334,7 +338,8 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
                 confirm_by: str | None, confirm_timeout: float, call_timeout: float, max_argument_bytes: int,
                 max_result_bytes: int, state_dir: str | None, pin_key: str | None, scan_results: str, state_url: str | None,
                 replica: str | None, operators_file: str | None, notify_urls: tuple[str, ...],
-                notify_secret_file: str | None, notify_format: str, replica_lapse: float, clients_file: str | None, verbose: bool) -> None:
+                notify_secret_file: str | None, notify_format: str, replica_lapse: float, clients_file: str | None,
+                metrics: bool, verbose: bool) -> None:
     """Serve risk-aware tool search over MCP (stdio, or streamable HTTP), alone or as a gateway.
 
     The catalogue is --registry (default: the bundled demo registry), or, as a gateway, the
@@ -388,8 +393,12 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
     if transport == "streamable-http" and (console_host is not None or console_port is not None):
         raise RiskrankError("--console-host and --console-port are for stdio; over streamable HTTP the console is at /console "
                             "of --host:--port")
-    if not console and (console_host is not None or console_port is not None or admin_token_file):
-        raise RiskrankError("--console-host, --console-port and --admin-token-file are the console's: add --console")
+    if not console and (console_host is not None or console_port is not None):
+        raise RiskrankError("--console-host and --console-port are the console's: add --console")
+    if admin_token_file and not (console or metrics):
+        raise RiskrankError("--admin-token-file is the console's and /metrics': add --console or --metrics")
+    if metrics and transport != "streamable-http":
+        raise RiskrankError("--metrics serves GET /metrics on the HTTP listener: add --transport streamable-http")
     confirm_by = confirm_by or ("console" if console and gateway_forwards else "elicitation")
     if confirm_by == "console" and not console:
         raise RiskrankError("--confirm-by console needs --console (the page where an operator approves calls)")
@@ -401,8 +410,17 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
     if console and gateway_forwards and not audit_log and state_url is None:
         raise RiskrankError("--console on a gateway needs --audit-log FILE (or --state STORE): the call log reads it, and "
                             "every operator decision is recorded there")
-    admin_token = read_token(admin_token_file, ADMIN_TOKEN_ENV) if console else None
+    admin_token = read_token(admin_token_file, ADMIN_TOKEN_ENV) if console or metrics else None
     check_distinct_tokens(token, admin_token)
+    if metrics:
+        from riskrank.extras import requires
+        from riskrank.serving.auth import is_loopback
+
+        with requires("ops", "--metrics"):  # a missing extra fails here, before anything loads
+            import prometheus_client  # noqa: F401
+        if admin_token is None and not is_loopback(host):
+            raise RiskrankError(f"--metrics on {host} needs an admin token (${ADMIN_TOKEN_ENV} or --admin-token-file): "
+                                "/metrics names the clients and upstreams")
     clients = None
     if clients_file is not None:
         from pathlib import Path
@@ -497,7 +515,8 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
                               console_sock=console_sock, confirm_by=confirm_by, confirm_timeout=confirm_timeout,
                               call_limits=CallLimits(call_timeout, max_argument_bytes, max_result_bytes), pins=pins,
                               scan_results=scan_results, store=store, replica=replica or "gateway",
-                              replica_lapse=replica_lapse, notifier=notifier))
+                              replica_lapse=replica_lapse, notifier=notifier,
+                              metrics_token=admin_token if metrics else None, metrics=metrics))
     finally:
         if store is not None:
             store.close()

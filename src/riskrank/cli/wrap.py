@@ -1,5 +1,5 @@
 """``riskrank wrap`` / ``riskrank unwrap`` (the MCP clients of this machine put behind the
-gateway, and back; :mod:`riskrank.serving.wrap`) and ``riskrank policy check``."""
+gateway, and back; :mod:`riskrank.serving.wrap`) and ``riskrank policy check`` and ``replay``."""
 
 from __future__ import annotations
 
@@ -201,3 +201,58 @@ def policy_check(policy_file: str) -> None:
     from riskrank.serving.gateway.config import load_policies
 
     echo(dumps(load_policies(policy_file).to_dict()))
+
+
+@policy_group.command("replay")
+@click.option("--audit", "audit", required=True, metavar="FILE|STORE",
+              help="The audit log to replay: the gateway's --audit-log JSONL, or its --state store (a postgresql:// URL "
+                   "or a SQLite directory).")
+@click.option("--policy", "policy_file", required=True, type=click.Path(dir_okay=False), metavar="NEW.json",
+              help="The policy to try (checked as the gateway reads it).")
+@click.option("--since", default=None, metavar="TIME", help="Only lines at or after TIME (an ISO prefix: 2026-12-06T04).")
+@click.option("--until", default=None, metavar="TIME", help="Only lines before TIME (an ISO prefix).")
+@click.option("--json", "as_json", is_flag=True, help="Print every change with its examples as JSON.")
+def policy_replay(audit: str, policy_file: str, since: str | None, until: str | None, as_json: bool) -> None:
+    """Re-decide every recorded find_tools and call of an audit log under NEW.json with the
+    gateway's own decision code, and print what would change (newly refused, newly confirmed,
+    no longer confirmed, no longer offered) by client and tool, with counts and an example.
+    What a log cannot show (docs/serving.md, "Policy dry run") is said, not guessed."""
+    from riskrank.fileio import dumps
+    from riskrank.serving.gateway.config import load_policies
+    from riskrank.serving.gateway.replay import read_lines, render, replay
+
+    policies = load_policies(policy_file)
+    path = Path(audit)
+    store = None
+    if path.is_file():
+        lines = read_lines(path)
+    elif "://" in audit or path.is_dir():
+        from riskrank.serving.gateway.auditlog import read_records
+        from riskrank.serving.gateway.store import open_store
+
+        try:
+            store = open_store(audit, create=False)
+        except RiskrankError as exc:  # the store's own words name --state: here it is --audit
+            raise type(exc)(str(exc).replace("--state ", "--audit ", 1)) from None
+        lines = enumerate(read_records(store), 1)  # type: ignore[assignment]
+    else:
+        raise RiskrankError(f"--audit {audit}: no such audit log (a JSONL file, a state directory or a postgresql:// URL)")
+
+    def window(items):  # type: ignore[no-untyped-def]
+        for n, rec in items:
+            stamp = str((rec or {}).get("time") or "")
+            if rec is not None and ((since and stamp < since) or (until and stamp >= until)):
+                continue
+            yield n, rec
+
+    try:
+        result = replay(window(lines), policies)
+    except OSError as exc:
+        raise RiskrankError(f"--audit {audit}: cannot read it: {exc.strerror or exc}") from None
+    finally:
+        if store is not None:
+            store.close()
+    if result.records == 0 and result.skipped:
+        raise RiskrankError(f"--audit {audit}: none of its {sum(result.skipped.values())} lines is an audit record "
+                            "(a JSON object per line)")
+    echo(dumps(result.to_dict()) if as_json else render(result))

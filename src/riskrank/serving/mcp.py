@@ -153,6 +153,35 @@ def with_probes(app: Any, gateway: Gateway, store: Any = None) -> Any:
     return probed
 
 
+def with_metrics(app: Any, metrics: Any, admin_token: str | None) -> Any:
+    """``app`` with ``GET /metrics`` (:mod:`.gateway.metrics`, the Prometheus text format):
+    for ``Authorization: Bearer <admin token>`` only, or, when there is no admin token, for a
+    loopback caller only (the command refuses a wider bind without one); 401 otherwise."""
+    import hmac
+
+    from riskrank.serving.auth import is_loopback
+    from riskrank.serving.gateway.metrics import CONTENT_TYPE
+
+    expected = f"Bearer {admin_token}".encode() if admin_token else None
+
+    async def metered(scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("path") != "/metrics" or scope.get("method") not in ("GET", "HEAD"):
+            await app(scope, receive, send)
+            return
+        if expected is not None:
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            allowed = hmac.compare_digest(given, expected)
+        else:
+            allowed = is_loopback((scope.get("client") or ("",))[0] or "")
+        status, body, kind = (200, metrics.exposition(), CONTENT_TYPE) if allowed else (
+            401, b"/metrics needs the admin token (Authorization: Bearer ...)\n", "text/plain; charset=utf-8")
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", kind.encode()), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body if scope.get("method") == "GET" else b""})
+
+    return metered
+
+
 #: Beyond ``--startup-timeout``: how long a ``find_tools`` during start-up waits for the first
 #: catalogue (the upstreams' start, then levels, embeddings and indexes).
 FIRST_CATALOGUE_GRACE_S = 30.0
@@ -216,7 +245,7 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
               console_sock: Any = None, confirm_by: str = "elicitation", confirm_timeout: float = 120.0,
               call_limits: CallLimits | None = None, pins: PinStore | None = None, scan_results: str = "off",
               store: Any = None, replica: str = "gateway", replica_lapse: float = REPLICA_LAPSE_S,
-              notifier: Any = None) -> None:
+              notifier: Any = None, metrics: bool = False, metrics_token: str | None = None) -> None:
     """Load the catalogue (a registry, or the upstream servers), then serve until the client
     goes away or SIGTERM/SIGINT (which stop every upstream child first).
 
@@ -230,6 +259,9 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
     process on its lines and beats in the store every ``replica_lapse / 5`` seconds (a replica
     silent for ``replica_lapse`` is gone: the calls it held cannot be approved). The caller
     opens and closes it.
+
+    ``metrics``: serve ``GET /metrics`` (streamable HTTP) behind ``metrics_token`` (the admin
+    token; None: loopback callers only).
 
     ``console``: serve the operator's console too, at ``/console`` of the streamable-HTTP app,
     or (over stdio) on a loopback listener of its own, ``console_sock``. ``confirm_by``:
@@ -300,6 +332,11 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
                 echo(_serving_line(gateway, None, audit_log))
             if console is not None:
                 console_app = make_console(gateway)
+            gauges = None
+            if metrics:
+                from riskrank.serving.gateway.metrics import make_metrics
+
+                gauges = make_metrics(gateway, clients=[c.name for c in clients.clients] if clients is not None else ())
             server = build_server(gateway)
             mark("serving")
             if transport == "stdio":
@@ -322,6 +359,9 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
                            max_inflight=(limits or Limits()).max_inflight, clients=clients, log=echo, audit=audit)
                 auth = ", ".join([*(["bearer token"] if token else []), *(["clients file"] if clients is not None else [])])
                 echo(f"streamable HTTP at http://{host}:{port}/mcp  auth: {auth or 'none (--insecure, loopback)'}")
+                if gauges is not None:
+                    app = with_metrics(app, gauges, metrics_token)
+                    echo(f"metrics at {_url(sock)}/metrics  auth: " + ("the admin token" if metrics_token else "none (loopback only)"))
                 if console_app is not None:
                     from riskrank.serving.console.app import with_console
 

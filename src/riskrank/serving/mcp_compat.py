@@ -98,6 +98,21 @@ def wire(model: Any) -> Json:
     return model.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
+def error_code(result: Any) -> str | None:
+    """The stable code of a ``CallToolResult`` (either SDK's model, or a wire dict) that is an
+    error: its ``structuredContent.error.code``, else ``tool_error`` (a tool's own error
+    answer); None when it is no error. Reads two fields, never the whole result."""
+    if isinstance(result, dict):
+        failed, structured = result.get("isError"), result.get("structuredContent")
+    else:  # 1.x names the fields as on the wire, 2.x in snake case
+        failed = getattr(result, "isError", None) or getattr(result, "is_error", None)
+        structured = getattr(result, "structuredContent", None) or getattr(result, "structured_content", None)
+    if not failed:
+        return None
+    error = structured.get("error") if isinstance(structured, dict) else None
+    return str(error["code"]) if isinstance(error, dict) and error.get("code") else "tool_error"
+
+
 def tool_result(text: str, *, is_error: bool = False, structured: Json | None = None) -> Any:
     """A ``CallToolResult`` with one text block (and structured content), from wire names."""
     body: Json = {"content": [{"type": "text", "text": text}], "isError": is_error}
@@ -549,7 +564,8 @@ class CallCtx:
     def __init__(self, session: Any, request_id: Any, progress_token: Any, capabilities: Any, *,
                  protocol_version: str | None = None, params: Any = None, session_key: str = "stdio",
                  client: dict[str, Any] | None = None, host_task: tuple[Any, str] | None = None,
-                 host_user: tuple[Any, str] | None = None, link: CallerLink | None = None) -> None:
+                 host_user: tuple[Any, str] | None = None, link: CallerLink | None = None,
+                 traceparent: str | None = None) -> None:
         self.session, self.request_id, self.progress_token = session, request_id, progress_token
         #: Whether the caller can still receive this call's answer (None: nothing watches it).
         self.link = link
@@ -566,6 +582,9 @@ class CallCtx:
         #: The user's latest turn as the host passed it with this request (:data:`USER_HEADER`,
         #: :data:`USER_META`), and where from; None when it passed none.
         self.host_user = host_user
+        #: The caller's W3C trace context (:data:`TRACEPARENT`), as sent: the gateway's spans
+        #: continue its trace when it is well formed, and ignore it otherwise.
+        self.traceparent = traceparent
 
     @property
     def wants_progress(self) -> bool:
@@ -632,6 +651,10 @@ USER_HEADER = "x-riskrank-user"
 USER_META = "riskrank/user"
 
 
+#: The W3C trace-context header (and ``_meta`` key) an agent framework continues its trace with.
+TRACEPARENT = "traceparent"
+
+
 def _meta_value(meta: Any, key: str) -> Any:
     """``key`` of a request's ``_meta``: a dict in 2.x, a pydantic model with extra fields in 1.x."""
     if meta is None:
@@ -661,6 +684,15 @@ def host_task(request: Any, params: Any, session: Any, *, header: str = TASK_HEA
 def host_user(request: Any, params: Any) -> tuple[Any, str] | None:
     """The user's latest turn a host passed with this request (:data:`USER_HEADER`, :data:`USER_META`)."""
     return host_task(request, params, None, header=USER_HEADER, key=USER_META, initialize=False)
+
+
+def traceparent(request: Any, params: Any) -> str | None:
+    """The caller's ``traceparent``: the HTTP header, else this request's ``_meta`` (any
+    transport); a value that is not a string is none."""
+    found = _header(request, TRACEPARENT) if request is not None else None
+    if found is None:
+        found = _meta_value(getattr(params, "meta", None), TRACEPARENT)
+    return found if isinstance(found, str) else None
 
 
 def _client(request: Any) -> dict[str, Any] | None:
@@ -759,7 +791,8 @@ def _build_v2(name: str, version: str, instructions: str | None, h: Handlers, ti
         call = CallCtx(ctx.session, ctx.request_id, token(params), ctx.session.client_capabilities,
                        protocol_version=ctx.protocol_version, params=params, session_key=_session_key(ctx.request, modern),
                        client=_client(ctx.request), host_task=host_task(ctx.request, params, ctx.session),
-                       host_user=host_user(ctx.request, params), link=_link(ctx.request))
+                       host_user=host_user(ctx.request, params), link=_link(ctx.request),
+                       traceparent=traceparent(ctx.request, params))
         try:
             return as_call_result(await h.call_tool(params.name, params.arguments or {}, call))
         except InputRequired as ir:
@@ -791,7 +824,7 @@ def _build_v1(name: str, version: str, instructions: str | None, h: Handlers) ->
         call = CallCtx(rc.session, rc.request_id, token, caps, params=req.params,
                        session_key=_session_key(rc.request, False), client=_client(rc.request),
                        host_task=host_task(rc.request, req.params, rc.session), host_user=host_user(rc.request, req.params),
-                       link=_link(rc.request))
+                       link=_link(rc.request), traceparent=traceparent(rc.request, req.params))
         return t.ServerResult(as_call_result(await h.call_tool(req.params.name, req.params.arguments or {}, call)))
 
     R[t.ListToolsRequest] = list_tools

@@ -29,6 +29,7 @@ from riskrank.scan import (
     with_findings,
 )
 from riskrank.serving import mcp_compat
+from riskrank.serving.gateway import tracing
 from riskrank.serving.gateway.auditlog import AuditLog, AuditLogError
 from riskrank.serving.gateway.config import Policies
 from riskrank.serving.gateway.confirm import (
@@ -214,6 +215,8 @@ class Gateway:
         self.sessions = SessionBook(state)
         #: The call path: every decision about a call_tool, in order (:mod:`.guards`).
         self.chain = Chain(ORDER)
+        #: The Prometheus metrics (:func:`.metrics.make_metrics`; None: not kept).
+        self.metrics: Any = None
         self._described_by_catalogue = False
         self._announce()
 
@@ -370,15 +373,35 @@ class Gateway:
         return out
 
     async def find_tools(self, arguments: dict[str, Any], call: Any) -> Any:
+        """One ``find_tools``: its trace (a ``ranking`` child) and its latency metric around
+        :meth:`_find_tools`."""
+        started = time.perf_counter()
+        client = (_caller(call) or {}).get("name")
+        task = arguments.get("task")
+        with tracing.root("find_tools", getattr(call, "traceparent", None), **{
+                "riskrank.client": client, "riskrank.tool": "find_tools",
+                "riskrank.task.bytes": len(task.encode()) if isinstance(task, str) else None}) as span:
+            result = await self._find_tools(arguments, call, span)
+            code = mcp_compat.error_code(result)
+            span.set_attribute("riskrank.decision", "found" if code is None else "refused")
+            if code is not None:
+                span.set_attribute("riskrank.code", code)
+        if self.metrics is not None:
+            self.metrics.found(client, time.perf_counter() - started)
+        return result
+
+    async def _find_tools(self, arguments: dict[str, Any], call: Any, span: Any) -> Any:
         import anyio.to_thread
 
         await self.wait_ready()  # during start-up: the first catalogue, or what is up after ready_wait_s
         try:
             self._host_text(call, "host_task"), self._host_text(call, "host_user")  # the host's words checked first
-            out = await anyio.to_thread.run_sync(lambda: self.find(arguments, _caller(call)))
+            with tracing.stage("ranking"):
+                out = await anyio.to_thread.run_sync(lambda: self.find(arguments, _caller(call)))
         except RiskrankError as exc:
             return _error(exc)
         returned = [t["name"] for t in out["tools"]]
+        span.set_attributes({"riskrank.returned": len(returned), "riskrank.withheld": len(out["withheld"])})
         exposure = Exposure(out["task"], frozenset(returned), time.monotonic())
         self._expose(call.session_key, exposure)
         _, policy, view = self.served(_caller(call))
@@ -546,6 +569,26 @@ class Gateway:
 
     # -- call_tool ----------------------------------------------------------------------------------
     async def forward_call(self, arguments: dict[str, Any], call: Any) -> Any:
+        """One ``call_tool``: its trace (a span per guard, the confirmation, the upstream) and
+        its latency metric around :meth:`_forward_call`."""
+        started = time.perf_counter()
+        client = (_caller(call) or {}).get("name")
+        name = arguments.get("name")
+        outcome = "pending"  # a question the client answers in a later request (InputRequired)
+        with tracing.root("call_tool", getattr(call, "traceparent", None), **{
+                "riskrank.client": client, "riskrank.tool": name if isinstance(name, str) else None}) as span:
+            try:
+                result = await self._forward_call(arguments, call, span)
+                code = mcp_compat.error_code(result)
+                outcome = "allowed" if code is None else code
+                if code is not None:
+                    span.set_attribute("riskrank.code", code)
+            finally:
+                if self.metrics is not None:
+                    self.metrics.called(client, outcome, time.perf_counter() - started)
+        return result
+
+    async def _forward_call(self, arguments: dict[str, Any], call: Any, span: Any) -> Any:
         """One ``call_tool``: build the call's context, run the chain of guards (:mod:`.guards`),
         then refuse, ask (the holds' reasons in one question) or forward; every outcome is an
         audit line with the chain's record (``guards``)."""
@@ -583,7 +626,7 @@ class Gateway:
         outcome = self.chain.run(CallContext(
             tool=name, arguments=args or {}, session=key, client=_caller(call), policy=policy, view=view, exposure=exposure,
             record=record, limits=self.call_limits, upstream_live=session is not None, monotonic=time.monotonic(),
-            now=time.time(), record_error=record_error))
+            now=time.time(), record_error=record_error), stage=tracing.stage if span.is_recording() else None)
         guards = outcome.audit()
         if outcome.refusal is not None and outcome.record[-1][0] == BOUNDS:
             # nothing read the arguments: neither they nor the rest of the call go into the line
@@ -592,6 +635,11 @@ class Gateway:
         ctx = outcome.context
         args = dict(ctx.arguments)
         level, provenance = ctx.level, ctx.provenance
+        digest = call_digest(name, args)
+        if span.is_recording():  # sizes and digests only, and only when a span keeps them
+            span.set_attributes({"riskrank.arguments.sha256": digest,
+                                 "riskrank.arguments.bytes": len(json.dumps(args, separators=(",", ":"), default=str)),
+                                 **({"riskrank.level": level} if level is not None else {})})
         rec: dict[str, Any] = {"task": exposure.task if exposure else None, "tool": name, "level": level,
                                "provenance": provenance, "capabilities": (view.tools.get(name) or {}).get("capabilities") or None,
                                "session": key, **_who(_caller(call)), "arguments": args}
@@ -601,11 +649,13 @@ class Gateway:
             return await self._refuse(Decision(outcome.refusal.code, outcome.refusal.message), rec, guards=guards)
         upstream_name, tool = route
         rec["upstream"] = upstream_name
-        digest = call_digest(name, args)
+        span.set_attribute("riskrank.upstream", upstream_name)
         if outcome.holds:
+            span.set_attribute("riskrank.held", ",".join(h.code for h in outcome.holds))
             refused = await self._confirm(outcome, call, rec, digest, guards)
             if refused is not None:
                 return refused
+            span.set_attribute("riskrank.confirmed", rec.get("confirmed") or "")
         link = getattr(call, "link", None)
         if link is not None and link.gone:  # nothing runs for a caller who cannot receive the result
             return await self._refuse(Decision(CALLER_GONE, f"{link.describe()}; {name!r} was not run"), rec, guards=guards)
@@ -613,14 +663,24 @@ class Gateway:
             await self.audit.append(**rec, decision="allowed", code="allowed", reason=policy_guard.decision(ctx).reason,
                                     digest=digest, guards=guards)
         except AuditLogError as exc:
+            span.set_attribute("riskrank.decision", "refused")
             return _error(exc)
+        span.set_attribute("riskrank.decision", "allowed")
         progress = call.progress if call.wants_progress else None
         timeout = policy.call_timeout(name, self.call_limits.timeout_s)
         started = time.monotonic()
         try:
-            with anyio.fail_after(timeout):
-                result = await session.call_tool(tool, args, progress_callback=progress)
-            wired = result if isinstance(result, dict) else mcp_compat.wire(result)
+            with tracing.stage("upstream") as up_span:
+                up_span.set_attributes({"riskrank.upstream": upstream_name, "riskrank.upstream.tool": tool})
+                try:
+                    with anyio.fail_after(timeout):
+                        result = await session.call_tool(tool, args, progress_callback=progress)
+                finally:
+                    if self.metrics is not None:
+                        self.metrics.upstream_call(upstream_name, time.monotonic() - started)
+                wired = result if isinstance(result, dict) else mcp_compat.wire(result)
+                if up_span.is_recording():
+                    up_span.set_attribute("riskrank.result.bytes", len(json.dumps(wired, separators=(",", ":"), default=str)))
             check_result(name, wired, self.call_limits)
             if wired.get("isError"):  # the tool answered with an error: the call ran and failed
                 with contextlib.suppress(AuditLogError):
@@ -672,8 +732,15 @@ class Gateway:
             message=message, provenance=ctx.provenance, evidence=tuple(ctx.row.get("evidence", ())), upstream=rec["upstream"],
             client=(ctx.client or {}).get("name"), policy=(ctx.client or {}).get("policy"))
         link = getattr(call, "link", None)
+        waited = time.perf_counter()
+        answer = None
+        if self.metrics is not None:
+            self.metrics.pending.inc()
         try:
-            answer = await self.broker.confirm(request, call)
+            with tracing.stage("confirmation") as wait_span:
+                wait_span.set_attribute("riskrank.broker", self.broker.name)
+                answer = await self.broker.confirm(request, call)
+                wait_span.set_attribute("riskrank.answer", answer.action)
         except mcp_compat.InputRequired:
             with contextlib.suppress(AuditLogError):
                 await self.audit.append(**rec, decision="pending", code="confirmation_requested",
@@ -686,6 +753,11 @@ class Gateway:
                 with anyio.CancelScope(shield=True):
                     await self._refuse(self._gone(name, link.describe()), rec, confirmation=CALLER_GONE, guards=guards)
             raise
+        finally:
+            if self.metrics is not None:
+                self.metrics.pending.dec()
+                if answer is not None:
+                    self.metrics.confirmation(answer.action, time.perf_counter() - waited)
         who = {"decided_by": answer.by} if answer.by else {}
         if answer.note:
             who["note"] = answer.note
@@ -797,6 +869,7 @@ class Gateway:
         return {"content": [{"type": "text", "text": notice}], "isError": False}
 
     async def _refuse(self, decision: Decision, rec: dict[str, Any], **extra: Any) -> Any:
+        tracing.current().set_attributes({"riskrank.decision": "refused", "riskrank.code": decision.code})
         with contextlib.suppress(AuditLogError):  # a refusal stands even if it cannot be logged
             await self.audit.append(**rec, **extra, decision="refused", code=decision.code, reason=decision.reason)
         return _refusal(decision.code, decision.reason)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -144,14 +145,23 @@ class Chain:
     def names(self) -> tuple[str, ...]:
         return tuple(g.name for g in self.guards)
 
-    def run(self, ctx: CallContext) -> Outcome:
+    def run(self, ctx: CallContext, stage: Callable[[str], AbstractContextManager[Any]] | None = None) -> Outcome:
+        """``stage``: a context each guard runs in (the gateway's trace span ``guard.<name>``,
+        told the verdict by ``set_attribute``); None: none."""
         record: list[tuple[str, ...]] = []
         holds: list[Verdict] = []
         for guard in self.guards:
             if guard.enabled is not None and not guard.enabled(ctx):
                 record.append((guard.name, "off"))
                 continue
-            verdict = guard.check(ctx)
+            if stage is None:
+                verdict = guard.check(ctx)
+            else:
+                with stage("guard." + guard.name) as span:
+                    verdict = guard.check(ctx)
+                    span.set_attribute("riskrank.verdict", "pass" if verdict is None else verdict.action)
+                    if verdict is not None:
+                        span.set_attribute("riskrank.code", verdict.code)
             if verdict is None:
                 record.append((guard.name, "pass"))
             elif verdict.action == REFUSE:
