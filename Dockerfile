@@ -1,5 +1,5 @@
-# riskrank's gateway in a container: `riskrank mcp` over streamable HTTP, with the mcp, console
-# and teams extras and the bundled model (all-MiniLM-L6-v2 and riskrank-base ship inside the
+# riskrank's gateway in a container: `riskrank mcp` over streamable HTTP, with the mcp, console,
+# teams and ops (metrics, traces) extras and the bundled model (all-MiniLM-L6-v2 and riskrank-base ship inside the
 # installed packages), run by a user without privileges. Two stages: the first installs into a
 # virtual environment; the second copies only that environment onto a fresh slim Python, so
 # the final image has no pip, no source tree and no package caches. Every dependency comes as
@@ -23,7 +23,7 @@ COPY pyproject.toml constraints.txt README.md ./
 COPY src ./src
 RUN python3 -m venv /opt/riskrank \
  && /opt/riskrank/bin/pip install ${TORCH_INDEX:+--extra-index-url "$TORCH_INDEX"} ${WHEELS:+--find-links "$WHEELS"} \
-        -c constraints.txt ".[mcp,console,teams]" \
+        -c constraints.txt ".[mcp,console,teams,ops]" \
  && /opt/riskrank/bin/pip uninstall -y pip
 
 FROM ${PYTHON_IMAGE}
