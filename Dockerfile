@@ -1,6 +1,6 @@
 # riskrank's gateway in a container: `riskrank mcp` over streamable HTTP, with the mcp, console,
-# teams and ops (metrics, traces) extras and the bundled model (all-MiniLM-L6-v2 and riskrank-base ship inside the
-# installed packages), run by a user without privileges. Two stages: the first installs into a
+# teams and ops (metrics, traces) extras and the bundled model (all-MiniLM-L6-v2 and
+# riskrank-base ship inside the installed packages), run by a user without privileges. Two stages: the first installs into a
 # virtual environment; the second copies only that environment onto a fresh slim Python, so
 # the final image has no pip, no source tree and no package caches. Every dependency comes as
 # a wheel: no compiler is needed in either stage.
