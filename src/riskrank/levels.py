@@ -28,8 +28,6 @@ with a JSON sidecar holding its sha256, the feature layout and how it was traine
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -48,7 +46,7 @@ from riskrank.capabilities import (
     detect_capabilities,
 )
 from riskrank.errors import CheckpointError
-from riskrank.fileio import atomic_write_bytes
+from riskrank.fileio import read_weights_folder, write_weights_folder
 from riskrank.risk import normalise_text, split_name
 
 WEIGHTS = "levels.safetensors"
@@ -286,43 +284,19 @@ class LevelModel:
 
     def save(self, folder: str | Path) -> Path:
         """Write the weights and the sidecar (with their sha256) atomically."""
-        from safetensors.numpy import save
-
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        blob = save({k: np.ascontiguousarray(self.arrays[k], dtype=np.float32) for k in (*_KEYS, _TEXT_KEY) if k in self.arrays})
-        atomic_write_bytes(folder / WEIGHTS, blob)
-        meta = {**self.meta, "format": FORMAT, "weights_sha256": hashlib.sha256(blob).hexdigest(),
+        arrays = {k: np.ascontiguousarray(self.arrays[k], dtype=np.float32) for k in (*_KEYS, _TEXT_KEY) if k in self.arrays}
+        meta = {**self.meta, "format": FORMAT,
                 "features": {"embedding": self.dim, "capabilities": list(CAPABILITY_KEYS), "text": list(TEXT_FEATURES)}}
-        atomic_write_bytes(folder / SIDECAR, (json.dumps(meta, indent=1, sort_keys=True) + "\n").encode())
-        return folder
+        return write_weights_folder(folder, arrays, meta, WEIGHTS, SIDECAR)
 
 
 def load_level_model(folder: str | Path) -> LevelModel:
     """Load and check a level model; a missing, torn, tampered or older-format file is a
     CheckpointError, and so is one whose capability list differs from this riskrank's."""
-    from safetensors import SafetensorError
-    from safetensors.numpy import load
-
     folder = Path(folder)
     side, weights = folder / SIDECAR, folder / WEIGHTS
-    for f in (side, weights):
-        if not f.is_file():
-            raise CheckpointError(f"{folder}: missing {f.name}; not a level model")
-    try:
-        meta = json.loads(side.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{side}: corrupt level model sidecar ({exc})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        fmt = meta.get("format") if isinstance(meta, dict) else None
-        raise CheckpointError(f"{side}: not a {FORMAT} sidecar (found {fmt!r}; rebuild it with benchmarks/risk_levels.py --save)")
-    blob = weights.read_bytes()
-    if hashlib.sha256(blob).hexdigest() != meta.get("weights_sha256"):
-        raise CheckpointError(f"{weights}: does not match the sidecar's sha256 (corrupt, partially written, or of another run)")
-    try:
-        arrays = load(blob)
-    except (SafetensorError, ValueError) as exc:
-        raise CheckpointError(f"{weights}: cannot load ({str(exc).splitlines()[0][:160]})") from None
+    meta, arrays = read_weights_folder(folder, WEIGHTS, SIDECAR, FORMAT, "level model", CheckpointError,
+                                       rebuild="rebuild it with benchmarks/risk_levels.py --save")
     missing = [k for k in _KEYS if k not in arrays]
     if _TEXT_KEY in arrays and len(meta.get("vocabulary") or ()) != arrays[_TEXT_KEY].shape[0]:
         raise CheckpointError(f"{side}: its vocabulary does not match {weights.name}'s {_TEXT_KEY}")

@@ -40,7 +40,6 @@ five other languages.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
 import threading
@@ -54,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from riskrank.errors import CheckpointError
-from riskrank.fileio import atomic_write_bytes
+from riskrank.fileio import read_weights_folder, write_weights_folder
 
 FORMAT = "riskrank-poison/1"
 WEIGHTS = "poison.safetensors"
@@ -526,19 +525,12 @@ class PoisonDetector:
 
     def save(self, folder: str | Path) -> Path:
         """Write the weights and the sidecar (their sha256, the tokenizer's) atomically."""
-        from safetensors.numpy import save
-
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
         arrays = {k: np.ascontiguousarray(self.arrays[k], dtype=np.float16 if k.endswith(".table") else np.float32)
                   for k in _KEYS_MLP}
-        blob = save(arrays)
-        atomic_write_bytes(folder / WEIGHTS, blob)
-        meta = {**self.meta, "format": FORMAT, "weights_sha256": hashlib.sha256(blob).hexdigest(),
+        meta = {**self.meta, "format": FORMAT,
                 "tokenizer_sha256": self.featuriser.sha256(), "lexicons": [[k, list(v)] for k, v in self.featuriser.lexicons.items()],
                 "openers": list(self.featuriser.openers), "span_features": list(SPAN_FEATURES)}
-        atomic_write_bytes(folder / SIDECAR, (json.dumps(meta, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode())
-        return folder
+        return write_weights_folder(folder, arrays, meta, WEIGHTS, SIDECAR, ensure_ascii=False)
 
 
 def bundled_tokenizer() -> Path:
@@ -553,23 +545,9 @@ def bundled_tokenizer() -> Path:
 def load_detector(folder: str | Path) -> PoisonDetector:
     """Load and check a detector; a missing, torn or tampered file, or a tokenizer other than
     the one it was trained with, is a :class:`CheckpointError`."""
-    from safetensors import SafetensorError
-    from safetensors.numpy import load
-
     folder = Path(folder)
     side, weights = folder / SIDECAR, folder / WEIGHTS
-    for f in (side, weights):
-        if not f.is_file():
-            raise CheckpointError(f"{folder}: missing {f.name}; not a poisoning detector")
-    try:
-        meta = json.loads(side.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{side}: corrupt detector sidecar ({exc})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise CheckpointError(f"{side}: not a {FORMAT} sidecar")
-    blob = weights.read_bytes()
-    if hashlib.sha256(blob).hexdigest() != meta.get("weights_sha256"):
-        raise CheckpointError(f"{weights}: does not match the sidecar's sha256 (corrupt, partially written, or of another run)")
+    meta, arrays = read_weights_folder(folder, WEIGHTS, SIDECAR, FORMAT, "poisoning detector", CheckpointError)
     if list(meta.get("span_features", [])) != list(SPAN_FEATURES):
         raise CheckpointError(f"{side}: span features {meta.get('span_features')} are not this riskrank's {list(SPAN_FEATURES)}")
     th = meta.get("thresholds")
@@ -578,10 +556,6 @@ def load_detector(folder: str | Path) -> PoisonDetector:
     tok = bundled_tokenizer()
     if hashlib.sha256(tok.read_bytes()).hexdigest() != meta.get("tokenizer_sha256"):
         raise CheckpointError(f"{side}: trained with another tokenizer than {tok} (its word pieces index the weights)")
-    try:
-        arrays = load(blob)
-    except (SafetensorError, ValueError) as exc:
-        raise CheckpointError(f"{weights}: cannot load ({str(exc).splitlines()[0][:160]})") from None
     missing = [k for k in _KEYS_MLP if k not in arrays]
     if missing:
         raise CheckpointError(f"{weights}: missing {', '.join(missing)}")
