@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -144,3 +145,26 @@ class Console:
 
     def close(self) -> None:
         self.http.close()
+
+
+def start_replica(root: Path, state: str, name: str, *extra: str):
+    """One replica of a team on the state store ``state``, with its console (the admin token file)."""
+    return start_gateway(root, "--state", state, "--replica", name, "--console", "--admin-token-file", str(root / "admin"),
+                         "--confirm-timeout", "60", *extra)
+
+
+def stop_all(*procs) -> None:
+    """SIGTERM each process, then wait for each (killed when it will not stop)."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=GUARD_S)
+        except Exception:
+            p.kill()
+
+
+def base_url(url: str) -> str:
+    """The gateway's root URL from its MCP URL."""
+    return url.rsplit("/mcp", 1)[0]

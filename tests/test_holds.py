@@ -32,7 +32,16 @@ from riskrank.serving.gateway.confirm import (
     StoreBroker,
 )
 from riskrank.serving.gateway.store import open_store
-from team_support import GUARD_S, TOKENS, Console, start_gateway, write_files
+from team_support import (
+    GUARD_S,
+    TOKENS,
+    Console,
+    base_url,
+    start_gateway,
+    start_replica,
+    stop_all,
+    write_files,
+)
 
 PROTOCOL = "2025-06-18"
 
@@ -154,23 +163,7 @@ def test_the_heartbeat_is_judged_by_the_stores_clock(state, monkeypatch):
 
 # -- two replicas, a client whose connection drops -------------------------------------------------------------
 def _replica(root: Path, state: str, name: str):
-    return start_gateway(root, "--state", state, "--replica", name, "--console", "--admin-token-file", str(root / "admin"),
-                         "--confirm-timeout", "60", "--replica-lapse", "3")
-
-
-def _stop(*procs) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(timeout=GUARD_S)
-        except Exception:
-            p.kill()
-
-
-def _base(url: str) -> str:
-    return url.rsplit("/mcp", 1)[0]
+    return start_replica(root, state, name, "--replica-lapse", "3")
 
 
 def _rpc(http: httpx.Client, url: str, headers: dict, body: dict) -> tuple[dict | None, httpx.Response]:
@@ -213,7 +206,7 @@ def test_a_dropped_connection_withdraws_the_hold_at_both_replicas_and_nothing_ru
     a, url_a, _ = _replica(tmp_path, state, "gw-a")
     b, url_b, _ = _replica(tmp_path, state, "gw-b")
     try:
-        at_a, at_b = Console(_base(url_a), "lead"), Console(_base(url_b), "other")
+        at_a, at_b = Console(base_url(url_a), "lead"), Console(base_url(url_b), "other")
         sock = _held_call_then_drop(url_b, TOKENS["pager"], at_a, "restart_service", {"service": "api"})
         (rid,) = at_a.pending()
         assert at_b.pending() == [rid]
@@ -237,7 +230,7 @@ def test_a_dropped_connection_withdraws_the_hold_at_both_replicas_and_nothing_ru
                                                ("call_tool", {"name": "drop_database", "arguments": {"name": "x"}})])
         assert bot[2]["error"].startswith("above_max_level")
     finally:
-        _stop(a, b)
+        stop_all(a, b)
     assert "restart_service" not in (tmp_path / "ran.txt").read_text()
     with open_store(state, create=False) as store:
         everything = store.records()
@@ -260,7 +253,7 @@ def test_a_killed_replicas_hold_is_replica_gone_and_cannot_be_approved(tmp_path,
     a, url_a, _ = _replica(tmp_path, state, "gw-a")
     b, url_b, _ = _replica(tmp_path, state, "gw-b")
     try:
-        at_a = Console(_base(url_a), "lead")
+        at_a = Console(base_url(url_a), "lead")
         sock = _held_call_then_drop(url_b, TOKENS["pager"], at_a, "restart_service", {"service": "api"})
         (rid,) = at_a.pending()
         b.send_signal(signal.SIGKILL)
@@ -277,7 +270,7 @@ def test_a_killed_replicas_hold_is_replica_gone_and_cannot_be_approved(tmp_path,
         sock.close()
         at_a.close()
     finally:
-        _stop(a, b)
+        stop_all(a, b)
     assert not (tmp_path / "ran.txt").exists() or "restart_service" not in (tmp_path / "ran.txt").read_text()
     with open_store(state, create=False) as store:
         row = store.approval(rid)
@@ -341,7 +334,7 @@ def test_the_approvals_api_decides_once_with_a_named_operators_token(tmp_path, s
                                 str(tmp_path / "admin"), "--confirm-timeout", "60", *extra)
     b, url_b, _ = start_gateway(tmp_path, "--state", state, "--replica", "gw-b", "--console", "--admin-token-file",
                                 str(tmp_path / "admin"), "--confirm-timeout", "60", *extra)
-    base_a, base_b = _base(url_a), _base(url_b)
+    base_a, base_b = base_url(url_a), base_url(url_b)
     try:
         out: dict = {}
         agent = threading.Thread(target=lambda: out.setdefault("steps", run_as(url_b, TOKENS["pager"], [
@@ -398,7 +391,7 @@ def test_the_approvals_api_decides_once_with_a_named_operators_token(tmp_path, s
         assert next(e for _, e in hooks if e["event"] == "decided")["decided_by"] == winner
     finally:
         receiver.shutdown()
-        _stop(a, b)
+        stop_all(a, b)
     assert (tmp_path / "ran.txt").read_text().splitlines() == ["restart_service api"]  # never a second run
     with open_store(state, create=False) as store:
         everything = store.records()
