@@ -28,11 +28,13 @@ with a JSON sidecar holding its sha256, the feature layout and how it was traine
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -66,6 +68,14 @@ _ENGLISH = frozenset(["the", "a", "an", "of", "to", "and", "in", "for", "is", "o
 _LETTERS = re.compile(r"[^\W\d_]+")
 
 
+#: A run of opening sentences shared word for word by at least this many tools of one registry
+#: is the registry's preamble ("This tool belongs to the Gorilla file system. ..."), not each tool's.
+PREAMBLE_MIN_TOOLS = 3
+#: At most this many opening sentences are compared.
+PREAMBLE_MAX_SENTENCES = 3
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
 def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-np.clip(z, -60, 60)))
 
@@ -90,6 +100,52 @@ def text_facts(name: str, description: str) -> tuple[bool, bool, bool, bool]:
     return reads, acts, little, foreign
 
 
+def shared_openings(descriptions: Sequence[str]) -> list[str | None]:
+    """Each description's opening that it shares with other tools of its registry, or None.
+
+    A server that opens every description with the same sentences ("This tool belongs to the
+    Gorilla file system. It ... allows users to perform basic file operations such as creating
+    files and directories, reading and writing to files") would otherwise have them read as each
+    tool's own words, and ``ls`` and ``cat`` would be read as writing files. The opening is the
+    longest run of whole opening sentences (at most PREAMBLE_MAX_SENTENCES) that at least
+    PREAMBLE_MIN_TOOLS descriptions share word for word, kept only where the tool has words of its
+    own after it (MIN_WORDS): a description that is nothing but the shared text keeps it."""
+    cuts: list[list[tuple[str, int]]] = []
+    counts: dict[str, int] = {}
+    for desc in descriptions:
+        text = (desc or "")[:WORD_CHARS]
+        pieces: list[tuple[str, int]] = []
+        for m in _SENTENCE_END.finditer(text):
+            pieces.append((" ".join(text[:m.start()].split()), m.end()))
+            if len(pieces) == PREAMBLE_MAX_SENTENCES:
+                break
+        cuts.append(pieces)
+        for key, _ in pieces:
+            counts[key] = counts.get(key, 0) + 1
+    out: list[str | None] = []
+    for desc, pieces in zip(descriptions, cuts, strict=True):
+        got = None
+        for key, end in pieces:
+            if counts[key] >= PREAMBLE_MIN_TOOLS and len(_LETTERS.findall((desc or "")[end:])) >= MIN_WORDS:
+                got = (desc or "")[:end]
+        out.append(got)
+    return out
+
+
+def own_texts(tools: Sequence[Any]) -> tuple[list[Any], list[str | None]]:
+    """(the tools as the level model reads them, the shared opening taken from each or None):
+    a tool without a shared opening is returned as it is."""
+    openings = shared_openings([t.description or "" for t in tools])
+    read = [t if o is None else _with_description(t, t.description[len(o):].strip()) for t, o in zip(tools, openings, strict=True)]
+    return read, openings
+
+
+def _with_description(tool: Any, description: str) -> Any:
+    if dataclasses.is_dataclass(tool) and not isinstance(tool, type):
+        return dataclasses.replace(tool, description=description)
+    return SimpleNamespace(name=tool.name, description=description, parameters=getattr(tool, "parameters", None))
+
+
 @dataclass(frozen=True)
 class ToolEvidence:
     """What the level model reads of a registry beside the embeddings: each tool's capabilities
@@ -97,12 +153,16 @@ class ToolEvidence:
 
     hits: tuple[tuple[CapabilityHit, ...], ...]
     facts: np.ndarray  # [N, len(TEXT_FEATURES)] 0/1
+    #: The registry's shared opening taken from each tool's description before reading it (None: none).
+    openings: tuple[str | None, ...] = ()
 
     @classmethod
-    def of(cls, tools: Sequence[Any]) -> ToolEvidence:
+    def of(cls, tools: Sequence[Any], openings: Sequence[str | None] | None = None) -> ToolEvidence:
+        """The evidence of ``tools`` as given (pass the tools of :func:`own_texts` and its openings
+        to read each without its registry's shared opening)."""
         hits = tuple(tuple(detect_capabilities(t.name, t.description, getattr(t, "parameters", None))) for t in tools)
         facts = np.asarray([text_facts(t.name, t.description) for t in tools], dtype=np.float32).reshape(len(tools), len(TEXT_FEATURES))
-        return cls(hits, facts)
+        return cls(hits, facts, tuple(openings) if openings is not None else ())
 
     @property
     def capability_matrix(self) -> np.ndarray:
@@ -217,6 +277,10 @@ class LevelPrediction:
             why.append("the description says almost nothing: read at the cautious end of the model's range")
         if foreign:
             why.append("the description does not read as English (the encoder's language): read at the cautious end")
+        opening = self.evidence.openings[i] if i < len(self.evidence.openings) else None
+        if opening:
+            quote = opening if len(opening) <= 80 else opening[:77] + "..."
+            why.append(f"its opening {quote!r} is shared by other tools of the registry: read as the registry's, not as this tool's")
         why += [h.evidence() for h in self.evidence.hits[i]]
         if self.floors[i] > self.model_levels[i]:
             why.append(f"capability floor raises L{int(self.model_levels[i])} to L{int(self.floors[i])}")
