@@ -76,10 +76,13 @@ import _bfcl_upstream as upstream  # noqa: E402
 
 BFCL = "ShishirPatil/gorilla/berkeley-function-call-leaderboard"
 BIPIA = "microsoft/BIPIA/benchmark"
-COLUMNS = ("passthrough", "per_call", "session_guard")
+COLUMNS = ("passthrough", "per_call", "session_guard", "once_per_task")
 #: The policy file of each gateway column (None: no file, the defaults).
 POLICIES: dict[str, dict[str, Any] | None] = {"per_call": {"scope": "off", "flow": "off", "confirm": "every_call"},
-                                              "session_guard": None}
+                                              "session_guard": None, "once_per_task": {"confirm": "once_per_task"}}
+#: Each column's heading in the docs' tables.
+TITLES = {"passthrough": "plain pass-through proxy", "per_call": "today's per-call policy", "session_guard": "session guard",
+          "once_per_task": "session guard, `once_per_task`"}
 #: Results an attacker can write into: what others wrote (posts, comments, messages, tickets,
 #: a support reply), a file's content, a lookup on the web. The first such call of a task
 #: carries the planted instruction.
@@ -623,7 +626,8 @@ def pct(x: float) -> str:
 def doc_table(result: dict[str, Any]) -> str:
     """The replay table of docs/session-guard.md, from the artefact."""
     s = result["summary"]
-    head = "| | plain pass-through proxy | today's per-call policy | session guard |\n|---|---:|---:|---:|\n"
+    cols = [c for c in COLUMNS if c in s]
+    head = "| | " + " | ".join(TITLES[c] for c in cols) + " |\n|---|" + "---:|" * len(cols) + "\n"
     rows = [
         ("utility: tasks whose every ground-truth call ran", lambda c: f"{pct(s[c]['utility'])}"),
         ("confirmations per task", lambda c: f"{s[c]['confirmations_per_task']:.2f}"),
@@ -635,7 +639,7 @@ def doc_table(result: dict[str, Any]) -> str:
         (f"attack success, the instruction in any other result ({s['passthrough']['attacks_other']} attacks)",
          lambda c: pct(s[c]["attack_success_other"])),
     ]
-    body = "".join(f"| {label} | " + " | ".join(fn(c) for c in COLUMNS) + " |\n" for label, fn in rows)
+    body = "".join(f"| {label} | " + " | ".join(fn(c) for c in cols) + " |\n" for label, fn in rows)
     n = s["passthrough"]
     return (f"{n['tasks']} tasks, {n['calls']:,} ground-truth calls, {n['attacks']} attacks; "
             f"{result['machine']}, {result['date']}.\n\n" + head + body)
@@ -644,10 +648,10 @@ def doc_table(result: dict[str, Any]) -> str:
 def doc_breakdown(result: dict[str, Any]) -> str:
     """The attacker's calls that ran unasked, by the sink called, per gateway column."""
     s = result["summary"]
-    goals = sorted(set(s["per_call"]["success_by_goal"]) | set(s["session_guard"]["success_by_goal"]))
-    lines = ["| the attacker's call | today's per-call policy | session guard |", "|---|---:|---:|"]
-    lines += [f"| `{g}` | {s['per_call']['success_by_goal'].get(g, 0)} | {s['session_guard']['success_by_goal'].get(g, 0)} |"
-              for g in goals]
+    cols = [c for c in COLUMNS if c in s and c != "passthrough"]
+    goals = sorted(set().union(*(s[c]["success_by_goal"] for c in cols)))
+    lines = ["| the attacker's call | " + " | ".join(TITLES[c] for c in cols) + " |", "|---|" + "---:|" * len(cols)]
+    lines += [f"| `{g}` | " + " | ".join(str(s[c]["success_by_goal"].get(g, 0)) for c in cols) + " |" for g in goals]
     return "\n".join(lines) + "\n"
 
 

@@ -1,6 +1,6 @@
 """The session replay, small and real: a handful of BFCL's multi-turn tasks replayed through
 the real gateway (``riskrank mcp`` over streamable HTTP, BFCL's simulators behind a real MCP
-server), clean and with an attacker's instruction planted in one result, in the three columns;
+server), clean and with an attacker's instruction planted in one result, in every column;
 the whole replay (200 tasks) behind the ``slow`` marker, against the committed artefact."""
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ def test_a_handful_of_tasks_replayed(bfcl):
     # the guard asks, it never refuses the user's own calls: the same tasks complete as under today's policy
     assert s["session_guard"]["utility"] == s["per_call"]["utility"]
     assert s["session_guard"]["attack_success"] <= s["per_call"]["attack_success"]
+    assert s["once_per_task"]["confirmations_per_task"] <= s["session_guard"]["confirmations_per_task"]
     held = out["columns"]["session_guard"]["asked_texts"]
     assert held and all("The session started with" in t or "the session started with" in t for t in held)
     for row in out["columns"]["session_guard"]["rows"]:

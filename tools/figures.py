@@ -1536,3 +1536,20 @@ claim(AU, "Seal-Tools and pooled ({}%, {}% against {}%), but not on UltraTool ({
 claim(AU, "(L1 tools predicted L2: {} on UltraTool, {} on Seal-Tools)",
       AGREE.at("rows", "ultratool", "annotators", "head:crossfit", "confusion", 0, 1),
       AGREE.at("rows", "sealtools", "annotators", "head:crossfit", "confusion", 0, 1))
+
+# the session guard's prose, read from the replay artefacts
+SESSION_STEPS = Json("benchmarks/results/session_replay_steps.json")
+claim("docs/session-guard.md", "`purchase_insurance`, `book_flight`), {} % of them",
+      pct(Json(SESSION).at("summary", "per_call", "attack_success"), "g"), timing=SESSION_RUN)
+claim("docs/session-guard.md", "questions fall\nfrom {} to {} per task ({}x the per-call policy's), and attacks run unasked rise from\n{} % to {} %",
+      Json(SESSION).at("summary", "session_guard", "confirmations_per_task", fmt=".2f"),
+      Json(SESSION).at("summary", "once_per_task", "confirmations_per_task", fmt=".2f"),
+      V(lambda: Json(SESSION).data["summary"]["once_per_task"]["confirmations_per_task"]
+        / Json(SESSION).data["summary"]["per_call"]["confirmations_per_task"], SESSION, ".2f"),
+      pct(Json(SESSION).at("summary", "session_guard", "attack_success"), ".1f"),
+      pct(Json(SESSION).at("summary", "once_per_task", "attack_success"), ".1f"), timing=SESSION_RUN)
+claim("docs/session-guard.md", "per-call policy letting {} % of the attacks through and the guard {} %",
+      pct(SESSION_STEPS.at("runs", "before_drift_level", "summary", "per_call", "attack_success"), "g"),
+      pct(SESSION_STEPS.at("runs", "before_drift_level", "summary", "session_guard", "attack_success"), "g"))
+claim("docs/session-guard.md", "`drift_level` alone brought the\n  guard to {} %",
+      pct(SESSION_STEPS.at("runs", "drift_level_only", "summary", "session_guard", "attack_success"), "g"))

@@ -54,6 +54,7 @@ from riskrank.serving.gateway.guards import (
 )
 from riskrank.serving.gateway.guards import bounds as bounds_guard
 from riskrank.serving.gateway.guards import policy as policy_guard
+from riskrank.serving.gateway.guards.confirm import CONFIRM
 from riskrank.serving.gateway.guards.flow import FLOW
 from riskrank.serving.gateway.guards.schema import INVALID_ARGUMENTS, argument_problem
 from riskrank.serving.gateway.guards.scope import DRIFT, quoted, risky
@@ -788,9 +789,12 @@ class Gateway:
         rec.update(who)
         codes = {h.code for h in outcome.holds}
         cleared = [v for h in outcome.holds for v in h.values]
+        # under once_per_task an approval of a call held for its level alone, inside the scope, is the task's
+        task = policy.confirm == "once_per_task" and codes == {CONFIRM} and ctx.record.in_scope(name)
         with contextlib.suppress(SessionError):  # not remembered: the next call is asked again
             await self._update(ctx.session, lambda r: r.with_confirmation(
-                name, widen=DRIFT in codes, cleared=cleared, kind=confirmation_kind(name, args, ctx.view.schemas.get(name))))
+                name, widen=DRIFT in codes, cleared=cleared, kind=confirmation_kind(name, args, ctx.view.schemas.get(name)),
+                task=task))
         return None
 
     @staticmethod
@@ -808,6 +812,9 @@ class Gateway:
         record = ctx.record
         if record.anchored and record.anchor != ctx.task and not any(h.code == DRIFT for h in outcome.holds):
             lines.insert(0, f"The session started with {quoted(record.anchor)}.")
+        if ctx.policy.confirm == "once_per_task" and {h.code for h in outcome.holds} == {CONFIRM} and record.in_scope(ctx.tool):
+            lines.append("Approving it also lets the other tools this task needs run without asking, while their arguments "
+                         "carry nothing first seen in an untrusted result, until the session reads one.")
         return lines
 
     @staticmethod

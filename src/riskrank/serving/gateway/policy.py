@@ -58,7 +58,7 @@ CHOOSABLE = {"mode": MODES, "risk_source": RISK_SOURCES, "lambda": None}
 #: The session guard's settings: ``scope``, ``flow`` and ``confirm`` (docs/session-guard.md).
 SCOPE_ACTIONS = ("confirm", "off")
 FLOW_ACTIONS = ("confirm", "refuse", "off")
-CONFIRM_MODES = ("once_per_session", "every_call")
+CONFIRM_MODES = ("once_per_session", "once_per_task", "every_call")
 
 
 @dataclass(frozen=True)
@@ -109,16 +109,22 @@ class Policy:
     """A server's tools on its first connect to a pin store: ``trust`` (pinned as they are) or
     ``quarantine`` (held until an operator approves them)."""
     scope: str = "confirm"
-    """A risky tool (``confirm_level`` or more, or a sink) outside the session's scope: its
-    call is confirmed naming the session's task and the agent's words (``confirm``), or not
-    checked (``off``)."""
+    """A tool that may not drift (a sink, ``confirm_level`` or more, or ``drift_level`` or more
+    when its name does not say it only reads) outside the session's scope: its call is confirmed
+    naming the session's task and the agent's words (``confirm``), or not checked (``off``)."""
+    drift_level: int = 2
+    """Outside the session's scope, a tool at this level or more is held unless its name says it
+    only reads (``get_``, ``list_``): an agent turned by what it read reaches for tools that act,
+    and a level read too low (a short description) must not wave one through."""
     flow: str = "confirm"
     """A sink call whose arguments carry a value first seen in an untrusted result, not in the
     session's task: ``confirm`` (with where the value came from), ``refuse`` or ``off``."""
     confirm: str = "once_per_session"
     """``once_per_session``: a tool confirmed once in a session is not asked about again while
     its calls stay inside the scope, carry no untrusted value and are below ``max_level``;
-    ``every_call``: each call is asked about."""
+    ``once_per_task``: one approval of a call inside the scope covers every tool inside it on
+    the same terms (the user approves the task's tools, not each one); ``every_call``: each
+    call is asked about."""
     sources: Globs = Globs()
     """Servers and tools whose results are untrusted, beside those the gateway finds
     (``openWorldHint``; a tool that reads messages, web pages, e-mail, tickets, posts)."""
@@ -163,7 +169,7 @@ class Policy:
                 "client_choices": {k: list(v) for k, v in self.client_choices.items()}, "levels": dict(self.levels),
                 "untrusted": list(self.untrusted), "call_timeouts": dict(self.call_timeouts),
                 "on_poisoned": self.on_poisoned, "on_suspicious": self.on_suspicious, "first_seen": self.first_seen,
-                "scope": self.scope, "flow": self.flow, "confirm": self.confirm, "sources": self.sources.to_dict(),
+                "scope": self.scope, "drift_level": self.drift_level, "flow": self.flow, "confirm": self.confirm, "sources": self.sources.to_dict(),
                 "trusted_sources": self.trusted_sources.to_dict(), "sinks": self.sinks.to_dict(),
                 "trusted_sinks": self.trusted_sinks.to_dict()}
 

@@ -153,6 +153,9 @@ class Flow:
         return f"{KINDS.get(self.kind, self.kind)} {self.shown!r} first appeared in the result of {self.tool}, {when} UTC"
 
 
+#: The kind an approval of a call inside the scope also records under ``"confirm":
+#: "once_per_task"``: the task's tools approved, not one tool.
+TASK_KIND = "@task"
 #: The longest kind of a confirmation (:func:`confirmation_kind`) kept whole.
 MAX_KIND_CHARS = 300
 
@@ -266,13 +269,16 @@ class SessionRecord:
         return replace(self, user_turns=(*self.user_turns, text[:MAX_ANCHOR_CHARS])[-MAX_USER_TURNS:],
                        scope=tuple(sorted({*self.scope, *scope}))[:MAX_SCOPE])
 
-    def with_confirmation(self, tool: str, *, widen: bool, cleared: Iterable[str] = (), kind: str | None = None) -> SessionRecord:
+    def with_confirmation(self, tool: str, *, widen: bool, cleared: Iterable[str] = (), kind: str | None = None,
+                          task: bool = False) -> SessionRecord:
         """The record after the user approved a call of ``tool``: its ``kind`` (the tool with its
         switches, :func:`confirmation_kind`; the tool's name by default) confirmed until the next
-        untrusted read; the tool inside the scope from now on when ``widen`` (a held drift);
-        ``cleared`` values the user's own."""
+        untrusted read, and with ``task`` the task's tools too (:data:`TASK_KIND`: an approval of
+        a call that was held for its level alone, inside the scope); the tool inside the scope
+        from now on when ``widen`` (a held drift); ``cleared`` values the user's own."""
         kind = kind or tool
-        confirmed = (*(c for c in self.confirmed if c[0] != kind), (kind, self.reads))[-MAX_CONFIRMED:]
+        kinds = {kind, TASK_KIND} if task else {kind}
+        confirmed = (*(c for c in self.confirmed if c[0] not in kinds), *((k, self.reads) for k in sorted(kinds)))[-MAX_CONFIRMED:]
         widened = (*self.widened, tool)[-MAX_SCOPE:] if widen and tool not in self.widened else self.widened
         cleared_ = tuple(dict.fromkeys((*self.cleared, *cleared)))[-MAX_CLEARED:]
         return replace(self, confirmed=confirmed, widened=widened, cleared=cleared_)

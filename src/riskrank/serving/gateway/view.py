@@ -11,7 +11,7 @@ import collections
 from dataclasses import dataclass, field
 from typing import Any
 
-from riskrank.capabilities import detect_capabilities
+from riskrank.capabilities import detect_capabilities, name_reads
 from riskrank.catalogue import ArtefactSpec, Catalogue, audit_tools, load_catalogue
 from riskrank.errors import RegistryError
 from riskrank.names import look_alikes
@@ -156,6 +156,10 @@ def build_view(registry: ToolRegistry | None, spec: ArtefactSpec, encoder: Any, 
         row["capabilities"] = served or caps
         row["source"], row["sink"] = tool_roles(t.name, t.description, t.parameters, t.annotations, caps, row["upstream"],
                                                 policy)
+        # whose arguments the flow guard checks: a sink, and any tool whose name does not say it only
+        # reads (a level read too low must not let an attacker's path or account through), unless trusted
+        row["flow_checked"] = row["sink"] is not None or not (policy.trusted_sinks.matches(t.name, row["upstream"])
+                                                              or name_reads(t.name))
         # confirmed at every call whatever the session: an untrusted server's tools, a scan verdict the policy confirms
         row["confirm_every_call"] = policy.untrusted_server(row["upstream"]) or _scan_confirms(policy, (scans or {}).get(t.name))
     for name, row in rows.items():

@@ -7,12 +7,14 @@ already confirmed in the session (the tool with the same switches, booleans and 
 call), its arguments carry no value first seen in an untrusted result (for any tool, sink or
 not: the user approved the tool, not what a result put into it), and the session has read no
 untrusted result since the approval (a result may have turned the agent: the next call is
-asked again, once)."""
+asked again, once). With ``"confirm": "once_per_task"`` an approval of a call held for its
+level alone, inside the scope, covers every tool inside the scope on the same terms: the user
+approves the task's tools once, not each tool."""
 
 from __future__ import annotations
 
 from riskrank.serving.gateway.guards.chain import HOLD, CallContext, Guard, Verdict
-from riskrank.serving.gateway.session import confirmation_kind
+from riskrank.serving.gateway.session import TASK_KIND, confirmation_kind
 from riskrank.serving.gateway.values import folded_arguments
 
 CONFIRM = "confirm"
@@ -24,8 +26,10 @@ def check(ctx: CallContext) -> Verdict | None:
     row, level, policy = ctx.row, ctx.level, ctx.policy
     every = bool(row.get("confirm_every_call", True))
     in_scope = policy.scope == "off" or ctx.record.in_scope(ctx.tool)
-    if (policy.confirm == "once_per_session" and not every and ctx.record.confirmed_since_read(confirmation_kind(ctx.tool, ctx.arguments, ctx.view.schemas.get(ctx.tool))) and in_scope
-            and level is not None and level < policy.max_level
+    approved = policy.confirm != "every_call" and (
+        ctx.record.confirmed_since_read(confirmation_kind(ctx.tool, ctx.arguments, ctx.view.schemas.get(ctx.tool)))
+        or (policy.confirm == "once_per_task" and ctx.record.confirmed_since_read(TASK_KIND)))
+    if (approved and not every and in_scope and level is not None and level < policy.max_level
             and not (ctx.record.flows and ctx.record.flow_hits(folded_arguments(dict(ctx.arguments))))):
         return None
     if policy.untrusted_server(ctx.upstream):

@@ -1,4 +1,6 @@
-"""Flow: a call of a sink whose arguments carry a value first seen in an untrusted result (an
+"""Flow: a call of a sink, or of any tool whose name does not say it only reads (``get_``,
+``list_``; the policy's ``trusted_sinks`` are never checked), whose arguments carry a value
+first seen in an untrusted result (an
 e-mail address, a URL, an account number, a path, a recipient ...), and not in the session's
 task or among the values the user approved, is held for confirmation with where the value
 came from ("recipient 'x@evil.example' first appeared in the result of read_inbox, 12:03:11
@@ -18,7 +20,7 @@ SHOWN = 3
 
 
 def check(ctx: CallContext) -> Verdict | None:
-    if not ctx.row.get("sink"):
+    if not ctx.row.get("flow_checked", bool(ctx.row.get("sink"))):
         return None
     hits = ctx.record.flow_hits(folded_arguments(dict(ctx.arguments)))
     if not hits:
@@ -26,7 +28,8 @@ def check(ctx: CallContext) -> Verdict | None:
     said = "; ".join(h.provenance() for h in hits[:SHOWN]) + (f" (and {len(hits) - SHOWN} more)" if len(hits) > SHOWN else "")
     said += f"; {'it is' if len(hits) == 1 else 'they are'} not in the session's task"
     if ctx.policy.flow == "refuse":
-        return Verdict(REFUSE, UNTRUSTED_VALUE, f"{ctx.tool!r} is a sink ({ctx.row['sink']}) and its arguments carry "
+        what = f"is a sink ({ctx.row['sink']})" if ctx.row.get("sink") else "may act (its name does not say it only reads)"
+        return Verdict(REFUSE, UNTRUSTED_VALUE, f"{ctx.tool!r} {what} and its arguments carry "
                                                f"untrusted values: {said}; the policy refuses such calls (flow: refuse)")
     return Verdict(HOLD, FLOW, f"its arguments carry untrusted values: {said}", values=tuple(h.folded for h in hits))
 

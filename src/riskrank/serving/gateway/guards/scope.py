@@ -1,4 +1,5 @@
-"""Drift: a risky tool (``confirm_level`` or more, or a sink) outside the session's scope (the
+"""Drift: a tool that acts (a sink, ``confirm_level`` or more, or ``drift_level`` or more when its
+name does not say it only reads) outside the session's scope (the
 tools riskrank's ranking gives for the task the session started with, those that task names,
 and those the user already let in) is held for confirmation, naming both texts: "the session
 started with 'summarise my inbox'; the agent now asks for 'send money'". Low-risk tools flow
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from riskrank.capabilities import name_reads
 from riskrank.serving.gateway.guards.chain import HOLD, CallContext, Guard, Verdict
 
 if TYPE_CHECKING:
@@ -18,9 +20,12 @@ DRIFT = "drift"
 
 
 def risky(view: View, policy: Policy, tool: str) -> bool:
-    """At ``confirm_level`` or more, or a sink: what may not drift outside the scope unasked."""
+    """What may not drift outside the scope unasked: a sink, a tool at ``confirm_level`` or more,
+    or one at ``drift_level`` or more whose name does not say it only reads."""
     level = view.levels.get(tool, (None, None))[0]
-    return (level is not None and level >= policy.confirm_level) or bool(view.tools.get(tool, {}).get("sink"))
+    if bool(view.tools.get(tool, {}).get("sink")) or (level is not None and level >= policy.confirm_level):
+        return True
+    return level is not None and level >= policy.drift_level and not name_reads(tool)
 
 
 def quoted(text: str | None, limit: int = 200) -> str:
