@@ -5,11 +5,29 @@ upstream does."""
 
 from __future__ import annotations
 
+import functools
+import json
 from typing import Any
 
 from riskrank.serving.gateway.guards.chain import REFUSE, CallContext, Guard, Verdict
 
 INVALID_ARGUMENTS = "invalid_arguments"
+
+
+@functools.lru_cache(maxsize=4096)
+def _validator(canonical: str) -> Any:
+    """The validator of one schema (its canonical JSON), or None for a schema that is not valid
+    JSON Schema itself. Checking a schema costs about a millisecond and a tool's schema is the
+    same at every call: it is checked once."""
+    import jsonschema
+
+    schema = json.loads(canonical)
+    try:
+        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+        cls.check_schema(schema)
+    except (jsonschema.exceptions.SchemaError, RecursionError, TypeError, ValueError, LookupError):
+        return None
+    return cls(schema)
 
 
 def argument_problem(schema: dict[str, Any] | None, args: dict[str, Any]) -> str | None:
@@ -20,9 +38,10 @@ def argument_problem(schema: dict[str, Any] | None, args: dict[str, Any]) -> str
     import referencing.exceptions
 
     try:
-        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-        cls.check_schema(schema)
-        error = jsonschema.exceptions.best_match(cls(schema).iter_errors(args))
+        validator = _validator(json.dumps(schema, sort_keys=True, default=str))
+        if validator is None:
+            return None
+        error = jsonschema.exceptions.best_match(validator.iter_errors(args))
     except (jsonschema.exceptions.SchemaError, referencing.exceptions.Unresolvable, RecursionError, TypeError,
             ValueError, LookupError):
         return None
