@@ -1553,3 +1553,8 @@ claim("docs/session-guard.md", "per-call policy letting {} % of the attacks thro
       pct(SESSION_STEPS.at("runs", "before_drift_level", "summary", "session_guard", "attack_success"), "g"))
 claim("docs/session-guard.md", "`drift_level` alone brought the\n  guard to {} %",
       pct(SESSION_STEPS.at("runs", "drift_level_only", "summary", "session_guard", "attack_success"), "g"))
+LEVEL_COST = Json("benchmarks/results/level_cost.json")
+claim(BM, "reads the same tools at a median of {} ms of CPU per tool (best of {} passes {} ms)",
+      LEVEL_COST.at("cpu_ms_per_tool", "median", fmt=".3f"), LEVEL_COST.at("repeats"), LEVEL_COST.at("cpu_ms_per_tool", "best", fmt=".3f"),
+      timing=Timing("2-core machine", "2026-12-06", "benchmarks/results/level_cost.json"))
+claim(BM, "on the 2-core machine under load ({}): the median is still", LEVEL_COST.at("machine"))
