@@ -1557,4 +1557,5 @@ LEVEL_COST = Json("benchmarks/results/level_cost.json")
 claim(BM, "reads the same tools at a median of {} ms of CPU per tool (best of {} passes {} ms)",
       LEVEL_COST.at("cpu_ms_per_tool", "median", fmt=".3f"), LEVEL_COST.at("repeats"), LEVEL_COST.at("cpu_ms_per_tool", "best", fmt=".3f"),
       timing=Timing("2-core machine", "2026-12-06", "benchmarks/results/level_cost.json"))
-claim(BM, "on the 2-core machine under load ({}): the median is still", LEVEL_COST.at("machine"))
+claim(BM, "on the 2-core machine under load ({}): the median is still\nover the {} ms target", LEVEL_COST.at("machine"),
+      LEVEL_COST.at("target_ms_per_tool", fmt="g"))
