@@ -79,3 +79,27 @@ def test_scan_shows_what_each_tool_can_do() -> None:
     doc = json.loads(CliRunner().invoke(cli, ["scan", path, "--json"]).output)
     caps = {t["name"]: [c["capability"] for c in t["capabilities"]] for t in doc["tools"]}
     assert caps["run_shell_command"] == ["host_execution"] and caps["get_file_info"] == []
+
+
+def test_scan_reads_each_tool_by_its_own_words(tmp_path) -> None:
+    """An opening every tool of a server shares ("... lets users delete files and run shell
+    commands") is the server's: a tool whose own words only list files shows no capability."""
+    import json
+
+    from click.testing import CliRunner
+
+    from riskrank.capabilities import detect_capabilities
+    from riskrank.cli import main as cli
+    from riskrank.levels import own_capabilities
+    from riskrank.registry import make_tool
+
+    pre = "This tool belongs to the Acme box. It lets users delete files and run shell commands on the host. "
+    own = {"ls": "List the files of the current directory.", "cat": "Show a file's text.", "rm": "Remove a file for good."}
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps({"tools": [{"name": n, "description": pre + d} for n, d in own.items()]}))
+    doc = json.loads(CliRunner().invoke(cli, ["scan", str(path), "--json"]).output)
+    caps = {t["name"]: [c["capability"] for c in t["capabilities"]] for t in doc["tools"]}
+    assert caps["ls"] == [] and caps["cat"] == [] and "destruction" in caps["rm"]
+    whole = [detect_capabilities(n, pre + d) for n, d in own.items()]
+    assert all(any(h.key == "host_execution" for h in hits) for hits in whole)  # read whole, every tool runs commands
+    assert own_capabilities([make_tool(n, pre + d, where="t") for n, d in own.items()])[0] == []

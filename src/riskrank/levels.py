@@ -140,6 +140,14 @@ def own_texts(tools: Sequence[Any]) -> tuple[list[Any], list[str | None]]:
     return read, openings
 
 
+def own_capabilities(tools: Sequence[Any]) -> list[list[CapabilityHit]]:
+    """Each tool's capabilities as the level model reads them: from its own words, without the
+    opening it shares with other tools of its registry (``tools`` are one registry's, or one
+    server's)."""
+    read, _ = own_texts(tools)
+    return [detect_capabilities(t.name, t.description, getattr(t, "parameters", None)) for t in read]
+
+
 def _with_description(tool: Any, description: str) -> Any:
     if dataclasses.is_dataclass(tool) and not isinstance(tool, type):
         return dataclasses.replace(tool, description=description)

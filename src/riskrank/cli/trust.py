@@ -199,9 +199,10 @@ def scan_command(path: str, no_start: bool, allow_unreachable: bool, as_json: bo
     could not be checked (it failed to list, or --no-start left it unstarted) unless
     --allow-unreachable."""
     from dataclasses import replace
+    from types import SimpleNamespace
 
-    from riskrank.capabilities import detect_capabilities
     from riskrank.fileio import loads_strict, read_regular_file
+    from riskrank.levels import own_capabilities
     from riskrank.scan import DEFAULT, VERDICTS, scan_catalogue
     from riskrank.serving.gateway.config import load_servers
 
@@ -255,9 +256,17 @@ def scan_command(path: str, no_start: bool, allow_unreachable: bool, as_json: bo
         scans.append(replace(next(scanned[server]), name=t["name"]))
     counts = {v: sum(s.verdict == v for s in scans) for v in VERDICTS}
     # what each tool can do, whatever its text says to the model: evidence for its level, not a verdict
-    caps = [detect_capabilities(str(t.get("name") or ""), str(t.get("description") or ""),
-                                t.get("inputSchema") if isinstance(t.get("inputSchema"), dict) else t.get("parameters"))
-            for t in tools]
+    # read per server, each tool by its own words (an opening the server's tools share is the server's)
+    shaped = [SimpleNamespace(name=str(t.get("name") or ""), description=str(t.get("description") or ""),
+                              parameters=t.get("inputSchema") if isinstance(t.get("inputSchema"), dict) else t.get("parameters"))
+              for t in tools]
+    by_server: dict[str, list[int]] = {}
+    for i, t in enumerate(tools):
+        by_server.setdefault(t["name"].split("/", 1)[0] if servers else str(t.get("server") or ""), []).append(i)
+    caps: list[list] = [[] for _ in tools]
+    for idx in by_server.values():
+        for i, hits in zip(idx, own_capabilities([shaped[i] for i in idx]), strict=True):
+            caps[i] = hits
     if as_json:
         rows = [{**s.to_dict(), "capabilities": [h.to_dict() for h in hits]} for s, hits in zip(scans, caps, strict=True)]
         echo(json.dumps({"source": path, "tools": rows, "counts": counts,

@@ -11,9 +11,10 @@ import collections
 from dataclasses import dataclass, field
 from typing import Any
 
-from riskrank.capabilities import detect_capabilities, name_reads
+from riskrank.capabilities import name_reads
 from riskrank.catalogue import ArtefactSpec, Catalogue, audit_tools, load_catalogue
 from riskrank.errors import RegistryError
+from riskrank.levels import own_capabilities
 from riskrank.names import look_alikes
 from riskrank.registry import ToolRegistry
 from riskrank.risk import split_name
@@ -147,12 +148,14 @@ def build_view(registry: ToolRegistry | None, spec: ArtefactSpec, encoder: Any, 
     for name, sc in (scans or {}).items():
         if name in rows and sc.findings:
             rows[name]["scan"] = sc.verdict
+    # without the level model's capabilities, read them as it would: each tool by its own words
+    own_caps = own_capabilities(list(registry)) if not lv.capabilities else []
     for i, t in enumerate(registry):  # what the session guard reads: capabilities, and whether it is a source or a sink
         row = rows[t.name]
         # the level model's capabilities where it served the levels ("outbound_send (T1567)": the
         # key, then the ATT&CK technique), else read from the definition
         served = lv.capabilities_of(i) if lv.capabilities else []
-        caps = capability_keys(served) if lv.capabilities else [h.key for h in detect_capabilities(t.name, t.description, t.parameters)]
+        caps = capability_keys(served) if lv.capabilities else [h.key for h in own_caps[i]]
         row["capabilities"] = served or caps
         row["source"], row["sink"] = tool_roles(t.name, t.description, t.parameters, t.annotations, caps, row["upstream"],
                                                 policy)
