@@ -496,6 +496,14 @@ class Gateway:
                 record = await self._update(key, lambda r: r.with_anchor(host[0], host[1], (), time.time()))
                 ignored = (f"the session's task was set by {record.anchor_from} to {quoted(record.anchor)}; the "
                            f"{host[1]}'s {quoted(host[0])} is ignored (the first task stands)")
+            if task is not None and view.catalogue is not None and (task == record.anchor or task in record.user_turns):
+                # the user's own words ranked again under today's catalogue (a tool approved or
+                # back since the scope was taken): what they need is inside the scope
+                if scope is None:
+                    scope = await anyio.to_thread.run_sync(lambda: self.scope_of(view, task))
+                fresh = [n for n in scope if not record.in_scope(n)]
+                if fresh:
+                    record = await self._update(key, lambda r: r.with_scope(fresh))
         elif view.catalogue is not None:  # no catalogue yet (upstreams starting): nothing could rank the task
             text, source = host if host is not None else (task, "find_tools")
             if text is not None:

@@ -269,6 +269,11 @@ class SessionRecord:
         return replace(self, user_turns=(*self.user_turns, text[:MAX_ANCHOR_CHARS])[-MAX_USER_TURNS:],
                        scope=tuple(sorted({*self.scope, *scope}))[:MAX_SCOPE])
 
+    def with_scope(self, tools: Iterable[str]) -> SessionRecord:
+        """The record with ``tools`` inside the scope: what the user's own words (the anchor, a
+        turn) need under a catalogue that changed since the scope was taken."""
+        return replace(self, scope=tuple(sorted({*self.scope, *tools}))[:MAX_SCOPE])
+
     def with_confirmation(self, tool: str, *, widen: bool, cleared: Iterable[str] = (), kind: str | None = None,
                           task: bool = False) -> SessionRecord:
         """The record after the user approved a call of ``tool``: its ``kind`` (the tool with its
