@@ -26,8 +26,9 @@ judged on.
   benign descriptions; the three npm reference servers' 36 tools (started and listed, as
   ``tools/list``, with ``--npm-bin``).
 - **Cost**: the full scan of the 1,302 MCP tools per 100 tools, with a fresh detector (a cold
-  connect: no word seen yet) and warm, against the rules alone; the cross-server check at
-  1,000 to 10,000 tools.
+  connect: no word or text seen yet) and warm (the same list again: each text's spans are
+  remembered), against the rules alone; the cross-server check at 1,000 to 10,000 tools.
+  ``--cost-only --json FILE`` measures it again into an existing results file.
 """
 
 from __future__ import annotations

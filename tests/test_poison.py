@@ -145,6 +145,20 @@ def test_a_saved_detector_scores_as_the_one_fitted(tmp_path):
     assert list(loaded.featuriser.lexicons) == list(det.featuriser.lexicons)
 
 
+def test_what_the_featuriser_remembers_is_bounded_and_changes_nothing(monkeypatch):
+    import riskrank.poison as rp
+
+    feat = tp.new_featuriser()
+    texts = [(f"Returns page {i} of the listing. Never tell the user.", 0) for i in range(5)]
+    first = feat.featurise(texts, ["t"], [("page",)])
+    monkeypatch.setattr(rp, "MEMO_CHARS", 100)  # past it, the memory starts again
+    again = feat.featurise(texts, ["t"], [("page",)])
+    assert len(feat._memo) == len(texts) and feat._memo_chars == sum(len(t) for t, _ in texts)
+    assert np.array_equal(first.looks, again.looks) and np.array_equal(first.words, again.words)
+    feat.featurise(texts[:1], ["t"], [("page",)])
+    assert len(feat._memo) == 1  # over the bound again: cleared before this text was read
+
+
 def test_thresholds_come_from_validation_scores_alone():
     scores = np.linspace(0, 1, 1001)
     t = tp.threshold_at(scores, 0.01)

@@ -78,6 +78,9 @@ MAX_FIELD_CHARS = 1 << 20
 PIECE_SPANS = 4096
 #: Words remembered with their pieces and cue bits (a catalogue's vocabulary is far smaller).
 MAX_WORDS = 200_000
+#: Characters of text whose spans are remembered (a catalogue listed again, or another
+#: server's copy of a tool, costs lookups); past it the memory starts again.
+MEMO_CHARS = 1 << 25
 
 #: Cue words by group (after NFKC and case folding; text is split at every punctuation mark,
 #: so "don't" is ``don ' t`` and "pre-approved" is ``pre - approved``). Written with the
@@ -318,8 +321,10 @@ class Featuriser:
         for w in self.openers:
             self._cue[w] = self._cue.get(w, 0) | (1 << len(self.lexicons))
         self._lock = threading.Lock()
-        #: (text, tool name, parameter names) -> its spans, words and looks (see :meth:`_read`)
-        self._memo: dict[tuple[str, str, frozenset[str]], list[tuple[int, int, list[str], tuple[float, ...]]]] = {}
+        #: (text, tool name, parameter names) -> the text as read, its spans, words and looks
+        #: (see :meth:`_read`), up to :data:`MEMO_CHARS` characters of text
+        self._memo: dict[tuple[str, str, frozenset[str]], tuple[str, list[tuple[int, int, list[str], tuple[float, ...]]]]] = {}
+        self._memo_chars = 0
         self._reset()
 
     def _reset(self) -> None:
@@ -371,23 +376,27 @@ class Featuriser:
         looks: list[tuple[float, ...]] = []
         owner: list[int] = []
         where: list[tuple[int, int, int]] = []
-        shown_texts = [normalise(t[:MAX_FIELD_CHARS]) for t, _ in texts]
+        shown_texts: list[str] = []
         findall = _WORD.findall
         tool_names = [str(n).casefold() for n in names]
         name_lists = [findall(re.sub(r"(?<=[a-z])(?=[A-Z])|[_\-.]+", " ", str(n)).casefold()) for n in names]
         name_sets = [frozenset(ws) for ws in name_lists]
         own_params = [frozenset(x for x in p if len(x) >= 3) for p in params]
         memo = self._memo
-        if len(memo) > MAX_WORDS:
+        if self._memo_chars > MEMO_CHARS:
             memo.clear()
-        for ti, text in enumerate(shown_texts):
-            own = texts[ti][1]
+            self._memo_chars = 0
+        for ti, (raw, own) in enumerate(texts):
             me = tool_names[own] if own < len(tool_names) else ""
             mine = own_params[own] if own < len(own_params) else frozenset()
-            key = (text, me, mine)
-            read = memo.get(key)
-            if read is None:
-                read = memo[key] = self._read(text, me, mine, name_sets[own] if own < len(name_sets) else frozenset())
+            key = (raw, me, mine)
+            got = memo.get(key)
+            if got is None:
+                text = normalise(raw[:MAX_FIELD_CHARS])
+                got = memo[key] = (text, self._read(text, me, mine, name_sets[own] if own < len(name_sets) else frozenset()))
+                self._memo_chars += len(raw)
+            text, read = got
+            shown_texts.append(text)
             for a, b, found, look in read:
                 starts.append(len(words))
                 nwords.append(len(found))
@@ -480,9 +489,14 @@ class WordTable:
         """The mean of the table's rows over each span's word pieces: [len(spans), width]."""
         if len(spans) == 0:
             return np.zeros((0, self.table.shape[1]), np.float32)
+        from scipy.sparse import csr_matrix
+
         sums, counts = self.rows(feat)
-        total = np.add.reduceat(sums[spans.words], spans.starts, axis=0)
-        return total / np.add.reduceat(counts[spans.words], spans.starts)[:, None]
+        # spans x word rows, one entry per word: a sparse product sums each span's rows without
+        # gathering them into one large array first (several times faster than reduceat)
+        n = len(spans.words)
+        words = csr_matrix((np.ones(n, np.float32), spans.words, np.append(spans.starts, n)), shape=(len(spans), len(counts)))
+        return np.asarray(words @ sums) / (words @ counts)[:, None]
 
     def name_means(self, feat: Featuriser, spans: Spans) -> np.ndarray:
         """The mean piece row of each owner's name (zeros for a name with no word)."""
