@@ -12,8 +12,10 @@ each benign group it trains on; ``riskrank.training.poison.fit_detector``), neve
 judged on.
 
 - **Leave one family out**: for each training family (BIPIA's 15 text and 10 code families
-  of its train split, and the 8 hand-written ones), a detector fitted without it; recall on
+  of its train split, and the 12 hand-written ones), a detector fitted without it; recall on
   its texts planted into real MCP tools (each text at each of six positions, two hosts each).
+  Training plants each text into six real definitions, corpus tools and MCP tools alike; a fit
+  that holds a server or a corpus out drops the plantings it hosted.
 - **Leave one server out** (the 23 servers of mcp-annotated): the first 23 of those fits also
   leave one server out each (fit k: family k and server k), and count their false positives
   on it. **Leave one corpus out** (BFCL, APIBench, API-Bank, ToolAlpaca, UltraTool,
@@ -24,8 +26,9 @@ judged on.
   benign descriptions; the three npm reference servers' 36 tools (started and listed, as
   ``tools/list``, with ``--npm-bin``).
 - **Cost**: the full scan of the 1,302 MCP tools per 100 tools, with a fresh detector (a cold
-  connect: no word seen yet) and warm, against the rules alone; the cross-server check at
-  1,000 to 10,000 tools.
+  connect: no word or text seen yet) and warm (the same list again: each text's spans are
+  remembered), against the rules alone; the cross-server check at 1,000 to 10,000 tools.
+  ``--cost-only --json FILE`` measures it again into an existing results file.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ from riskrank.training import poison as tp
 HERE = Path(__file__).resolve().parent
 #: Plantings per attack text when judging: each of the six positions, in this many hosts.
 HOSTS_PER_POSITION = 2
-#: Plantings per attack text in training (positions in turn, corpus hosts).
+#: Plantings per attack text in training (positions in turn, any real definition as host).
 TRAIN_PLANTINGS = 6
 SEED = 42
 
@@ -122,23 +125,29 @@ class Data:
         self.groups = np.asarray([b.group for b in self.benign])
         self.corpus = np.asarray([b.corpus for b in self.benign])
         self.neg = tp.definition_rows(self.t, self.tools)
-        corpus_hosts = [b.tool for b in self.benign if b.corpus != "mcp"]
+        # Training hosts: every real definition (corpora and MCP servers); a planted definition
+        # remembers its host's group, so a fit that holds a server out drops those hosted there.
+        host_groups = np.asarray([b.group for b in self.benign])
         self.npm = npm_tools(npm_bin) if npm_bin else []
         self.judge_hosts = [b.tool for b in self.benign if b.corpus == "mcp"] + [
             {**t, "name": t["name"].split("/", 1)[-1]} for t in self.npm]
         self.pos: dict[str, tp.SpanRows] = {}
+        self.pos_group: dict[str, np.ndarray] = {}  # per span row: its host's group
         for k, fam in enumerate(f for f in self.families if f.split == "train"):
-            planted = tp.plantings(list(fam.texts), corpus_hosts, TRAIN_PLANTINGS, SEED + k)
-            ats = []
-            for i, _, _, f, off in planted:
-                ats.append((f, off, off + len(fam.texts[i])))
-            self.pos[fam.name] = tp.definition_rows(self.t, [t for _, t, _, _, _ in planted], ats)
+            planted = tp.plantings(list(fam.texts), self.tools, TRAIN_PLANTINGS, SEED + k)
+            ats = [(f, off, off + len(fam.texts[i])) for i, _, _, f, off, _ in planted]
+            rows = tp.definition_rows(self.t, [p[1] for p in planted], ats)
+            self.pos[fam.name] = rows
+            self.pos_group[fam.name] = host_groups[np.asarray([p[5] for p in planted])][rows.tool]
         self.seconds = time.perf_counter() - t0
 
-    def positives(self, without: str | None = None) -> tp.SpanRows:
-        parts = [r for name, r in self.pos.items() if name != without]
-        return tp.SpanRows(np.vstack([r.X for r in parts]), np.concatenate([r.tool for r in parts]),
-                           np.concatenate([r.attack for r in parts]), 0)
+    def positives(self, without: str | None = None, held: set[str] = frozenset()) -> tp.SpanRows:
+        """Every training family's planted rows but ``without``'s, and none hosted by a ``held`` group."""
+        parts = [(r, self.pos_group[name]) for name, r in self.pos.items() if name != without]
+        keep = [~np.isin(g, list(held)) for _, g in parts]
+        return tp.SpanRows(np.vstack([r.X[k] for (r, _), k in zip(parts, keep, strict=True)]),
+                           np.concatenate([r.tool[k] for (r, _), k in zip(parts, keep, strict=True)]),
+                           np.concatenate([r.attack[k] for (r, _), k in zip(parts, keep, strict=True)]), 0)
 
     def negatives(self, keep: np.ndarray) -> tuple[tp.SpanRows, np.ndarray, np.ndarray]:
         """The rows of the kept definitions, renumbered, their groups and corpora."""
@@ -151,7 +160,8 @@ class Data:
 
     def fit(self, keep: np.ndarray, without_family: str | None = None, meta: dict | None = None) -> tp.Fit:
         neg, groups, corpus = self.negatives(keep)
-        return tp.fit_detector(self.t, neg, groups, corpus, self.positives(without_family), tp.MlpConfig(), meta=meta)
+        pos = self.positives(without_family, set(self.groups[~keep]))
+        return tp.fit_detector(self.t, neg, groups, corpus, pos, tp.MlpConfig(), meta=meta)
 
 
 def npm_tools(bin_dir: str) -> list[dict]:
@@ -190,7 +200,8 @@ def cost(tools: list[dict], ship_dir: Path, repeats: int) -> dict[str, Any]:
         t0 = time.perf_counter()
         scan_definitions(tools, None)
         rules.append((time.perf_counter() - t0) * 1000 / len(tools) * 100)
-    out.update({"cold_ms_per_100": round(statistics.median(cold), 2), "warm_ms_per_100": round(statistics.median(warm), 2),
+    out.update({"measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                "cold_ms_per_100": round(statistics.median(cold), 2), "warm_ms_per_100": round(statistics.median(warm), 2),
                 "warm_best_ms_per_100": round(min(warm), 2), "rules_ms_per_100": round(statistics.median(rules), 2),
                 "rules_best_ms_per_100": round(min(rules), 2), "repeats": repeats,
                 "load_1min": round(os.getloadavg()[0], 2)})
@@ -214,13 +225,20 @@ def main() -> None:
     ap.add_argument("--npm-bin", default=None, help="The npm reference servers' bin directory (.ci/npm/install.sh prints it).")
     ap.add_argument("--json", dest="json_out", default=None)
     ap.add_argument("--ship", default=None, help="Write the shipped detector here.")
-    ap.add_argument("--cost-only", action="store_true", help="Only the cost, of the detector in --ship.")
+    ap.add_argument("--cost-only", action="store_true",
+                    help="Only the cost, of the detector in --ship (with --json: written into that results file).")
     ap.add_argument("--repeats", type=int, default=9)
     args = ap.parse_args()
     mcp = json.loads(tp.MCP_PATH.read_text(encoding="utf-8"))["tools"]
     mcp_tools = [{k: v for k, v in r.items() if k in ("name", "description", "inputSchema")} for r in mcp]
     if args.cost_only:
-        print(json.dumps(cost(mcp_tools, Path(args.ship or DETECTOR_DIR), args.repeats), indent=1))
+        measured = cost(mcp_tools, Path(args.ship or DETECTOR_DIR), args.repeats)
+        print(json.dumps(measured, indent=1))
+        if args.json_out:  # the cost measured again (a quieter machine), into an existing results file
+            result = json.loads(Path(args.json_out).read_text(encoding="utf-8"))
+            result["cost"] = measured
+            write_json(args.json_out, result)
+            print(f"wrote the cost into {args.json_out}")
         return
     d = Data(args.data, args.npm_bin)
     print(f"data: {len(d.benign):,} real tools, {len(d.neg.X):,} spans; {sum(len(r.X) for r in d.pos.values()):,} planted "
@@ -307,6 +325,41 @@ SEEN = {
                  "full encoder's sentence embeddings instead of the static ones (no better held out: the "
                  "representation is not what limits it), the corpora's 7,888 user requests as more positives "
                  "(recall fell, BFCL's false positives rose to 13 %).",
+    "second_pass": "A second pass (2026-12-06, 05:50-06:30 UTC) started from the first design's results (47 held-out "
+                   "servers' tools poisoned: 15 of DesktopCommander's by one sentence cut at an ellipsis in quotes, "
+                   "Stripe's lead-ins 'It takes the following arguments:', a '<hint>' tag counted as three words, "
+                   "usage advice written to the model) and judged "
+                   "every change on the leave-one-family-out, leave-one-server-out and leave-one-corpus-out tables "
+                   "below (the same fits, seeds and splits), never on BIPIA's test split or the held-out set. Kept: "
+                   "spans go on across a lowercase continuation (soft wrap, 'e.g.', an ellipsis in quotes); a span "
+                   "needs three words besides punctuation; span features for what it names (this tool, one of its "
+                   "own parameters, another identifier), a lead-in ending in ':', and how the tool's other spans talk "
+                   "(the share addressing the model, giving orders); training plantings in MCP tools too (a fit drops "
+                   "those its held-out server or corpus hosted); four hand-written families written and committed "
+                   "before any fit read them. Seen with those and the first threshold rule (0.2 % of the pooled "
+                   "validation tools): 58.3 % of 3,036 planted definitions caught (61.9 % on the first 33 families, "
+                   "against 46.4 % before), 1.77 % of held-out servers' tools poisoned, 0.93 % of held-out corpora's. "
+                   "Tried and not kept: the static table cut to 64 or 16 principal components, dropout 0.3 on the "
+                   "inputs, weight decay 1e-2 with 20 epochs, the MCP tools given 30 % of the negatives' weight, four "
+                   "MLPs averaged (none lowered the servers' rate).",
+    "threshold_rule": "The threshold rule was then chosen among four, each run on those tables, by a rule written "
+                      "down before the last two ran: the highest leave-one-family-out recall among rules meeting both "
+                      "false-positive targets (servers <= 1 %, corpora <= 0.5 %). Seen: 0.2 % pooled: 58.3 % caught, "
+                      "1.77 %, 0.93 % (misses both); 0.2 % pooled and 0.2 % within each validation group (the MCP "
+                      "servers, each corpus): 34.7 %, 0.62 %, 0.40 %; 0.5 % within each group: 37.6 %, 0.62 %, "
+                      "0.40 % (chosen); 1 % within each group: 53.5 %, 0.85 %, 0.57 % (misses the corpora's target). "
+                      "Those development runs planted the judged texts into the MCP tools alone; the run below adds "
+                      "the npm servers' tools as hosts, so its plantings, and its figures, differ a little.",
+    "npm_title": "The first full run of this design (2026-12-06 06:26 UTC) scored the npm filesystem server's title "
+                 "'Read Media File' at 1.00, poisoned. Seen, then changed before this run: a span whose words are all "
+                 "its tool's name's (the name in words) only names the tool and is not scored. That run's other "
+                 "figures were seen too: leave one family out 37.2 %, servers 0.62 %, corpora 0.40 %, BIPIA's test "
+                 "split 40.9 %, the held-out set 14.4 %, hard benign 2 of 44; nothing else was changed after them.",
+    "after_last_run": "Tried on the same development protocol after the shipped run (which read there 36.5 % caught, "
+                      "0.77 %, 0.28 %) and not kept, by the same rule: a second fit weighing five times the 2 % of "
+                      "negatives the first scored highest (33.4 %, 0.39 %, 0.34 %), hidden 64 with 15 epochs "
+                      "(33.9 %, 0.62 %, 0.15 %), twelve plantings per text (39.3 %, 1.08 %, 0.19 %: servers above "
+                      "1 %).",
 }
 
 
@@ -372,7 +425,7 @@ def doc_tables(r: dict[str, Any]) -> str:
     if "cost" in r:
         c = r["cost"]
         scale = ", ".join(f"{x['tools']:,} tools {x['ms']:,.0f} ms" for x in c["cross_server"])
-        lines += ["", f"Cost ({r['date']}, {r['machine']}, 1-minute load {c['load_1min']:.2f}): the full scan of the "
+        lines += ["", f"Cost ({c.get('measured', r['date'])}, {r['machine']}, 1-minute load {c['load_1min']:.2f}): the full scan of the "
                   f"{c['n_tools']:,} MCP tools, {c['warm_ms_per_100']:.2f} ms per 100 tools (median of {c['repeats']} "
                   f"passes, best {c['warm_best_ms_per_100']:.2f}; a freshly loaded detector {c['cold_ms_per_100']:.2f}), "
                   f"the rules alone {c['rules_ms_per_100']:.2f} (best {c['rules_best_ms_per_100']:.2f}). "

@@ -843,6 +843,8 @@ claim("docs/trust.md", "**Benign**: the {} real tools of", TRUST.at("benign", "n
 POISON_TRAIN = Source("riskrank.training.poison")
 claim("docs/trust.md", "false-positive rate is {}%, the `suspicious` one where it is {}%",
       pct(POISON_TRAIN.at("ALPHA_POISONED"), "g"), pct(POISON_TRAIN.at("ALPHA_SUSPICIOUS"), "g"))
+claim("docs/trust.md", "(the MCP servers together, each corpus: {}% for `poisoned`, {}% for `suspicious`",
+      pct(POISON_TRAIN.at("ALPHA_GROUP"), "g"), pct(POISON_TRAIN.at("ALPHA_SUSPICIOUS"), "g"))
 POISON_CARD = Json("src/riskrank/base/poison/poison.json")
 claim("docs/trust.md", "Negatives: every real definition at hand, {}:",
       POISON_CARD.at("trained_on", "negatives").map(lambda n: sum(n.values()), ","))

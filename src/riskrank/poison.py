@@ -18,9 +18,14 @@ A span's inputs:
 - which cue words it holds (second person, the assistant named, the user, secrecy, negation,
   consent, data movement, authority, the conversation, the answer, other tools, secrets,
   code), and which its first word is;
-- what it is and how it looks: the field kind (description, parameter description, a value,
-  a title), a question, a URL, an e-mail address, a file path, code, quoted names, its length,
-  capitals, a ``Label:`` lead.
+- what it is and how it looks: a question, a URL, an e-mail address, a file path, code,
+  quoted names, its length, capitals, a ``Label:`` lead, a lead-in ending in ``:``;
+- what it names: this tool ("this tool", its own name), one of its own parameters, another
+  identifier (snake_case, camelCase, in backticks);
+- how it sits in its tool: its topic against the tool's name and its other spans', and how
+  those other spans talk (the share addressing the model, the share giving orders): a
+  definition written throughout as usage advice to the model is its authors' style, a lone
+  order in a plain definition is not.
 
 A small MLP reads them. Its first layer is linear, so it is applied to each vocabulary row once
 (the shipped table holds ``static @ W1``: the mean of projected rows equals the projection of
@@ -64,8 +69,8 @@ DETECTOR_DIR = Path(__file__).with_name("base") / "poison"
 #: A span holds at most this many words: a longer sentence is read in overlapping windows, so
 #: a directive inside a long paragraph is not averaged away.
 MAX_SPAN_WORDS = 48
-#: Spans with fewer words are not scored: a directive needs words (enum values such as
-#: ``fast`` or ``asc`` are not sentences).
+#: Spans with fewer words (punctuation marks not counted) are not scored: a directive needs
+#: words (enum values such as ``fast`` or ``asc``, or a tag such as ``<hint>``, are not sentences).
 MIN_SPAN_WORDS = 3
 #: A field's text is read up to this many characters (a 1 MB description is read whole, in
 #: pieces of :data:`PIECE_SPANS` spans); beyond it only the rule scan's ``oversized`` speaks.
@@ -73,6 +78,9 @@ MAX_FIELD_CHARS = 1 << 20
 PIECE_SPANS = 4096
 #: Words remembered with their pieces and cue bits (a catalogue's vocabulary is far smaller).
 MAX_WORDS = 200_000
+#: Characters of text whose spans are remembered (a catalogue listed again, or another
+#: server's copy of a tool, costs lookups); past it the memory starts again.
+MEMO_CHARS = 1 << 25
 
 #: Cue words by group (after NFKC and case folding; text is split at every punctuation mark,
 #: so "don't" is ``don ' t`` and "pre-approved" is ``pre - approved``). Written with the
@@ -114,7 +122,8 @@ OPENERS: tuple[str, ...] = ("if", "when", "whenever", "before", "after", "always
 #: looks, and how it sits in its tool (the cosine of its topic vector with the tool name's and
 #: with the mean of the tool's other spans'; whether there are others).
 SPAN_FEATURES = ("question", "url", "email", "path", "code", "quoted", "log_words", "capitals", "label_lead",
-                 "topic_name", "topic_rest", "has_rest")
+                 "lead_in", "self_ref", "own_name", "foreign_name", "topic_name", "topic_rest", "has_rest", "rest_addressed",
+                 "rest_orders")
 #: Field kinds the detector reads. Kind is not an input: real definitions have few long enum
 #: values or defaults, so a model that read the kind would learn where attacks were planted.
 FIELD_KINDS = ("description", "param", "value", "title")
@@ -133,7 +142,9 @@ WHY = (
 
 _WORD = re.compile(r"[^\W_]+|[^\w\s]|_")
 _FENCE = re.compile(r"```.*?(?:```|\Z)", re.DOTALL)
-_BREAK = re.compile(r"(?<=[.!?\u3002\uff01\uff1f])[\"'\u201d\u2019)\]]*\s+|\s*\n\s*|;\s+")
+#: Where a span ends: after a sentence's end mark, at a line break, at ``;``; but not before a
+#: lowercase letter (a soft-wrapped line, "e.g. this", an ellipsis inside quotes go on).
+_BREAK = re.compile(r"(?<=[.!?\u3002\uff01\uff1f])[\"'\u201d\u2019)\]]*\s+(?![a-z\s])|\s*\n\s*(?![a-z\s])|;\s+")
 _INVISIBLE = re.compile("[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
                         "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\U000e0000-\U000e0fff]")
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.\w")
@@ -225,6 +236,40 @@ def field_kind(field: str) -> str | None:
 
 
 _SHOUT = re.compile(r"\b[A-Z]{4,}\b")
+#: The tool named as itself ("this tool", "this endpoint"): a definition describing its own use.
+_SELF = re.compile(r"\bthis\s+(?:tool|function|endpoint|command|api|method|operation|action|resource|server|plugin)\b")
+#: An identifier: snake_case, camelCase or in backticks (a tool's or parameter's name).
+_IDENT = re.compile(r"`([^`\s]{2,64})`|\b([A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+|[a-z]+(?:[A-Z][a-z0-9]+)+)\b")
+_TOKEN = re.compile(r"\w+")
+_CAMEL = re.compile(r"[a-z][A-Z]")
+
+
+def own_names(tool: dict[str, Any]) -> tuple[str, ...]:
+    """The names a definition owns, case-folded: its parameters' (top level and one level
+    down). A span that names them describes how to call this tool."""
+    out: list[str] = []
+    schema = tool.get("inputSchema") or tool.get("parameters")
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    if isinstance(props, dict):
+        for k, v in props.items():
+            out.append(str(k).casefold())
+            inner = v.get("properties") if isinstance(v, dict) else None
+            if isinstance(inner, dict):
+                out += [str(x).casefold() for x in inner]
+    return tuple(out)
+
+
+def _names(shown: str, low: str, me: str, mine: frozenset[str]) -> tuple[bool, bool, bool]:
+    """What a span names: this tool (``this tool``, its own name), one of its parameters,
+    another identifier (substring tests first: most spans name nothing)."""
+    hits = [p for p in mine if p in low]
+    named = me != "" and me in low
+    tokens = set(_TOKEN.findall(low)) if (hits or named) else set()
+    idents = {(m.group(1) or m.group(2)).casefold() for m in _IDENT.finditer(shown)} if (
+        "_" in shown or "`" in shown or _CAMEL.search(shown) is not None) else set()
+    return (("this " in low and _SELF.search(low) is not None) or (named and me in tokens),
+            any(p in tokens for p in hits),
+            any(i not in mine and i != me and i.strip("()") not in mine for i in idents))
 
 
 @dataclass
@@ -247,8 +292,9 @@ class Spans:
         return len(self.nwords)
 
 
-#: How many of :data:`SPAN_FEATURES` describe the span's looks (the rest place it in its tool).
-N_LOOKS = 9
+#: How many of :data:`SPAN_FEATURES` describe the span's looks and what it names (the rest
+#: place it in its tool).
+N_LOOKS = 13
 
 
 class Featuriser:
@@ -275,6 +321,10 @@ class Featuriser:
         for w in self.openers:
             self._cue[w] = self._cue.get(w, 0) | (1 << len(self.lexicons))
         self._lock = threading.Lock()
+        #: (text, tool name, parameter names) -> the text as read, its spans, words and looks
+        #: (see :meth:`_read`), up to :data:`MEMO_CHARS` characters of text
+        self._memo: dict[tuple[str, str, frozenset[str]], tuple[str, list[tuple[int, int, list[str], tuple[float, ...]]]]] = {}
+        self._memo_chars = 0
         self._reset()
 
     def _reset(self) -> None:
@@ -294,13 +344,15 @@ class Featuriser:
 
     def _add(self, words: Iterable[str]) -> None:
         with self._lock:
-            for w in words:
-                if w in self.index:
-                    continue
-                tid = self.vocab.get(w)
-                ids = [tid] if tid is not None else self.tokenizer.encode(w, add_special_tokens=False).ids
+            todo = [w for w in dict.fromkeys(words) if w not in self.index]
+            rare = [w for w in todo if w not in self.vocab]  # split into pieces in one batch
+            split = dict(zip(rare, (e.ids for e in self.tokenizer.encode_batch(rare, add_special_tokens=False)),
+                             strict=True)) if rare else {}
+            unk = [self.vocab.get("[UNK]", 100)]
+            for w in todo:
+                ids = [self.vocab[w]] if w in self.vocab else split[w]
                 self.index[w] = len(self.pieces)
-                self.pieces.append(ids or [self.vocab.get("[UNK]", 100)])
+                self.pieces.append(ids or unk)
                 self._bits.append(self._cue.get(w, 0))
 
     def bits(self) -> np.ndarray:
@@ -309,9 +361,12 @@ class Featuriser:
             self._bits_arr = np.asarray(self._bits, np.int64)
         return self._bits_arr
 
-    def featurise(self, texts: Sequence[tuple[str, int]], names: Sequence[str] = ()) -> Spans:
+    def featurise(self, texts: Sequence[tuple[str, int]], names: Sequence[str] = (),
+                  params: Sequence[Sequence[str]] = ()) -> Spans:
         """Every span of each (text, owner) with at least :data:`MIN_SPAN_WORDS` words; ``names``
-        are the owners' tool names (a span is read against its tool's name and other spans)."""
+        are the owners' tool names (a span is read against its tool's name and other spans),
+        ``params`` their parameters' names (:func:`own_names`; a span naming them, or the tool
+        itself, describes this tool; one naming another identifier points elsewhere)."""
         if len(self.index) >= MAX_WORDS:
             with self._lock:
                 self._reset()
@@ -321,33 +376,34 @@ class Featuriser:
         looks: list[tuple[float, ...]] = []
         owner: list[int] = []
         where: list[tuple[int, int, int]] = []
-        shown_texts = [normalise(t[:MAX_FIELD_CHARS]) for t, _ in texts]
-        findall, shout, label = _WORD.findall, _SHOUT.search, _LABEL.match
-        for ti, text in enumerate(shown_texts):
-            for a, b in spans_of(text):
-                shown = text[a:b]
-                low = shown.casefold()
-                found = findall(low)
-                n = len(found)
-                if n < MIN_SPAN_WORDS:
-                    continue
-                starts.append(len(words))
-                nwords.append(n)
-                words += found
-                looks.append((
-                    shown.rstrip().endswith("?"),
-                    "http" in low or "www." in low,
-                    "@" in low and _EMAIL.search(low) is not None,
-                    "~/" in low or "/etc/" in low or "/." in low or "\\." in low,
-                    "```" in low or "()" in low or " = " in low or "import " in low,
-                    "`" in low or "'" in low or '"' in low,
-                    math.log1p(n) / 4.0,
-                    shout(shown) is not None,
-                    label(shown) is not None,
-                ))
-                owner.append(texts[ti][1])
-                where.append((ti, a, b))
+        shown_texts: list[str] = []
+        findall = _WORD.findall
+        tool_names = [str(n).casefold() for n in names]
         name_lists = [findall(re.sub(r"(?<=[a-z])(?=[A-Z])|[_\-.]+", " ", str(n)).casefold()) for n in names]
+        name_sets = [frozenset(ws) for ws in name_lists]
+        own_params = [frozenset(x for x in p if len(x) >= 3) for p in params]
+        memo = self._memo
+        if self._memo_chars > MEMO_CHARS:
+            memo.clear()
+            self._memo_chars = 0
+        for ti, (raw, own) in enumerate(texts):
+            me = tool_names[own] if own < len(tool_names) else ""
+            mine = own_params[own] if own < len(own_params) else frozenset()
+            key = (raw, me, mine)
+            got = memo.get(key)
+            if got is None:
+                text = normalise(raw[:MAX_FIELD_CHARS])
+                got = memo[key] = (text, self._read(text, me, mine, name_sets[own] if own < len(name_sets) else frozenset()))
+                self._memo_chars += len(raw)
+            text, read = got
+            shown_texts.append(text)
+            for a, b, found, look in read:
+                starts.append(len(words))
+                nwords.append(len(found))
+                words += found
+                looks.append(look)
+                owner.append(own)
+                where.append((ti, a, b))
         new = {w for w in words if w not in self.index} | {w for ws in name_lists for w in ws if w not in self.index}
         if new:
             self._add(sorted(new))
@@ -357,6 +413,39 @@ class Featuriser:
                      looks=np.asarray(looks, np.float32).reshape(len(nwords), N_LOOKS),
                      owner=np.asarray(owner, np.int64), name_words=[[index[w] for w in ws] for ws in name_lists],
                      where=where, texts=shown_texts)
+
+    @staticmethod
+    def _read(text: str, me: str, mine: frozenset[str], name_words: frozenset[str] = frozenset()
+              ) -> list[tuple[int, int, list[str], tuple[float, ...]]]:
+        """Each span of one text (as read) with its words and looks, for a tool named ``me``
+        (in words: ``name_words``) with parameters ``mine`` (remembered per text: a catalogue
+        listed again costs lookups). A span whose words are all its tool's name's ("Read Media
+        File" for ``read_media_file``) only names the tool and is not scored."""
+        findall, shout, label = _WORD.findall, _SHOUT.search, _LABEL.match
+        out = []
+        for a, b in spans_of(text):
+            shown = text[a:b]
+            low = shown.casefold()
+            found = findall(low)
+            n = len(found)
+            if n < MIN_SPAN_WORDS or (n < 4 * MIN_SPAN_WORDS and (
+                    sum(w[0].isalnum() for w in found) < MIN_SPAN_WORDS
+                    or (name_words and name_words.issuperset(w for w in found if w[0].isalnum())))):
+                continue
+            out.append((a, b, found, (
+                shown.rstrip().endswith("?"),
+                "http" in low or "www." in low,
+                "@" in low and _EMAIL.search(low) is not None,
+                "~/" in low or "/etc/" in low or "/." in low or "\\." in low,
+                "```" in low or "()" in low or " = " in low or "import " in low,
+                "`" in low or "'" in low or '"' in low,
+                math.log1p(n) / 4.0,
+                shout(shown) is not None,
+                label(shown) is not None,
+                shown.rstrip().endswith(":"),
+                *_names(shown, low, me, mine),
+            )))
+        return out
 
     def cues(self, spans: Spans) -> tuple[np.ndarray, np.ndarray]:
         """The cue bits of each span's words (any word) and of its first word (with the opener
@@ -400,9 +489,14 @@ class WordTable:
         """The mean of the table's rows over each span's word pieces: [len(spans), width]."""
         if len(spans) == 0:
             return np.zeros((0, self.table.shape[1]), np.float32)
+        from scipy.sparse import csr_matrix
+
         sums, counts = self.rows(feat)
-        total = np.add.reduceat(sums[spans.words], spans.starts, axis=0)
-        return total / np.add.reduceat(counts[spans.words], spans.starts)[:, None]
+        # spans x word rows, one entry per word: a sparse product sums each span's rows without
+        # gathering them into one large array first (several times faster than reduceat)
+        n = len(spans.words)
+        words = csr_matrix((np.ones(n, np.float32), spans.words, np.append(spans.starts, n)), shape=(len(spans), len(counts)))
+        return np.asarray(words @ sums) / (words @ counts)[:, None]
 
     def name_means(self, feat: Featuriser, spans: Spans) -> np.ndarray:
         """The mean piece row of each owner's name (zeros for a name with no word)."""
@@ -418,13 +512,21 @@ def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1) + 1e-9)
 
 
-def placement(topic: WordTable, feat: Featuriser, spans: Spans) -> np.ndarray:
-    """How each span sits in its tool (the last three :data:`SPAN_FEATURES`): the cosine of its
+#: Cue groups whose share among a tool's other spans says how the whole definition talks: to
+#: the model ("you", "the assistant"), or in orders ("always", "must", "call", "instead").
+_STYLE = (("second_person", "assistant"), ("authority", "other_tools"))
+
+
+def placement(topic: WordTable, feat: Featuriser, spans: Spans, cues: np.ndarray) -> np.ndarray:
+    """How each span sits in its tool (the last five :data:`SPAN_FEATURES`): the cosine of its
     topic vector with its tool name's, with the mean of its tool's other spans' (0 without
-    others), and whether there are others. Off-topic text (a task for the assistant planted in
-    a tool about something else) is far from both."""
+    others), whether there are others, and the share of those others that address the model
+    and that give orders (``cues``: :meth:`Featuriser.cues`' first matrix). Off-topic text (a
+    task for the assistant planted in a tool about something else) is far from both; a
+    definition written throughout as advice to the model (its own usage rules) is read as a
+    whole, not one sentence at a time."""
     if len(spans) == 0:
-        return np.zeros((0, 3), np.float32)
+        return np.zeros((0, 5), np.float32)
     t = topic.mean(feat, spans)
     names = topic.name_means(feat, spans)
     n_owner = len(spans.name_words) if spans.name_words else int(spans.owner.max()) + 1
@@ -434,7 +536,12 @@ def placement(topic: WordTable, feat: Featuriser, spans: Spans) -> np.ndarray:
     rest = (sums[spans.owner] - t) / np.maximum(count - 1, 1)[:, None]
     has_rest = count > 1
     by_name = _cos(t, names[spans.owner]) if spans.name_words else np.zeros(len(spans), np.float32)
-    return np.stack([by_name, np.where(has_rest, _cos(t, rest), 0.0), has_rest], 1).astype(np.float32)
+    groups = list(feat.lexicons)
+    style = np.stack([cues[:, [groups.index(g) for g in gs if g in groups]].max(1) for gs in _STYLE], 1)
+    totals = np.zeros((n_owner, style.shape[1]), np.float32)
+    np.add.at(totals, spans.owner, style)
+    others = (totals[spans.owner] - style) / np.maximum(count - 1, 1)[:, None]
+    return np.hstack([np.stack([by_name, np.where(has_rest, _cos(t, rest), 0.0), has_rest], 1), others]).astype(np.float32)
 
 
 @dataclass(frozen=True)
@@ -481,16 +588,17 @@ class PoisonDetector:
         a = self.arrays
         feat = self.featuriser
         cues, first = feat.cues(spans)
-        span = np.hstack([spans.looks, placement(self._topic, feat, spans)])
+        span = np.hstack([spans.looks, placement(self._topic, feat, spans, cues)])
         h = self._token.mean(feat, spans)
         h += cues @ a["cues.weight"] + first @ a["first.weight"] + span @ a["span.weight"] + a["l1.bias"]
         np.maximum(h, 0, out=h)
         z = h @ a["l2.weight"] + a["l2.bias"][0]
         return (1.0 / (1.0 + np.exp(-np.clip(z, -60, 60)))).astype(np.float32)
 
-    def score(self, texts: Sequence[tuple[str, int]], names: Sequence[str] = (), min_score: float = 0.0) -> list[SpanScore]:
+    def score(self, texts: Sequence[tuple[str, int]], names: Sequence[str] = (), min_score: float = 0.0,
+              params: Sequence[Sequence[str]] = ()) -> list[SpanScore]:
         """Every span of each (text, owner) that scores at least ``min_score``, with its score;
-        ``names`` are the owners' tool names. A field over 256 KB is read in pieces of its own
+        ``names`` are the owners' tool names, ``params`` their parameters' (:func:`own_names`). A field over 256 KB is read in pieces of its own
         (a 1 MB description costs time in proportion, and one batch's memory stays bounded)."""
         out: list[SpanScore] = []
         cue_names = list(self.featuriser.lexicons)
@@ -501,13 +609,13 @@ class PoisonDetector:
             if len(text) > step:
                 text = normalise(text[:MAX_FIELD_CHARS])
                 for off in range(0, len(text), step):
-                    sp = self.featuriser.featurise([(text[off: off + step], own)], names)
+                    sp = self.featuriser.featurise([(text[off: off + step], own)], names, params)
                     out += self._collect(sp, self.scores_of(sp), [i], cue_names, off, min_score)
                 continue
             batch.append((text, own))
             index.append(i)
         if batch:
-            sp = self.featuriser.featurise(batch, names)
+            sp = self.featuriser.featurise(batch, names, params)
             out += self._collect(sp, self.scores_of(sp), index, cue_names, 0, min_score)
         return out
 

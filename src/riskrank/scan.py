@@ -316,17 +316,17 @@ def _resolve(detector: Any) -> Any:
     return detector
 
 
-def directive_findings(detector: Any, items: Sequence[tuple[str, str, int]], names: Sequence[str]
-                       ) -> list[tuple[int, Finding]]:
+def directive_findings(detector: Any, items: Sequence[tuple[str, str, int]], names: Sequence[str],
+                       params: Sequence[Sequence[str]] = ()) -> list[tuple[int, Finding]]:
     """The detector's findings over (field, text, owner) items, ``names`` being the owners'
-    tool names: (owner, finding) for each item whose best span scores at or above the
+    tool names and ``params`` their parameters' (:func:`riskrank.poison.own_names`): (owner, finding) for each item whose best span scores at or above the
     detector's ``suspicious`` threshold (``poisoned`` at or above its ``poisoned`` one), the
     span quoted with why in words."""
     if not items:
         return []
     th = detector.thresholds
     best: dict[int, Any] = {}
-    for sp in detector.score([(text, owner) for _, text, owner in items], names, min_score=th["suspicious"]):
+    for sp in detector.score([(text, owner) for _, text, owner in items], names, th["suspicious"], params):
         if sp.text not in best or sp.score > best[sp.text].score:
             best[sp.text] = sp
     out = []
@@ -348,7 +348,7 @@ def scan_definitions(tools: Sequence[dict[str, Any]], detector: Any = None) -> l
     call)."""
     det = _resolve(detector)
     if det is not None:
-        from riskrank.poison import texts_for
+        from riskrank.poison import own_names, texts_for
     found: list[list[Finding]] = []
     items: list[tuple[str, str, int]] = []
     for i, tool in enumerate(tools):
@@ -360,7 +360,7 @@ def scan_definitions(tools: Sequence[dict[str, Any]], detector: Any = None) -> l
                 items += [(f, t, i) for f, t, _ in texts_for(parts)]
         found.append(mine)
     if det is not None:
-        for i, f in directive_findings(det, items, [str(t.get("name", "")) for t in tools]):
+        for i, f in directive_findings(det, items, [str(t.get("name", "")) for t in tools], [own_names(t) for t in tools]):
             found[i].append(f)
     return [_verdict(str(t.get("name", "")), fs) for t, fs in zip(tools, found, strict=True)]
 

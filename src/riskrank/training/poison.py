@@ -12,8 +12,10 @@ APIBench, API-Bank, ToolAlpaca, UltraTool, Seal-Tools with its parameters); thei
 A fit (:func:`fit_detector`) holds out a fifth of each benign group's tools as validation,
 trains the MLP on the rest (PyTorch, here only), and sets both thresholds on the validation
 tools alone: ``poisoned`` where the validation false-positive rate (a tool whose best span
-scores at or above it) is at most :data:`ALPHA_POISONED`, ``suspicious`` at
-:data:`ALPHA_SUSPICIOUS`. No attack text takes part in choosing a threshold.
+scores at or above it) is at most :data:`ALPHA_POISONED` over all of them and at most
+:data:`ALPHA_GROUP` within each group (the MCP servers, each corpus), ``suspicious`` at
+:data:`ALPHA_SUSPICIOUS`, pooled and within each group. No attack text takes part in
+choosing a threshold.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from riskrank.poison import (
     WordTable,
     bundled_tokenizer,
     normalise,
+    own_names,
     placement,
     texts_for,
 )
@@ -49,6 +52,10 @@ BIPIA = "microsoft/BIPIA/benchmark"
 #: The validation false-positive rates the thresholds are set at (fixed before any fit ran).
 ALPHA_POISONED = 0.002
 ALPHA_SUSPICIOUS = 0.01
+#: ... and the rate the ``poisoned`` threshold also holds within each validation group (the MCP
+#: servers together, each corpus): chosen later, on leave one family, server and corpus out
+#: (``benchmarks/poison_detector.py`` says what was seen).
+ALPHA_GROUP = 0.005
 #: Where an attack text is planted.
 POSITIONS = ("start", "middle", "end", "param", "enum", "default")
 SEPARATORS = (" ", "\n", "\n\n", "  ")
@@ -209,17 +216,18 @@ def plant(tool: dict[str, Any], attack: str, position: str, rng: random.Random) 
 
 
 def plantings(texts: Sequence[str], hosts: Sequence[dict[str, Any]], per_text: int, seed: int
-              ) -> list[tuple[int, dict[str, Any], str, str, int]]:
-    """(text index, poisoned definition, position, field, offset) for each text planted into
-    ``per_text`` hosts, the positions taken in turn from a seeded start."""
+              ) -> list[tuple[int, dict[str, Any], str, str, int, int]]:
+    """(text index, poisoned definition, position, field, offset, host index) for each text
+    planted into ``per_text`` hosts, the positions taken in turn from a seeded start."""
     rng = random.Random(seed)
     out = []
     for i, text in enumerate(texts):
         first = rng.randrange(len(POSITIONS))
         for k in range(per_text):
             position = POSITIONS[(first + k) % len(POSITIONS)]
-            t, f, off = plant(rng.choice(hosts), text, position, rng)
-            out.append((i, t, position, f, off))
+            h = rng.randrange(len(hosts))
+            t, f, off = plant(hosts[h], text, position, rng)
+            out.append((i, t, position, f, off, h))
     return out
 
 
@@ -320,14 +328,14 @@ def definition_rows(t: Tables, tools: Sequence[dict[str, Any]],
                 ranges.append((a, a + len(normalise(text[at[1]: at[2]]))))
             else:
                 ranges.append(None)
-    sp = t.feat.featurise(texts, [str(tool.get("name", "")) for tool in tools])
+    sp = t.feat.featurise(texts, [str(tool.get("name", "")) for tool in tools], [own_names(tool) for tool in tools])
     attack = np.zeros(len(sp), bool)
     for j, (ti, a, b) in enumerate(sp.where):
         r = ranges[ti]
         if r is not None:
             attack[j] = max(0, min(b, r[1]) - max(a, r[0])) >= 0.5 * (b - a)
     cues, first = t.feat.cues(sp)
-    X = np.hstack([t.static_words.mean(t.feat, sp), cues, first, sp.looks, placement(t.topic_words, t.feat, sp)])
+    X = np.hstack([t.static_words.mean(t.feat, sp), cues, first, sp.looks, placement(t.topic_words, t.feat, sp, cues)])
     return SpanRows(X.astype(np.float32), sp.owner.copy(), attack, len(tools))
 
 
@@ -445,12 +453,17 @@ def fit_detector(t: Tables, neg: SpanRows, neg_groups: np.ndarray, neg_corpus: n
     y = np.concatenate([np.zeros(int((~val_rows).sum()), bool), np.ones(int(pos.attack.sum()), bool)])
     weights = fit_mlp(X, y, cfg)
     val = neg.take(np.flatnonzero(val_rows))
-    best = tool_max(mlp_scores(weights, val.X), val.tool, neg.n_tools)[val_tool]
-    thresholds = {"poisoned": threshold_at(best, ALPHA_POISONED), "suspicious": threshold_at(best, ALPHA_SUSPICIOUS)}
+    best_all = tool_max(mlp_scores(weights, val.X), val.tool, neg.n_tools)
+    best = best_all[val_tool]
+    # Each threshold holds on the pooled validation tools and on each group's alone (the MCP
+    # servers together, each corpus): a group unlike the others cannot hide behind them.
+    groups = [best_all[val_tool & (neg_corpus == c)] for c in sorted(set(neg_corpus[val_tool]))]
+    thresholds = {k: max([threshold_at(best, a)] + [threshold_at(g, ga) for g in groups if len(g)])
+                  for k, a, ga in (("poisoned", ALPHA_POISONED, ALPHA_GROUP), ("suspicious", ALPHA_SUSPICIOUS, ALPHA_SUSPICIOUS))}
     thresholds["suspicious"] = min(thresholds["suspicious"], thresholds["poisoned"])
     info = {"n_train_spans": len(y), "n_positive_spans": int(y.sum()), "n_validation_tools": int(val_tool.sum()),
             "validation_servers": [str(x) for x in (held if servers else [])],
-            "alpha": {"poisoned": ALPHA_POISONED, "suspicious": ALPHA_SUSPICIOUS},
+            "alpha": {"poisoned": ALPHA_POISONED, "suspicious": ALPHA_SUSPICIOUS, "poisoned_per_group": ALPHA_GROUP},
             "mlp": {k: getattr(cfg, k) for k in ("hidden", "epochs", "lr", "weight_decay", "batch", "seed", "positive_share")}}
     det = to_detector(weights, t, thresholds, {**(meta or {}), "training": info})
     return Fit(det, thresholds, info, weights)
