@@ -38,9 +38,9 @@ demo: $(STAMP)
 	$(BIN)/riskrank demo
 
 # riskrank-base, the heads shipped in the wheel (docs/base-model.md). SOURCE_DATE_EPOCH pins the
-# sidecar's time stamp and BASE_THREADS the thread count (float reductions may depend on it;
-# here 1 and 2 threads built identical files). The shipped files predate the current code: a
-# rebuild differs from them (docs/base-model.md says how).
+# sidecar's time stamp and BASE_THREADS the thread count (float reductions may depend on it).
+# The card records the build's fingerprint (the package files it imported, the level model, the
+# data); tests/test_base.py fails when any of them changes: rebuild and commit the files then.
 BASE_MODEL    := src/riskrank/base/model
 BASE_TRANSFER := benchmarks/results/transfer_lobo.json
 BASE_EPOCH    ?= 1764547200

@@ -1042,10 +1042,6 @@ def pipe(name: str, key: str) -> V:
     return CK.at("inference", "pipelines", name, key, fmt="g")
 
 
-claim(BM, "The rebuild's zero-shot choices differ in two places (`core+graph+rule` alpha, where the shipped files hold {}, and "
-      "`core+graph+rule_pred` lambda, where they hold {}) and its held-out risk AUC in the seventh decimal (the shipped {});",
-      pipe("core+graph+rule", "alpha"), pipe("core+graph+rule_pred", "lam"),
-      CK.at("risk_head", "heldout_auc", fmt=".7f"))
 claim(BM, "UltraTool's {} and Seal-Tools' {} audited tools form one registry; the queries are UltraTool's {} `test.json` questions",
       loader_count("ultratool", "tools"), loader_count("sealtools", "tools"), U.at("splits", "test", "n_queries", fmt=","))
 LEVELS = Json("benchmarks/results/risk_levels.json")

@@ -75,7 +75,7 @@ from riskrank.first_stage import (
     union_candidates,
 )
 from riskrank.graph import NORMALISATIONS, GraphConfig, ToolGraph
-from riskrank.heads import HeadScorer, sigmoid_
+from riskrank.heads import PENALTY_SOURCES, HeadScorer, level_penalty, sigmoid_
 from riskrank.levels import LevelModel, load_level_model
 from riskrank.modes import (
     FIRST_STAGES,
@@ -246,6 +246,10 @@ class RiskAwareRetriever:
             raise CheckpointError("the checkpoint's relevance head reads lexical evidence but its sidecar has no inference.fusion")
         #: The fusion of the ``hybrid`` modes: given, else the checkpoint's, else the prior.
         self.fusion = fusion or self.head_fusion or PRIOR_FUSION
+        #: What lambda multiplies outside the context stage (:data:`riskrank.heads.PENALTY_SOURCES`):
+        #: the risk head's penalty, or the served levels' (:func:`riskrank.heads.level_penalty`).
+        self.penalty_source = str(inference.get("penalty_source", PENALTY_SOURCES[0]))
+        self._level_penalty: np.ndarray | None = None
         #: lambda / alpha / normalisation per pipeline, chosen on validation (the checkpoint's).
         self.pipelines: dict[str, dict[str, Any]] = dict(inference.get("pipelines") or {})
         self._given = {"lam": lam is not None, "alpha": alpha is not None, "normalisation": normalisation is not None}
@@ -386,6 +390,16 @@ class RiskAwareRetriever:
         """What lambda multiplies [N]: the risk head's penalty (p_risky, or the paper's
         f_risk), or the audited-label risk without a checkpoint."""
         return self.scorer.f_risk if self.scorer is not None else self.label_risk
+
+    def penalty(self, stages: Stages, f_risk: np.ndarray, candidates: np.ndarray | None) -> np.ndarray:
+        """What lambda multiplies for the scored set: the served levels' penalty where the
+        checkpoint chose it (every pipeline but the context stage's, whose need head and
+        lambdas were chosen on the risk head's penalty), else ``f_risk``."""
+        if self.penalty_source != "levels" or stages.context or not stages.heads:
+            return f_risk
+        if self._level_penalty is None:
+            self._level_penalty = level_penalty(self.tool_levels.levels)
+        return self._level_penalty if candidates is None else self._level_penalty[candidates]
 
     @property
     def risk_head_learned(self) -> bool:
@@ -657,7 +671,7 @@ class RiskAwareRetriever:
         pin = self.pin_named if pin is None else bool(pin)
         cand, cos, lex, inputs = self._first_stage(query_emb, stages, m, texts, lexical, pin)
         rel, f_rel, f_risk = self._components(query_emb, stages, cand, cos, lex, inputs)
-        scores = rel - np.float32(setting["lam"]) * f_risk if setting["lam"] else rel
+        scores = rel - np.float32(setting["lam"]) * self.penalty(stages, f_risk, cand) if setting["lam"] else rel
         named = lex.named if lex is not None and pin else None
         adjust = None
         if stages.context:
