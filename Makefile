@@ -18,7 +18,7 @@ ifneq ($(DATA_SOURCE),upstream)
 export RISKRANK_MIRROR ?= $(DATA_SOURCE)
 endif
 
-.PHONY: venv data demo test test-slow lint imports docs lock clean console-shots base-model transfer loco
+.PHONY: venv data demo test test-slow lint imports docs lock clean console-shots base-model transfer loco poison-detector
 
 # Everything installs from the lock (constraints.txt): the exact versions riskrank is tested with.
 $(STAMP): pyproject.toml constraints.txt
@@ -49,6 +49,16 @@ base-model: $(STAMP) data
 	SOURCE_DATE_EPOCH=$(BASE_EPOCH) OMP_NUM_THREADS=$(BASE_THREADS) MKL_NUM_THREADS=$(BASE_THREADS) \
 		$(BIN)/riskrank train --base --out $(BASE_MODEL) --force \
 		$(if $(wildcard $(BASE_TRANSFER)),--transfer $(BASE_TRANSFER))
+
+# The poisoning detector shipped in the wheel (docs/trust.md), fitted and judged in one run: 40
+# fits (leave one family out, with one server out each; leave one corpus out; the shipped
+# one), twenty minutes on two shared cores, the first run also building the static piece table (minutes).
+# It writes the artefact docs/trust.md renders. NPM_BIN: the reference servers' bin directory.
+POISON_DETECTOR := src/riskrank/base/poison
+NPM_BIN ?= $(shell bash .ci/npm/install.sh $(HOME)/.cache/riskrank-ci/npm 2>/dev/null | tail -1)
+poison-detector: $(STAMP) data
+	OMP_NUM_THREADS=2 $(BIN)/python benchmarks/poison_detector.py --data $(RISKRANK_DATA) --ship $(POISON_DETECTOR) \
+		--json benchmarks/results/poison_detector.json $(if $(NPM_BIN),--npm-bin $(NPM_BIN))
 
 # Leave one benchmark out, 3 seeds (tens of CPU minutes): the transfer table of docs/base-model.md.
 transfer: $(STAMP) data

@@ -1,4 +1,5 @@
-"""How well the definition scan (riskrank.scan) separates poisoned tools from real ones.
+"""How well the definition scan's rules (riskrank.scan, without the learned detector) separate
+poisoned tools from real ones (benchmarks/poison_detector.py judges the detector).
 
     python benchmarks/trust_scan.py [--benign PATH] [--json benchmarks/results/trust_scan.json]
 
@@ -146,7 +147,7 @@ def main() -> None:
     times = []
     for _ in range(args.repeats):  # the machine is shared: the median and the best of several passes
         t0 = time.perf_counter()
-        benign_scans = [scan_tool(t) for t in benign]
+        benign_scans = [scan_tool(t, None) for t in benign]  # the rules alone
         times.append((time.perf_counter() - t0) * 1000 / len(benign) * 100)
     per_100_ms, best_ms = statistics.median(times), min(times)
     load = os.getloadavg()[0]
@@ -157,7 +158,7 @@ def main() -> None:
         missed = []
         for attack in attacks:
             for host in rng.sample(benign, args.hosts):
-                sc = scan_tool(poison(host, attack))
+                sc = scan_tool(poison(host, attack), None)
                 n += 1
                 hit += sc.verdict == "poisoned"
                 if sc.verdict != "poisoned":

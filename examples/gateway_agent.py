@@ -37,7 +37,7 @@ POLICY = {"max_level": 3, "confirm_level": 3, "allow": ["*"], "deny": ["*move_fi
 #: calls the first of them that find_tools offered, else the first one anyway (as a model
 #: that ignores the list would). {root} is the workspace.
 STEPS = [
-    ("delete the old log files", [("edit_file", {"path": "{root}/files/logs/old.log", "edits": []}),
+    ("delete the old log files", [("write_file", {"path": "{root}/files/logs/old.log", "content": ""}),
                                   ("move_file", {"source": "{root}/files/logs/old.log", "destination": "/dev/null"})]),
     ("list the files in the logs folder", [("list_directory", {"path": "{root}/files/logs"})]),
     ("read the log file old.log", [("read_text_file", {"path": "{root}/files/logs/old.log"})]),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -129,5 +130,41 @@ class Console:
         return self.http.post("/console/approvals/decide", data={"csrf": csrf, "id": request_id, "digest": digest,
                                                                   "action": "approve" if approve else "deny", "note": note})
 
+    def decide_id(self, request_id: str, digest: str | None = None, approve: bool = True) -> httpx.Response:
+        """Decide ``request_id`` whether or not the page still lists it (``digest``: of the
+        arguments the operator saw; by default the restart_service call of these tests)."""
+        from riskrank.serving.gateway.confirm import call_digest
+
+        page = self.http.get("/console/approvals").text
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page)
+        if csrf is None:  # no form on the page (nothing waiting): the session's token from another page
+            csrf = re.search(r'name="csrf" value="([^"]+)"', self.http.get("/console/catalogue").text)
+        return self.http.post("/console/approvals/decide", data={
+            "csrf": csrf.group(1), "id": request_id, "digest": digest or call_digest("restart_service", {"service": "api"}),
+            "action": "approve" if approve else "deny", "note": ""})
+
     def close(self) -> None:
         self.http.close()
+
+
+def start_replica(root: Path, state: str, name: str, *extra: str):
+    """One replica of a team on the state store ``state``, with its console (the admin token file)."""
+    return start_gateway(root, "--state", state, "--replica", name, "--console", "--admin-token-file", str(root / "admin"),
+                         "--confirm-timeout", "60", *extra)
+
+
+def stop_all(*procs) -> None:
+    """SIGTERM each process, then wait for each (killed when it will not stop)."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=GUARD_S)
+        except Exception:
+            p.kill()
+
+
+def base_url(url: str) -> str:
+    """The gateway's root URL from its MCP URL."""
+    return url.rsplit("/mcp", 1)[0]

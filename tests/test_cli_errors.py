@@ -31,7 +31,9 @@ FILES = {
     "nostart.json": '{"mcpServers": {"gone": {"command": "/nonexistent/bin/server"}}}',
     "exits.json": '{"mcpServers": {"quits": {"command": "sh", "args": ["-c", "exit 3"]}}}',
     "sh.json": '{"mcpServers": {"x": {"command": "sh"}}}',
+    "policy.json": '{"max_level": 3}',
     "state/pins.json": "{ not json",
+    "home/.cursor/mcp.json": '{"mcpServers": {"a": {"command": "x"}}}',
 }
 
 # (command, kind, argv, what the error line must name)
@@ -95,6 +97,28 @@ TABLE = [
     ("state import", "unreadable", ["state", "import", "--state", "st2", "--audit-log", "binary.json"], "not UTF-8 text"),
     ("state export", "missing", ["state", "export", "--state", "nowhere", "--what", "audit", "--out", "a.jsonl"],
      "no state store there"),
+    ("policy check", "unreadable", ["policy", "check", "binary.json"], "binary.json: cannot read the policy file"),
+    ("policy check", "unreadable", ["policy", "check", "adir"], "is a directory"),
+    ("policy check", "missing", ["policy", "check", "nowhere.json"], "nowhere.json: no such policy file"),
+    ("policy check", "wrong shape", ["policy", "check", "list.json"], "the policy file must hold a JSON object"),
+    ("policy check", "empty", ["policy", "check", "empty.json"], "empty.json: invalid JSON at line 1"),
+    ("policy check", "wrong value", ["policy", "check", "str.json"], "the policy file must hold a JSON object"),
+    ("policy replay", "missing", ["policy", "replay", "--audit", "nowhere.jsonl", "--policy", "policy.json"],
+     "--audit nowhere.jsonl: no such audit log"),
+    ("policy replay", "unreadable", ["policy", "replay", "--audit", "binary.json", "--policy", "policy.json"],
+     "--audit binary.json: none of its 1 lines is an audit record"),
+    ("policy replay", "wrong shape", ["policy", "replay", "--audit", "adir", "--policy", "policy.json"],
+     "--audit adir: no state store there"),
+    ("policy replay", "empty", ["policy", "replay", "--audit", "q.jsonl", "--policy", "empty.json"],
+     "empty.json: invalid JSON at line 1"),
+    ("policy replay", "missing", ["policy", "replay", "--audit", "q.jsonl", "--policy", "nowhere.json"],
+     "nowhere.json: no such policy file"),
+    ("wrap", "wrong shape", ["wrap", "--yes", "--policy", "list.json"], "the policy file must hold a JSON object"),
+    ("wrap", "unreadable", ["wrap", "--yes", "--servers-dir", "list.json"], "list.json: not a directory"),
+    ("wrap", "read-only", ["wrap", "--yes", "--command", "riskrank"], "home/.cursor/mcp.json: read-only (mode 0444)"),
+    ("wrap", "wrong value", ["wrap", "--client", "nosuch"], "'nosuch' is not one of"),
+    ("unwrap", "unreadable", ["unwrap", "--yes", "--servers-dir", "list.json"], "list.json: not a directory"),
+    ("unwrap", "wrong shape", ["unwrap", "--yes", "--servers-dir", "records"], "not a wrap record of this riskrank"),
 ]
 
 
@@ -105,6 +129,13 @@ def bad_inputs(tmp_path: Path, monkeypatch) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content if isinstance(content, bytes) else content.encode())
     (tmp_path / "adir").mkdir()
+    (tmp_path / "home/.cursor/mcp.json").chmod(0o444)
+    (tmp_path / "records").mkdir()
+    (tmp_path / "records/x.wrap.json").write_text('{"version": 0}')
+    # wrap and unwrap look in the home directory: this one, never the real one
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for var in ("XDG_CONFIG_HOME", "APPDATA"):
+        monkeypatch.delenv(var, raising=False)
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

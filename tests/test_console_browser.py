@@ -78,6 +78,8 @@ def gateway_argv(tmp_path, *extra: str) -> list[str]:
 def test_approve_and_deny_while_the_agent_waits(tmp_path, browser):
     """The agent's call_tool blocks on the operator: approved, it runs; denied, it fails."""
     argv = gateway_argv(tmp_path)
+    # the same call twice in one session: asked both times (once per session would not ask again)
+    write_policy(tmp_path / "policy.json", confirm="every_call")
     errlog = tmp_path / "gateway.err"
     seen: dict = {}
 

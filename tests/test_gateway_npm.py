@@ -155,10 +155,12 @@ def check_agent_loop(seen: dict, root: Path, *, confirmed: bool) -> None:
     # "delete the old log files": no destructive tool beyond the policy (max_level 3) is offered.
     delete = seen["delete"]
     assert delete["tools"] and all(t["risk_level"] <= 3 for t in delete["tools"])
-    assert not {"delete_entities", "delete_observations", "delete_relations", "docs__write_file", "docs__edit_file",
-                "docs__move_file"} & {t["name"] for t in delete["tools"]}
+    # What deletes is never offered unasked: a delete the level model reads L3 (delete_observations,
+    # one entity's facts) comes with a confirmation; delete_entities (L4) is never offered.
+    assert "delete_entities" not in {t["name"] for t in delete["tools"]}
+    assert all(t["needs_confirmation"] for t in delete["tools"] if "delete" in t["name"] or t["risk_level"] >= 3), delete["tools"]
     assert delete["policy"] == {"max_level": 3, "confirm_level": 3, "not_offered": delete["policy"]["not_offered"]}
-    assert delete["policy"]["not_offered"] >= 9
+    assert delete["policy"]["not_offered"] >= 5  # the two write_file, delete_entities and the two toggle-* denied
     if seen["call_withheld"] is not None:  # withheld by the rule filter: not callable
         assert seen["call_withheld"][1] and seen["call_withheld"][0].startswith("not_exposed: ")
     # A tool the policy never offers is refused as such (no search would show it), not as not_exposed.
@@ -174,19 +176,26 @@ def check_agent_loop(seen: dict, root: Path, *, confirmed: bool) -> None:
     assert seen["list"] == ("[FILE] old.log\n[FILE] older.log", False)
     assert "scratch__read_text_file" in {t["name"] for t in seen["collide"]["tools"]}
     assert seen["read_scratch"] == ("the scratch copy\n", False)
-    # A confirmation-level call (create_entities, L3): elicited, or refused with how to allow it.
+    # A confirmation-level call (create_entities, L3) outside the session's task (it started with
+    # "delete the old log files"): elicited with both texts, or refused with why.
     created = {t["name"]: t for t in seen["create"]["tools"]}
     assert created["create_entities"]["risk_level"] == 3 and created["create_entities"]["needs_confirmation"]
+    assert "create_entities" in seen["create"]["session"]["outside_scope"]
     out, is_error = seen["call_create"]
     if confirmed:
         assert not is_error and '"name": "Alice"' in out
     else:
-        assert is_error and out.startswith("confirmation_required: 'create_entities' is risk level 3")
-    # get-env shows none of riskrank's secrets, and the config's env.
+        assert is_error and out.startswith("confirmation_required: 'create_entities' needs the user's confirmation (the "
+                                           "session started with 'delete the old log files'")
+    # get-env reads credentials (a sink) and is outside the session's task: asked (and then it shows
+    # none of riskrank's secrets, and the config's env), or refused without a client that can ask.
     assert "get-env" in {t["name"] for t in seen["env"]["tools"]}
     env_text, is_error = seen["get_env"]
-    assert not is_error and '"FROM_CONFIG": "visible"' in env_text
-    assert SECRET not in env_text and ADMIN_SECRET not in env_text and "RISKRANK" not in env_text
+    if confirmed:
+        check_env(env_text, is_error)
+    else:
+        assert is_error and env_text.startswith("confirmation_required: 'get-env' needs the user's confirmation")
+
     # Progress of a forwarded call reaches the caller; resources and prompts pass through.
     assert not seen["call_long"][1] and "Long running operation completed" in seen["call_long"][0]
     assert [p for p, _ in seen["progress"]] == [1.0, 2.0, 3.0] and {t for _, t in seen["progress"]} == {3.0}
@@ -208,6 +217,13 @@ def check_agent_loop(seen: dict, root: Path, *, confirmed: bool) -> None:
         assert create[-1]["confirmed"] == "elicitation" and create[-1]["task"] == "create entities in the knowledge graph memory"
 
 
+
+def check_env(env_text: str, is_error: bool) -> None:
+    """get-env's answer: the config's env, none of riskrank's secrets."""
+    assert not is_error and '"FROM_CONFIG": "visible"' in env_text
+    assert SECRET not in env_text and ADMIN_SECRET not in env_text and "RISKRANK" not in env_text
+
+
 def test_agent_loop_over_stdio_with_elicitation(setup):
     answers: list[str] = []
     callback = accept_all(answers)
@@ -222,7 +238,9 @@ def test_agent_loop_over_stdio_with_elicitation(setup):
     seen = anyio.run(go)
     seen["audit"] = "stdio.jsonl"
     check_agent_loop(seen, setup, confirmed=True)
-    assert len(answers) == 1 and "create_entities" in answers[0] and "risk level 3" in answers[0]
+    assert len(answers) == 2 and "create_entities" in answers[0] and "risk level 3" in answers[0]
+    assert "The session started with 'delete the old log files'" in answers[0]
+    assert "get-env" in answers[1] and "a sink: capability credential_access" in answers[1]
     # Every argument is in the question, and the whole of them one read-only field away.
     assert "entities = [" in answers[0] and "Call digest sha256" in answers[0]
     full = callback.schemas[0]["properties"]["arguments"]["default"]
@@ -272,7 +290,12 @@ def test_agent_loop_over_streamable_http(setup):
             gw = mcp_compat.ServerTarget(url=url, headers={"Authorization": f"Bearer {TOKEN}"})
             with anyio.fail_after(GUARD_S):
                 async with mcp_compat.open_session(gw) as s:
-                    return await agent_loop(s, setup)
+                    seen = await agent_loop(s, setup)
+                # A session whose task it is: get-env runs unasked (level 2, inside the scope).
+                async with mcp_compat.open_session(gw) as s:
+                    await s.call_tool("find_tools", {"task": "print the environment variables of the server", "k": 5})
+                    seen["get_env_own"] = text(await s.call_tool("call_tool", {"name": "get-env", "arguments": {}}))
+                return seen
 
         seen = anyio.run(go)
     finally:
@@ -280,8 +303,9 @@ def test_agent_loop_over_streamable_http(setup):
         proc.wait(timeout=GUARD_S)
     seen["audit"] = "http.jsonl"
     check_agent_loop(seen, setup, confirmed=False)
+    check_env(*seen["get_env_own"])
     # The token never reached an upstream either.
-    assert TOKEN not in seen["get_env"][0]
+    assert TOKEN not in seen["get_env_own"][0]
 
 
 @pytest.mark.skipif(mcp_compat.sdk_major() < 2, reason="the 2026-07-28 protocol is mcp 2.x's")
@@ -423,8 +447,8 @@ def test_the_example_agent_loop(bins, tmp_path):
     steps = anyio.run(example.run, tmp_path, bins, lines.append)
     by_task = {s["task"]: s for s in steps}
     delete = by_task["delete the old log files"]
-    assert delete["error"] and delete["result"].startswith("above_max_level: 'edit_file' is risk level 4 and is never offered")
-    assert not {"edit_file", "write_file", "move_file"} & set(delete["offered"])
+    assert delete["error"] and delete["result"].startswith("above_max_level: 'write_file' is risk level 4 and is never offered")
+    assert not {"write_file", "move_file"} & set(delete["offered"])
     assert not by_task["list the files in the logs folder"]["error"]
     alice, bob = by_task["create an entity for Alice in the knowledge graph"], by_task["create an entity for Bob in the knowledge graph"]
     assert not alice["error"] and '"Alice"' in alice["result"]
@@ -434,7 +458,7 @@ def test_the_example_agent_loop(bins, tmp_path):
     forget = by_task["delete the entity Alice from the knowledge graph with delete_entities"]
     assert forget["result"].startswith("above_max_level: 'delete_entities'") and "delete_entities" not in forget["offered"]
     audit = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
-    # read_text_file is L2 (the level model's level, shown and enforced alike): no confirmation;
+    # read_text_file is L1 (the level model's level, shown and enforced alike): no confirmation;
     # create_entities is L3 (a state change): asked, approved for Alice and declined for Bob.
     read = by_task["read the log file old.log"]
     assert not read["error"] and read["tool"] == "read_text_file"

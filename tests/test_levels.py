@@ -278,3 +278,40 @@ def test_word_vectors_equal_scikit_learn() -> None:
     words = WordVectors(tuple(vec.get_feature_names_out()), vec.idf_)
     np.testing.assert_allclose(words.transform(texts), vec.transform(texts).toarray(), atol=1e-6)
     assert not words.transform(["nothing known here"]).any()
+
+
+def test_shared_openings_are_the_registry_s_not_each_tool_s() -> None:
+    from riskrank.levels import own_texts, shared_openings
+
+    pre = "This tool belongs to the Acme file system. It creates, writes and deletes files. "
+    descs = [pre + "List the files in the current directory.", pre + "Show a file's contents.",
+             pre + "Print the working directory.", pre, "Deletes a record. Other words here."]
+    got = shared_openings(descs)
+    # three or more tools share the two sentences; the one that is nothing but them keeps what
+    # would leave it without words of its own
+    assert got[:3] == [pre] * 3 and got[3] == "This tool belongs to the Acme file system. " and got[4] is None
+    assert shared_openings(descs[:2] + descs[4:]) == [None, None, None]  # two tools are not a registry's habit
+    tools, openings = own_texts(ToolRegistry.from_data({"tools": [{"name": f"t{i}", "description": d} for i, d in enumerate(descs)]},
+                                                       fmt="mcp", source="t"))
+    assert tools[0].description == "List the files in the current directory." and tools[4].description == descs[4]
+    assert openings == got
+
+
+@pytest.mark.skipif(default_level_model_dir() is None, reason="no shipped level model in this tree")
+def test_a_shared_preamble_does_not_raise_every_tool(encoder) -> None:
+    """A server whose every description opens with what the whole server can do (create, write
+    and delete files) has each tool read by its own words: listing a directory is not writing."""
+    from riskrank.pipeline import RiskAwareRetriever
+
+    pre = ("This tool belongs to the Acme file system. It is a simple file system that lets users create files and directories, "
+           "write to files, move and delete them. Tool description: ")
+    own = {"ls": "List the contents of the current directory.", "cat": "Display the contents of a file.",
+           "find": "Find files whose name matches a pattern.", "rm": "Remove a file or directory.",
+           "touch": "Create a new file in the current directory."}
+    reg = ToolRegistry.from_data({"tools": [{"name": n, "description": pre + d} for n, d in own.items()]}, fmt="mcp", source="t")
+    r = RiskAwareRetriever(reg, encoder=encoder, progress=False)
+    lv = {t.name: int(r.tool_levels.levels[i]) for i, t in enumerate(reg)}
+    ev = {t.name: " ".join(r.tool_levels.evidence[i]) for i, t in enumerate(reg)}
+    assert lv["ls"] <= 2 and lv["cat"] <= 2 and lv["find"] <= 2
+    assert lv["rm"] >= 3 and lv["rm"] > lv["ls"]
+    assert "shared by other tools of the registry" in ev["ls"]

@@ -38,3 +38,25 @@ def test_a_look_alike_name_is_never_pinned_as_named():
                                   {"name": "list_files", "description": "list files"}], fmt="plain")
     index = LexicalIndex.from_registry(reg)
     assert index.identifier_like.tolist() == [False, True]
+
+
+def test_the_skeleton_table_equals_the_plain_fold():
+    """skeleton's one translate table equals folding character by character (the confusables'
+    representative, invisible characters dropped), and its space separators are Unicode's."""
+    import random
+    import unicodedata
+
+    from riskrank import names
+
+    assert sorted(names.SPACE_SEPARATORS) == [c for c in range(0x110000) if c != 0x20 and unicodedata.category(chr(c)) == "Zs"]
+    rep = names._representatives()
+
+    def plain(name: str) -> str:
+        folded = unicodedata.normalize("NFKC", name).casefold()
+        return "".join(rep.get(ch, ch) for ch in folded if not names.is_invisible(ch)).casefold()
+
+    rng = random.Random(7)
+    pool = [chr(c) for c in [*range(0x20, 0x2100), *range(0xFE00, 0xFF70), *range(0xE0000, 0xE0080), 0x3164, 0x115F, 0x3000]]
+    for _ in range(5000):
+        text = "".join(rng.choice(pool) for _ in range(rng.randint(1, 16)))
+        assert names.skeleton(text) == plain(text), repr(text)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -25,9 +24,11 @@ from team_support import (
     GUARD_S,
     TOKENS,
     Console,
+    base_url,
     gateway_env,
     run_as,
-    start_gateway,
+    start_replica,
+    stop_all,
     write_files,
 )
 
@@ -46,31 +47,13 @@ def state(request, tmp_path):
     postgres_support.drop_schema(base, name)
 
 
-def _replica(root: Path, state: str, name: str, *extra: str):
-    return start_gateway(root, "--state", state, "--replica", name, "--console", "--admin-token-file", str(root / "admin"),
-                         "--confirm-timeout", "60", *extra)
-
-
-def _stop(*procs) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(timeout=GUARD_S)
-        except Exception:
-            p.kill()
-
-
-def _base(url: str) -> str:
-    return url.rsplit("/mcp", 1)[0]
 
 
 @pytest.mark.mcp_sdk
 def test_an_approval_at_one_replica_releases_the_call_held_at_the_other(tmp_path, state):
     write_files(tmp_path, tmp_path / "ran.txt")
-    a, url_a, _ = _replica(tmp_path, state, "A")
-    b, url_b, _ = _replica(tmp_path, state, "B")
+    a, url_a, _ = start_replica(tmp_path, state, "A")
+    b, url_b, _ = start_replica(tmp_path, state, "B")
     try:
         held: dict = {}
 
@@ -80,7 +63,7 @@ def test_an_approval_at_one_replica_releases_the_call_held_at_the_other(tmp_path
 
         agent = threading.Thread(target=pager_at_b)
         agent.start()
-        console = Console(_base(url_a), "lead")
+        console = Console(base_url(url_a), "lead")
         deadline = time.time() + GUARD_S
         while not (ids := console.pending()) and time.time() < deadline:
             time.sleep(0.1)
@@ -94,13 +77,13 @@ def test_an_approval_at_one_replica_releases_the_call_held_at_the_other(tmp_path
                                                ("call_tool", {"name": "drop_database", "arguments": {"name": "x"}})])
         assert bot[1]["text"].startswith("api: up") and bot[2]["error"].startswith("above_max_level")
         for url in (url_a, url_b):
-            ready = httpx.get(_base(url) + "/readyz")
+            ready = httpx.get(base_url(url) + "/readyz")
             assert ready.status_code == 200 and ready.json()["state"]["ok"] is True
         log = console.http.get("/console/log", params={"tool": "restart_service"}).text  # B's lines, at A
         assert "<td>pager</td>" in log and "<td>lead</td>" in log
         console.close()
     finally:
-        _stop(a, b)
+        stop_all(a, b)
     with open_store(state, create=False) as store:
         lines = [r for r in store.records() if r.get("client")]
     pending = [r for r in lines if r["decision"] == "pending"]
@@ -116,8 +99,8 @@ def test_a_replica_killed_mid_run_leaves_every_decision_it_acted_on(tmp_path, st
     """kill -9 of replica A during 20 calls: every call the upstream ran has its ``allowed``
     line committed before it ran; B keeps serving on the same store."""
     write_files(tmp_path, tmp_path / "ran.txt")
-    a, url_a, _ = _replica(tmp_path, state, "A")
-    b, url_b, _ = _replica(tmp_path, state, "B")
+    a, url_a, _ = start_replica(tmp_path, state, "A")
+    b, url_b, _ = start_replica(tmp_path, state, "B")
     answered: list[str] = []
     try:
         def agent():
@@ -143,7 +126,7 @@ def test_a_replica_killed_mid_run_leaves_every_decision_it_acted_on(tmp_path, st
                                                 ("call_tool", {"name": "read_service_logs", "arguments": {"service": "after"}})])
         assert after[1]["text"] == "after: all quiet"
     finally:
-        _stop(a, b)
+        stop_all(a, b)
     ran = [line.split(" ", 1)[1] for line in (tmp_path / "ran.txt").read_text().splitlines()]
     with open_store(state, create=False) as store:
         allowed = [r["arguments"]["service"] for r in store.records() if r.get("decision") == "allowed"
@@ -155,28 +138,33 @@ def test_a_replica_killed_mid_run_leaves_every_decision_it_acted_on(tmp_path, st
 
 def test_a_replica_that_loses_its_database_refuses_calls_and_keeps_searching(tmp_path):
     """Its own PostgreSQL, stopped mid-run: /readyz 503, find_tools still answers (exposing
-    nothing), every call is refused; started again, the replica works again."""
+    nothing), every call, read or risky, is refused as ``state_unavailable`` naming the store
+    (never advice to change the policy); started again, the replica works again."""
     postgres_support.need_psycopg()
     cluster = postgres_support.start_cluster()
     try:
         write_files(tmp_path, tmp_path / "ran.txt")
-        a, url, _ = _replica(tmp_path, cluster.url, "A")
+        a, url, _ = start_replica(tmp_path, cluster.url, "A")
         try:
             steps = [("find_tools", {"task": "list the services", "k": 3}), ("call_tool", {"name": "list_services", "arguments": {}})]
             assert run_as(url, TOKENS["ci-bot"], steps)[1]["text"].startswith("api: up")
             cluster.stop()
-            ready = httpx.get(_base(url) + "/readyz")
+            ready = httpx.get(base_url(url) + "/readyz")
             assert ready.status_code == 503 and ready.json()["state"]["ok"] is False
             down = run_as(url, TOKENS["ci-bot"], steps)
             assert down[0]["tools"] and "state store is unreachable" in down[0]["note"]
-            assert down[1]["error"].startswith("not_exposed")
+            risky = run_as(url, TOKENS["pager"], [FIND_RESTART, ("call_tool", {"name": "restart_service",
+                                                                              "arguments": {"service": "api"}})])
+            for refusal in (down[1]["error"], risky[1]["error"]):  # read or risky: one code, naming the store
+                assert refusal.startswith("state_unavailable: the gateway's state store postgresql://"), refusal
+                assert "raise confirm_level" not in refusal and "cannot ask its user" not in refusal, refusal
             cluster.start()
             deadline = time.time() + GUARD_S
-            while httpx.get(_base(url) + "/readyz").status_code != 200 and time.time() < deadline:
+            while httpx.get(base_url(url) + "/readyz").status_code != 200 and time.time() < deadline:
                 time.sleep(0.2)
             assert run_as(url, TOKENS["ci-bot"], steps)[1]["text"].startswith("api: up")
         finally:
-            _stop(a)
+            stop_all(a)
         log = a.stderr.read()
         assert log.count("every call is refused until the store takes the audit log again") == 1, log
         assert "takes the audit log again; calls are decided again" in log and "Traceback" not in log, log

@@ -8,9 +8,11 @@ The layering rules (see docs/architecture.md):
 
 - the HTTP API, the MCP server and the agent adapters stand on the catalogue, never on each
   other;
-- the gateway's parts (``serving.gateway``: config, policy, upstreams, confirmation, audit log)
-  sit below the MCP server: they import neither it, nor the HTTP API, nor the engine, and only
-  ``serving.mcp_compat`` touches the MCP SDK's modules;
+- the gateway's parts (``serving.gateway``: config, policy, upstreams, confirmation, audit log,
+  the view, the session record, the guards) sit below the MCP server: they import neither it,
+  nor the HTTP API, nor the engine, and only ``serving.mcp_compat`` touches the MCP SDK's
+  modules; the guards, the view and the session record do not import the gateway's core (it runs them),
+  nor do the metrics, the spans and the policy replay (which re-decides with the policy's own code);
 - the console (``serving.console``) is a surface the HTTP API and the MCP server mount: it may
   be imported by them, but imports neither of them, nor the MCP layer, the agent adapters or
   the engine; what it shows comes through its seam (``serving.console.host``), the catalogue
@@ -18,7 +20,8 @@ The layering rules (see docs/architecture.md):
   import it;
 - training (``riskrank.training``) stands on the engine: the engine's modules (the pipeline,
   the checkpoint, the catalogue, the stages, the serving surfaces, the adapters) never import it;
-- no module outside ``riskrank.cli`` imports click or the CLI.
+- no module outside ``riskrank.cli`` imports click or the CLI (``riskrank.__main__``, the
+  command's ``python -m`` entry point, imports the CLI and nothing else).
 
 Usage: ``python tools/check_imports.py src/riskrank`` (exit 1 with the offending imports).
 """
@@ -53,6 +56,15 @@ FORBIDDEN = [
     # evaluation runs the methods; the paper's tables and figures (experiments) are built on it
     ("riskrank.evaluation", "riskrank.experiments"),
     ("riskrank.serving.gateway", "riskrank.serving.console"),
+    # the chain's guards are run by the core and read the view: they never reach back into it
+    ("riskrank.serving.gateway.guards", "riskrank.serving.gateway.core"),
+    ("riskrank.serving.gateway.view", "riskrank.serving.gateway.core"),
+    ("riskrank.serving.gateway.session", "riskrank.serving.gateway.core"),
+    ("riskrank.serving.gateway.values", "riskrank.serving.gateway.core"),
+    *(("riskrank.serving.gateway." + m, "riskrank.serving.gateway.core") for m in ("metrics", "tracing", "replay")),
+    # wrap edits client files: it reads the gateway's file formats, and runs nothing of a server
+    *(("riskrank.serving.wrap", s) for s in ("riskrank.serving.mcp", "riskrank.serving.http", "riskrank.serving.console",
+                                             "riskrank.serving.mcp_compat", "riskrank.pipeline")),
     ("riskrank.serving.mcp_compat", "riskrank.serving.console"),
     # the base model is built by training (training.base_model) and named by the surfaces and
     # the engine (base: its __init__ imports nothing of riskrank, so checkpoint="riskrank-base"
@@ -63,11 +75,14 @@ FORBIDDEN = [
     *((engine, "riskrank.training") for engine in (
         "riskrank.pipeline", "riskrank.checkpoint", "riskrank.catalogue", "riskrank.modes", "riskrank.risk",
         "riskrank.rules", "riskrank.graph", "riskrank.heads", "riskrank.first_stage", "riskrank.context",
-        "riskrank.encoder", "riskrank.registry", "riskrank.serving", "riskrank.adapters", "riskrank.ann")),
+        "riskrank.encoder", "riskrank.registry", "riskrank.serving", "riskrank.adapters", "riskrank.ann",
+        "riskrank.scan", "riskrank.poison")),
 ]
 #: External packages only one module may import: (package, the module that may).
 OWNED = [("mcp", "riskrank.serving.mcp_compat")]
 CLI = "riskrank.cli"
+#: ``python -m riskrank``: the command's second entry point, the one module outside it that may import it.
+MAIN = "riskrank.__main__"
 
 
 def module_name(root: Path, path: Path) -> str:
@@ -176,7 +191,7 @@ def main(argv: list[str]) -> int:
             for src, dst in FORBIDDEN:
                 if (a == src or a.startswith(src + ".")) and (b == dst or b.startswith(dst + ".")):
                     problems.append(f"forbidden import: {a} -> {b} (line {where[a, b]})")
-            if b.startswith(CLI) and not (a == CLI or a.startswith(CLI + ".")):
+            if b.startswith(CLI) and not (a in (CLI, MAIN) or a.startswith(CLI + ".")):
                 problems.append(f"forbidden import: {a} -> {b} (line {where[a, b]}): no library module imports the CLI")
     for a, names in external.items():
         for pkg, owner in OWNED:

@@ -256,7 +256,7 @@ class Claim:
         return sorted({s.split(":")[0] for v in self.values for s in v.source.split("; ")})
 
     def literal_figures(self) -> list[str]:
-        from check_figures import tokens
+        from figure_tokens import tokens
 
         bare = re.sub(r"\{[^{}]*\}", " ", self.template)
         return [t.text for t in tokens("", bare)]
@@ -305,6 +305,9 @@ rendered("docs/hardening.md", "the hostile gateway table", ["benchmarks/results/
 rendered("docs/trust.md", "the scan table", ["benchmarks/results/trust_scan.json"],
          lambda: _bench("trust_scan").doc_table(_load("benchmarks/results/trust_scan.json")),
          Timing("2-core machine", "2026-12-03", "benchmarks/results/trust_scan.json"))
+rendered("docs/trust.md", "the learned detector's tables", ["benchmarks/results/poison_detector.json"],
+         lambda: _bench("poison_detector").doc_tables(_load("benchmarks/results/poison_detector.json")),
+         Timing("2-core machine", "2026-12-06", "benchmarks/results/poison_detector.json"))
 rendered("docs/benchmarks.md", "the committed scale run", ["benchmarks/results/scale_small.json"],
          lambda: _bench("bench_scale").table(_load("benchmarks/results/scale_small.json")),
          Timing("2-core machine", "2026-12-03", "benchmarks/results/scale_small.json"))
@@ -317,6 +320,19 @@ rendered("docs/benchmarks.md", "the serve concurrency table", ["benchmarks/resul
 rendered("docs/benchmarks.md", "the teams table", ["benchmarks/results/state_store.json", "benchmarks/results/replicas.json"],
          lambda: _bench("replicas").doc_table(_load("benchmarks/results/state_store.json"), _load("benchmarks/results/replicas.json")),
          Timing("2-core machine", "2026-12-04", "benchmarks/results/state_store.json"))
+rendered("docs/serving.md", "the gateway's metrics and replay costs", ["benchmarks/results/gateway_ops.json"],
+         lambda: _bench("gateway_ops").doc_table(_load("benchmarks/results/gateway_ops.json")),
+         Timing("2-core machine", "2026-12-06", "benchmarks/results/gateway_ops.json"))
+SESSION = "benchmarks/results/session_replay.json"
+SESSION_RUN = Timing("2-core machine", "2026-12-06", SESSION)
+rendered("docs/session-guard.md", "the replay table", [SESSION],
+         lambda: _bench("session_replay").doc_table(_load(SESSION)), SESSION_RUN)
+rendered("docs/session-guard.md", "the attacks that ran, by sink", [SESSION],
+         lambda: _bench("session_replay").doc_breakdown(_load(SESSION)))
+rendered("docs/session-guard.md", "the chain's cost", [SESSION],
+         lambda: _bench("session_replay").doc_overhead(_load(SESSION)), SESSION_RUN)
+rendered("docs/session-guard.md", "the session guard's targets", [SESSION],
+         lambda: _bench("session_replay").doc_targets(_load(SESSION)), SESSION_RUN)
 rendered("docs/base-model.md", "the leave-one-corpus-out tables", ["benchmarks/results/loco.json"],
          lambda: _bench("transfer_loco").doc_tables(_load("benchmarks/results/loco.json")["summary"]))
 rendered("docs/base-model.md", "the risk-choices lever table", ["benchmarks/results/loco.json", "benchmarks/results/loco_audited.json"],
@@ -807,8 +823,29 @@ claim(E, "writes UltraTool's {} tools as an MCP `tools/list` result with no leve
       "and the {} test queries", loader_count("ultratool", "tools"), U.at("splits", "test", "n_queries", fmt=","))
 claim(E, "which put 914 of the {} tools at L3 or above", loader_count("ultratool", "tools"))
 claim("docs/teams.md", "sees it within {} s (polling)", Source("riskrank.serving.gateway.confirm").at("POLL_S", "g"))
+CONFIRM, NOTIFY, NOTIFY_BENCH = (Source("riskrank.serving.gateway.confirm"), Source("riskrank.serving.gateway.notify"),
+                                 Source("notify_latency"))
+claim("docs/console.md", "every fifth of `--replica-lapse` (default {} s)", CONFIRM.at("REPLICA_LAPSE_S", "g"))
+claim("docs/teams.md", "older than `--replica-lapse` (default {} s, judged", CONFIRM.at("REPLICA_LAPSE_S", "g"))
+claim("docs/teams.md", "refuses a timestamp more than {} s from its clock", NOTIFY.at("TOLERANCE_S", "g"))
+claim("docs/teams.md", "posts it with a {} s timeout", NOTIFY.at("TIMEOUT_S", "g"))
+claim("docs/teams.md", "A receiver's queue holds {} events", NOTIFY.at("QUEUE_MAX", ","))
+claim("docs/teams.md", "a receiver that sleeps {} s and one that answers 500, and a receiver down for {} s then back",
+      NOTIFY_BENCH.at("SLOW_S", "g"), NOTIFY_BENCH.at("OUTAGE_S", "g"))
 claim("docs/trust.md", "a field over {} characters", Source("riskrank.scan").at("MAX_FIELD_CHARS", ","))
+claim("docs/session-guard.md", "with {} values already recorded in the session", Json(SESSION).at("overhead", "values", fmt=","),
+      timing=SESSION_RUN)
+claim("docs/session-guard.md", "a session keeps its latest {} values",
+      Source("riskrank.serving.gateway.session").at("MAX_FLOW_VALUES", ","))
+claim("docs/session-guard.md", "this process's memory (the latest {} sessions)",
+      Source("riskrank.serving.gateway.session").at("MAX_SESSIONS", ","))
 claim("docs/trust.md", "**Benign**: the {} real tools of", TRUST.at("benign", "n", fmt=","))
+POISON_TRAIN = Source("riskrank.training.poison")
+claim("docs/trust.md", "false-positive rate is {}%, the `suspicious` one where it is {}%",
+      pct(POISON_TRAIN.at("ALPHA_POISONED"), "g"), pct(POISON_TRAIN.at("ALPHA_SUSPICIOUS"), "g"))
+POISON_CARD = Json("src/riskrank/base/poison/poison.json")
+claim("docs/trust.md", "Negatives: every real definition at hand, {}:",
+      POISON_CARD.at("trained_on", "negatives").map(lambda n: sum(n.values()), ","))
 claim(SV, "as low as the floor itself (the demo tasks' {}% point above", pct(MIN.at("quantile"), "g"))
 H = "docs/hardening.md"
 HOSTILE_TEST = Text("tests/test_registry_hostile.py")

@@ -13,6 +13,7 @@ extra           brings                                      for
 ``repro``       matplotlib                                  figures of ``reproduce``, heat maps
 ``console``     starlette, jinja2, uvicorn, matplotlib      ``--console`` (the operator's pages)
 ``teams``       psycopg (binary, pool), pyjwt (crypto)      ``--state postgresql://``, JWT clients
+``ops``         prometheus-client, opentelemetry-api/sdk    the gateway's ``/metrics`` and traces
 ``all``         all of the above
 ``frameworks``  fastmcp, openai-agents, langchain,          ToolGuard's LangChain hooks, and the
                 langgraph (with mcp 2.x)                    tests of every framework hook
@@ -29,7 +30,7 @@ from collections.abc import Iterator
 
 from riskrank.errors import RiskrankError
 
-EXTRAS = ("serve", "mcp", "onnx", "ann", "repro", "console", "teams", "frameworks")
+EXTRAS = ("serve", "mcp", "onnx", "ann", "repro", "console", "teams", "ops", "frameworks")
 
 
 class MissingExtraError(RiskrankError):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import hashlib
 import json
 import math
 import os
@@ -49,11 +50,12 @@ DIR_MODE = 0o777 & ~_umask()
 
 
 @contextlib.contextmanager
-def atomic_writer(path: str | os.PathLike[str], *, suffix: str = ".tmp") -> Iterator[IO[bytes]]:
+def atomic_writer(path: str | os.PathLike[str], *, suffix: str = ".tmp", mode: int | None = None) -> Iterator[IO[bytes]]:
     """A binary file handle whose contents replace ``path`` when the block ends without an
     error (fsync, then ``os.replace``); on any error, including one raised by the caller to
     reject what it wrote, the temporary file (``.NAME.*SUFFIX`` beside ``path``) is removed
-    and ``path`` is untouched."""
+    and ``path`` is untouched. ``mode``: the file's permissions instead of :data:`FILE_MODE`
+    (a user's file rewritten in place keeps its own; a file holding secrets gets ``0o600``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
@@ -62,15 +64,15 @@ def atomic_writer(path: str | os.PathLike[str], *, suffix: str = ".tmp") -> Iter
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
-            os.fchmod(fh.fileno(), FILE_MODE)
+            os.fchmod(fh.fileno(), FILE_MODE if mode is None else mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    with atomic_writer(path) as fh:
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int | None = None) -> None:
+    with atomic_writer(path, mode=mode) as fh:
         fh.write(data)
 
 
@@ -392,3 +394,50 @@ def read_jsonl(path: str | os.PathLike[str], error: type[RiskrankError] = Riskra
     """:func:`jsonl_records` of a file (UTF-8), read line by line."""
     with Path(path).open(encoding="utf-8") as fh:
         yield from jsonl_records(fh, str(path), error)
+
+
+def write_weights_folder(folder: str | Path, arrays: dict[str, Any], meta: dict[str, Any], weights: str, sidecar: str,
+                         *, ensure_ascii: bool = True) -> Path:
+    """Write ``arrays`` as safetensors and ``meta`` (with the weights' sha256) as the JSON
+    sidecar, each atomically: the one form of riskrank's small NumPy models (the level model,
+    the poisoning detector)."""
+    from safetensors.numpy import save
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    blob = save(arrays)
+    atomic_write_bytes(folder / weights, blob)
+    meta = {**meta, "weights_sha256": hashlib.sha256(blob).hexdigest()}
+    atomic_write_bytes(folder / sidecar, (json.dumps(meta, indent=1, sort_keys=True, ensure_ascii=ensure_ascii) + "\n").encode())
+    return folder
+
+
+def read_weights_folder(folder: str | Path, weights: str, sidecar: str, fmt: str, what: str,
+                        error: type[RiskrankError], rebuild: str = "") -> tuple[dict[str, Any], dict[str, Any]]:
+    """The sidecar and the arrays of a folder :func:`write_weights_folder` wrote, checked: a
+    missing file, a corrupt sidecar, another format, weights whose sha256 is not the sidecar's
+    or that safetensors cannot load are each ``error`` naming the file. ``rebuild``: what to
+    say after a wrong format."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load
+
+    folder = Path(folder)
+    side, blob_path = folder / sidecar, folder / weights
+    for f in (side, blob_path):
+        if not f.is_file():
+            raise error(f"{folder}: missing {f.name}; not a {what}")
+    try:
+        meta = json.loads(side.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise error(f"{side}: corrupt {what} sidecar ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("format") != fmt:
+        found = meta.get("format") if isinstance(meta, dict) else None
+        raise error(f"{side}: not a {fmt} sidecar" + (f" (found {found!r}; {rebuild})" if rebuild else ""))
+    blob = blob_path.read_bytes()
+    if hashlib.sha256(blob).hexdigest() != meta.get("weights_sha256"):
+        raise error(f"{blob_path}: does not match the sidecar's sha256 (corrupt, partially written, or of another run)")
+    try:
+        arrays = load(blob)
+    except (SafetensorError, ValueError) as exc:
+        raise error(f"{blob_path}: cannot load ({str(exc).splitlines()[0][:160]})") from None
+    return meta, arrays

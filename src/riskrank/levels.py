@@ -28,13 +28,13 @@ with a JSON sidecar holding its sha256, the feature layout and how it was traine
 
 from __future__ import annotations
 
-import hashlib
-import json
+import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -48,7 +48,7 @@ from riskrank.capabilities import (
     detect_capabilities,
 )
 from riskrank.errors import CheckpointError
-from riskrank.fileio import atomic_write_bytes
+from riskrank.fileio import read_weights_folder, write_weights_folder
 from riskrank.risk import normalise_text, split_name
 
 WEIGHTS = "levels.safetensors"
@@ -66,6 +66,14 @@ TEXT_FEATURES = ("name_reads", "name_acts", "no_description", "not_english")
 MIN_WORDS = 3
 _ENGLISH = frozenset(["the", "a", "an", "of", "to", "and", "in", "for", "is", "on", "with", "this", "that", "by", "from", "or", "be", "it", "as", "are", "at", "its", "can", "use", "used", "returns"])
 _LETTERS = re.compile(r"[^\W\d_]+")
+
+
+#: A run of opening sentences shared word for word by at least this many tools of one registry
+#: is the registry's preamble ("This tool belongs to the Gorilla file system. ..."), not each tool's.
+PREAMBLE_MIN_TOOLS = 3
+#: At most this many opening sentences are compared.
+PREAMBLE_MAX_SENTENCES = 3
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
@@ -92,6 +100,52 @@ def text_facts(name: str, description: str) -> tuple[bool, bool, bool, bool]:
     return reads, acts, little, foreign
 
 
+def shared_openings(descriptions: Sequence[str]) -> list[str | None]:
+    """Each description's opening that it shares with other tools of its registry, or None.
+
+    A server that opens every description with the same sentences ("This tool belongs to the
+    Gorilla file system. It ... allows users to perform basic file operations such as creating
+    files and directories, reading and writing to files") would otherwise have them read as each
+    tool's own words, and ``ls`` and ``cat`` would be read as writing files. The opening is the
+    longest run of whole opening sentences (at most PREAMBLE_MAX_SENTENCES) that at least
+    PREAMBLE_MIN_TOOLS descriptions share word for word, kept only where the tool has words of its
+    own after it (MIN_WORDS): a description that is nothing but the shared text keeps it."""
+    cuts: list[list[tuple[str, int]]] = []
+    counts: dict[str, int] = {}
+    for desc in descriptions:
+        text = (desc or "")[:WORD_CHARS]
+        pieces: list[tuple[str, int]] = []
+        for m in _SENTENCE_END.finditer(text):
+            pieces.append((" ".join(text[:m.start()].split()), m.end()))
+            if len(pieces) == PREAMBLE_MAX_SENTENCES:
+                break
+        cuts.append(pieces)
+        for key, _ in pieces:
+            counts[key] = counts.get(key, 0) + 1
+    out: list[str | None] = []
+    for desc, pieces in zip(descriptions, cuts, strict=True):
+        got = None
+        for key, end in pieces:
+            if counts[key] >= PREAMBLE_MIN_TOOLS and len(_LETTERS.findall((desc or "")[end:])) >= MIN_WORDS:
+                got = (desc or "")[:end]
+        out.append(got)
+    return out
+
+
+def own_texts(tools: Sequence[Any]) -> tuple[list[Any], list[str | None]]:
+    """(the tools as the level model reads them, the shared opening taken from each or None):
+    a tool without a shared opening is returned as it is."""
+    openings = shared_openings([t.description or "" for t in tools])
+    read = [t if o is None else _with_description(t, t.description[len(o):].strip()) for t, o in zip(tools, openings, strict=True)]
+    return read, openings
+
+
+def _with_description(tool: Any, description: str) -> Any:
+    if dataclasses.is_dataclass(tool) and not isinstance(tool, type):
+        return dataclasses.replace(tool, description=description)
+    return SimpleNamespace(name=tool.name, description=description, parameters=getattr(tool, "parameters", None))
+
+
 @dataclass(frozen=True)
 class ToolEvidence:
     """What the level model reads of a registry beside the embeddings: each tool's capabilities
@@ -99,12 +153,16 @@ class ToolEvidence:
 
     hits: tuple[tuple[CapabilityHit, ...], ...]
     facts: np.ndarray  # [N, len(TEXT_FEATURES)] 0/1
+    #: The registry's shared opening taken from each tool's description before reading it (None: none).
+    openings: tuple[str | None, ...] = ()
 
     @classmethod
-    def of(cls, tools: Sequence[Any]) -> ToolEvidence:
+    def of(cls, tools: Sequence[Any], openings: Sequence[str | None] | None = None) -> ToolEvidence:
+        """The evidence of ``tools`` as given (pass the tools of :func:`own_texts` and its openings
+        to read each without its registry's shared opening)."""
         hits = tuple(tuple(detect_capabilities(t.name, t.description, getattr(t, "parameters", None))) for t in tools)
         facts = np.asarray([text_facts(t.name, t.description) for t in tools], dtype=np.float32).reshape(len(tools), len(TEXT_FEATURES))
-        return cls(hits, facts)
+        return cls(hits, facts, tuple(openings) if openings is not None else ())
 
     @property
     def capability_matrix(self) -> np.ndarray:
@@ -219,6 +277,10 @@ class LevelPrediction:
             why.append("the description says almost nothing: read at the cautious end of the model's range")
         if foreign:
             why.append("the description does not read as English (the encoder's language): read at the cautious end")
+        opening = self.evidence.openings[i] if i < len(self.evidence.openings) else None
+        if opening:
+            quote = opening if len(opening) <= 80 else opening[:77] + "..."
+            why.append(f"its opening {quote!r} is shared by other tools of the registry: read as the registry's, not as this tool's")
         why += [h.evidence() for h in self.evidence.hits[i]]
         if self.floors[i] > self.model_levels[i]:
             why.append(f"capability floor raises L{int(self.model_levels[i])} to L{int(self.floors[i])}")
@@ -286,43 +348,19 @@ class LevelModel:
 
     def save(self, folder: str | Path) -> Path:
         """Write the weights and the sidecar (with their sha256) atomically."""
-        from safetensors.numpy import save
-
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        blob = save({k: np.ascontiguousarray(self.arrays[k], dtype=np.float32) for k in (*_KEYS, _TEXT_KEY) if k in self.arrays})
-        atomic_write_bytes(folder / WEIGHTS, blob)
-        meta = {**self.meta, "format": FORMAT, "weights_sha256": hashlib.sha256(blob).hexdigest(),
+        arrays = {k: np.ascontiguousarray(self.arrays[k], dtype=np.float32) for k in (*_KEYS, _TEXT_KEY) if k in self.arrays}
+        meta = {**self.meta, "format": FORMAT,
                 "features": {"embedding": self.dim, "capabilities": list(CAPABILITY_KEYS), "text": list(TEXT_FEATURES)}}
-        atomic_write_bytes(folder / SIDECAR, (json.dumps(meta, indent=1, sort_keys=True) + "\n").encode())
-        return folder
+        return write_weights_folder(folder, arrays, meta, WEIGHTS, SIDECAR)
 
 
 def load_level_model(folder: str | Path) -> LevelModel:
     """Load and check a level model; a missing, torn, tampered or older-format file is a
     CheckpointError, and so is one whose capability list differs from this riskrank's."""
-    from safetensors import SafetensorError
-    from safetensors.numpy import load
-
     folder = Path(folder)
     side, weights = folder / SIDECAR, folder / WEIGHTS
-    for f in (side, weights):
-        if not f.is_file():
-            raise CheckpointError(f"{folder}: missing {f.name}; not a level model")
-    try:
-        meta = json.loads(side.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{side}: corrupt level model sidecar ({exc})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        fmt = meta.get("format") if isinstance(meta, dict) else None
-        raise CheckpointError(f"{side}: not a {FORMAT} sidecar (found {fmt!r}; rebuild it with benchmarks/risk_levels.py --save)")
-    blob = weights.read_bytes()
-    if hashlib.sha256(blob).hexdigest() != meta.get("weights_sha256"):
-        raise CheckpointError(f"{weights}: does not match the sidecar's sha256 (corrupt, partially written, or of another run)")
-    try:
-        arrays = load(blob)
-    except (SafetensorError, ValueError) as exc:
-        raise CheckpointError(f"{weights}: cannot load ({str(exc).splitlines()[0][:160]})") from None
+    meta, arrays = read_weights_folder(folder, WEIGHTS, SIDECAR, FORMAT, "level model", CheckpointError,
+                                       rebuild="rebuild it with benchmarks/risk_levels.py --save")
     missing = [k for k in _KEYS if k not in arrays]
     if _TEXT_KEY in arrays and len(meta.get("vocabulary") or ()) != arrays[_TEXT_KEY].shape[0]:
         raise CheckpointError(f"{side}: its vocabulary does not match {weights.name}'s {_TEXT_KEY}")

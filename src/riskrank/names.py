@@ -28,6 +28,11 @@ _INVISIBLE_RANGES = (
 )
 
 
+#: Unicode's space separators (category Zs) but ASCII's space: blank in a name (a test checks
+#: the list against this Python's Unicode database).
+SPACE_SEPARATORS = (0x00A0, 0x1680, *range(0x2000, 0x200B), 0x202F, 0x205F, 0x3000)
+
+
 def is_invisible(ch: str) -> bool:
     """Whether ``ch`` renders as nothing (or blank) in a name."""
     cp = ord(ch)
@@ -77,12 +82,20 @@ def _representatives() -> dict[str, str]:
     return {c: find(c) for c in parent if find(c) != c and not c.isascii()}
 
 
+@lru_cache(maxsize=1)
+def _skeleton_table() -> dict[int, str | None]:
+    """:func:`skeleton`'s per-character step as one ``str.translate`` table: each confusable
+    to its representative, each invisible character (:func:`is_invisible`) to nothing."""
+    table: dict[int, str | None] = {ord(c): r for c, r in _representatives().items()}
+    for lo, hi in _INVISIBLE_RANGES:
+        table.update(dict.fromkeys(range(lo, hi + 1)))
+    table.update(dict.fromkeys(SPACE_SEPARATORS))
+    return table
+
+
 def skeleton(name: str) -> str:
     """What ``name`` looks like: two names with one skeleton read as one name."""
-    rep = _representatives()
-    folded = unicodedata.normalize("NFKC", name).casefold()
-    out = "".join(rep.get(ch, ch) for ch in folded if not is_invisible(ch))
-    return out.casefold()
+    return unicodedata.normalize("NFKC", name).casefold().translate(_skeleton_table()).casefold()
 
 
 def looks_like_another(name: str) -> bool:

@@ -76,7 +76,7 @@ from riskrank.first_stage import (
 )
 from riskrank.graph import NORMALISATIONS, GraphConfig, ToolGraph
 from riskrank.heads import PENALTY_SOURCES, HeadScorer, level_penalty, sigmoid_
-from riskrank.levels import LevelModel, load_level_model
+from riskrank.levels import LevelModel, LevelPrediction, ToolEvidence, load_level_model, own_texts
 from riskrank.modes import (
     FIRST_STAGES,
     MAX_K,
@@ -430,13 +430,25 @@ class RiskAwareRetriever:
         ``risk_level``, and what a gateway checks a call at."""
         if self._tool_levels is None:
             # the level model's reading, else a risk head that has learned, else no learned level
-            prediction = self.level_model.predict(self.tool_emb, list(self.registry)) if self.level_model is not None else None
+            prediction = self._level_prediction() if self.level_model is not None else None
             score = self.scorer.level_score if prediction is None and self.scorer is not None and self.risk_head_learned else None
             self._tool_levels = resolve_tool_levels(
                 self.registry, head_levels=level_from_score(score) if score is not None else None, head_scores=score,
                 fill_keyword=self.fill_levels == "keyword", trust_annotations=self.trust_annotations, pins=self.level_pins,
                 prediction=prediction)
         return self._tool_levels
+
+    def _level_prediction(self) -> LevelPrediction:
+        """The level model's reading of the registry, each tool without the opening sentences it
+        shares with others (:func:`riskrank.levels.own_texts`; only those tools are encoded again)."""
+        assert self.level_model is not None
+        tools, openings = own_texts(list(self.registry))
+        emb = self.tool_emb
+        changed = [i for i, o in enumerate(openings) if o is not None]
+        if changed:
+            emb = emb.copy()
+            emb[changed] = encode_tools(self.encoder, [tools[i].text(self.tool_template) for i in changed])
+        return self.level_model.predict(emb, tools, ToolEvidence.of(tools, openings))
 
     def level_note(self) -> str | None:
         """Why predicted levels are not the risk head's, when they are not."""

@@ -413,18 +413,24 @@ def _model_level(tool: Any, prediction: Any, i: int, trust_annotations: bool) ->
         elif present:
             why.append(f"mcp: {says} (the level is already L{level})")
     if ann.get("readOnlyHint") is True:
-        text = normalise_text(split_name(tool.name) + " " + tool.description)
-        cap = max(_READ_ONLY_CAP, int(prediction.floors[i]))
-        if not trust_annotations:
-            why.append("mcp: readOnlyHint (not trusted: hints only raise a level)")
-        elif read_only_contradicted(text, permission_categories(tool.name, tool.description)):
-            why.append("mcp: readOnlyHint contradicted by the description, ignored")
-        elif level > cap:
-            level, source = cap, "annotation"
-            why.append(f"mcp: readOnlyHint (trusted) caps the level at L{cap}" + (" (the capability floor)" if cap > _READ_ONLY_CAP else ""))
-        else:
-            why.append("mcp: readOnlyHint (trusted; agrees)")
+        level, source = _read_only_hint(tool, level, source, why, max(_READ_ONLY_CAP, int(prediction.floors[i])), trust_annotations)
     return level, source, why
+
+
+def _read_only_hint(tool: Any, level: int, source: str, why: list[str], cap: int, trust: bool) -> tuple[int, str]:
+    """A ``readOnlyHint``: trusted and not contradicted by the tool's own words, it caps the
+    level at ``cap`` (the read-only cap, or a capability floor above it); ``why`` says which."""
+    text = normalise_text(split_name(tool.name) + " " + tool.description)
+    if not trust:
+        why.append("mcp: readOnlyHint (not trusted: hints only raise a level)")
+    elif read_only_contradicted(text, permission_categories(tool.name, tool.description)):
+        why.append("mcp: readOnlyHint contradicted by the description, ignored")
+    elif level > cap:
+        why.append(f"mcp: readOnlyHint (trusted) caps the level at L{cap}" + (" (the capability floor)" if cap > _READ_ONLY_CAP else ""))
+        return cap, "annotation"
+    else:
+        why.append("mcp: readOnlyHint (trusted; agrees)")
+    return level, source
 
 
 def _head_level(tool: Any, head: int, score: float | None, trust_annotations: bool) -> tuple[int, str, list[str]]:
@@ -440,16 +446,7 @@ def _head_level(tool: Any, head: int, score: float | None, trust_annotations: bo
         else:
             why.append("mcp: destructiveHint (agrees)")
     elif ann.get("readOnlyHint") is True:
-        text = normalise_text(split_name(tool.name) + " " + tool.description)
-        if not trust_annotations:
-            why.append("mcp: readOnlyHint (not trusted: hints only raise a level)")
-        elif read_only_contradicted(text, permission_categories(tool.name, tool.description)):
-            why.append("mcp: readOnlyHint contradicted by the description, ignored")
-        elif level > _READ_ONLY_CAP:
-            level, source = _READ_ONLY_CAP, "annotation"
-            why.append(f"mcp: readOnlyHint (trusted) caps the level at L{_READ_ONLY_CAP}")
-        else:
-            why.append("mcp: readOnlyHint (trusted; agrees)")
+        level, source = _read_only_hint(tool, level, source, why, _READ_ONLY_CAP, trust_annotations)
     elif ann.get("readOnlyHint") is False and level < 3:
         # the server itself says the tool changes state: a persistent write is L3 by the rubric
         level, source = 3, "annotation"

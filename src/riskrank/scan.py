@@ -15,16 +15,28 @@ and returns its findings, each with the field and the matched span, and a verdic
   than any honest description needs);
 - ``clean``: none of these.
 
-The detectors are patterns, not understanding: a poisoned description that reads like ordinary
-documentation, or a malicious implementation behind an honest description, passes
-(``docs/trust.md`` says what was measured, on which sets). Standard library only.
+Two kinds of evidence make the verdict. The rules (the patterns below) are high precision:
+each names the phrase it matched. The learned detector (:mod:`riskrank.poison`; opt-in, see
+:data:`DEFAULT`) scores every sentence-like span of the texts the model reads and finds text that speaks to the model in
+words no rule was written for (a ``directive`` finding: the span, and why in words). Text
+smuggled in tag characters and base64 or hex blobs in a text (decoded once; the field says
+so, ``description(base64@120)``) are read by both. Across servers (:func:`scan_catalogue`),
+a name that looks like another server's tool's and a text that names another server's tool
+are findings too.
+
+Neither understands: a poisoned description that reads like ordinary documentation, or a
+malicious implementation behind an honest description, passes (``docs/trust.md`` says what was
+measured, on which sets). The rules are standard library only; the detector needs NumPy.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any
 
 VERDICTS = ("clean", "suspicious", "poisoned")
@@ -111,15 +123,20 @@ _ANY_INVISIBLE = re.compile("[\U000E0000-\U000E007F\u202a-\u202e\u2066-\u2069\u2
 @dataclass(frozen=True)
 class Finding:
     """One cue in one field: its ``kind``, the ``verdict`` it implies alone, the ``field``
-    (``description``, ``inputSchema.properties.path.description``, ...) and the quoted span."""
+    (``description``, ``inputSchema.properties.path.description``, ...) and the quoted span
+    (for a ``directive``, the detector's span and why in words; ``score`` is its score)."""
 
     kind: str
     verdict: str
     field: str
     evidence: str
+    score: float | None = None
 
-    def to_dict(self) -> dict[str, str]:
-        return {"kind": self.kind, "verdict": self.verdict, "field": self.field, "evidence": self.evidence}
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "verdict": self.verdict, "field": self.field, "evidence": self.evidence}
+        if self.score is not None:
+            out["score"] = round(self.score, 4)
+        return out
 
 
 @dataclass(frozen=True)
@@ -172,20 +189,101 @@ def _quote(text: str, start: int, end: int) -> str:
     return text[max(0, start - pad): min(len(text), end + pad)].replace("\n", " ")[:QUOTE_CHARS * 2]
 
 
+#: Runs of base64 (standard or URL-safe) or hex long enough to hide a sentence.
+_RUN = re.compile(r"[A-Za-z0-9+/_-]{24,}=*")
+_B64 = re.compile(r"(?:[A-Za-z0-9+/]+|[A-Za-z0-9_-]+)=*")
+_HEX = re.compile(r"(?:[0-9A-Fa-f]{2})+")
+#: Blobs decoded per text, and the most characters read from one.
+MAX_BLOBS = 16
+MAX_BLOB_CHARS = 65_536
+
+
+def _as_text(raw: bytes) -> str | None:
+    """Decoded bytes as text when they read as text (UTF-8, mostly printable, some words)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    printable = sum(c.isprintable() or c in "\n\t" for c in text)
+    if printable < 0.95 * len(text) or len(re.findall(r"[^\W\d_]{2,}", text)) < 3:
+        return None
+    return text
+
+
+def decoded_blobs(text: str) -> list[tuple[str, int, str]]:
+    """(encoding, offset, decoded text) for each base64 (standard or URL-safe) or hex run of
+    ``text`` that decodes to text; decoded once (what it decodes to is not searched again)."""
+    out: list[tuple[str, int, str]] = []
+    if len(text) < 24:
+        return out
+    for m in _RUN.finditer(text):
+        if len(out) >= MAX_BLOBS:
+            break
+        start, run = m.start(), m.group()[:MAX_BLOB_CHARS]
+        if start and (text[start - 1].isalnum() or text[start - 1] in "=+/_-"):
+            continue
+        end = m.end()
+        if end < len(text) and text[end].isalnum():
+            continue
+        if len(run) >= 32 and _HEX.fullmatch(run):
+            name, raw = "hex", bytes.fromhex(run)
+        elif _B64.fullmatch(run):
+            body = run.rstrip("=").replace("-", "+").replace("_", "/")
+            try:
+                name, raw = "base64", base64.b64decode(body + "=" * (-len(body) % 4))
+            except (ValueError, binascii.Error):
+                continue
+        else:
+            continue
+        decoded = _as_text(raw)
+        if decoded is not None:
+            out.append((name, start, decoded))
+    return out
+
+
+def readable(text: str, field: str) -> list[tuple[str, str]]:
+    """(field, text) for what the model can read in one text: the text without tag characters,
+    what its tag characters spell (``field(hidden)``) and what its base64 or hex blobs decode to
+    (``field(base64@OFFSET)``, ``field(hex@OFFSET)``)."""
+    out = [(field, _TAGS.sub("", text) if _ANY_INVISIBLE.search(text) else text)]
+    tags = _TAGS.findall(text[: MAX_FIELD_CHARS * 4]) if _ANY_INVISIBLE.search(text) else []
+    hidden = "".join(chr(ord(c) - 0xE0000) for c in tags)
+    if hidden.strip():
+        out.append((field + "(hidden)", hidden))
+    for name, offset, decoded in decoded_blobs(out[0][1][: MAX_FIELD_CHARS * 4]):
+        out.append((f"{field}({name}@{offset})", decoded))
+    return out
+
+
 def scan_text(text: str, field: str) -> list[Finding]:
-    """The findings of one text."""
+    """The rules' findings of one text, of what its tag characters spell and of what its
+    base64 or hex blobs decode to."""
+    return _rules_over(text, field, readable(text, field))
+
+
+def _rules_over(text: str, field: str, parts: Sequence[tuple[str, str]]) -> list[Finding]:
+    out: list[Finding] = []
+    for where, part in parts:
+        if where == field:
+            out += _rule_findings(text, field)
+        else:
+            out += [replace(f, field=where) for f in _rule_findings(part, where) if f.kind != "invisible"]
+    return out
+
+
+def _rule_findings(text: str, field: str) -> list[Finding]:
+    """The patterns' findings of one text (tag characters are invisible, and removed)."""
     out: list[Finding] = []
     if len(text) > MAX_FIELD_CHARS:
         out.append(Finding("oversized", "suspicious", field, f"{len(text):,} characters"))
         text = text[: MAX_FIELD_CHARS * 4]  # the patterns read a bounded prefix: a 1 MB field costs no more
-    plain, hidden = text, ""
+    plain = text
     if _ANY_INVISIBLE.search(text):
         tags = _TAGS.findall(text)
-        hidden = "".join(chr(ord(c) - 0xE0000) for c in tags)
+        spelt = "".join(chr(ord(c) - 0xE0000) for c in tags if " " <= chr(ord(c) - 0xE0000) < "\x7f")
         for rx, verdict in ((_TAGS, "poisoned"), (_BIDI, "poisoned"), (_ZERO_WIDTH, "suspicious")):
             hit = rx.search(text)
             if hit:
-                spelt = "".join(c for c in hidden if " " <= c < "\x7f")
                 shown = f"U+{ord(hit.group()):04X} at {hit.start()}" + (f", spelling {spelt[:60]!r}" if spelt and rx is _TAGS else "")
                 out.append(Finding("invisible", verdict, field, shown))
         plain = _TAGS.sub("", text)
@@ -200,23 +298,184 @@ def scan_text(text: str, field: str) -> list[Finding]:
         if hit:
             seen.add((kind, verdict))
             out.append(Finding(kind, verdict, field, _quote(plain, hit.start(), hit.end())))
-    # Tag characters that spell words are read by the model: scan what they spell too.
-    if hidden.strip():
-        out.extend(Finding(f.kind, f.verdict, field + "(hidden)", f.evidence) for f in scan_text(hidden, field)
-                   if f.kind != "invisible")
     return out
 
 
-def scan_tool(tool: dict[str, Any]) -> Scan:
-    """Scan one tool definition (an MCP ``tools/list`` record, or any registry record)."""
-    findings = [f for field, text in texts_of(tool) for f in scan_text(text, field)]
+#: The ``detector`` argument that means the shipped detector (:func:`riskrank.poison.default_detector`).
+#: The scan is the rules alone by default (``detector=None``): the detector is opt-in (the
+#: gateway policy's ``learned_scan``, ``riskrank scan --learned``) while it is below its
+#: targets (docs/trust.md).
+DEFAULT = "default"
+
+
+def _resolve(detector: Any) -> Any:
+    if isinstance(detector, str) and detector == DEFAULT:
+        from riskrank.poison import default_detector
+
+        return default_detector()
+    return detector
+
+
+def directive_findings(detector: Any, items: Sequence[tuple[str, str, int]], names: Sequence[str]
+                       ) -> list[tuple[int, Finding]]:
+    """The detector's findings over (field, text, owner) items, ``names`` being the owners'
+    tool names: (owner, finding) for each item whose best span scores at or above the
+    detector's ``suspicious`` threshold (``poisoned`` at or above its ``poisoned`` one), the
+    span quoted with why in words."""
+    if not items:
+        return []
+    th = detector.thresholds
+    best: dict[int, Any] = {}
+    for sp in detector.score([(text, owner) for _, text, owner in items], names, min_score=th["suspicious"]):
+        if sp.text not in best or sp.score > best[sp.text].score:
+            best[sp.text] = sp
+    out = []
+    for i in sorted(best):
+        sp = best[i]
+        verdict = "poisoned" if sp.score >= th["poisoned"] else "suspicious"
+        quote = " ".join(sp.span.split())
+        quote = quote if len(quote) <= 2 * QUOTE_CHARS else quote[: 2 * QUOTE_CHARS - 1] + "\u2026"
+        out.append((items[i][2], Finding("directive", verdict, items[i][0], f"{quote} [{sp.why()}]", sp.score)))
+    return out
+
+
+def scan_definitions(tools: Sequence[dict[str, Any]], detector: Any = None) -> list[Scan]:
+    """Scan tool definitions (MCP ``tools/list`` records, or any registry records): the rules
+    over every text, and the learned detector (``detector``: None, the default, for the rules
+    alone; :data:`DEFAULT` for the shipped one; or a :class:`riskrank.poison.PoisonDetector`)
+    over every text the model reads, what tag characters spell and what blobs decode to
+    included. The detector reads the whole list in one batch (its cost is per span, not per
+    call)."""
+    det = _resolve(detector)
+    if det is not None:
+        from riskrank.poison import texts_for
+    found: list[list[Finding]] = []
+    items: list[tuple[str, str, int]] = []
+    for i, tool in enumerate(tools):
+        mine: list[Finding] = []
+        for field, text in texts_of(tool):
+            parts = readable(text, field)
+            mine += _rules_over(text, field, parts)
+            if det is not None:
+                items += [(f, t, i) for f, t, _ in texts_for(parts)]
+        found.append(mine)
+    if det is not None:
+        for i, f in directive_findings(det, items, [str(t.get("name", "")) for t in tools]):
+            found[i].append(f)
+    return [_verdict(str(t.get("name", "")), fs) for t, fs in zip(tools, found, strict=True)]
+
+
+def scan_tool(tool: dict[str, Any], detector: Any = None) -> Scan:
+    """Scan one tool definition (see :func:`scan_definitions`)."""
+    return scan_definitions([tool], detector)[0]
+
+
+def _verdict(name: str, findings: Sequence[Finding]) -> Scan:
     worst = max((VERDICTS.index(f.verdict) for f in findings), default=0)
-    return Scan(str(tool.get("name", "")), VERDICTS[worst], tuple(findings))
+    return Scan(name, VERDICTS[worst], tuple(findings))
 
 
-def scan_tools(tools: list[dict[str, Any]]) -> list[Scan]:
+def scan_tools(tools: list[dict[str, Any]], detector: Any = None) -> list[Scan]:
     """Scan each definition of a list (a server's ``tools/list``, a registry's records)."""
-    return [scan_tool(t) for t in tools if isinstance(t, dict)]
+    return scan_definitions([t for t in tools if isinstance(t, dict)], detector)
+
+
+# -- across servers ---------------------------------------------------------------------------------------
+#: Capital I or the digit 1 among lower-case letters reads as l (``read_fiIe``), 0 as o.
+_ASCII_L = re.compile(r"(?<=[a-z])[I1]|[I1](?=[a-z])")
+_ASCII_O = re.compile(r"(?<=[A-Za-z])0|0(?=[A-Za-z])")
+#: A tool name as a text writes it: quoted, or an identifier with ``_``, ``-``, ``.`` or camelCase.
+_NAMED = re.compile(r"`([^`\s]{2,64})`|'([\w.-]{2,64})'|\"([\w.-]{2,64})\"|"
+                    r"\b([A-Za-z][A-Za-z0-9]*(?:[_.-][A-Za-z0-9]+)+|[a-z]+[A-Z][A-Za-z0-9]*)\b")
+#: Words that make naming another server's tool a claim over it (replace it, follow it).
+_TRIGGER = re.compile(r"\b(?:whenever|every\s+time|each\s+time|any\s+time|instead|in\s+place\s+of|rather\s+than|"
+                      r"replac\w*|supersed\w*|deprecat\w*|retired|successor|shadows?|obsolete|(?:is|are|gets?)\s+"
+                      r"(?:used|called|invoked|run))\b", re.IGNORECASE)
+
+
+@lru_cache(maxsize=1 << 16)
+def name_fold(name: str) -> str:
+    """What a tool name looks like, for comparing names across servers: :func:`riskrank.names.skeleton`
+    (NFKC, case folding, Unicode's confusables) after the ASCII look-alikes a font hides
+    (capital I or 1 among lower-case letters for l, 0 beside letters for o)."""
+    plain = _ASCII_O.sub("o", _ASCII_L.sub("l", name))
+    if plain.isascii():
+        return plain.casefold()  # the skeleton of ASCII is its case fold (names.skeleton keeps ASCII as typed)
+    from riskrank.names import skeleton
+
+    return skeleton(plain)
+
+
+def cross_server_findings(catalogue: Mapping[str, Sequence[Mapping[str, Any]]],
+                          scans: Mapping[tuple[str, str], Scan] | None = None) -> dict[tuple[str, str], list[Finding]]:
+    """(server, tool name) -> findings across servers, in time linear in the catalogue's names
+    and text:
+
+    - ``lookalike`` (poisoned, on both): a name that folds (:func:`name_fold`) to another
+      server's differently written tool name. One name served by two servers is not a
+      finding: the gateway namespaces it, and real servers share names (``list_projects``);
+    - ``reference``: a text that names another server's tool (quoted, or an identifier-like
+      name) and not one of its own server's; poisoned when the same text also claims or
+      follows it ("whenever", "instead", "replaces", "is used") or the detector flagged the
+      same field (``scans``), suspicious alone."""
+    out: dict[tuple[str, str], list[Finding]] = {}
+    folds: dict[str, dict[str, str]] = {}  # fold -> server -> name
+    for server, tools in catalogue.items():
+        for t in tools:
+            name = t.get("name")
+            if isinstance(name, str) and name:
+                folds.setdefault(name_fold(name), {}).setdefault(server, name)
+    for by_server in folds.values():
+        if len(by_server) < 2 or len(set(by_server.values())) < 2:
+            continue
+        for server, name in by_server.items():
+            for other, theirs in by_server.items():
+                if other != server and theirs != name:
+                    out.setdefault((server, name), []).append(Finding(
+                        "lookalike", "poisoned", "name",
+                        f"{name!r} looks like {theirs!r} of server {other!r} (one name after NFKC, case folding and "
+                        "confusables)"))
+    if len(catalogue) < 2:
+        return out
+    for server, tools in catalogue.items():
+        for t in tools:
+            name = t.get("name")
+            if not isinstance(name, str):
+                continue
+            flagged = {f.field for f in (scans or {}).get((server, name), Scan(name, "clean", ())).findings
+                       if f.kind == "directive"}
+            for field, text in texts_of(dict(t)):
+                if field == "name" or field.endswith("(name)"):
+                    continue
+                for m in _NAMED.finditer(text):
+                    word = next(g for g in m.groups() if g)
+                    owners = folds.get(name_fold(word))
+                    if not owners or server in owners:
+                        continue
+                    other, theirs = next(iter(sorted(owners.items())))
+                    near = text[max(0, m.start() - 120): m.end() + 120]
+                    claim = _TRIGGER.search(near) is not None or field in flagged
+                    out.setdefault((server, name), []).append(Finding(
+                        "reference", "poisoned" if claim else "suspicious", field,
+                        f"names {theirs!r} of server {other!r}" + (" and claims or follows it" if claim else "")
+                        + f": {_quote(text, m.start(), m.end())}"))
+                    break  # one reference per field is enough to say
+    return out
+
+
+def with_findings(scan: Scan, extra: Sequence[Finding]) -> Scan:
+    """``scan`` with more findings (its verdict the worst of all)."""
+    return _verdict(scan.name, [*scan.findings, *extra]) if extra else scan
+
+
+def scan_catalogue(catalogue: Mapping[str, Sequence[dict[str, Any]]], detector: Any = None) -> dict[str, list[Scan]]:
+    """Every tool of several servers (server -> its ``tools/list``): each definition's scan,
+    in its server's order, with the findings across servers (:func:`cross_server_findings`)."""
+    det = _resolve(detector)
+    own = {server: scan_definitions([t for t in tools if isinstance(t, dict)], det) for server, tools in catalogue.items()}
+    first = {(server, sc.name): sc for server, scans in own.items() for sc in scans}
+    cross = cross_server_findings(catalogue, first)
+    return {server: [with_findings(sc, cross.get((server, sc.name), [])) for sc in scans] for server, scans in own.items()}
 
 
 def scan_result(result: dict[str, Any]) -> list[Finding]:

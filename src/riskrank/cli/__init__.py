@@ -8,7 +8,8 @@ missing extra) print one ``error:`` line and exit with status 2; no traceback.
 
 One module per group of commands: :mod:`.data`, :mod:`.library` (evaluate, retrieve, train,
 graph stats), :mod:`.experiments` (reproduce, demo), :mod:`.audit` (audit, agreement) and
-:mod:`.serving` (serve, mcp); :mod:`.common` holds what they share.
+:mod:`.serving` (serve, mcp), :mod:`.wrap` (wrap, unwrap, policy check); :mod:`.common` holds
+what they share.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 
 import click
 
-from riskrank.cli import audit, data, experiments, library, serving, state, trust
+from riskrank.cli import audit, data, experiments, library, serving, state, trust, wrap
 from riskrank.cli.common import echo
 from riskrank.errors import RiskrankError
 
@@ -55,7 +56,8 @@ def main() -> None:
 
 for _command in (data.data, library.evaluate, library.compare, library.retrieve, library.train, library.graph, experiments.reproduce,
                  experiments.demo, audit.audit_command, audit.agreement_command, serving.serve_command,
-                 serving.mcp_command, trust.pins_group, trust.scan_command, trust.clients_group):
+                 serving.mcp_command, trust.pins_group, trust.scan_command, trust.clients_group, wrap.wrap_command,
+                 wrap.unwrap_command, wrap.policy_group):
     main.add_command(_command)
 main.add_command(state.state_group)
 

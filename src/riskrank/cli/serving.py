@@ -259,8 +259,9 @@ def parse_min_score(value: str | None) -> float | None:
               help="One upstream MCP server, a command line (with --config: one more, named 'upstream').")
 @click.option("--policy", "policy_file", type=click.Path(dir_okay=False), default=None, metavar="POLICY.json",
               help="The call-time policy: max_level, confirm_level, allow, deny, exposure_ttl_s, client_choices, levels, "
-                   "preset (untrusted: confirm every call), untrusted, call_timeouts "
-                   "[default: max_level 4, confirm_level 3, everything allowed, no client choices].")
+                   "preset (untrusted: confirm every call), untrusted, call_timeouts, and the session guard's scope, flow, "
+                   "confirm, sources, sinks (docs/session-guard.md) [default: max_level 4, confirm_level 3, everything "
+                   "allowed, no client choices, the session guard on].")
 @click.option("--audit-log", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="Append every decision (found, allowed, refused, confirmed; upstreams up and down) to FILE as JSONL.")
 @click.option("--forward/--no-forward", default=None,
@@ -307,9 +308,26 @@ def parse_min_score(value: str | None) -> float | None:
                    "--state-dir). Without it: --audit-log's JSONL and --state-dir's pins file (docs/teams.md).")
 @click.option("--replica", default=None, metavar="NAME",
               help="This process's name on audit lines and approvals, with --state [default: HOST:PID].")
+@click.option("--operators", "operators_file", type=click.Path(dir_okay=False), default=None, metavar="OPERATORS.json",
+              help="With --console: the named operators' token digests, for the JSON approvals API "
+                   "(POST /console/api/decide with Authorization: Bearer TOKEN; docs/teams.md).")
+@click.option("--notify", "notify_urls", multiple=True, metavar="URL",
+              help="Post each held call and each decision to this webhook (repeatable), signed with "
+                   "--notify-secret-file (docs/teams.md); needs the console's approvals (--console).")
+@click.option("--notify-secret-file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="The HMAC-SHA256 key the webhook bodies are signed with (at least 16 bytes).")
+@click.option("--notify-format", type=click.Choice(["json", "slack"]), default="json", show_default=True,
+              help="The webhook body: riskrank's JSON event, or a Slack-compatible {\"text\": ...}.")
+@click.option("--replica-lapse", type=click.FloatRange(1, 3600), default=15.0, show_default=True, metavar="SECONDS",
+              help="With --state: a replica whose heartbeat in the store (the store's clock) is older than this is "
+                   "gone; the calls it held cannot be approved and are withdrawn.")
 @click.option("--clients", "clients_file", type=click.Path(dir_okay=False), default=None, metavar="CLIENTS.json",
               help="Over streamable HTTP: each client's token digest and the named policy of --policy it gets, and "
                    "optionally OAuth bearer JWTs (docs/teams.md); re-read when it changes.")
+@click.option("--metrics", is_flag=True,
+              help="Over streamable HTTP: GET /metrics in the Prometheus text format, behind the admin token "
+                   f"(${ADMIN_TOKEN_ENV} or --admin-token-file; loopback only without one; needs the ops extra; "
+                   "docs/serving.md).")
 def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, risk_source: str, fill_levels: str,
                 encoder: str | None, device: str, encoder_backend: str, threads: int | None, candidates: int | None,
                 first_stage: str, trust_annotations: bool, level_model: str, fill: str, min_score: str | None, config_file: str | None,
@@ -319,7 +337,9 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
                 console_host: str | None, console_port: int | None, admin_token_file: str | None,
                 confirm_by: str | None, confirm_timeout: float, call_timeout: float, max_argument_bytes: int,
                 max_result_bytes: int, state_dir: str | None, pin_key: str | None, scan_results: str, state_url: str | None,
-                replica: str | None, clients_file: str | None, verbose: bool) -> None:
+                replica: str | None, operators_file: str | None, notify_urls: tuple[str, ...],
+                notify_secret_file: str | None, notify_format: str, replica_lapse: float, clients_file: str | None,
+                metrics: bool, verbose: bool) -> None:
     """Serve risk-aware tool search over MCP (stdio, or streamable HTTP), alone or as a gateway.
 
     The catalogue is --registry (default: the bundled demo registry), or, as a gateway, the
@@ -373,8 +393,12 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
     if transport == "streamable-http" and (console_host is not None or console_port is not None):
         raise RiskrankError("--console-host and --console-port are for stdio; over streamable HTTP the console is at /console "
                             "of --host:--port")
-    if not console and (console_host is not None or console_port is not None or admin_token_file):
-        raise RiskrankError("--console-host, --console-port and --admin-token-file are the console's: add --console")
+    if not console and (console_host is not None or console_port is not None):
+        raise RiskrankError("--console-host and --console-port are the console's: add --console")
+    if admin_token_file and not (console or metrics):
+        raise RiskrankError("--admin-token-file is the console's and /metrics': add --console or --metrics")
+    if metrics and transport != "streamable-http":
+        raise RiskrankError("--metrics serves GET /metrics on the HTTP listener: add --transport streamable-http")
     confirm_by = confirm_by or ("console" if console and gateway_forwards else "elicitation")
     if confirm_by == "console" and not console:
         raise RiskrankError("--confirm-by console needs --console (the page where an operator approves calls)")
@@ -386,8 +410,17 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
     if console and gateway_forwards and not audit_log and state_url is None:
         raise RiskrankError("--console on a gateway needs --audit-log FILE (or --state STORE): the call log reads it, and "
                             "every operator decision is recorded there")
-    admin_token = read_token(admin_token_file, ADMIN_TOKEN_ENV) if console else None
+    admin_token = read_token(admin_token_file, ADMIN_TOKEN_ENV) if console or metrics else None
     check_distinct_tokens(token, admin_token)
+    if metrics:
+        from riskrank.extras import requires
+        from riskrank.serving.auth import is_loopback
+
+        with requires("ops", "--metrics"):  # a missing extra fails here, before anything loads
+            import prometheus_client  # noqa: F401
+        if admin_token is None and not is_loopback(host):
+            raise RiskrankError(f"--metrics on {host} needs an admin token (${ADMIN_TOKEN_ENV} or --admin-token-file): "
+                                "/metrics names the clients and upstreams")
     clients = None
     if clients_file is not None:
         from pathlib import Path
@@ -403,6 +436,28 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
     console_opts = console_setup(console, host if transport == "streamable-http" else console_host, admin_token, labels, review,
                                  state_dir)
     console_sock = None
+    notifier = None
+    if notify_urls or notify_secret_file is not None:
+        from riskrank.serving.gateway.notify import Notifier, NotifyError, check_url
+
+        if not notify_urls or notify_secret_file is None:
+            raise NotifyError("--notify URL and --notify-secret-file FILE go together: every webhook body is signed")
+        if console_opts is None or confirm_by == "elicitation":
+            raise NotifyError("--notify posts the calls held for the console's operators: add --console")
+        try:
+            with open(notify_secret_file, "rb") as f:
+                secret = f.read().strip()
+        except OSError as exc:
+            raise NotifyError(f"--notify-secret-file {notify_secret_file}: cannot read it ({exc.strerror or exc})") from None
+        notifier = Notifier([check_url(u) for u in notify_urls], secret, notify_format)
+        log(f"notify: {', '.join(notify_urls)} ({notify_format}, signed)")
+    if operators_file is not None:
+        if console_opts is None:
+            raise RiskrankError("--operators names who may decide through the console's approvals API: add --console")
+        from riskrank.serving.console.security import read_operators
+
+        console_opts = dataclasses.replace(console_opts, operators=read_operators(operators_file))
+        log(f"operators: {', '.join(sorted(set(console_opts.operators.values())))} (the approvals API, {operators_file})")
     if console_opts is not None:
         # a missing extra fails here, before anything loads
         from riskrank.serving.console.app import create_console  # noqa: F401
@@ -459,7 +514,9 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
                               token=token, startup_timeout=startup_timeout, echo=log, console=console_opts,
                               console_sock=console_sock, confirm_by=confirm_by, confirm_timeout=confirm_timeout,
                               call_limits=CallLimits(call_timeout, max_argument_bytes, max_result_bytes), pins=pins,
-                              scan_results=scan_results, store=store, replica=replica or "gateway"))
+                              scan_results=scan_results, store=store, replica=replica or "gateway",
+                              replica_lapse=replica_lapse, notifier=notifier,
+                              metrics_token=admin_token if metrics else None, metrics=metrics))
     finally:
         if store is not None:
             store.close()

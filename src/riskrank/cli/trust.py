@@ -172,7 +172,11 @@ def _list_server(up: Any, startup_timeout: float) -> list[dict]:
               help="Print {\"tools\": [{name, verdict, findings, capabilities}], \"counts\": {...}, \"servers\": [...]}.")
 @click.option("--startup-timeout", type=click.FloatRange(1, 600), default=30.0, show_default=True,
               help="For an mcpServers file: seconds each server has to start and list its tools.")
-def scan_command(path: str, no_start: bool, allow_unreachable: bool, as_json: bool, startup_timeout: float) -> None:
+@click.option("--learned", is_flag=True,
+              help="Add the learned detector's findings to the rules' (off by default, as in the gateway: it is below "
+                   "its targets and flags some real tools; docs/trust.md).")
+def scan_command(path: str, no_start: bool, allow_unreachable: bool, as_json: bool, startup_timeout: float,
+                 learned: bool) -> None:
     """Check tool definitions for poisoning; an mcpServers file's servers are STARTED (--no-start runs nothing).
 
     PATH is an mcpServers file, whose servers this command STARTS as the gateway does (each
@@ -182,17 +186,23 @@ def scan_command(path: str, no_start: bool, allow_unreachable: bool, as_json: bo
     instead. PATH may also be a registry file or a tools/list dump, read as it is (nothing
     runs).
 
-    Each definition is read for text addressed to the model: instructions, things hidden from
-    the user, exfiltration cues, claims over other tools, invisible text; and for what it can
-    do whatever it says (runs commands, reads secrets, deletes, sends data out, ...: each a
-    ``capability`` line with its rubric floor and ATT&CK technique, which does not change the
-    exit status). Exit 0 when every
-    definition was checked and none is poisoned, 1 when one is poisoned, 2 on bad input or
-    when a server could not be checked (it failed to list, or --no-start left it unstarted)
-    unless --allow-unreachable."""
+    Each definition is read for text addressed to the model, by the rules (instructions, things
+    hidden from the user, exfiltration cues, claims over other tools, invisible text) and, with
+    --learned, by the learned detector (a "directive" finding: the span, its score and why in
+    words); base64 or hex blobs are decoded once and read too. The servers of an mcpServers
+    file (or the records of a file that name their "server") are also read against each other:
+    a name that looks like another server's tool's, a text that names another server's tool.
+    Each is also read for what it can do whatever it says (runs commands, reads secrets,
+    deletes, sends data out, ...: each a ``capability`` line with its rubric floor and ATT&CK
+    technique, which does not change the exit status). Exit 0 when every definition was
+    checked and none is poisoned, 1 when one is poisoned, 2 on bad input or when a server
+    could not be checked (it failed to list, or --no-start left it unstarted) unless
+    --allow-unreachable."""
+    from dataclasses import replace
+
     from riskrank.capabilities import detect_capabilities
     from riskrank.fileio import loads_strict, read_regular_file
-    from riskrank.scan import VERDICTS, scan_tools
+    from riskrank.scan import DEFAULT, VERDICTS, scan_catalogue
     from riskrank.serving.gateway.config import load_servers
 
     try:
@@ -232,7 +242,17 @@ def scan_command(path: str, no_start: bool, allow_unreachable: bool, as_json: bo
                             "(--allow-unreachable scans the others)")
     for line in unchecked if not no_start else []:
         echo(f"warning: {line}; not checked (--allow-unreachable)", err=True)
-    scans = scan_tools(tools)
+    # Across servers too: an mcpServers file's tools are server/tool; a static file's records
+    # may name their server ("server"), else they are one server's.
+    catalogue: dict[str, list[dict]] = {}
+    for t in tools:
+        server, own = t["name"].split("/", 1) if servers else (str(t.get("server") or ""), t["name"])
+        catalogue.setdefault(server, []).append({**t, "name": own})
+    scanned = {server: iter(found) for server, found in scan_catalogue(catalogue, DEFAULT if learned else None).items()}
+    scans = []
+    for t in tools:
+        server = t["name"].split("/", 1)[0] if servers else str(t.get("server") or "")
+        scans.append(replace(next(scanned[server]), name=t["name"]))
     counts = {v: sum(s.verdict == v for s in scans) for v in VERDICTS}
     # what each tool can do, whatever its text says to the model: evidence for its level, not a verdict
     caps = [detect_capabilities(str(t.get("name") or ""), str(t.get("description") or ""),

@@ -47,6 +47,7 @@ from riskrank.serving.console.host import ConsoleHost, ConsoleOptions
 from riskrank.serving.gateway.auditlog import AuditLog, StoreAuditLog
 from riskrank.serving.gateway.config import Policies, UpstreamConfig
 from riskrank.serving.gateway.confirm import (
+    REPLICA_LAPSE_S,
     ConfirmationBroker,
     ElicitationBroker,
     OperatorBroker,
@@ -152,6 +153,35 @@ def with_probes(app: Any, gateway: Gateway, store: Any = None) -> Any:
     return probed
 
 
+def with_metrics(app: Any, metrics: Any, admin_token: str | None) -> Any:
+    """``app`` with ``GET /metrics`` (:mod:`.gateway.metrics`, the Prometheus text format):
+    for ``Authorization: Bearer <admin token>`` only, or, when there is no admin token, for a
+    loopback caller only (the command refuses a wider bind without one); 401 otherwise."""
+    import hmac
+
+    from riskrank.serving.auth import is_loopback
+    from riskrank.serving.gateway.metrics import CONTENT_TYPE
+
+    expected = f"Bearer {admin_token}".encode() if admin_token else None
+
+    async def metered(scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("path") != "/metrics" or scope.get("method") not in ("GET", "HEAD"):
+            await app(scope, receive, send)
+            return
+        if expected is not None:
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            allowed = hmac.compare_digest(given, expected)
+        else:
+            allowed = is_loopback((scope.get("client") or ("",))[0] or "")
+        status, body, kind = (200, metrics.exposition(), CONTENT_TYPE) if allowed else (
+            401, b"/metrics needs the admin token (Authorization: Bearer ...)\n", "text/plain; charset=utf-8")
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", kind.encode()), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body if scope.get("method") == "GET" else b""})
+
+    return metered
+
+
 #: Beyond ``--startup-timeout``: how long a ``find_tools`` during start-up waits for the first
 #: catalogue (the upstreams' start, then levels, embeddings and indexes).
 FIRST_CATALOGUE_GRACE_S = 30.0
@@ -214,7 +244,8 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
               limits: Limits | None = None, echo: Callable[[str], None] = print, console: ConsoleOptions | None = None,
               console_sock: Any = None, confirm_by: str = "elicitation", confirm_timeout: float = 120.0,
               call_limits: CallLimits | None = None, pins: PinStore | None = None, scan_results: str = "off",
-              store: Any = None, replica: str = "gateway") -> None:
+              store: Any = None, replica: str = "gateway", replica_lapse: float = REPLICA_LAPSE_S,
+              notifier: Any = None, metrics: bool = False, metrics_token: str | None = None) -> None:
     """Load the catalogue (a registry, or the upstream servers), then serve until the client
     goes away or SIGTERM/SIGINT (which stop every upstream child first).
 
@@ -225,12 +256,18 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
     ``store``: the state store (:mod:`.gateway.store`, ``--state``): the audit log, the
     approvals (any replica's console decides a call held at any other), the pins and the
     exposures live there, shared by every replica on one database; ``replica`` names this
-    process on its lines. The caller opens and closes it.
+    process on its lines and beats in the store every ``replica_lapse / 5`` seconds (a replica
+    silent for ``replica_lapse`` is gone: the calls it held cannot be approved). The caller
+    opens and closes it.
+
+    ``metrics``: serve ``GET /metrics`` (streamable HTTP) behind ``metrics_token`` (the admin
+    token; None: loopback callers only).
 
     ``console``: serve the operator's console too, at ``/console`` of the streamable-HTTP app,
     or (over stdio) on a loopback listener of its own, ``console_sock``. ``confirm_by``:
     who confirms a call at ``confirm_level``: ``elicitation`` (the MCP client's user) or
-    ``console`` (an operator, who has ``confirm_timeout`` seconds)."""
+    ``console`` (an operator, who has ``confirm_timeout`` seconds). ``notifier``: webhooks
+    (:mod:`.gateway.notify`) told of each held call and decision, delivered beside the calls."""
     import anyio
     import anyio.to_thread
 
@@ -241,7 +278,7 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
     broker: ConfirmationBroker
     if confirm_by == "console":
         broker = (OperatorBroker(confirm_timeout, audit=audit) if store is None
-                  else StoreBroker(store, confirm_timeout, audit=audit, replica=replica))
+                  else StoreBroker(store, confirm_timeout, audit=audit, replica=replica, lapse_s=replica_lapse))
     else:
         broker = ElicitationBroker()
     console_app = None
@@ -256,6 +293,14 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
             stop = anyio.Event()
             graceful: list[bool] = []  # set once uvicorn serves: a signal then lets it shut down itself
             tg.start_soon(_on_signal, tg.cancel_scope, stop, echo, graceful)
+            if notifier is not None and isinstance(broker, OperatorBroker | StoreBroker):
+                broker.notifier = notifier
+                if transport != "stdio":
+                    notifier.console_url = f"{_url(sock)}/console/approvals"
+                tg.start_soon(notifier.run)
+            if isinstance(broker, StoreBroker):
+                await broker.start()  # a predecessor of this name: the calls it held are withdrawn first
+                tg.start_soon(broker.beat, echo)
             manager, keeper = None, None
             gw_kw = dict(policies=policies, audit=audit, broker=broker, default_k=k, forward=forward, limits=limits,
                          call_limits=call_limits, scan_results=scan_results, state=store)
@@ -287,6 +332,11 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
                 echo(_serving_line(gateway, None, audit_log))
             if console is not None:
                 console_app = make_console(gateway)
+            gauges = None
+            if metrics:
+                from riskrank.serving.gateway.metrics import make_metrics
+
+                gauges = make_metrics(gateway, clients=[c.name for c in clients.clients] if clients is not None else ())
             server = build_server(gateway)
             mark("serving")
             if transport == "stdio":
@@ -304,10 +354,14 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
             else:
                 host, port = sock.getsockname()[:2]
                 sock.listen(128)  # before the URL is announced: a client connecting at once waits in the backlog
-                app = Gate(with_probes(mcp_compat.streamable_http_app(server, host), gateway, store), token=token,
+                app = Gate(with_probes(mcp_compat.watch_callers(mcp_compat.streamable_http_app(server, host)), gateway, store),
+                           token=token,
                            max_inflight=(limits or Limits()).max_inflight, clients=clients, log=echo, audit=audit)
                 auth = ", ".join([*(["bearer token"] if token else []), *(["clients file"] if clients is not None else [])])
                 echo(f"streamable HTTP at http://{host}:{port}/mcp  auth: {auth or 'none (--insecure, loopback)'}")
+                if gauges is not None:
+                    app = with_metrics(app, gauges, metrics_token)
+                    echo(f"metrics at {_url(sock)}/metrics  auth: " + ("the admin token" if metrics_token else "none (loopback only)"))
                 if console_app is not None:
                     from riskrank.serving.console.app import with_console
 

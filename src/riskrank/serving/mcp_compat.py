@@ -98,6 +98,21 @@ def wire(model: Any) -> Json:
     return model.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
+def error_code(result: Any) -> str | None:
+    """The stable code of a ``CallToolResult`` (either SDK's model, or a wire dict) that is an
+    error: its ``structuredContent.error.code``, else ``tool_error`` (a tool's own error
+    answer); None when it is no error. Reads two fields, never the whole result."""
+    if isinstance(result, dict):
+        failed, structured = result.get("isError"), result.get("structuredContent")
+    else:  # 1.x names the fields as on the wire, 2.x in snake case
+        failed = getattr(result, "isError", None) or getattr(result, "is_error", None)
+        structured = getattr(result, "structuredContent", None) or getattr(result, "structured_content", None)
+    if not failed:
+        return None
+    error = structured.get("error") if isinstance(structured, dict) else None
+    return str(error["code"]) if isinstance(error, dict) and error.get("code") else "tool_error"
+
+
 def tool_result(text: str, *, is_error: bool = False, structured: Json | None = None) -> Any:
     """A ``CallToolResult`` with one text block (and structured content), from wire names."""
     body: Json = {"content": [{"type": "text", "text": text}], "isError": is_error}
@@ -446,6 +461,101 @@ class _ConfirmTokens:
 _TOKENS = _ConfirmTokens()
 
 
+class CallerLink:
+    """Whether the caller of one request can still receive its answer: left (``left_at``,
+    ``how``) once its HTTP connection closed (the ASGI disconnect), a write to it failed, or
+    stdin reached its end. A call held for confirmation waits on :attr:`event` beside the
+    decision, so a gone caller's hold is withdrawn at once rather than run for nobody."""
+
+    def __init__(self, how: str) -> None:
+        import anyio
+
+        self.how = how
+        self.left_at: float | None = None
+        self.event = anyio.Event()
+
+    @property
+    def gone(self) -> bool:
+        return self.left_at is not None
+
+    def leave(self, how: str | None = None) -> None:
+        if self.left_at is None:
+            self.left_at = time.time()
+            self.how = how or self.how
+            self.event.set()
+
+    def describe(self) -> str:
+        """``the agent disconnected at 2026-12-06T03:40:12Z (its HTTP connection closed)``."""
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.left_at or time.time()))
+        return f"the agent disconnected at {at} ({self.how})"
+
+
+#: The one caller of a stdio server: gone when stdin reaches its end.
+_STDIO_LINK: list[CallerLink] = []
+
+
+def _stdio_link() -> CallerLink | None:
+    return _STDIO_LINK[0] if _STDIO_LINK else None
+
+
+def watch_callers(app: Any) -> Any:
+    """``app`` with a :class:`CallerLink` on each HTTP request's scope (``riskrank.link``).
+    Once the request's body is read, the real ``receive`` is watched here for the
+    disconnect (the app's later reads wait for it too), and a ``send`` that fails marks the
+    caller gone; a disconnect after the response ended is no leaving."""
+    import anyio
+
+    async def watched(scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        link = CallerLink("its HTTP connection closed")
+        scope["riskrank.link"] = link
+        state = {"read": False, "done": False}
+
+        async def watch() -> None:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    if not state["done"]:
+                        link.leave()
+                    return
+
+        async def app_receive() -> dict:
+            if state["read"]:
+                await link.event.wait()
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                link.leave()
+            elif not message.get("more_body", False):
+                state["read"] = True
+                tg.start_soon(watch)
+            return message
+
+        async def app_send(message: dict) -> None:
+            try:
+                await send(message)
+            except Exception:
+                link.leave("a write to its stream failed")
+                raise
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                state["done"] = True
+
+        failed: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            try:
+                await app(scope, app_receive, app_send)
+            except Exception as exc:  # raised as the app raised it, not wrapped in the task group's group
+                failed = exc
+            finally:
+                tg.cancel_scope.cancel()
+        if failed is not None:
+            raise failed
+
+    return watched
+
+
 class CallCtx:
     """What a tool handler needs of the call, from either SDK's request context: who is
     calling (``session_key``), a progress sender for the caller's token, and a confirmation
@@ -453,13 +563,28 @@ class CallCtx:
 
     def __init__(self, session: Any, request_id: Any, progress_token: Any, capabilities: Any, *,
                  protocol_version: str | None = None, params: Any = None, session_key: str = "stdio",
-                 client: dict[str, Any] | None = None) -> None:
+                 client: dict[str, Any] | None = None, host_task: tuple[Any, str] | None = None,
+                 host_user: tuple[Any, str] | None = None, link: CallerLink | None = None,
+                 traceparent: str | None = None) -> None:
         self.session, self.request_id, self.progress_token = session, request_id, progress_token
+        #: Whether the caller can still receive this call's answer (None: nothing watches it).
+        self.link = link
         self.capabilities, self.protocol_version, self.params = capabilities, protocol_version, params
         self.session_key = session_key
         #: Who the gate found the caller to be (``name``, ``policy``, ``via``; see
         #: :mod:`riskrank.serving.auth`); None over stdio.
         self.client = client
+        #: The session's task as the host application set it, and where from (``header``:
+        #: :data:`TASK_HEADER`; ``meta``: :data:`TASK_META` of this request's or the
+        #: ``initialize`` request's ``_meta``); None when the host set none. The value is what
+        #: was sent (the gateway checks it).
+        self.host_task = host_task
+        #: The user's latest turn as the host passed it with this request (:data:`USER_HEADER`,
+        #: :data:`USER_META`), and where from; None when it passed none.
+        self.host_user = host_user
+        #: The caller's W3C trace context (:data:`TRACEPARENT`), as sent: the gateway's spans
+        #: continue its trace when it is well formed, and ignore it otherwise.
+        self.traceparent = traceparent
 
     @property
     def wants_progress(self) -> bool:
@@ -515,10 +640,73 @@ def _header(request: Any, name: str) -> str | None:
     return headers.get(name) if headers is not None else None
 
 
+#: The HTTP header (streamable HTTP) a host application sets the session's task with; its
+#: value is percent-decoded (UTF-8), so any text fits an ASCII header.
+TASK_HEADER = "x-riskrank-task"
+#: The ``_meta`` key of a request (or of ``initialize``) that does the same on any transport.
+TASK_META = "riskrank/task"
+#: The header and the ``_meta`` key (of one request) a host passes the user's latest turn with:
+#: the user's own words after the task (the tools they need join the session's scope).
+USER_HEADER = "x-riskrank-user"
+USER_META = "riskrank/user"
+
+
+#: The W3C trace-context header (and ``_meta`` key) an agent framework continues its trace with.
+TRACEPARENT = "traceparent"
+
+
+def _meta_value(meta: Any, key: str) -> Any:
+    """``key`` of a request's ``_meta``: a dict in 2.x, a pydantic model with extra fields in 1.x."""
+    if meta is None:
+        return None
+    if isinstance(meta, dict):
+        return meta.get(key)
+    return (getattr(meta, "model_extra", None) or {}).get(key)
+
+
+def host_task(request: Any, params: Any, session: Any, *, header: str = TASK_HEADER, key: str = TASK_META,
+              initialize: bool = True) -> tuple[Any, str] | None:
+    """The task a host application set for the session: the :data:`TASK_HEADER` header, else
+    :data:`TASK_META` in this request's ``_meta``, else in the ``initialize`` request's
+    (``header``, ``key``, ``initialize``: the same for the user's turn, which only a request carries)."""
+    found = _header(request, header) if request is not None else None
+    if found is not None:
+        from urllib.parse import unquote
+
+        return unquote(found, errors="replace"), "header"
+    value = _meta_value(getattr(params, "meta", None), key)
+    if value is None and initialize:
+        init = getattr(session, "client_params", None)
+        value = _meta_value(getattr(init, "meta", None), key)
+    return (value, "meta") if value is not None else None
+
+
+def host_user(request: Any, params: Any) -> tuple[Any, str] | None:
+    """The user's latest turn a host passed with this request (:data:`USER_HEADER`, :data:`USER_META`)."""
+    return host_task(request, params, None, header=USER_HEADER, key=USER_META, initialize=False)
+
+
+def traceparent(request: Any, params: Any) -> str | None:
+    """The caller's ``traceparent``: the HTTP header, else this request's ``_meta`` (any
+    transport); a value that is not a string is none."""
+    found = _header(request, TRACEPARENT) if request is not None else None
+    if found is None:
+        found = _meta_value(getattr(params, "meta", None), TRACEPARENT)
+    return found if isinstance(found, str) else None
+
+
 def _client(request: Any) -> dict[str, Any] | None:
     """The identity the gate put on the request's ASGI scope (None over stdio)."""
     scope = getattr(request, "scope", None)
     return scope.get("riskrank.client") if isinstance(scope, dict) else None
+
+
+def _link(request: Any) -> CallerLink | None:
+    """The caller's :class:`CallerLink`: the HTTP request's (:func:`watch_callers`), else stdio's."""
+    scope = getattr(request, "scope", None)
+    if isinstance(scope, dict):
+        return scope.get("riskrank.link")
+    return _stdio_link() if request is None else None
 
 
 def _session_key(request: Any, modern: bool) -> str:
@@ -602,7 +790,9 @@ def _build_v2(name: str, version: str, instructions: str | None, h: Handlers, ti
         modern = ctx.protocol_version in MODERN_PROTOCOLS
         call = CallCtx(ctx.session, ctx.request_id, token(params), ctx.session.client_capabilities,
                        protocol_version=ctx.protocol_version, params=params, session_key=_session_key(ctx.request, modern),
-                       client=_client(ctx.request))
+                       client=_client(ctx.request), host_task=host_task(ctx.request, params, ctx.session),
+                       host_user=host_user(ctx.request, params), link=_link(ctx.request),
+                       traceparent=traceparent(ctx.request, params))
         try:
             return as_call_result(await h.call_tool(params.name, params.arguments or {}, call))
         except InputRequired as ir:
@@ -632,7 +822,9 @@ def _build_v1(name: str, version: str, instructions: str | None, h: Handlers) ->
         token = getattr(rc.meta, "progressToken", None) if rc.meta is not None else None
         caps = rc.session.client_params.capabilities if rc.session.client_params else None
         call = CallCtx(rc.session, rc.request_id, token, caps, params=req.params,
-                       session_key=_session_key(rc.request, False), client=_client(rc.request))
+                       session_key=_session_key(rc.request, False), client=_client(rc.request),
+                       host_task=host_task(rc.request, req.params, rc.session), host_user=host_user(rc.request, req.params),
+                       link=_link(rc.request), traceparent=traceparent(rc.request, req.params))
         return t.ServerResult(as_call_result(await h.call_tool(req.params.name, req.params.arguments or {}, call)))
 
     R[t.ListToolsRequest] = list_tools
@@ -672,6 +864,8 @@ class CancellableStdin:
             except BlockingIOError:
                 continue
             if not chunk:
+                if (link := _stdio_link()) is not None:
+                    link.leave("its stdin closed")
                 if self.buf:
                     line, self.buf = self.buf, b""
                     return line.decode("utf-8", "replace")
@@ -696,9 +890,13 @@ async def serve_stdio(server: Any) -> None:
     task is cancelled."""
     from mcp.server.stdio import stdio_server
 
+    _STDIO_LINK[:] = [CallerLink("its stdin closed")]
     stdin = CancellableStdin() if _pollable(0) else None
-    async with stdio_server(stdin=stdin) as (read, write):
-        await server.run(read, write, server.create_initialization_options())
+    try:
+        async with stdio_server(stdin=stdin) as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+    finally:
+        _STDIO_LINK[0].leave()
 
 
 def streamable_http_app(server: Any, host: str = "127.0.0.1", path: str = "/mcp") -> Any:

@@ -55,6 +55,7 @@ from riskrank.serving.console.security import (
     check_name,
     cookies,
     host_is_loopback,
+    operator_of,
     origin_ok,
     same_value,
     set_cookie,
@@ -237,6 +238,7 @@ class Console:
             Route(p + "/static/{name}", self.static_file),
             Route(p + "/approvals", self.approvals), Route(p + "/approvals/decide", self.decide, methods=["POST"]),
             Route(p + "/api/pending", self.pending_api),
+            Route(p + "/api/decide", self.decide_api, methods=["POST"]),
             Route(p + "/log", self.call_log), Route(p + "/log.jsonl", self.log_jsonl), Route(p + "/log.csv", self.log_csv),
             Route(p + "/catalogue", self.catalogue),
             Route(p + "/changes", self.changes), Route(p + "/changes/approve", self.changes_approve, methods=["POST"]),
@@ -332,8 +334,9 @@ class Console:
     async def approvals(self, request: Request) -> Response:
         self.need_session(request)
         broker = self._broker()
+        notifier = getattr(broker, "notifier", None)
         return self.render(request, "approvals.html", page="approvals", pending=broker.waiting(), recent=list(broker.recent),
-                           timeout_s=broker.timeout_s, now=time.time())
+                           timeout_s=broker.timeout_s, now=time.time(), webhooks=notifier.stats() if notifier else [])
 
     async def decide(self, request: Request) -> Response:
         session = self.need_session(request)
@@ -348,16 +351,77 @@ class Console:
             raise Refused(409, "that decision was not made on this call's arguments (its digest differs); reload the page")
         item = broker.decide(fields.get("id", ""), action == "approve", session.name, note or None)
         if item is None:
-            raise Refused(409, "that request is no longer pending (decided, timed out, or its caller went away)")
+            raise Refused(409, broker.why_not(fields.get("id", "")) or "that request is no longer pending (decided, timed "
+                          "out, or its caller went away)")
         session.flash = (f"Approved {item.request.tool}: the agent's call runs now." if action == "approve" else
                          f"Denied {item.request.tool}: the agent's call fails with 'denied'.")
         session.flash_kind = "done" if action == "approve" else "refused"
         return RedirectResponse(f"{PREFIX}/approvals", 303)
 
     async def pending_api(self, request: Request) -> Response:
-        self.need_session(request)
+        """The pending requests: ``pending`` (their ids) and ``holds`` (what an operator decides
+        on: tool, level, task, client, replica, the arguments' digest and the arguments), for a
+        console session or an operator's bearer token."""
+        if request.headers.get("authorization"):
+            if operator_of(request.headers.get("authorization"), self.options.operators) is None:
+                return _api_error(401, "unauthorized", "an operator's bearer token (--operators) is needed")
+        else:
+            self.need_session(request)
         broker = self._broker()
-        return JSONResponse({"pending": [p.id for p in broker.waiting()]})
+        waiting = broker.waiting()
+        return JSONResponse({"pending": [p.id for p in waiting], "holds": [{
+            "id": p.id, "tool": p.request.tool, "level": p.request.level, "task": p.request.task,
+            "client": p.request.client, "policy": p.request.policy, "session": p.request.session, "replica": p.replica,
+            "digest": p.request.digest, "arguments": p.request.arguments, "asked_at": p.asked_at, "deadline": p.deadline,
+            "replica_gone": p.gone} for p in waiting]})
+
+    async def decide_api(self, request: Request) -> Response:
+        """``POST /console/api/decide``: JSON ``{"id", "digest", "action": "approve"|"deny", "note"?}``
+        with a named operator's bearer token (no CSRF form: no cookie is read). The same rules
+        as the page: the digest must be the arguments' shown (409), a request no longer
+        pending is 409 saying why, an unknown id 404, a wrong token 401; a decision is taken
+        once (the store's conditional update), so a call never runs twice."""
+        name = operator_of(request.headers.get("authorization"), self.options.operators)
+        if name is None:
+            return _api_error(401, "unauthorized", "an operator's bearer token (--operators) is needed")
+        broker = self._broker()
+        if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
+            return _api_error(415, "unsupported_media_type", "send the decision as application/json")
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_FORM_BYTES:
+                return _api_error(413, "body_too_large", f"the decision exceeds {MAX_FORM_BYTES} bytes")
+        try:
+            data = json.loads(body)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return _api_error(400, "malformed_json", "the body is not JSON")
+        problem = _decision_problem(data)
+        if problem is not None:
+            return _api_error(422, "invalid_request", problem)
+        rid, note = data["id"], " ".join(str(data.get("note") or "").split())[:MAX_NOTE_CHARS]
+
+        def decide() -> tuple[int, str, str, Any]:
+            waiting = broker.pending.get(rid)
+            if waiting is None:
+                why = broker.why_not(rid)
+                return (404, "unknown_request", f"no request has the id {rid!r}", None) if why is None else (
+                    409, "not_pending", why, None)
+            if not same_value(data["digest"], waiting.request.digest):
+                return 409, "digest_mismatch", ("that decision was not made on this call's arguments (its digest "
+                                                "differs): read the request again"), None
+            if waiting.gone:
+                return 409, "replica_gone", waiting.gone, None
+            item = broker.decide(rid, data["action"] == "approve", name, note or None)
+            if item is None:
+                return 409, "not_pending", broker.why_not(rid) or "that request is no longer pending", None
+            return 200, "", "", item
+
+        status, code, message, item = decide()  # on the loop, as the page decides (an in-process broker's event)
+        if item is None:
+            return _api_error(status, code, message)
+        return JSONResponse({"id": rid, "tool": item.request.tool, "action": item.answer.action,
+                             "decided_by": item.answer.by, "note": item.answer.note})
 
     # -- 2. call log -------------------------------------------------------------------------------------
     def _audit(self) -> Path:
@@ -640,6 +704,32 @@ class Console:
                 return data
 
         return Response(await anyio.to_thread.run_sync(cached), media_type="image/png")
+
+
+def _api_error(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status)
+
+
+#: A decision's fields and their types (``note`` optional).
+DECISION_FIELDS = {"id": str, "digest": str, "action": str, "note": str}
+
+
+def _decision_problem(data: Any) -> str | None:
+    """What is wrong with a decision body, in one line (None: nothing)."""
+    if not isinstance(data, dict):
+        return "the body must be a JSON object"
+    extra = sorted(set(data) - set(DECISION_FIELDS))
+    if extra:
+        return f"unknown field(s) {extra}: a decision has id, digest, action and note"
+    for key, kind in DECISION_FIELDS.items():
+        if key not in data:
+            if key != "note":
+                return f"{key} is missing"
+        elif not isinstance(data[key], kind) and not (key == "note" and data[key] is None):
+            return f"{key} must be a string"
+    if data["action"] not in ("approve", "deny"):
+        return "action must be approve or deny"
+    return None
 
 
 def _records(path: Path) -> Any:

@@ -22,12 +22,32 @@ from urllib.parse import urlencode
 from riskrank.fileio import spreadsheet_cell
 from riskrank.serving.gateway.auditlog import read_records
 
-#: The table's columns, and the CSV's (the audit log's required fields first).
+#: The table's columns, and the CSV's (the audit log's required fields first; ``anchor``: the
+#: task the session started with; ``guards``: the chain's verdicts, :func:`guards_text`).
 COLUMNS = ("time", "task", "tool", "level", "decision", "code", "reason", "decided_by", "note", "upstream", "session",
-           "client")
+           "client", "anchor", "guards")
 #: Decisions the gateway writes (the filter's choices; others are shown as they come).
 DECISIONS = ("found", "allowed", "refused", "pending", "failed", "upstream_up", "upstream_down", "pins", "scan",
-             "login_failed", "auth_refused")
+             "login_failed", "auth_refused", "session", "recorded")
+
+
+def guards_text(rec: Mapping[str, Any]) -> str:
+    """A call's chain of guards in one line (``bounds pass, ..., scope hold drift, ...``);
+    empty for a line without one."""
+    entries = rec.get("guards")
+    if not isinstance(entries, list):
+        return ""
+    return ", ".join(" ".join(str(x) for x in e) for e in entries if isinstance(e, list))
+
+
+def guard_marks(rec: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """The chain's verdicts as the call log shows them: (guard, verdict, code) of every guard
+    that held, refused or was off; the passes are summed up by the page."""
+    entries = rec.get("guards")
+    if not isinstance(entries, list):
+        return []
+    return [(str(e[0]), str(e[1]), str(e[2]) if len(e) > 2 else "") for e in entries
+            if isinstance(e, list) and len(e) >= 2 and e[1] != "pass"]
 MAX_QUERY_CHARS = 200
 
 
@@ -79,7 +99,8 @@ def page(path: Path, flt: Filter, number: int, size: int) -> tuple[list[dict[str
             continue
         if len(rows) == size:
             return rows, True
-        rows.append({**dict.fromkeys(COLUMNS), **rec})
+        rows.append({**dict.fromkeys(COLUMNS), **rec, "guard_marks": guard_marks(rec),
+                     "guards_passed": sum(1 for e in rec.get("guards") or [] if isinstance(e, list) and e[1:2] == ["pass"])})
     return rows, False
 
 
@@ -103,5 +124,5 @@ def csv_lines(path: Path, flt: Filter) -> Iterator[bytes]:
     yield flush()
     for rec in read_records(path):
         if flt.matches(rec):
-            writer.writerow([spreadsheet_cell(rec.get(c)) for c in COLUMNS])
+            writer.writerow([spreadsheet_cell(guards_text(rec) if c == "guards" else rec.get(c)) for c in COLUMNS])
             yield flush()

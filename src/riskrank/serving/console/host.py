@@ -13,7 +13,7 @@ Standard library only: a surface can build a host without the console's web pack
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +73,5 @@ class ConsoleOptions:
     approvals and the call log are read from it (every replica's)."""
     pin_key: str | None = None
     """The gateway's ``--pin-key`` (None: the pin store's default key): the Changes page signs with it."""
+    operators: dict[str, str] = field(default_factory=dict)
+    """``--operators``: token digest -> operator name, for the JSON approvals API (bearer tokens)."""

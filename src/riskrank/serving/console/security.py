@@ -36,6 +36,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from riskrank.serving.auth import check_token_strength, is_loopback
@@ -265,3 +266,59 @@ def origin_ok(origin: str | None, scheme: str, host_header: str | None) -> bool:
         return False
     parts = urlsplit(origin)
     return parts.scheme == scheme and parts.netloc.lower() == host_header.strip().lower()
+
+
+#: The keys of an operators file's entry.
+OPERATOR_KEYS = {"token_sha256"}
+
+
+def read_operators(path: str | Path) -> dict[str, str]:
+    """The named operators of ``--operators FILE``: token digest -> operator name. The file is
+    ``{"operators": {"NAME": {"token_sha256": "sha256:HEX" or [...]}}}``, digests only (a
+    token is never written in clear), one operator per token; whoever presents one decides
+    through ``POST /console/api/decide`` as that name. Any problem is one
+    :class:`~riskrank.errors.RiskrankError` line naming the file."""
+    import json
+    import re
+
+    from riskrank.errors import RiskrankError
+
+    where = f"--operators {path}"
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise RiskrankError(f"{where}: cannot read it ({exc.strerror or exc})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RiskrankError(f"{where}: not JSON ({exc})") from None
+    if not isinstance(data, dict) or set(data) != {"operators"} or not isinstance(data["operators"], dict) \
+            or not data["operators"]:
+        raise RiskrankError(f'{where}: must be {{"operators": {{"NAME": {{"token_sha256": "sha256:..."}}}}}} with at '
+                            "least one operator")
+    out: dict[str, str] = {}
+    for name, entry in data["operators"].items():
+        if check_name(name) != name:
+            raise RiskrankError(f"{where}: operator {name!r}: a name is 1-{MAX_NAME_CHARS} printable characters")
+        if not isinstance(entry, dict) or set(entry) - OPERATOR_KEYS or "token_sha256" not in entry:
+            raise RiskrankError(f"{where}: operator {name!r}: an entry is {{\"token_sha256\": \"sha256:...\"}} (a list for "
+                                "a rotation)")
+        digests = entry["token_sha256"] if isinstance(entry["token_sha256"], list) else [entry["token_sha256"]]
+        for digest in digests:
+            if not isinstance(digest, str) or not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+                raise RiskrankError(f'{where}: operator {name!r}: token_sha256 is "sha256:" and 64 lower-case hex '
+                                    "characters (printf %s TOKEN | sha256sum)")
+            if digest in out:
+                raise RiskrankError(f"{where}: operator {name!r} has the same token as operator {out[digest]!r}")
+            out[digest] = name
+    return out
+
+
+def operator_of(authorization: str | None, operators: dict[str, str]) -> str | None:
+    """The operator a ``Authorization: Bearer TOKEN`` header names (None: none, or unknown)."""
+    scheme, _, token = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    digest = "sha256:" + hashlib.sha256(token.strip().encode()).hexdigest()
+    for known, name in operators.items():  # compared in constant time, every entry
+        if hmac.compare_digest(known, digest):
+            return name
+    return None

@@ -8,7 +8,8 @@ even ``kill -9``, a line is in the file whole or not at all, and lines from conc
 writers never interleave. The file is created ``0600`` (it holds tasks and arguments).
 
 A decision that cannot be logged is not taken: the gateway refuses the call
-(:class:`AuditLogError`). :func:`read_records` reads a log back (the console's call log),
+(:class:`AuditLogError`). ``watchers`` see each record once it is written, and each failure
+(the gateway's metrics, :mod:`.metrics`, count the log's own records). :func:`read_records` reads a log back (the console's call log),
 newest first without reading the whole file.
 """
 
@@ -36,12 +37,20 @@ class AuditLogError(RiskrankError):
     code = "audit_failed"
 
 
+class StoreAuditLogError(AuditLogError):
+    """The state store cannot take the audit line: the store's cause, the store's one code
+    (:data:`riskrank.serving.gateway.store.STATE_UNAVAILABLE`)."""
+
+    code = "state_unavailable"
+
+
 def now_iso() -> str:
     t = time.time()
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}Z"
 
 
-def _cut(value: Any) -> Any:
+def cut_field(value: Any) -> Any:
+    """A field as an audit line keeps it: whole, or past MAX_FIELD_CHARS its head and its length."""
     text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), default=str)
     if len(text) <= MAX_FIELD_CHARS:
         return value
@@ -57,6 +66,8 @@ class AuditLog:
         self.path = Path(path) if path is not None else None
         self._lock = threading.Lock()
         self._fd: int | None = None
+        #: Told of each record written (``recorded(rec)``) and each failure (``failed(where)``).
+        self.watchers: list[Any] = []
         if self.path is not None:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -73,7 +84,7 @@ class AuditLog:
         rec.update(fields)
         data = json.dumps(rec, separators=(",", ":"), ensure_ascii=False, default=str)
         if len(data.encode()) > MAX_LINE_BYTES:
-            rec = {k: (_cut(v) if k not in self.REQUIRED else v) for k, v in rec.items()}
+            rec = {k: (cut_field(v) if k not in self.REQUIRED else v) for k, v in rec.items()}
             data = json.dumps(rec, separators=(",", ":"), ensure_ascii=False, default=str)
         return json.loads(data)
 
@@ -84,8 +95,11 @@ class AuditLog:
     def write(self, **fields: Any) -> None:
         """Append one record, durably (blocking: a write and an fsync)."""
         if self._fd is None:
+            if self.watchers:  # no log file: the decision still counts
+                self._tell(self.record(**fields))
             return
-        data = self.line(**fields)
+        rec = self.record(**fields)
+        data = (json.dumps(rec, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
         with self._lock:
             try:
                 n = os.write(self._fd, data)
@@ -93,11 +107,19 @@ class AuditLog:
                     raise OSError(f"short write ({n} of {len(data)} bytes)")
                 os.fsync(self._fd)
             except OSError as exc:
+                for w in self.watchers:
+                    w.failed("file")
                 raise AuditLogError(f"cannot append to the audit log {self.path}: {exc}") from None
+        self._tell(rec)
+
+    def _tell(self, rec: dict[str, Any]) -> None:
+        for w in self.watchers:
+            w.recorded(rec)
 
     async def append(self, **fields: Any) -> None:
         """:meth:`write` off the event loop (an fsync costs milliseconds)."""
         if self._fd is None:
+            self.write(**fields)  # nothing to write: only the watchers, at once
             return
         import anyio.to_thread
 
@@ -126,7 +148,7 @@ class StoreAuditLog(AuditLog):
         self.down: str | None = None
 
     def write(self, **fields: Any) -> None:
-        from riskrank.serving.gateway.store import StoreError
+        from riskrank.serving.gateway.store import StoreError, unavailable_message
 
         if self.replica is not None:
             fields.setdefault("replica", self.replica)
@@ -137,10 +159,13 @@ class StoreAuditLog(AuditLog):
             if self.down is None:
                 self.log(f"state: {exc}; every call is refused until the store takes the audit log again")
             self.down = str(exc)
-            raise AuditLogError(f"cannot append to the audit log in {self.store.url}: {exc}") from None
+            for w in self.watchers:
+                w.failed("state")
+            raise StoreAuditLogError(unavailable_message(self.store.url, f"the audit line cannot be written: {exc}")) from None
         if self.down is not None:
             self.down = None
             self.log(f"state: {self.store.url} takes the audit log again; calls are decided again")
+        self._tell(rec)
 
     async def append(self, **fields: Any) -> None:
         import anyio.to_thread

@@ -36,7 +36,14 @@ from typing import Any
 from riskrank.errors import RiskrankError
 from riskrank.fileio import loads_strict
 from riskrank.modes import MODES, RISK_SOURCES
-from riskrank.serving.gateway.policy import CHOOSABLE, Policy
+from riskrank.serving.gateway.policy import (
+    CHOOSABLE,
+    CONFIRM_MODES,
+    FLOW_ACTIONS,
+    SCOPE_ACTIONS,
+    Globs,
+    Policy,
+)
 from riskrank.serving.mcp_compat import ServerTarget
 
 #: The child environment's variables when ``env`` gives none (the MCP SDK's default list).
@@ -98,7 +105,10 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,255}$")
 #: A header value HTTP can carry: visible ASCII, spaces and tabs (no line breaks).
 _HEADER_VALUE = re.compile(r"^[\x20-\x7e\t]+$")
 POLICY_KEYS = {"max_level", "confirm_level", "allow", "deny", "exposure_ttl_s", "client_choices", "levels", "preset",
-               "untrusted", "call_timeouts", "on_poisoned", "on_suspicious", "first_seen"}
+               "untrusted", "call_timeouts", "on_poisoned", "on_suspicious", "first_seen", "learned_scan",
+               "scope", "flow", "confirm", "sources", "trusted_sources", "sinks", "trusted_sinks"}
+#: The session guard's keys that name servers and tools (:class:`Globs`).
+GLOB_SETS = ("sources", "trusted_sources", "sinks", "trusted_sinks")
 #: What a scan verdict may do (``on_poisoned``, ``on_suspicious``), and a first connect (``first_seen``).
 VERDICT_ACTIONS = ("withhold", "confirm", "allow")
 FIRST_SEEN = ("trust", "quarantine")
@@ -184,6 +194,14 @@ def load_servers(path: str | Path, *, secret_names: frozenset[str] = frozenset()
             raise ConfigError(f"{path}: no server entry can be used; the first: {problems[0]}")
         raise ConfigError(f"{path}: every server is disabled")
     return out
+
+
+def check_server_entry(where: str, key: str, name: str, entry: Any, secret_names: frozenset[str]) -> UpstreamConfig | None:
+    """One entry of a servers object read as the gateway reads it, offline (no command looked
+    up, no variable read): whether a server another client's file names can move into a
+    servers file (``riskrank wrap``). :class:`ConfigError` names ``where``, ``key`` and the
+    field; None for a disabled entry."""
+    return _server(where, key, name, entry, secret_names, offline=True)
 
 
 def _server(path: str | Path, key: str, name: str, entry: Any, secret_names: frozenset[str],
@@ -392,10 +410,17 @@ def check_glob(glob: Any, where: str) -> str:
     return glob
 
 
-def _globs(value: Any, where: str) -> tuple[str, ...]:
+def _globs(value: Any, where: str, over: str = "tool names") -> tuple[str, ...]:
     if not isinstance(value, list):
-        raise ConfigError(f"{where}: must be a list of globs over tool names")
+        raise ConfigError(f"{where}: must be a list of globs over {over}")
     return tuple(check_glob(g, f"{where}[{i}]") for i, g in enumerate(value))
+
+
+def _glob_set(value: Any, where: str) -> Globs:
+    """``{"servers": [globs], "tools": [globs]}`` (either may be left out)."""
+    check_object(value, {"servers", "tools"}, where, 'an object, {"servers": ["GLOB"], "tools": ["GLOB"]}')
+    return Globs(_globs(value.get("servers", []), f"{where}.servers", "upstream server names"),
+                 _globs(value.get("tools", []), f"{where}.tools"))
 
 
 @dataclass(frozen=True)
@@ -412,6 +437,15 @@ class Policies:
     def default_policy(self) -> Policy:
         return self.named[self.default]
 
+    def to_dict(self) -> dict[str, Any]:
+        """The file resolved: every named policy with every default filled in (``preset``
+        folded into ``untrusted``), in the named form :func:`load_policies` reads back to
+        the same policies. The gateway-wide settings (:data:`GATEWAY_WIDE`) appear in the
+        default policy only: that is where the gateway reads them, whoever calls."""
+        return {"default": self.default, "policies": {
+            name: {k: v for k, v in p.to_dict().items() if name == self.default or k not in GATEWAY_WIDE}
+            for name, p in self.named.items()}}
+
     def get(self, name: str | None) -> Policy:
         """The policy ``name`` (None: the default); :class:`ConfigError` for a name the file lacks."""
         if name is None:
@@ -424,7 +458,7 @@ class Policies:
 
 #: What a gateway-wide setting is: the trust of upstream definitions is one for every client
 #: (one pin store, one scan), so only the default policy may set these.
-GATEWAY_WIDE = ("on_poisoned", "on_suspicious", "first_seen")
+GATEWAY_WIDE = ("on_poisoned", "on_suspicious", "first_seen", "learned_scan")
 
 
 def load_policies(path: str | Path | None) -> Policies:
@@ -520,8 +554,20 @@ def _policy(data: dict[str, Any], where: str) -> Policy:
         if value not in choices_:
             raise ConfigError(f"{where}: {key}: must be one of {', '.join(choices_)}, got {value!r}")
         trust[key] = value
+    learned = data.get("learned_scan", False)
+    if not isinstance(learned, bool):
+        raise ConfigError(f"{where}: learned_scan: must be true or false, got {learned!r}")
+    guard: dict[str, Any] = {}
+    for key, choices_, default in (("scope", SCOPE_ACTIONS, "confirm"), ("flow", FLOW_ACTIONS, "confirm"),
+                                   ("confirm", CONFIRM_MODES, "once_per_session")):
+        value = data.get(key, default)
+        if value not in choices_:
+            raise ConfigError(f"{where}: {key}: must be one of {', '.join(choices_)}, got {value!r}")
+        guard[key] = value
+    for key in GLOB_SETS:
+        guard[key] = _glob_set(data.get(key, {}), f"{where}: {key}")
     return Policy(
-        **trust,
+        **trust, **guard, learned_scan=learned,
         max_level=max_level, confirm_level=confirm_level,
         allow=_globs(data.get("allow", list(d.allow)), f"{where}: allow"),
         deny=_globs(data.get("deny", list(d.deny)), f"{where}: deny"),

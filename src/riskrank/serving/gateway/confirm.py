@@ -25,12 +25,21 @@ import hashlib
 import json
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from riskrank.errors import RiskrankError
 
 ACCEPT, DECLINE, CANCEL, UNSUPPORTED, TIMEOUT = "accept", "decline", "cancel", "unsupported", "timeout"
+#: The caller left while its call was held (its connection or stdin closed): withdrawn, never run.
+CALLER_GONE = "caller_gone"
+#: The replica holding the call stopped beating in the state store (or restarted): withdrawn.
+REPLICA_GONE = "replica_gone"
+#: The state store could not take the request: refused as ``state_unavailable``.
+UNAVAILABLE = "state_unavailable"
+#: How long a replica's heartbeat may be silent before its held calls are "replica gone".
+REPLICA_LAPSE_S = 15.0
 #: How many decided requests the broker remembers (the console's "recently decided").
 RECENT = 50
 #: A value longer than this (as JSON) is shown by its head, its tail, its length and its
@@ -67,16 +76,19 @@ def shown_value(value: Any) -> str:
             "the whole value is shown beside this question]")
 
 
-def confirmation_text(tool: str, level: int, provenance: str | None, task: str | None, arguments: dict[str, Any]) -> str:
-    """The question put to whoever confirms a call: every argument on a line of its own (long
-    ones by head, tail, length and digest: see :func:`shown_value`), and the call's digest.
-    A call with more than :data:`MAX_SHOWN_ARGUMENTS` arguments raises
+def confirmation_text(tool: str, level: int, provenance: str | None, task: str | None, arguments: dict[str, Any],
+                      reasons: Sequence[str] = ()) -> str:
+    """The question put to whoever confirms a call: why it is asked beyond its level
+    (``reasons``, one line each: the session guard's), every argument on a line of its own
+    (long ones by head, tail, length and digest: see :func:`shown_value`), and the call's
+    digest. A call with more than :data:`MAX_SHOWN_ARGUMENTS` arguments raises
     :class:`UnshowableCall` instead of being shown in part."""
     if len(arguments) > MAX_SHOWN_ARGUMENTS:
         raise UnshowableCall(f"{tool!r} was called with {len(arguments):,} arguments; at most {MAX_SHOWN_ARGUMENTS} can be "
                              "shown to whoever confirms a call, so it is refused rather than approved unseen")
     lines = [f"The agent wants to call {tool} (risk level {level}, {provenance or 'unlabelled'})"
              + (f" for the task {shown_value(task)}" if task else "") + "."]
+    lines += list(reasons)
     lines.append(f"Arguments ({len(arguments)}):" if arguments else "No arguments.")
     lines += [f"  {shown_value(k) if len(k) > 60 else k} = {shown_value(v)}" for k, v in sorted(arguments.items())]
     lines.append(f"Call digest sha256 {call_digest(tool, arguments)[:16]}: the approval holds for exactly these arguments.")
@@ -103,6 +115,12 @@ class ConfirmationRequest:
     upstream: str | None = None
     client: str | None = None
     """The client's name (the clients file or its OAuth token), when the caller has one."""
+    policy: str | None = None
+    """The named policy the call is judged under (with ``client``, on every line about it)."""
+
+    def who(self) -> dict[str, Any]:
+        """The caller's name and policy as audit fields (none for an unnamed caller)."""
+        return {k: v for k, v in (("client", self.client), ("policy", self.policy)) if v}
 
     @property
     def digest(self) -> str:
@@ -160,10 +178,52 @@ class Pending:
     decided_at: float | None = None
     replica: str | None = None
     """The replica whose agent's call waits (a shared state store; None: this process)."""
+    gone: str | None = None
+    """Why it can no longer be approved though still listed (its replica stopped beating)."""
 
     @property
     def waiting_s(self) -> float:
         return max(0.0, (self.decided_at or time.time()) - self.asked_at)
+
+
+def _link(call: Any) -> Any:
+    """The caller's link (:class:`riskrank.serving.mcp_compat.CallerLink`), if anything watches it."""
+    return getattr(call, "link", None)
+
+
+async def _first(events: Sequence[Any], timeout: float) -> None:
+    """Wait until one of ``events`` is set, or ``timeout`` seconds."""
+    import anyio
+
+    with anyio.move_on_after(timeout):
+        async with anyio.create_task_group() as tg:
+            async def wait(event: Any) -> None:
+                await event.wait()
+                tg.cancel_scope.cancel()
+
+            for event in events:
+                tg.start_soon(wait, event)
+
+
+def _tell(notifier: Any, kind: str, item: Pending) -> None:
+    """Queue a webhook event (:mod:`.notify`) for ``item``; never waits, never fails the call."""
+    if notifier is not None:
+        from riskrank.serving.gateway.notify import event_of
+
+        notifier.notify(event_of(kind, item))
+
+
+def refusal_text(item: Pending) -> str:
+    """Why a request can no longer be decided (the console's 409): its caller left, its
+    replica is gone, or someone (or the timeout) decided it first."""
+    answer = item.answer
+    if answer is None:
+        return item.gone or "that request is still pending"
+    if answer.action in (CALLER_GONE, REPLICA_GONE):
+        return f"{answer.action.replace('_', ' ')}: nothing was run and nothing can be: {answer.note}"
+    if answer.action == TIMEOUT:
+        return f"that request timed out ({answer.note})"
+    return f"that request was already decided ({answer.action} by {answer.by or 'nobody'})"
 
 
 @dataclass
@@ -180,6 +240,8 @@ class OperatorBroker:
     audit: Any = None
     name: str = "console"
     pending: dict[str, Pending] = field(default_factory=dict)
+    notifier: Any = None
+    """Webhooks (:class:`~riskrank.serving.gateway.notify.Notifier`): each hold and decision."""
     recent: collections.deque[Pending] = field(default_factory=lambda: collections.deque(maxlen=RECENT))
 
     def __post_init__(self) -> None:
@@ -197,19 +259,27 @@ class OperatorBroker:
                 await self.audit.append(
                     task=request.task, tool=request.tool, level=request.level, provenance=request.provenance,
                     session=request.session, arguments=request.arguments, upstream=request.upstream, request=item.id,
-                    **({"client": request.client} if request.client else {}),
-                    decision="pending", code="awaiting_operator",
+                    **request.who(), decision="pending", code="awaiting_operator",
                     reason=f"waiting up to {self.timeout_s:g} s for an operator to approve or deny it at the console")
+        link = _link(call)
+        _tell(self.notifier, "hold", item)
         try:
-            with anyio.move_on_after(self.timeout_s):
-                await item.event.wait()
+            await _first([item.event] + ([link.event] if link is not None else []), self.timeout_s)
         finally:
             # Decided, timed out, or the caller went away (cancelled): no longer pending.
             self.pending.pop(item.id, None)
+            if item.answer is None and link is not None and link.gone:
+                item.answer = Answer(CALLER_GONE, note=link.describe())
+                item.decided_at = link.left_at
+                self.recent.appendleft(item)
+                _tell(self.notifier, "withdrawn", item)
+        if link is not None and link.gone:
+            return Answer(CALLER_GONE, note=link.describe())  # nothing runs for a caller who left, approved or not
         if item.answer is None:
             item.answer = Answer(TIMEOUT, note=f"no operator decided within {self.timeout_s:g} s")
             item.decided_at = time.time()
             self.recent.appendleft(item)
+            _tell(self.notifier, "withdrawn", item)
         return item.answer
 
     def decide(self, request_id: str, approve: bool, by: str, note: str | None = None) -> Pending | None:
@@ -222,6 +292,7 @@ class OperatorBroker:
         item.decided_at = time.time()
         self.recent.appendleft(item)
         item.event.set()
+        _tell(self.notifier, "decided", item)
         return item
 
     def waiting(self) -> list[Pending]:
@@ -230,6 +301,11 @@ class OperatorBroker:
 
     def find_recent(self, request_id: str) -> Pending | None:
         return next((p for p in self.recent if p.id == request_id), None)
+
+    def why_not(self, request_id: str) -> str | None:
+        """Why ``request_id`` cannot be decided; None when no request has that id."""
+        item = self.pending.get(request_id) or self.find_recent(request_id)
+        return None if item is None else refusal_text(item)
 
 
 #: How often a call held for an operator looks for a decision taken at another replica: the
@@ -275,22 +351,82 @@ class StoreBroker:
     a request is committed as pending before the call waits; any replica's console lists it
     and decides it (an atomic update, so two operators cannot both decide it); the call held
     here sees the decision within :data:`POLL_S` and runs only if it was ``accept``. A store
-    that cannot be reached refuses the confirmation (fail closed): the call does not run."""
+    that cannot be reached refuses the confirmation (fail closed): the call does not run.
+
+    A hold belongs to a live caller on a live replica: when the caller leaves, the request is
+    closed at once as ``caller_gone``; each replica beats in the store (:meth:`beat`), a
+    request of a replica silent for ``lapse_s`` by the store's clock cannot be approved and is
+    withdrawn as ``replica_gone``, and a replica restarted under the same name withdraws its
+    predecessor's requests when it starts."""
 
     store: Any
     timeout_s: float = 120.0
     audit: Any = None
     replica: str = "gateway"
     name: str = "console"
+    lapse_s: float = REPLICA_LAPSE_S
+    instance: str = field(default_factory=lambda: secrets.token_hex(8))
+    started: bool = False
+    notifier: Any = None
+    """Webhooks (:class:`~riskrank.serving.gateway.notify.Notifier`): each hold and decision."""
 
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:
             raise ValueError(f"the confirmation timeout must be > 0 seconds, got {self.timeout_s}")
+        if not self.lapse_s > 0:
+            raise ValueError(f"the replica heartbeat window must be > 0 seconds, got {self.lapse_s}")
         self.pending = _StorePending(self.store)
 
     @property
     def recent(self) -> list[Pending]:
         return [_pending_of(r) for r in self.store.decided(RECENT)]
+
+    async def _withdrawn(self, rows: list[dict[str, Any]]) -> None:
+        """One ``refused`` audit line per request withdrawn because its replica is gone."""
+        for row in rows:
+            _tell(self.notifier, "withdrawn", _pending_of(row))
+        if self.audit is None:
+            return
+        for row in rows:
+            req = request_from_dict(row["request"])
+            with contextlib.suppress(RiskrankError):
+                await self.audit.append(
+                    task=req.task, tool=req.tool, level=req.level, provenance=req.provenance, session=req.session,
+                    arguments=req.arguments, upstream=req.upstream, request=row["id"], **req.who(), replica=self.replica,
+                    held_at=row["replica"], decision="refused", code=REPLICA_GONE, reason=row["note"])
+
+    async def start(self) -> None:
+        """Register this replica; a predecessor's requests under the same name are withdrawn."""
+        import anyio.to_thread
+
+        rows = await anyio.to_thread.run_sync(self.store.start_replica, self.replica, self.instance)
+        self.started = True
+        await self._withdrawn(rows)
+
+    async def beat(self, log: Any = None) -> None:
+        """Beat every ``lapse_s / 5`` seconds and withdraw the requests of replicas whose
+        heartbeat lapsed (whichever replica sweeps first writes their lines); runs until cancelled."""
+        import anyio
+        import anyio.to_thread
+
+        from riskrank.serving.gateway.store import StoreError
+
+        taken_over = False
+        beating_since: float | None = None
+        while True:
+            try:
+                mine = await anyio.to_thread.run_sync(self.store.heartbeat, self.replica, self.instance)
+                if not mine and not taken_over and log is not None:
+                    log(f"state: another process started as replica {self.replica!r}; this one's held calls are withdrawn")
+                taken_over = not mine
+                beating_since = time.monotonic() if beating_since is None else beating_since
+                # Sweep only after beating for a whole window: when the store comes back from an
+                # outage every replica's heartbeat is old, and each must have had time to beat again.
+                if time.monotonic() - beating_since >= self.lapse_s:
+                    await self._withdrawn(await anyio.to_thread.run_sync(self.store.sweep_lapsed, self.lapse_s))
+            except StoreError:
+                beating_since = None  # the store is away: calls are refused meanwhile; beat again when it is back
+            await anyio.sleep(self.lapse_s / 5)
 
     async def confirm(self, request: ConfirmationRequest, call: Any) -> Answer:
         import anyio
@@ -298,42 +434,60 @@ class StoreBroker:
 
         from riskrank.serving.gateway.store import StoreError
 
-        now = time.time()
-        rid = secrets.token_urlsafe(9)
+        link = _link(call)
         try:
+            if not self.started:
+                await self.start()
+            now = time.time()
+            rid = secrets.token_urlsafe(9)
             await anyio.to_thread.run_sync(lambda: self.store.put_pending(
                 rid, request_to_dict(request), replica=self.replica, client=request.client, asked_at=now,
                 deadline=now + self.timeout_s))
         except StoreError as exc:
-            return Answer(UNSUPPORTED, note=f"the state store cannot hold the request ({exc})")
+            return Answer(UNAVAILABLE, note=str(exc))
+        _tell(self.notifier, "hold", Pending(rid, request, now, now + self.timeout_s, None, replica=self.replica))
         if self.audit is not None:
             with contextlib.suppress(RiskrankError):
                 await self.audit.append(
                     task=request.task, tool=request.tool, level=request.level, provenance=request.provenance,
                     session=request.session, arguments=request.arguments, upstream=request.upstream, request=rid,
-                    **({"client": request.client} if request.client else {}), replica=self.replica,
-                    decision="pending", code="awaiting_operator",
+                    **request.who(), replica=self.replica, decision="pending", code="awaiting_operator",
                     reason=f"waiting up to {self.timeout_s:g} s for an operator to approve or deny it at a console")
         deadline = now + self.timeout_s
         decided = False
+
+        def close(action: str, note: str) -> bool:
+            return bool(self.store.decide(rid, action, by=None, note=note, at=time.time()))
+
         try:
             while True:
+                if link is not None and link.gone:
+                    break
                 try:
                     row = await anyio.to_thread.run_sync(self.store.approval, rid)
                 except StoreError:
                     row = None  # the store is away for now: keep waiting until the deadline
                 if row is not None and row["status"] != "pending":
                     decided = True
+                    if link is not None and link.gone:
+                        break
                     return Answer(row["status"], by=row.get("by"), note=row.get("note"))
                 if time.time() >= deadline:
                     break
-                await anyio.sleep(min(POLL_S, max(0.0, deadline - time.time())))
+                wait = min(POLL_S, max(0.0, deadline - time.time()))
+                await (_first([link.event], wait) if link is not None else anyio.sleep(wait))
         finally:
             # Timed out, or the caller went away: close the request unless someone decided it.
             if not decided:
+                gone = link is not None and link.gone
+                action, note = ((CALLER_GONE, link.describe()) if gone
+                                else (TIMEOUT, f"no operator decided within {self.timeout_s:g} s"))
                 with anyio.CancelScope(shield=True), contextlib.suppress(StoreError):
-                    await anyio.to_thread.run_sync(lambda: self.store.decide(
-                        rid, TIMEOUT, by=None, note=f"no operator decided within {self.timeout_s:g} s", at=time.time()))
+                    if await anyio.to_thread.run_sync(close, action, note):
+                        _tell(self.notifier, "withdrawn", Pending(rid, request, now, deadline, None, Answer(action, note=note),
+                                                                  time.time(), self.replica))
+        if link is not None and link.gone:
+            return Answer(CALLER_GONE, note=link.describe())  # nothing runs for a caller who left, approved or not
         try:
             row = await anyio.to_thread.run_sync(self.store.approval, rid)
         except StoreError as exc:
@@ -343,16 +497,43 @@ class StoreBroker:
         return Answer(TIMEOUT, note=f"no operator decided within {self.timeout_s:g} s")
 
     def decide(self, request_id: str, approve: bool, by: str, note: str | None = None) -> Pending | None:
-        """Decide a pending request held at any replica (committed before this returns); None
-        when it is no longer pending."""
-        if not self.store.decide(request_id, ACCEPT if approve else DECLINE, by=by, note=note or None, at=time.time()):
+        """Decide a pending request held at a live replica (committed before this returns);
+        None when it is no longer pending or its replica's heartbeat lapsed (:meth:`why_not`)."""
+        if not self.store.decide_live(request_id, by=by, note=note or None, action=ACCEPT if approve else DECLINE,
+                                      lapse_s=self.lapse_s):
             return None
         row = self.store.approval(request_id)
-        return _pending_of(row) if row is not None else None
+        item = _pending_of(row) if row is not None else None
+        if item is not None:
+            _tell(self.notifier, "decided", item)
+        return item
+
+    def why_not(self, request_id: str) -> str | None:
+        """Why ``request_id`` cannot be decided; None when no request has that id."""
+        row = self.store.approval(request_id)
+        if row is None:
+            return None
+        item = _pending_of(row)
+        if item.answer is None:
+            item.gone = self._gone(item.replica, self.store.replicas())
+        return refusal_text(item)
+
+    def _gone(self, replica: str | None, ages: dict[str, float]) -> str | None:
+        age = ages.get(replica or "")
+        if age is not None and age <= self.lapse_s:
+            return None
+        last = "it never beat" if age is None else f"its last heartbeat was {age:.0f} s ago by the store's clock"
+        return f"replica gone: {replica} stopped answering ({last}); nothing can run there"
 
     def waiting(self) -> list[Pending]:
-        """Every replica's pending requests, oldest first."""
-        return [_pending_of(r) for r in self.store.pending()]
+        """Every replica's pending requests, oldest first; those of a replica whose heartbeat
+        lapsed say so (``gone``) and cannot be approved."""
+        items = [_pending_of(r) for r in self.store.pending()]
+        if items:
+            ages = self.store.replicas()
+            for item in items:
+                item.gone = self._gone(item.replica, ages)
+        return items
 
     def find_recent(self, request_id: str) -> Pending | None:
         row = self.store.approval(request_id)

@@ -1,7 +1,7 @@
-"""The gateway's core, independent of the transport: what the agent is offered (:class:`View`,
-built once per catalogue generation by :func:`build_view`), ``find_tools`` and ``call_tool``
-(:class:`Gateway`: exposure, the call-time policy, confirmation, bounds, the audit line, the
-forward), and the keeper that rebuilds the view when an upstream re-lists (:class:`Catalogues`:
+"""The gateway's core, independent of the transport: ``find_tools`` and ``call_tool``
+(:class:`Gateway`: exposure, the session's anchor and scope, the chain of guards
+(:mod:`.guards`), confirmation, the audit line, the forward, the flow record), and the keeper
+that rebuilds the view (:mod:`.view`) when an upstream re-lists (:class:`_Catalogues`:
 per-server validation, pins and the definition scan). :mod:`riskrank.serving.mcp` serves it
 over MCP; the console reads it through its host seam.
 """
@@ -13,27 +13,31 @@ import contextlib
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from riskrank.catalogue import (
-    ArtefactSpec,
-    Catalogue,
-    audit_tools,
-    load_catalogue,
-)
+from riskrank.catalogue import ArtefactSpec, Catalogue
 from riskrank.errors import RegistryError, RiskrankError, error_body
 from riskrank.modes import parse_mode
-from riskrank.names import look_alikes
-from riskrank.registry import ToolRegistry
-from riskrank.risk import RISKY_LEVEL, split_name
-from riskrank.scan import Scan, scan_result, scan_tool
+from riskrank.risk import RISKY_LEVEL
+from riskrank.scan import (
+    DEFAULT,
+    Finding,
+    Scan,
+    cross_server_findings,
+    scan_definitions,
+    scan_result,
+    with_findings,
+)
 from riskrank.serving import mcp_compat
+from riskrank.serving.gateway import tracing
 from riskrank.serving.gateway.auditlog import AuditLog, AuditLogError
 from riskrank.serving.gateway.config import Policies
 from riskrank.serving.gateway.confirm import (
     ACCEPT,
+    CALLER_GONE,
+    REPLICA_GONE,
     TIMEOUT,
+    UNAVAILABLE,
     UNSUPPORTED,
     ConfirmationBroker,
     ConfirmationRequest,
@@ -42,13 +46,19 @@ from riskrank.serving.gateway.confirm import (
     call_digest,
     confirmation_text,
 )
-from riskrank.serving.gateway.limits import (
-    CALL_TIMEOUT,
-    CallLimits,
-    LimitError,
-    check_arguments,
-    check_result,
+from riskrank.serving.gateway.guards import (
+    ORDER,
+    CallContext,
+    Chain,
+    Outcome,
 )
+from riskrank.serving.gateway.guards import bounds as bounds_guard
+from riskrank.serving.gateway.guards import policy as policy_guard
+from riskrank.serving.gateway.guards.flow import FLOW
+from riskrank.serving.gateway.guards.schema import INVALID_ARGUMENTS, argument_problem
+from riskrank.serving.gateway.guards.scope import DRIFT, quoted, risky
+from riskrank.serving.gateway.guards.unknown import UNKNOWN_TOOL
+from riskrank.serving.gateway.limits import CALL_TIMEOUT, CallLimits, LimitError, check_result
 from riskrank.serving.gateway.pins import PinStore
 from riskrank.serving.gateway.policy import (
     CONFIRMATION_REQUIRED,
@@ -56,18 +66,42 @@ from riskrank.serving.gateway.policy import (
     Decision,
     Policy,
     confirmation_refusal,
-    decide,
 )
+from riskrank.serving.gateway.session import (
+    MAX_SESSIONS,
+    Exposure,
+    SessionBook,
+    SessionError,
+    SessionRecord,
+    StoreSessionError,
+    confirmation_kind,
+)
+from riskrank.serving.gateway.store import STATE_UNAVAILABLE, StateUnavailable, unavailable_message
 from riskrank.serving.gateway.upstreams import UpstreamManager, describe
+from riskrank.serving.gateway.values import bounded, candidates, result_text
+from riskrank.serving.gateway.view import (
+    View,
+    build_view,
+    build_views,
+    record_registry,
+    upstream_records,
+    withdrawn_view,
+)
 from riskrank.serving.requests import ApiError, Limits, check_k, check_lambda, check_task
 from riskrank.timeline import mark
+
+__all__ = ["INSTRUCTIONS", "INVALID_ARGUMENTS", "SCAN_RESULTS", "UNKNOWN_TOOL", "Exposure", "Gateway", "View",
+           "argument_problem", "build_view", "build_views", "pipeline_sentence", "record_registry", "upstream_records",
+           "withdrawn_view"]
 
 INSTRUCTIONS = (
     "This server searches a tool catalogue with risk-aware ranking. Describe your task to find_tools and act only "
     "with the tools it returns; call them through call_tool. Each find_tools replaces the tools you may call."
 )
-#: Sessions whose latest result is remembered (streamable HTTP serves many).
-MAX_SESSIONS = 4096
+#: The guard whose refusal means nothing read the arguments (they stay out of the audit line).
+BOUNDS = bounds_guard.GUARD.name
+#: A result longer than this (characters) is read for values in a worker thread.
+THREAD_SCAN_CHARS = 64 * 1024
 
 
 def pipeline_sentence(mode: str, fill: str | None, floor: float | None) -> str:
@@ -111,34 +145,6 @@ def _refusal(code: str, message: str) -> Any:
     return mcp_compat.tool_result(f"{code}: {message}", is_error=True, structured={"error": {"code": code, "message": message}})
 
 
-#: A call of a name no search can return (not in the catalogue now).
-UNKNOWN_TOOL = "unknown_tool"
-#: A call whose arguments do not match the tool's ``inputSchema``.
-INVALID_ARGUMENTS = "invalid_arguments"
-
-
-def argument_problem(schema: dict[str, Any] | None, args: dict[str, Any]) -> str | None:
-    """Why ``args`` do not match a tool's ``inputSchema`` (one line: where and what), or None.
-    A schema that is not valid JSON Schema itself cannot judge anything: the upstream does."""
-    if not schema:
-        return None
-    import jsonschema
-    import referencing.exceptions
-
-    try:
-        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-        cls.check_schema(schema)
-        error = jsonschema.exceptions.best_match(cls(schema).iter_errors(args))
-    except (jsonschema.exceptions.SchemaError, referencing.exceptions.Unresolvable, RecursionError, TypeError,
-            ValueError, LookupError):
-        return None
-    if error is None:
-        return None
-    where = "/".join(str(p) for p in error.absolute_path) or "the arguments"
-    message = " ".join(error.message.split())
-    return f"at {where}: {message if len(message) <= 200 else message[:199] + '…'}"
-
-
 def _error_text(wired: dict[str, Any]) -> str:
     """The text of a tool's error answer, cut for an audit line."""
     text = " ".join(str(c.get("text", "")) for c in wired.get("content") or [] if isinstance(c, dict)).strip()
@@ -156,191 +162,6 @@ def _error(exc: BaseException) -> Any:
     body = error_body(exc)["error"]
     return _refusal(body["code"], body["message"])
 
-
-# -- the catalogue the agent searches --------------------------------------------------------------------
-@dataclass
-class View:
-    """One generation of what the server offers: the catalogue of the tools the policy may
-    allow (None when there is none), every tool's current level and provenance (offered or
-    not), the route of each upstream tool, and the tools the policy never offers."""
-
-    catalogue: Catalogue | None
-    generation: int
-    levels: dict[str, tuple[int, str]] = field(default_factory=dict)
-    routes: dict[str, tuple[str, str]] = field(default_factory=dict)
-    not_offered: dict[str, str] = field(default_factory=dict)
-    skipped: dict[str, str] = field(default_factory=dict)
-    tools: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Every tool as an operator reads it (offered or not): description, level, provenance,
-    evidence, permission categories, annotations."""
-    withdrawn: dict[str, str] = field(default_factory=dict)
-    """Tools neither offered nor callable (name -> why): their server's latest list could not
-    be built into the catalogue (they come back with the next good list), or trust holds them
-    (a changed or new tool awaiting approval, a poisoned definition: see ``held``)."""
-    held: dict[str, str] = field(default_factory=dict)
-    """The refusal code of a withdrawn tool when it is not ``withdrawn``: ``quarantined`` (a
-    pin change awaiting approval) or ``poisoned`` (the scan's verdict, withheld by policy).
-    These are refused whether or not the caller's ``find_tools`` showed them."""
-
-    schemas: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Each tool's ``inputSchema`` as its server lists it: a call's arguments are checked
-    against it before the upstream is called (``invalid_arguments``)."""
-    others: dict[str, View] = field(default_factory=dict)
-    """The same generation under each other named policy (:func:`build_views`): a client is
-    served the view of its own policy, never this one in its stead."""
-    withheld_tools: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Each withdrawn tool as an operator reads it (the console's catalogue lists these too):
-    description, upstream, its own name, ``withheld`` (``quarantined``, ``poisoned``,
-    ``suspicious`` or ``withdrawn``) and ``why``. Never offered, never ranked."""
-
-    def needs_confirmation(self, name: str) -> bool:
-        """Whether a call of ``name`` needs confirmation (what ``find_tools`` shows and the
-        call-time check enforces, from one computation in :func:`build_view`)."""
-        return bool(self.tools.get(name, {}).get("needs_confirmation", True))
-
-    def under(self, policy: str | None, default: str) -> View:
-        """The view a client with ``policy`` is served: this one for the default policy, its
-        own otherwise; a policy this generation was not built for sees nothing (fail closed)."""
-        if policy is None or policy == default:
-            return self
-        got = self.others.get(policy)
-        if got is None:
-            return View(None, self.generation, withdrawn={n: f"no catalogue was built for the policy {policy!r}"
-                                                          for n in self.levels})
-        return got
-
-
-def record_registry(records: list[dict[str, Any]], source: str) -> tuple[ToolRegistry, dict[str, str]]:
-    """A registry of upstream ``tools/list`` records, each validated on its own: a malformed
-    tool is skipped (with the reason) instead of failing the whole catalogue. Two records
-    with one name raise :class:`RegistryError` (the caller withdraws that server's list)."""
-    names = collections.Counter(str(rec.get("name")) for rec in records)
-    twice = sorted(n for n, c in names.items() if c > 1)
-    if twice:  # which of the two is meant cannot be known: the list is refused whole
-        raise RegistryError(f"{source}: duplicate tool name {twice[0]!r} ({names[twice[0]]} tools)")
-    tools, skipped = [], {}
-    for rec in records:
-        try:
-            tools.extend(ToolRegistry.from_data({"tools": [rec]}, fmt="mcp", source=source))
-        except RegistryError as exc:
-            skipped[str(rec.get("name"))] = str(exc)
-    # A look-alike of a tool already listed is refused, with the finding.
-    alike = look_alikes([t.name for t in tools])
-    for i, j in alike.items():
-        skipped[tools[i].name] = f"looks like {tools[j].name!r} (the same after NFKC, case folding and Unicode's confusables)"
-    return ToolRegistry([t for i, t in enumerate(tools) if i not in alike], source), skipped
-
-
-def build_view(registry: ToolRegistry, spec: ArtefactSpec, encoder: Any, policy: Policy, generation: int, *,
-               routes: dict[str, tuple[str, str]] | None = None, skipped: dict[str, str] | None = None,
-               withdrawn: dict[str, str] | None = None, held: dict[str, str] | None = None,
-               scans: dict[str, Scan] | None = None, withheld_records: dict[str, dict[str, Any]] | None = None) -> View:
-    """Resolve every tool's level once (:func:`riskrank.catalogue.audit_tools`: the policy's
-    pins first, audits, the base model's or the checkpoint's risk head with keywords and MCP
-    hints), keep the tools the policy may allow, and load a catalogue of those with the same
-    levels (blocking: run it in a worker thread). ``find_tools``, the call-time check, the
-    audit log and the console all read these levels. ``scans``: the definitions' scan results (their
-    findings join each tool's evidence; a verdict the policy confirms makes every call
-    confirmed). ``withheld_records``: the ``tools/list`` records of the withdrawn tools (the
-    operator's rows of :attr:`View.withheld_tools`)."""
-    pins = {t.name: lvl for t in registry if (lvl := policy.pinned_level(t.name)) is not None}
-    audit = audit_tools(spec, encoder, registry, pins)
-    # The scan's findings join each tool's evidence where its level is read (find_tools, the
-    # call-time check, the audit log, the console); the policy decides what the verdict does.
-    found = {name: [f"scan {f.verdict}: {f.kind} in {f.field}: {f.evidence}" for f in sc.findings]
-             for name, sc in (scans or {}).items() if sc.findings}
-    if found:
-        audit = audit.with_evidence(found)
-    mark(f"levels of {len(registry)} tools resolved (model files, tool embeddings, risk head, keywords)", once=True)
-    lv = audit.levels
-    levels = {t.name: (int(lv.levels[i]), lv.provenance[i]) for i, t in enumerate(registry)}
-    not_offered = {n: code for n, (lvl, _) in levels.items() if (code := policy.refusal(n, lvl)) is not None}
-    offered = [t.name for t in registry if t.name not in not_offered]
-    cat = load_catalogue(spec, encoder, generation, audit=audit.subset(offered)) if offered else None
-    mark("catalogue built (lexical index, tool graph, probe query)", once=True)
-    rows = {t.name: {"name": t.name, "description": t.description, "level": int(lv.levels[i]), "provenance": lv.provenance[i],
-                     "evidence": list(lv.evidence[i]), "capabilities": lv.capabilities_of(i), "permissions": sorted(t.permissions),
-                     "annotations": dict(t.annotations) if t.annotations else None,
-                     "upstream": (routes or {}).get(t.name, (None, None))[0], "not_offered": not_offered.get(t.name),
-                     "needs_confirmation": policy.needs_confirmation(int(lv.levels[i]), (routes or {}).get(t.name, (None,))[0])
-                     or _scan_confirms(policy, (scans or {}).get(t.name))}
-            for i, t in enumerate(registry)}
-    for name, sc in (scans or {}).items():
-        if name in rows and sc.findings:
-            rows[name]["scan"] = sc.verdict
-    for name, row in rows.items():
-        _original(row, routes, name)
-    withheld = {}
-    for name, why in (withdrawn or {}).items():
-        rec = (withheld_records or {}).get(name, {})
-        sc = (scans or {}).get(name)
-        withheld[name] = _original({
-            "name": name, "description": str(rec.get("description") or ""), "level": None, "provenance": None,
-            "evidence": [f"scan {f.verdict}: {f.kind} in {f.field}: {f.evidence}" for f in sc.findings] if sc else [],
-            "permissions": [], "annotations": rec.get("annotations"), "upstream": (routes or {}).get(name, (None, None))[0],
-            "not_offered": None, "needs_confirmation": True, "withheld": (held or {}).get(name, "withdrawn"), "why": why},
-            routes, name)
-    return View(cat, generation, levels, routes or {}, not_offered, skipped or {}, rows, withdrawn or {}, held or {},
-                withheld_tools=withheld, schemas={t.name: dict(t.parameters) for t in registry if t.parameters is not None})
-
-
-def _original(row: dict[str, Any], routes: dict[str, tuple[str, str]] | None, name: str) -> dict[str, Any]:
-    """``row`` with ``original``: the tool's own name at its server when it is offered under
-    another (a name outside MCP's alphabet, or one two servers share), for the operator."""
-    own = (routes or {}).get(name, (None, name))[1]
-    row["original"] = own if own != name else None
-    return row
-
-
-def build_views(registry: ToolRegistry, spec: ArtefactSpec, encoder: Any, policies: Policies, generation: int,
-                **kw: Any) -> View:
-    """:func:`build_view` under the default policy, with the view of every other named policy
-    in its ``others`` (blocking). Trust (``held``, ``withdrawn``, the scan) is the same for
-    all: the pin store and the scan are the gateway's, not a client's."""
-    view = build_view(registry, spec, encoder, policies.default_policy, generation, **kw)
-    view.others = {name: build_view(registry, spec, encoder, p, generation, **kw)
-                   for name, p in policies.named.items() if name != policies.default}
-    return view
-
-
-def _scan_confirms(policy: Policy, sc: Scan | None) -> bool:
-    """Whether the scan's verdict on a tool makes each of its calls need confirmation."""
-    return sc is not None and ((sc.verdict == "suspicious" and policy.on_suspicious == "confirm")
-                               or (sc.verdict == "poisoned" and policy.on_poisoned == "confirm"))
-
-
-def withdrawn_view(previous: View, generation: int, why: str) -> View:
-    """The view when a rebuild failed as a whole: nothing offered, every tool of ``previous``
-    withdrawn with ``why`` (fail closed: a tool is never served at a level that is no longer
-    its server's word)."""
-    names = set(previous.levels) | set(previous.withdrawn)
-    out = View(None, generation, {}, {}, {}, {}, {}, {n: previous.withdrawn.get(n, why) if n in previous.held else why
-                                                       for n in names}, dict(previous.held))
-    out.others = {name: withdrawn_view(v, generation, why) for name, v in previous.others.items()}
-    return out
-
-
-def upstream_records(manager: UpstreamManager) -> tuple[list[dict[str, Any]], dict[str, tuple[str, str]]]:
-    """The live upstream tools as ``tools/list`` records under their public names, and the
-    route of each (upstream, its own name). A tool without a description gets its title or
-    its name's words (MCP makes description optional; riskrank ranks on it)."""
-    records, routes = [], {}
-    for public, up, tool in manager.tools():
-        rec = {**tool, "name": public}
-        if not str(rec.get("description") or "").strip():
-            rec["description"] = rec.get("title") or (rec.get("annotations") or {}).get("title") or split_name(tool["name"])
-        records.append(rec)
-        routes[public] = (up.name, tool["name"])
-    return records, routes
-
-
-@dataclass
-class Exposure:
-    """A caller's latest ``find_tools`` result: the only tools it may call."""
-
-    task: str
-    names: frozenset[str]
-    at: float
 
 
 #: What ``--scan-results`` does with an answer that holds text addressed to the model.
@@ -389,6 +210,13 @@ class Gateway:
         #: find_tools at one replica exposes its tools at every replica (a session-less client
         #: behind a load balancer); None: this process's memory only.
         self.state = state
+        #: Each session's record (anchor, scope, flow record, confirmations): in the state
+        #: store when there is one, so a session moved to another replica keeps it.
+        self.sessions = SessionBook(state)
+        #: The call path: every decision about a call_tool, in order (:mod:`.guards`).
+        self.chain = Chain(ORDER)
+        #: The Prometheus metrics (:func:`.metrics.make_metrics`; None: not kept).
+        self.metrics: Any = None
         self._described_by_catalogue = False
         self._announce()
 
@@ -545,21 +373,65 @@ class Gateway:
         return out
 
     async def find_tools(self, arguments: dict[str, Any], call: Any) -> Any:
+        """One ``find_tools``: its trace (a ``ranking`` child) and its latency metric around
+        :meth:`_find_tools`."""
+        started = time.perf_counter()
+        client = (_caller(call) or {}).get("name")
+        task = arguments.get("task")
+        with tracing.root("find_tools", getattr(call, "traceparent", None), **{
+                "riskrank.client": client, "riskrank.tool": "find_tools",
+                "riskrank.task.bytes": len(task.encode()) if isinstance(task, str) else None}) as span:
+            result = await self._find_tools(arguments, call, span)
+            code = mcp_compat.error_code(result)
+            span.set_attribute("riskrank.decision", "found" if code is None else "refused")
+            if code is not None:
+                span.set_attribute("riskrank.code", code)
+        if self.metrics is not None:
+            self.metrics.found(client, time.perf_counter() - started)
+        return result
+
+    async def _find_tools(self, arguments: dict[str, Any], call: Any, span: Any) -> Any:
         import anyio.to_thread
 
         await self.wait_ready()  # during start-up: the first catalogue, or what is up after ready_wait_s
         try:
-            out = await anyio.to_thread.run_sync(lambda: self.find(arguments, _caller(call)))
+            self._host_text(call, "host_task"), self._host_text(call, "host_user")  # the host's words checked first
+            with tracing.stage("ranking"):
+                out = await anyio.to_thread.run_sync(lambda: self.find(arguments, _caller(call)))
         except RiskrankError as exc:
             return _error(exc)
         returned = [t["name"] for t in out["tools"]]
+        span.set_attributes({"riskrank.returned": len(returned), "riskrank.withheld": len(out["withheld"])})
         exposure = Exposure(out["task"], frozenset(returned), time.monotonic())
         self._expose(call.session_key, exposure)
+        _, policy, view = self.served(_caller(call))
+        # The session's anchor: the host's task, else this find_tools' own (its result is the
+        # scope when it was asked with the defaults); a record that cannot be kept is said in
+        # the answer, and the calls it would guard are refused.
+        reuse = ([*returned, *(d["name"] for d in out.get("deferred", []))]
+                 if out.get("k") == self.default_k and not set(arguments) - {"task", "k"} else None)
         try:
+            record, ignored = await self._anchor(call, view, out["task"], reuse)
+        except ApiError as exc:
+            return _error(exc)
+        except SessionError as exc:
+            record, ignored = None, None
+            out["note"] = f"{exc}; calls will be refused until it can be kept"
+        if record is not None and record.anchored:
+            outside = [t["name"] for t in out["tools"] if not record.in_scope(t["name"])
+                       and risky(view, policy, t["name"])] if policy.scope != "off" else []
+            out["session"] = {"task": record.anchor, "task_from": record.anchor_from, "outside_scope": outside}
+        try:
+            if ignored is not None:
+                await self.audit.append(task=out["task"], tool="find_tools", decision="session", code="task_ignored",
+                                        reason=ignored, session=call.session_key, anchor=record.anchor if record else None,
+                                        **_who(_caller(call)))
             await self.audit.append(
                 task=out["task"], tool="find_tools", decision="found", code="found",
                 reason=f"{len(returned)} returned, {len(out['withheld'])} withheld by the rule filter",
                 session=call.session_key, mode=out["mode"], **_who(_caller(call)),
+                **({"anchor": record.anchor} if record is not None and record.anchored else {}),
+                **({"outside_scope": out["session"]["outside_scope"]} if out.get("session", {}).get("outside_scope") else {}),
                 returned=[[t["name"], t["risk_level"]] for t in out["tools"]],
                 withheld=[[w["name"], w["reasons"]] for w in out["withheld"]])
         except AuditLogError as exc:
@@ -575,6 +447,91 @@ class Gateway:
             await self._share_exposure(call.session_key, exposure)
         mark("first find_tools answered", once=True)
         return mcp_compat.tool_result(json.dumps(out, separators=(",", ":")), structured=out)
+
+    # -- the session record ---------------------------------------------------------------------------
+    def scope_of(self, view: View, task: str) -> list[str]:
+        """The tools ``task`` needs under ``view``'s policy: riskrank's own ranking of it at the
+        ``find_tools`` default k, the tools returned and those the rule filter ranked there but
+        withheld (a cap on risky tools per list is not a judgement that the task does not need
+        them), and the tools it names (blocking)."""
+        cat = view.catalogue
+        if cat is None:
+            return []
+        res = cat.retrieve(task, k=min(self.default_k, len(cat.registry)))
+        return [t.name for t in res.tools] + [d.name for d in res.deferred] + self.scope_of_named(view, task)
+
+    async def _record(self, key: str) -> SessionRecord:
+        """The session's record (memory: at once; the state store: in a worker thread)."""
+        if self.state is None:
+            return self.sessions.get(key)
+        import anyio.to_thread
+
+        return await anyio.to_thread.run_sync(self.sessions.get, key)
+
+    async def _update(self, key: str, change: Callable[[SessionRecord], SessionRecord]) -> SessionRecord:
+        if self.state is None:
+            return self.sessions.update(key, change)
+        import anyio.to_thread
+
+        return await anyio.to_thread.run_sync(lambda: self.sessions.update(key, change))
+
+    async def _anchor(self, call: Any, view: View, task: str | None, scope: list[str] | None = None
+                      ) -> tuple[SessionRecord, str | None]:
+        """The session's record, anchored if it was not: to the host's task (``call.host_task``:
+        the ``X-Riskrank-Task`` header or ``_meta`` ``riskrank/task``), else to ``task`` (a
+        ``find_tools``; None: a call, which anchors only a host's task), with the user's turn
+        the host passed (``call.host_user``) kept; while no catalogue serves (the upstreams
+        starting) nothing is anchored, since nothing could rank the task. ``scope``: the tools
+        already ranked for ``task`` with the defaults. Also: why a later attempt to set the task
+        was ignored (None when there was none)."""
+        import anyio.to_thread
+
+        key = call.session_key
+        host, user = self._host_text(call, "host_task"), self._host_text(call, "host_user")
+        record = await self._record(key)
+        ignored = None
+        if record.anchored:
+            if host is not None and host[0] != record.anchor:
+                record = await self._update(key, lambda r: r.with_anchor(host[0], host[1], (), time.time()))
+                ignored = (f"the session's task was set by {record.anchor_from} to {quoted(record.anchor)}; the "
+                           f"{host[1]}'s {quoted(host[0])} is ignored (the first task stands)")
+        elif view.catalogue is not None:  # no catalogue yet (upstreams starting): nothing could rank the task
+            text, source = host if host is not None else (task, "find_tools")
+            if text is not None:
+                if scope is None or text != task:
+                    scope = await anyio.to_thread.run_sync(lambda: self.scope_of(view, text))
+                else:
+                    scope = scope + await anyio.to_thread.run_sync(lambda: self.scope_of_named(view, text))
+                now = time.time()
+                record = await self._update(key, lambda r: r.with_anchor(text, source, scope, now))
+        if user is not None and user[0] not in record.user_turns and view.catalogue is not None:
+            turn = user[0]
+            needs = await anyio.to_thread.run_sync(lambda: self.scope_of(view, turn))
+            record = await self._update(key, lambda r: r.with_user_turn(turn, needs))
+        return record, ignored
+
+    def _host_text(self, call: Any, which: str) -> tuple[str, str] | None:
+        """The host's task (``which`` ``host_task``) or the user's turn (``host_user``) on
+        ``call``: (text, ``header`` or ``meta``), checked like a ``find_tools`` task
+        (:class:`ApiError` naming where it came from)."""
+        host = getattr(call, which, None)
+        if host is None:
+            return None
+        what, header, meta = (("the host's task", mcp_compat.TASK_HEADER, mcp_compat.TASK_META) if which == "host_task"
+                              else ("the user's turn", mcp_compat.USER_HEADER, mcp_compat.USER_META))
+        where = f"{what} ({header} header)" if host[1] == "header" else f"{what} (_meta {meta})"
+        try:
+            return check_task(host[0], self.limits).strip(), host[1]
+        except ApiError as exc:
+            raise ApiError(exc.status, exc.code, f"{where}: {exc.message}") from None
+
+    def scope_of_named(self, view: View, task: str) -> list[str]:
+        """The tools ``task`` names (identifier-like names between identifier bounds)."""
+        cat = view.catalogue
+        if cat is None:
+            return []
+        index = cat.retriever.lexical_index
+        return [cat.registry[i].name for i in index.exact(task) if index.identifier_like[i]]
 
     async def _share_exposure(self, key: str, exposure: Exposure) -> None:
         """Write ``exposure`` through to the state store (best effort: this replica has it)."""
@@ -594,8 +551,9 @@ class Gateway:
 
         try:
             row = await anyio.to_thread.run_sync(self.state.exposure, key)
-        except RiskrankError:
-            return None
+        except RiskrankError as exc:
+            raise StateUnavailable(unavailable_message(self.state.url, f"the caller's latest find_tools cannot be read: {exc}")
+                                   ) from None
         if row is None:
             return None
         task, names, at = row
@@ -611,6 +569,29 @@ class Gateway:
 
     # -- call_tool ----------------------------------------------------------------------------------
     async def forward_call(self, arguments: dict[str, Any], call: Any) -> Any:
+        """One ``call_tool``: its trace (a span per guard, the confirmation, the upstream) and
+        its latency metric around :meth:`_forward_call`."""
+        started = time.perf_counter()
+        client = (_caller(call) or {}).get("name")
+        name = arguments.get("name")
+        outcome = "pending"  # a question the client answers in a later request (InputRequired)
+        with tracing.root("call_tool", getattr(call, "traceparent", None), **{
+                "riskrank.client": client, "riskrank.tool": name if isinstance(name, str) else None}) as span:
+            try:
+                result = await self._forward_call(arguments, call, span)
+                code = mcp_compat.error_code(result)
+                outcome = "allowed" if code is None else code
+                if code is not None:
+                    span.set_attribute("riskrank.code", code)
+            finally:
+                if self.metrics is not None:
+                    self.metrics.called(client, outcome, time.perf_counter() - started)
+        return result
+
+    async def _forward_call(self, arguments: dict[str, Any], call: Any, span: Any) -> Any:
+        """One ``call_tool``: build the call's context, run the chain of guards (:mod:`.guards`),
+        then refuse, ask (the holds' reasons in one question) or forward; every outcome is an
+        audit line with the chain's record (``guards``)."""
         import anyio
 
         extra = sorted(set(arguments) - {"name", "arguments"})
@@ -618,96 +599,88 @@ class Gateway:
         if extra or not isinstance(name, str) or not (args is None or isinstance(args, dict)):
             why = f"unknown argument(s) {extra}" if extra else "name must be a string and arguments an object"
             return _refusal("invalid_request", f"call_tool takes name (a string) and arguments (an object): {why}")
-        try:
-            # Bounded before anything reads them; then one frozen copy is what is shown,
-            # approved, logged and sent.
-            check_arguments(name, args or {}, self.call_limits)
-        except LimitError as exc:
-            return await self._refuse(Decision(exc.code, str(exc)), {"tool": name, "session": call.session_key,
-                                                                     **_who(_caller(call))})
-        args = json.loads(json.dumps(args or {}, default=str))
         key = call.session_key
         _, policy, view = self.served(_caller(call))
-        exposure = await self._exposure(key)
-        level, provenance = view.levels.get(name, (None, None))
-        rec: dict[str, Any] = {"task": exposure.task if exposure else None, "tool": name, "level": level,
-                               "provenance": provenance, "capabilities": (view.tools.get(name) or {}).get("capabilities") or None,
-                               "session": key, **_who(_caller(call)), "arguments": args}
-        ttl = policy.exposure_ttl_s
-        exposed = exposure is not None and name in exposure.names
-        expired = exposed and ttl is not None and time.monotonic() - exposure.at > ttl
-        withdrawn = view.withdrawn.get(name)
-        if name in view.held:  # quarantined or poisoned: refused with its reason, shown or not
-            return await self._refuse(Decision(view.held[name], withdrawn or view.held[name]), rec)
-        if exposed and not expired and withdrawn:
-            return await self._refuse(Decision("withdrawn", withdrawn), rec)
+        try:
+            exposure = await self._exposure(key)
+        except StateUnavailable as exc:
+            return await self._refuse(Decision(STATE_UNAVAILABLE, str(exc)), {"tool": name, "session": key, **_who(_caller(call))})
+        record, record_error = SessionRecord(), None
+        try:
+            record, ignored = await self._anchor(call, view, None)
+            if ignored is not None:
+                with contextlib.suppress(AuditLogError):
+                    await self.audit.append(task=exposure.task if exposure else None, tool=name, decision="session",
+                                            code="task_ignored", reason=ignored, session=key, anchor=record.anchor,
+                                            **_who(_caller(call)))
+        except ApiError as exc:
+            return _error(exc)
+        except StoreSessionError as exc:
+            return await self._refuse(Decision(STATE_UNAVAILABLE, unavailable_message(self.state.url, str(exc))),
+                                      {"tool": name, "session": key, **_who(_caller(call))})
+        except SessionError as exc:
+            record_error = str(exc)
         route = view.routes.get(name)
         up = self.manager.upstreams.get(route[0]) if self.manager is not None and route is not None else None
         session = up.session if up is not None else None  # held: the upstream may go down meanwhile
-        if exposed and not expired and session is None:
-            return await self._refuse(Decision("upstream_down", f"the server of {name!r} is not running; try again later"), rec)
-        if level is None and not exposed and withdrawn:
-            return await self._refuse(Decision("withdrawn", withdrawn), rec)
-        if level is None and not exposed:  # no search can return it: do not send the agent searching
-            return await self._refuse(Decision(UNKNOWN_TOOL, (
-                f"no tool named {name!r} is in the catalogue now (a server that is down lists none); call find_tools for "
-                "your task and use a name it returns")), rec)
-        decision = decide(policy, name, level or 5, exposed=exposed, expired=expired, upstream=route[0] if route else None)
-        if not decision.allowed:
-            return await self._refuse(decision, rec)
-        invalid = argument_problem(view.schemas.get(name), args)
-        if invalid:  # refused here, before a confirmation is asked or the upstream is called
-            return await self._refuse(Decision(INVALID_ARGUMENTS, f"the arguments of {name!r} do not match its "
-                                                                  f"input_schema: {invalid}"), rec)
+        outcome = self.chain.run(CallContext(
+            tool=name, arguments=args or {}, session=key, client=_caller(call), policy=policy, view=view, exposure=exposure,
+            record=record, limits=self.call_limits, upstream_live=session is not None, monotonic=time.monotonic(),
+            now=time.time(), record_error=record_error), stage=tracing.stage if span.is_recording() else None)
+        guards = outcome.audit()
+        if outcome.refusal is not None and outcome.record[-1][0] == BOUNDS:
+            # nothing read the arguments: neither they nor the rest of the call go into the line
+            return await self._refuse(Decision(outcome.refusal.code, outcome.refusal.message),
+                                      {"tool": name, "session": key, **_who(_caller(call))}, guards=guards)
+        ctx = outcome.context
+        args = dict(ctx.arguments)
+        level, provenance = ctx.level, ctx.provenance
+        digest = call_digest(name, args)
+        if span.is_recording():  # sizes and digests only, and only when a span keeps them
+            span.set_attributes({"riskrank.arguments.sha256": digest,
+                                 "riskrank.arguments.bytes": len(json.dumps(args, separators=(",", ":"), default=str)),
+                                 **({"riskrank.level": level} if level is not None else {})})
+        rec: dict[str, Any] = {"task": exposure.task if exposure else None, "tool": name, "level": level,
+                               "provenance": provenance, "capabilities": (view.tools.get(name) or {}).get("capabilities") or None,
+                               "session": key, **_who(_caller(call)), "arguments": args}
+        if record.anchored:
+            rec["anchor"] = record.anchor
+        if outcome.refusal is not None:
+            return await self._refuse(Decision(outcome.refusal.code, outcome.refusal.message), rec, guards=guards)
         upstream_name, tool = route
         rec["upstream"] = upstream_name
-        digest = call_digest(name, args)
-        if decision.confirm:
-            try:
-                message = confirmation_text(name, int(level or 5), provenance, rec["task"], args)
-            except UnshowableCall as exc:
-                return await self._refuse(Decision(CONFIRMATION_REQUIRED, str(exc)), rec)
-            request = ConfirmationRequest(
-                session=key, task=rec["task"], tool=name, level=int(level or 5), arguments=args, bind=f"{key}:{digest}",
-                message=message, provenance=provenance, evidence=tuple(view.tools.get(name, {}).get("evidence", ())),
-                upstream=upstream_name, client=(_caller(call) or {}).get("name"))
-            try:
-                answer = await self.broker.confirm(request, call)
-            except mcp_compat.InputRequired:
-                with contextlib.suppress(AuditLogError):
-                    await self.audit.append(**rec, decision="pending", code="confirmation_requested",
-                                            reason=f"asked the user through {self.broker.name}", digest=digest)
-                raise
-            who = {"decided_by": answer.by} if answer.by else {}
-            if answer.note:
-                who["note"] = answer.note
-            if answer.action == UNSUPPORTED:
-                return await self._refuse(confirmation_refusal(policy, name, int(level or 5)), rec)
-            if answer.action == TIMEOUT:
-                return await self._refuse(Decision(CONFIRMATION_REQUIRED, (
-                    f"{name!r} is risk level {level} and needs an operator's approval (confirm_level "
-                    f"{policy.confirm_level}), but {answer.note or 'no operator decided in time'}; ask the operator "
-                    "to watch the console's approvals page, then call it again")), rec, confirmation=TIMEOUT)
-            if answer.action != ACCEPT:
-                whom = f"the operator {answer.by!r}" if answer.by else "the user"
-                return await self._refuse(Decision(DENIED, f"{whom} did not confirm {name!r} ({answer.action})"
-                                                   + (f": {answer.note}" if answer.note else "")), rec,
-                                          confirmation=answer.action, **who)
-            if call_digest(name, args) != request.digest:  # what runs is what was approved, or nothing
-                return await self._refuse(Decision(DENIED, f"the arguments of {name!r} changed after they were approved"), rec)
-            rec["confirmed"] = self.broker.name
-            rec.update(who)
+        span.set_attribute("riskrank.upstream", upstream_name)
+        if outcome.holds:
+            span.set_attribute("riskrank.held", ",".join(h.code for h in outcome.holds))
+            refused = await self._confirm(outcome, call, rec, digest, guards)
+            if refused is not None:
+                return refused
+            span.set_attribute("riskrank.confirmed", rec.get("confirmed") or "")
+        link = getattr(call, "link", None)
+        if link is not None and link.gone:  # nothing runs for a caller who cannot receive the result
+            return await self._refuse(Decision(CALLER_GONE, f"{link.describe()}; {name!r} was not run"), rec, guards=guards)
         try:
-            await self.audit.append(**rec, decision="allowed", code="allowed", reason=decision.reason, digest=digest)
+            await self.audit.append(**rec, decision="allowed", code="allowed", reason=policy_guard.decision(ctx).reason,
+                                    digest=digest, guards=guards)
         except AuditLogError as exc:
+            span.set_attribute("riskrank.decision", "refused")
             return _error(exc)
+        span.set_attribute("riskrank.decision", "allowed")
         progress = call.progress if call.wants_progress else None
         timeout = policy.call_timeout(name, self.call_limits.timeout_s)
         started = time.monotonic()
         try:
-            with anyio.fail_after(timeout):
-                result = await session.call_tool(tool, args, progress_callback=progress)
-            wired = result if isinstance(result, dict) else mcp_compat.wire(result)
+            with tracing.stage("upstream") as up_span:
+                up_span.set_attributes({"riskrank.upstream": upstream_name, "riskrank.upstream.tool": tool})
+                try:
+                    with anyio.fail_after(timeout):
+                        result = await session.call_tool(tool, args, progress_callback=progress)
+                finally:
+                    if self.metrics is not None:
+                        self.metrics.upstream_call(upstream_name, time.monotonic() - started)
+                wired = result if isinstance(result, dict) else mcp_compat.wire(result)
+                if up_span.is_recording():
+                    up_span.set_attribute("riskrank.result.bytes", len(json.dumps(wired, separators=(",", ":"), default=str)))
             check_result(name, wired, self.call_limits)
             if wired.get("isError"):  # the tool answered with an error: the call ran and failed
                 with contextlib.suppress(AuditLogError):
@@ -715,6 +688,8 @@ class Gateway:
                                             reason=_error_text(wired), elapsed_s=round(time.monotonic() - started, 3))
             if self.scan_results != "off":
                 wired = await self._screen_result(name, wired, rec)
+            if ctx.row.get("source") and policy.flow != "off":
+                await self._record_flow(key, name, wired, rec)
         except TimeoutError:
             message = (f"the upstream server {upstream_name!r} did not answer {tool!r} within {timeout:g} s "
                        "(--call-timeout, or the policy's call_timeouts); the call was abandoned")
@@ -725,6 +700,12 @@ class Gateway:
             with contextlib.suppress(AuditLogError):
                 await self.audit.append(**rec, decision="failed", code=exc.code, reason=str(exc))
             return _refusal(exc.code, str(exc))
+        except SessionError as exc:  # the result ran but its values cannot be recorded: not handed on
+            message = (f"{name!r} ran, but the values of its result (an untrusted source) cannot be recorded ({exc}); its "
+                       "answer is not handed on")
+            with contextlib.suppress(AuditLogError):
+                await self.audit.append(**rec, decision="failed", code="session_unavailable", reason=message)
+            return _refusal("session_unavailable", message)
         except Exception as exc:  # the upstream's failure, reported to the agent without internals
             internal = isinstance(exc, AttributeError | TypeError | KeyError | IndexError | NameError | AssertionError)
             message = (f"the upstream server {upstream_name!r} failed on {tool!r}: {describe(exc)}" if not internal
@@ -734,6 +715,136 @@ class Gateway:
                                         detail=describe(exc), elapsed_s=round(time.monotonic() - started, 3))
             return _refusal("upstream_error", message)
         return mcp_compat.as_call_result(wired)
+
+    async def _confirm(self, outcome: Outcome, call: Any, rec: dict[str, Any], digest: str, guards: list[list[str]]) -> Any:
+        """Ask whoever confirms (the broker) about a held call, with every hold's reason; None
+        when it was approved (``rec`` then says by whom, and the session remembers: the tool is
+        confirmed once, inside the scope if it drifted, its flagged values the user's own),
+        else the refusal to answer with."""
+        ctx = outcome.context
+        name, args, level, policy = ctx.tool, dict(ctx.arguments), int(ctx.level or 5), ctx.policy
+        try:
+            message = confirmation_text(name, level, ctx.provenance, rec["task"], args, reasons=self._reasons(outcome))
+        except UnshowableCall as exc:
+            return await self._refuse(Decision(CONFIRMATION_REQUIRED, str(exc)), rec, guards=guards)
+        request = ConfirmationRequest(
+            session=ctx.session, task=rec["task"], tool=name, level=level, arguments=args, bind=f"{ctx.session}:{digest}",
+            message=message, provenance=ctx.provenance, evidence=tuple(ctx.row.get("evidence", ())), upstream=rec["upstream"],
+            client=(ctx.client or {}).get("name"), policy=(ctx.client or {}).get("policy"))
+        link = getattr(call, "link", None)
+        waited = time.perf_counter()
+        answer = None
+        if self.metrics is not None:
+            self.metrics.pending.inc()
+        try:
+            with tracing.stage("confirmation") as wait_span:
+                wait_span.set_attribute("riskrank.broker", self.broker.name)
+                answer = await self.broker.confirm(request, call)
+                wait_span.set_attribute("riskrank.answer", answer.action)
+        except mcp_compat.InputRequired:
+            with contextlib.suppress(AuditLogError):
+                await self.audit.append(**rec, decision="pending", code="confirmation_requested",
+                                        reason=f"asked the user through {self.broker.name}", digest=digest, guards=guards)
+            raise
+        except BaseException:
+            if link is not None and link.gone:  # cancelled because the caller left (stdin closed): on record even so
+                import anyio
+
+                with anyio.CancelScope(shield=True):
+                    await self._refuse(self._gone(name, link.describe()), rec, confirmation=CALLER_GONE, guards=guards)
+            raise
+        finally:
+            if self.metrics is not None:
+                self.metrics.pending.dec()
+                if answer is not None:
+                    self.metrics.confirmation(answer.action, time.perf_counter() - waited)
+        who = {"decided_by": answer.by} if answer.by else {}
+        if answer.note:
+            who["note"] = answer.note
+        if answer.action == UNSUPPORTED:
+            return await self._refuse(self._unconfirmable(outcome), rec, guards=guards)
+        if answer.action == UNAVAILABLE:
+            return await self._refuse(Decision(STATE_UNAVAILABLE, unavailable_message(
+                self.state.url if self.state is not None else "", f"the approval cannot be held: {answer.note}")),
+                rec, guards=guards)
+        if answer.action in (CALLER_GONE, REPLICA_GONE):
+            decision = (self._gone(name, answer.note or "the agent disconnected") if answer.action == CALLER_GONE else
+                        Decision(REPLICA_GONE, f"{name!r} was held for an operator's approval, but {answer.note}"))
+            return await self._refuse(decision, rec, confirmation=answer.action, guards=guards, **who)
+        if answer.action == TIMEOUT:
+            return await self._refuse(Decision(CONFIRMATION_REQUIRED, (
+                f"{name!r} is risk level {level} and needs an operator's approval (confirm_level "
+                f"{policy.confirm_level}), but {answer.note or 'no operator decided in time'}; ask the operator "
+                "to watch the console's approvals page, then call it again")), rec, confirmation=TIMEOUT, guards=guards)
+        if answer.action != ACCEPT:
+            whom = f"the operator {answer.by!r}" if answer.by else "the user"
+            return await self._refuse(Decision(DENIED, f"{whom} did not confirm {name!r} ({answer.action})"
+                                               + (f": {answer.note}" if answer.note else "")), rec,
+                                      confirmation=answer.action, guards=guards, **who)
+        if call_digest(name, args) != request.digest:  # what runs is what was approved, or nothing
+            return await self._refuse(Decision(DENIED, f"the arguments of {name!r} changed after they were approved"), rec,
+                                      guards=guards)
+        rec["confirmed"] = self.broker.name
+        rec.update(who)
+        codes = {h.code for h in outcome.holds}
+        cleared = [v for h in outcome.holds for v in h.values]
+        with contextlib.suppress(SessionError):  # not remembered: the next call is asked again
+            await self._update(ctx.session, lambda r: r.with_confirmation(
+                name, widen=DRIFT in codes, cleared=cleared, kind=confirmation_kind(name, args, ctx.view.schemas.get(name))))
+        return None
+
+    @staticmethod
+    def _gone(name: str, when: str) -> Decision:
+        """The refusal of a held call whose caller left: withdrawn, never run."""
+        return Decision(CALLER_GONE, f"{name!r} was held for an operator's approval, but {when}: the request was "
+                                     "withdrawn and the call was not run")
+
+    @staticmethod
+    def _reasons(outcome: Outcome) -> list[str]:
+        """The lines a question adds for its holds (a level alone adds none: the question says
+        it), and the session's task beside the agent's words when they differ."""
+        ctx = outcome.context
+        lines = [h.message[0].upper() + h.message[1:] + "." for h in outcome.holds if h.message]
+        record = ctx.record
+        if record.anchored and record.anchor != ctx.task and not any(h.code == DRIFT for h in outcome.holds):
+            lines.insert(0, f"The session started with {quoted(record.anchor)}.")
+        return lines
+
+    @staticmethod
+    def _unconfirmable(outcome: Outcome) -> Decision:
+        """The refusal when nobody can be asked: the policy's level text, or the session
+        guard's reasons when it held the call."""
+        ctx = outcome.context
+        session = [h.message for h in outcome.holds if h.code in (DRIFT, FLOW)]
+        if not session:
+            return confirmation_refusal(ctx.policy, ctx.tool, int(ctx.level or 5))
+        return Decision(CONFIRMATION_REQUIRED, (
+            f"{ctx.tool!r} needs the user's confirmation ({'; '.join(session)}), but this client cannot ask its user (it "
+            "declared no MCP elicitation). Use a client that supports elicitation, or let the operator approve calls in the "
+            "console (riskrank mcp --console)"))
+
+    async def _record_flow(self, key: str, name: str, wired: dict[str, Any], rec: dict[str, Any]) -> None:
+        """Record the candidate values of an untrusted source's answer in the session's flow
+        record (a bounded digest: values, never the text); :class:`SessionError` when it cannot
+        be written (the answer is then not handed on)."""
+        import anyio.to_thread
+
+        text = result_text(wired)
+
+        def read() -> tuple[list[Any], int]:
+            return bounded(candidates(text.text))
+
+        values, dropped = (await anyio.to_thread.run_sync(read)) if len(text.text) > THREAD_SCAN_CHARS else read()
+        now = time.time()  # one more untrusted read, with or without values: earlier approvals stop holding
+        await self._update(key, lambda r: r.with_values(values, name, now))
+        if text.cut or dropped or text.binary:
+            with contextlib.suppress(AuditLogError):
+                await self.audit.append(**{k: v for k, v in rec.items() if k != "arguments"}, decision="recorded",
+                                        code="flow_bounded", reason=(
+                                            f"{len(values)} values of the answer recorded; {dropped} more left out, "
+                                            f"{text.binary} binary items not read" + (
+                                                f", {text.chars:,} characters read by their head and tail" if text.cut else "")),
+                                        sha256=text.sha256)
 
     async def _screen_result(self, name: str, wired: dict[str, Any], rec: dict[str, Any]) -> dict[str, Any]:
         """``--scan-results``: an answer holding text addressed to the model is flagged in the
@@ -758,6 +869,7 @@ class Gateway:
         return {"content": [{"type": "text", "text": notice}], "isError": False}
 
     async def _refuse(self, decision: Decision, rec: dict[str, Any], **extra: Any) -> Any:
+        tracing.current().set_attributes({"riskrank.decision": "refused", "riskrank.code": decision.code})
         with contextlib.suppress(AuditLogError):  # a refusal stands even if it cannot be logged
             await self.audit.append(**rec, **extra, decision="refused", code=decision.code, reason=decision.reason)
         return _refusal(decision.code, decision.reason)
@@ -827,18 +939,26 @@ class _Catalogues:
 
     def _scan(self, record: dict[str, Any]) -> Scan:
         """The scan of one definition, remembered: a re-list of unchanged tools costs no scan."""
-        key = json.dumps(record, sort_keys=True, default=str)
-        hit = self.scans.get(key)
-        if hit is None:
-            if len(self.scans) > 20_000:
-                self.scans.clear()
-            hit = self.scans[key] = scan_tool(record)
-        return hit
+        return self._scan_many([record])[0]
 
-    def trust(self, up_name: str, mine: list[dict[str, Any]], routes: dict[str, tuple[str, str]]
-              ) -> tuple[dict[str, tuple[str, str]], dict[str, Scan]]:
+    def _scan_many(self, records: list[dict[str, Any]]) -> list[Scan]:
+        """The scans of definitions, remembered; those not seen yet are scanned in one batch
+        (the learned detector's cost is per span, not per call). The rules alone unless the
+        policy's ``learned_scan`` adds the detector (a scan is remembered under that choice)."""
+        learned = self.policy.learned_scan
+        keys = [("learned:" if learned else "rules:") + json.dumps(r, sort_keys=True, default=str) for r in records]
+        todo = {k: r for k, r in zip(keys, records, strict=True) if k not in self.scans}
+        if todo:
+            if len(self.scans) + len(todo) > 20_000:
+                self.scans.clear()
+            self.scans.update(zip(todo, scan_definitions(list(todo.values()), DEFAULT if learned else None), strict=True))
+        return [self.scans[k] for k in keys]
+
+    def trust(self, up_name: str, mine: list[dict[str, Any]], routes: dict[str, tuple[str, str]],
+              cross: dict[tuple[str, str], list[Finding]] | None = None) -> tuple[dict[str, tuple[str, str]], dict[str, Scan]]:
         """One server's list against its pins and the scan: (public name -> (code, why)) for
-        the tools held back, and every tool's scan. Pin decisions and new findings are audited."""
+        the tools held back, and every tool's scan (with ``cross``, the findings across servers,
+        keyed by (server, the server's own name)). Pin decisions and new findings are audited."""
         held: dict[str, tuple[str, str]] = {}
         if self.pins is not None:
             for code, what in self.pins.take_alerts():  # a pin file changed outside riskrank: one line each
@@ -853,7 +973,8 @@ class _Catalogues:
             # the refusal is "quarantined: <why>": the code is not said twice
             held.update({public[n]: ("quarantined", why.removeprefix("quarantined: ")) for n, why in quarantined.items()
                          if n in public})
-        scans = {r["name"]: self._scan({**r, "name": routes[r["name"]][1]}) for r in mine}
+        scans = {r["name"]: with_findings(self._scan({**r, "name": routes[r["name"]][1]}),
+                                          (cross or {}).get((up_name, routes[r["name"]][1]), [])) for r in mine}
         for name, sc in scans.items():
             mark = sc.verdict + ":" + sc.reason()
             if sc.verdict != "clean" and self.scan_seen.get(name) != mark:
@@ -889,9 +1010,16 @@ class _Catalogues:
                 withdrawn.update({r["name"]: why for r in mine})
         held: dict[str, str] = {}
         scans: dict[str, Scan] = {}
+        # Across servers: a look-alike of another server's tool name, a text naming another
+        # server's tool (the definitions' own scans are remembered, so this costs no re-scan).
+        served = {up.name: [{**r, "name": routes[r["name"]][1]} for r in records
+                            if routes[r["name"]][0] == up.name and r["name"] not in withdrawn] for up in self.manager.live()}
+        flat = [(s, r) for s, rs in served.items() for r in rs]
+        first = self._scan_many([r for _, r in flat])
+        cross = cross_server_findings(served, {(s, r["name"]): sc for (s, r), sc in zip(flat, first, strict=True)})
         for up in self.manager.live():
             mine = [r for r in records if routes[r["name"]][0] == up.name and r["name"] not in withdrawn]
-            kept, up_scans = self.trust(up.name, mine, routes)
+            kept, up_scans = self.trust(up.name, mine, routes, cross)
             scans.update(up_scans)
             for name, (code, why) in kept.items():
                 withdrawn[name], held[name] = why, code

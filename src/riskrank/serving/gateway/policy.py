@@ -24,6 +24,13 @@ low level. For a server you do not trust, ``"preset": "untrusted"`` (every serve
 
 The first rule that fails decides (:func:`decide`, pure and unit-tested).
 
+The session guard (docs/session-guard.md) adds what one call cannot show: ``scope`` (a risky
+tool outside what the session's task needs is confirmed, naming both texts), ``flow`` (a
+sink whose arguments carry a value first seen in an untrusted result is confirmed or
+refused) and ``confirm`` (``once_per_session``: a tool confirmed once in a session, inside its
+scope, below ``max_level``, is not asked about again). :class:`Globs` names the servers and
+tools the policy adds to, or takes out of, the untrusted sources and the sinks.
+
 Nothing here imports the MCP SDK.
 """
 
@@ -48,6 +55,26 @@ DEFAULT_SOURCE = "the default policy"
 #: What a client may be allowed to pick in ``find_tools`` (``client_choices``), and where
 #: its allowed values come from.
 CHOOSABLE = {"mode": MODES, "risk_source": RISK_SOURCES, "lambda": None}
+#: The session guard's settings: ``scope``, ``flow`` and ``confirm`` (docs/session-guard.md).
+SCOPE_ACTIONS = ("confirm", "off")
+FLOW_ACTIONS = ("confirm", "refuse", "off")
+CONFIRM_MODES = ("once_per_session", "every_call")
+
+
+@dataclass(frozen=True)
+class Globs:
+    """Upstream server names and public tool names (globs) a policy picks out: a tool matches
+    when its name matches one of ``tools`` or its server one of ``servers``."""
+
+    servers: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()
+
+    def matches(self, tool: str, server: str | None) -> bool:
+        return (any(fnmatch.fnmatchcase(tool, g) for g in self.tools)
+                or (server is not None and any(fnmatch.fnmatchcase(server, g) for g in self.servers)))
+
+    def to_dict(self) -> dict[str, list[str]]:
+        return {"servers": list(self.servers), "tools": list(self.tools)}
 
 
 @dataclass(frozen=True)
@@ -74,9 +101,33 @@ class Policy:
     callable), ``confirm`` (every call confirmed) or ``allow``."""
     on_suspicious: str = "confirm"
     """The same for a ``suspicious`` tool (default: every call confirmed)."""
+    learned_scan: bool = False
+    """Whether the scan adds the learned detector's findings to the rules' (``riskrank.poison``;
+    off by default: measured below its targets, with false positives on real servers,
+    docs/trust.md)."""
     first_seen: str = "trust"
     """A server's tools on its first connect to a pin store: ``trust`` (pinned as they are) or
     ``quarantine`` (held until an operator approves them)."""
+    scope: str = "confirm"
+    """A risky tool (``confirm_level`` or more, or a sink) outside the session's scope: its
+    call is confirmed naming the session's task and the agent's words (``confirm``), or not
+    checked (``off``)."""
+    flow: str = "confirm"
+    """A sink call whose arguments carry a value first seen in an untrusted result, not in the
+    session's task: ``confirm`` (with where the value came from), ``refuse`` or ``off``."""
+    confirm: str = "once_per_session"
+    """``once_per_session``: a tool confirmed once in a session is not asked about again while
+    its calls stay inside the scope, carry no untrusted value and are below ``max_level``;
+    ``every_call``: each call is asked about."""
+    sources: Globs = Globs()
+    """Servers and tools whose results are untrusted, beside those the gateway finds
+    (``openWorldHint``; a tool that reads messages, web pages, e-mail, tickets, posts)."""
+    trusted_sources: Globs = Globs()
+    """Servers and tools whose results are never untrusted (wins over ``sources``)."""
+    sinks: Globs = Globs()
+    """Servers and tools that send data out or act on the world, beside those the gateway finds."""
+    trusted_sinks: Globs = Globs()
+    """Servers and tools that are never sinks (wins over ``sinks``): their arguments are not checked."""
     source: str = DEFAULT_SOURCE
     """Where the policy comes from: the policy file (and its entry), or :data:`DEFAULT_SOURCE`."""
 
@@ -92,7 +143,11 @@ class Policy:
     def needs_confirmation(self, level: int, upstream: str | None = None) -> bool:
         """Whether a call of a tool at ``level`` served by ``upstream`` (None: no upstream)
         must be confirmed: at ``confirm_level`` or above, or from an untrusted server."""
-        return level >= self.confirm_level or any(fnmatch.fnmatchcase(upstream or "", g) for g in self.untrusted)
+        return level >= self.confirm_level or self.untrusted_server(upstream)
+
+    def untrusted_server(self, upstream: str | None) -> bool:
+        """Whether every call of ``upstream``'s tools is confirmed (``untrusted``, ``preset``)."""
+        return any(fnmatch.fnmatchcase(upstream or "", g) for g in self.untrusted)
 
     def call_timeout(self, name: str, default: float) -> float:
         """The seconds a call of ``name`` may take (``call_timeouts``' first match, else ``default``)."""
@@ -107,7 +162,10 @@ class Policy:
                 "deny": list(self.deny), "exposure_ttl_s": self.exposure_ttl_s,
                 "client_choices": {k: list(v) for k, v in self.client_choices.items()}, "levels": dict(self.levels),
                 "untrusted": list(self.untrusted), "call_timeouts": dict(self.call_timeouts),
-                "on_poisoned": self.on_poisoned, "on_suspicious": self.on_suspicious, "first_seen": self.first_seen}
+                "on_poisoned": self.on_poisoned, "on_suspicious": self.on_suspicious, "first_seen": self.first_seen,
+                "scope": self.scope, "flow": self.flow, "confirm": self.confirm, "sources": self.sources.to_dict(),
+                "trusted_sources": self.trusted_sources.to_dict(), "sinks": self.sinks.to_dict(),
+                "trusted_sinks": self.trusted_sinks.to_dict()}
 
 
 @dataclass(frozen=True)

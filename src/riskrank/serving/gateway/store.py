@@ -1,5 +1,5 @@
 """The gateway's one state store: its audit log, the approvals waiting for an operator, the
-pins, and each session's exposure, in one database that every replica of a gateway shares.
+pins, and each session's exposure and record (the session guard's), in one database that every replica of a gateway shares.
 
 Why a database: a team runs several gateway replicas behind one address. An operator's
 approval must reach the replica whose agent is waiting, a pin one replica took must hold on
@@ -43,7 +43,7 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
@@ -51,7 +51,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 from riskrank.errors import RiskrankError
 from riskrank.fileio import loads_strict, spreadsheet_cell
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 3
 #: The SQLite file inside a state directory.
 DB_FILE = "state.sqlite3"
 #: How long opening a PostgreSQL connection, or waiting for one from the pool, may take.
@@ -74,7 +74,10 @@ POOL_MAX = 8
 #: never wait out their busy timeout behind it).
 IMPORT_BATCH = 1000
 PENDING = "pending"
-ACTIONS = ("accept", "decline", "cancel", "timeout")
+#: How a request stops pending: an operator's decision, the timeout, its caller leaving
+#: (``caller_gone``: the agent's connection or stdin closed) or its replica's heartbeat lapsing
+#: (``replica_gone``, or a replica restarted under the same name).
+ACTIONS = ("accept", "decline", "cancel", "timeout", "caller_gone", "replica_gone")
 #: The key of the PostgreSQL advisory lock a migration holds (``"riskrank"`` in ASCII).
 MIGRATE_LOCK = 0x7269736B72616E6B
 #: The audit columns kept beside each record's JSON, for filtering without parsing it.
@@ -85,6 +88,27 @@ class StoreError(RiskrankError):
     """The state store cannot be used: unreachable, a failed write, a query error."""
 
     code = "state_store_failed"
+
+
+#: The one refusal code of every call decided while the state store cannot be reached (the
+#: audit line, the session's record, the exposure or the approval cannot be read or written):
+#: the cause is the store, never the call, the client or the policy.
+STATE_UNAVAILABLE = "state_unavailable"
+
+
+def unavailable_message(url: str, why: str) -> str:
+    """The refusal text of :data:`STATE_UNAVAILABLE`: the store (password masked) and why
+    (the store's own name is said once)."""
+    why = why.replace(f"the state store {mask_url(url)}: ", "").replace(f"the state store {url}: ", "")
+    return (f"the gateway's state store {mask_url(url)} cannot be reached ({why}); nothing can be decided or recorded, so "
+            "the call was not run. Nothing about the call, the client or the policy is wrong: call again once the store "
+            "answers")
+
+
+class StateUnavailable(StoreError):
+    """A call refused because the state store cannot be reached (:data:`STATE_UNAVAILABLE`)."""
+
+    code = STATE_UNAVAILABLE
 
 
 class SchemaError(StoreError):
@@ -111,9 +135,33 @@ def _migration_1(id_column: str) -> list[str]:
     ]
 
 
+def _migration_2(id_column: str) -> list[str]:
+    """Version 2: each session's record (the session guard's anchor, scope and confirmations),
+    written by compare-and-swap with the time of its last write (idle records are removed),
+    and its flow record's values, one row each, numbered in the order they were seen (a new
+    untrusted answer adds rows instead of rewriting the record)."""
+    return [
+        "CREATE TABLE IF NOT EXISTS riskrank_sessions (session_key TEXT PRIMARY KEY, version BIGINT NOT NULL, "
+        "at DOUBLE PRECISION NOT NULL, record TEXT NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS riskrank_sessions_at ON riskrank_sessions (at)",
+        "CREATE TABLE IF NOT EXISTS riskrank_session_values (session_key TEXT NOT NULL, seq BIGINT NOT NULL, "
+        "value TEXT NOT NULL, PRIMARY KEY (session_key, seq))",
+    ]
+
+
+def _migration_3(id_column: str) -> list[str]:
+    """Version 3: each replica's heartbeat, written with the store's own clock (``beat_at``),
+    so whether a replica is alive is judged by one clock, never by a replica's; ``instance``
+    tells a restarted replica of the same name from its predecessor."""
+    return [
+        "CREATE TABLE IF NOT EXISTS riskrank_replicas (name TEXT PRIMARY KEY, instance TEXT NOT NULL, "
+        "started_at DOUBLE PRECISION NOT NULL, beat_at DOUBLE PRECISION NOT NULL)",
+    ]
+
+
 #: version -> the statements that bring the schema from the version before to it (each
 #: idempotent, so a database left at an older version with some tables already there upgrades).
-MIGRATIONS: dict[int, Callable[[str], list[str]]] = {1: _migration_1}
+MIGRATIONS: dict[int, Callable[[str], list[str]]] = {1: _migration_1, 2: _migration_2, 3: _migration_3}
 
 _INSERT_AUDIT = ("INSERT INTO riskrank_audit (time, client, session, tool, decision, line_sha256, record) "
                  "VALUES (?, ?, ?, ?, ?, ?, ?)")
@@ -368,6 +416,74 @@ class StateStore(abc.ABC):
             "WHERE id = ? AND status = ?", (action, at, by, note, id, PENDING)))
         return cur.rowcount == 1
 
+    def decide_live(self, id: str, *, by: str, note: str | None, action: str, lapse_s: float) -> bool:
+        """Decide a pending request only while the replica holding it is alive: its heartbeat
+        is at most ``lapse_s`` old by the store's clock, judged in the same statement as the
+        update (an approval can never reach a replica that stopped beating)."""
+        if action not in ACTIONS:
+            raise ValueError(f"unknown action {action!r} (one of {', '.join(ACTIONS)})")
+        now = self._now_sql
+        cur = self._do("deciding an approval", lambda conn: self._ex(
+            conn, "UPDATE riskrank_approvals SET status = ?, decided_at = " + now + ", decided_by = ?, note = ? "
+            "WHERE id = ? AND status = ? AND EXISTS (SELECT 1 FROM riskrank_replicas r WHERE "
+            "r.name = riskrank_approvals.replica AND r.beat_at >= " + now + " - ?)",
+            (action, by, note, id, PENDING, lapse_s)))
+        return cur.rowcount == 1
+
+    # -- replicas -------------------------------------------------------------------------------------
+    #: The store's clock in seconds since the epoch, as SQL (each backend sets its own).
+    _now_sql: str
+
+    def start_replica(self, name: str, instance: str) -> list[dict[str, Any]]:
+        """Register replica ``name`` (this process: ``instance``) and withdraw every request a
+        predecessor of the same name still held (its calls died with it): those requests."""
+        now = self._now_sql
+        note = f"the replica {name} restarted; the call held there ended with it and nothing ran"
+
+        def start(conn: Any) -> list[dict[str, Any]]:
+            held = self._ex(conn, f"SELECT {_APPROVAL_COLUMNS} FROM riskrank_approvals WHERE replica = ? AND status = ?",
+                            (name, PENDING)).fetchall()
+            self._ex(conn, "UPDATE riskrank_approvals SET status = ?, decided_at = " + now + ", note = ? "
+                     "WHERE replica = ? AND status = ?", ("replica_gone", note, name, PENDING))
+            self._ex(conn, "INSERT INTO riskrank_replicas (name, instance, started_at, beat_at) VALUES (?, ?, " + now + ", "
+                     + now + ") ON CONFLICT (name) DO UPDATE SET instance = excluded.instance, "
+                     "started_at = excluded.started_at, beat_at = excluded.beat_at", (name, instance))
+            return [{**_approval(r), "status": "replica_gone", "note": note} for r in held]
+        return list(self._do("registering a replica", start, tx=True))
+
+    def heartbeat(self, name: str, instance: str) -> bool:
+        """Replica ``name`` is alive (the store's clock stamps it); False when another process
+        took the name since (this one must not act for it)."""
+        now = self._now_sql
+        cur = self._do("writing a heartbeat", lambda conn: self._ex(
+            conn, "UPDATE riskrank_replicas SET beat_at = " + now + " WHERE name = ? AND instance = ?", (name, instance)))
+        return cur.rowcount == 1
+
+    def replicas(self) -> dict[str, float]:
+        """Each replica's heartbeat age in seconds, by the store's clock."""
+        rows = self._do("reading replicas", lambda conn: self._ex(
+            conn, "SELECT name, " + self._now_sql + " - beat_at FROM riskrank_replicas").fetchall())
+        return {r[0]: float(r[1]) for r in rows}
+
+    def sweep_lapsed(self, lapse_s: float) -> list[dict[str, Any]]:
+        """Withdraw the pending requests of every replica whose heartbeat is over ``lapse_s``
+        old (status ``replica_gone``): the requests withdrawn now (one caller wins each)."""
+        now = self._now_sql
+
+        def sweep(conn: Any) -> list[dict[str, Any]]:
+            gone = self._ex(conn, f"SELECT {_APPROVAL_COLUMNS} FROM riskrank_approvals WHERE status = ? AND replica NOT IN "
+                            "(SELECT name FROM riskrank_replicas WHERE beat_at >= " + now + " - ?)",
+                            (PENDING, lapse_s)).fetchall()
+            taken = []
+            for row in gone:
+                note = f"the replica {row[3]} stopped answering (no heartbeat for over {lapse_s:g} s); nothing ran"
+                cur = self._ex(conn, "UPDATE riskrank_approvals SET status = ?, decided_at = " + now + ", note = ? "
+                               "WHERE id = ? AND status = ?", ("replica_gone", note, row[0], PENDING))
+                if cur.rowcount == 1:
+                    taken.append({**_approval(row), "status": "replica_gone", "note": note})
+            return taken
+        return list(self._do("withdrawing a lapsed replica's requests", sweep, tx=True))
+
     def approval(self, id: str) -> dict[str, Any] | None:
         row = self._do("reading an approval", lambda conn: self._ex(
             conn, f"SELECT {_APPROVAL_COLUMNS} FROM riskrank_approvals WHERE id = ?", (id,)).fetchone())
@@ -424,6 +540,69 @@ class StateStore(abc.ABC):
             conn, "SELECT task, names, at FROM riskrank_exposure WHERE session_key = ?", (key,)).fetchone())
         return None if row is None else (row[0], json.loads(row[1]), float(row[2]))
 
+    # -- session records ------------------------------------------------------------------------------
+    def session_version(self, key: str) -> int | None:
+        """The version of a session's record (None: there is none): one cheap query, so a
+        replica re-reads the record only when another wrote it."""
+        row = self._do("reading a session record", lambda conn: self._ex(
+            conn, "SELECT version FROM riskrank_sessions WHERE session_key = ?", (key,)).fetchone())
+        return None if row is None else int(row[0])
+
+    def session(self, key: str, *, after: int = -1) -> tuple[int, Any, list[tuple[int, Any]]] | None:
+        """(version, record, values) of a session (:mod:`riskrank.serving.gateway.session`):
+        its flow values numbered above ``after`` (seq, value), oldest first; None when there is
+        no record."""
+        def read(conn: Any) -> tuple[int, Any, list[tuple[int, Any]]] | None:
+            row = self._ex(conn, "SELECT version, record FROM riskrank_sessions WHERE session_key = ?", (key,)).fetchone()
+            if row is None:
+                return None
+            values = self._ex(conn, "SELECT seq, value FROM riskrank_session_values WHERE session_key = ? AND seq > ? "
+                              "ORDER BY seq", (key, after)).fetchall()
+            return int(row[0]), json.loads(row[1]), [(int(q), json.loads(v)) for q, v in values]
+
+        return self._do("reading a session record", read, tx=True)
+
+    def put_session(self, key: str, record: Any, *, expect: int | None, at: float,
+                    values: Sequence[tuple[int, Any]] = (), drop_below: int | None = None) -> int | None:
+        """Write a session's record only if it is still at version ``expect`` (None: only if
+        there is none yet), with its new flow ``values`` (seq, value) and without those numbered
+        below ``drop_below``, in one transaction: the new version, or None when another replica
+        wrote it first (nothing is written then)."""
+        text = _dump(record)
+        rows = [(key, seq, _dump(v)) for seq, v in values]
+
+        def write(conn: Any) -> int | None:
+            if expect is None:
+                cur = self._ex(conn, "INSERT INTO riskrank_sessions (session_key, version, at, record) VALUES (?, 1, ?, ?) "
+                               "ON CONFLICT (session_key) DO NOTHING", (key, at, text))
+                version = 1
+            else:
+                cur = self._ex(conn, "UPDATE riskrank_sessions SET version = version + 1, at = ?, record = ? "
+                               "WHERE session_key = ? AND version = ?", (at, text, key, expect))
+                version = expect + 1
+            if cur.rowcount != 1:
+                return None
+            if expect is None:  # a record made afresh (its earlier one pruned): no values of it stay
+                self._ex(conn, "DELETE FROM riskrank_session_values WHERE session_key = ?", (key,))
+            if rows:
+                self._executemany(conn, "INSERT INTO riskrank_session_values (session_key, seq, value) VALUES (?, ?, ?) "
+                                  "ON CONFLICT (session_key, seq) DO NOTHING", rows)
+            if drop_below is not None:
+                self._ex(conn, "DELETE FROM riskrank_session_values WHERE session_key = ? AND seq < ?", (key, drop_below))
+            return version
+
+        return self._do("writing a session record", write, tx=True)
+
+    def prune_sessions(self, before: float) -> int:
+        """Remove the session records (and their values) last written before ``before`` (epoch
+        seconds): how many records."""
+        def prune(conn: Any) -> int:
+            self._ex(conn, "DELETE FROM riskrank_session_values WHERE session_key IN "
+                     "(SELECT session_key FROM riskrank_sessions WHERE at < ?)", (before,))
+            return max(0, self._ex(conn, "DELETE FROM riskrank_sessions WHERE at < ?", (before,)).rowcount)
+
+        return self._do("removing idle session records", prune, tx=True)
+
     def __enter__(self) -> StateStore:
         return self
 
@@ -445,6 +624,7 @@ class SQLiteStore(StateStore):
     """``DIR/state.sqlite3`` (directory ``0700``, file ``0600``: it holds tasks and arguments)."""
 
     backend = "sqlite"
+    _now_sql = "((julianday('now') - 2440587.5) * 86400.0)"
     _id_column = "INTEGER PRIMARY KEY AUTOINCREMENT"  # AUTOINCREMENT: an id is never reused
     _errors = (sqlite3.Error, OSError)
 
@@ -614,6 +794,7 @@ class PostgresStore(StateStore):
     """A PostgreSQL database shared by every replica (extra ``teams``: psycopg 3 and its pool)."""
 
     backend = "postgresql"
+    _now_sql = "extract(epoch from clock_timestamp())::double precision"
     _id_column = "BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY"
 
     def __init__(self, url: str) -> None:

@@ -1,0 +1,596 @@
+"""The learned poisoning detector: does a span of a tool's definition speak to the model?
+
+The rule scan (:mod:`riskrank.scan`) knows the phrases its authors thought of. This detector
+scores every sentence-like span of a definition's texts (descriptions, parameter descriptions,
+titles, enum values, defaults, examples; text smuggled in tag characters; base64 or hex blobs
+decoded once) for what poisoning *is*: text that addresses the model instead of describing the
+tool, asks it to involve other tools, to keep something from the user, to skip confirmation,
+or to move data somewhere. It was trained on attack instructions nobody wrote as tools
+(BIPIA's) and hand-written ones planted into real definitions, against tens of thousands of real
+tool and parameter descriptions (``riskrank.training.poison``; docs/trust.md has the figures).
+
+A span's inputs:
+
+- the mean of its word pieces' *static embeddings*: each vocabulary piece of the bundled
+  MiniLM encoder, run through the encoder alone (the encoder's own view of the piece, with no
+  context). Running the encoder on every span costs about 7 ms a span on two CPU cores, some
+  400 times the scan's budget (10 ms per 100 tools); a mean of static rows costs microseconds;
+- which cue words it holds (second person, the assistant named, the user, secrecy, negation,
+  consent, data movement, authority, the conversation, the answer, other tools, secrets,
+  code), and which its first word is;
+- what it is and how it looks: the field kind (description, parameter description, a value,
+  a title), a question, a URL, an e-mail address, a file path, code, quoted names, its length,
+  capitals, a ``Label:`` lead.
+
+A small MLP reads them. Its first layer is linear, so it is applied to each vocabulary row once
+(the shipped table holds ``static @ W1``: the mean of projected rows equals the projection of
+the mean), and inference is a lookup, a segment sum and one small matrix product in NumPy.
+
+The weights are ``base/poison/poison.safetensors`` with a JSON sidecar (``poison.json``: its
+sha256, the tokenizer's sha256, the cue words, the thresholds chosen on validation data and how
+it was trained); no pickles. A span scores in [0, 1]; at or above ``thresholds.poisoned`` it
+is a ``poisoned`` finding, at or above ``thresholds.suspicious`` a ``suspicious`` one.
+
+Languages: the cue words are English and the encoder's vocabulary is English word pieces; a
+span in another language is still scored (its pieces and embeddings are whatever the
+vocabulary makes of it, accents stripped), with the recall docs/trust.md measures on texts in
+five other languages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import threading
+import unicodedata
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from riskrank.errors import CheckpointError
+from riskrank.fileio import read_weights_folder, write_weights_folder
+
+FORMAT = "riskrank-poison/1"
+WEIGHTS = "poison.safetensors"
+SIDECAR = "poison.json"
+#: The shipped detector (package data).
+DETECTOR_DIR = Path(__file__).with_name("base") / "poison"
+
+#: A span holds at most this many words: a longer sentence is read in overlapping windows, so
+#: a directive inside a long paragraph is not averaged away.
+MAX_SPAN_WORDS = 48
+#: Spans with fewer words are not scored: a directive needs words (enum values such as
+#: ``fast`` or ``asc`` are not sentences).
+MIN_SPAN_WORDS = 3
+#: A field's text is read up to this many characters (a 1 MB description is read whole, in
+#: pieces of :data:`PIECE_SPANS` spans); beyond it only the rule scan's ``oversized`` speaks.
+MAX_FIELD_CHARS = 1 << 20
+PIECE_SPANS = 4096
+#: Words remembered with their pieces and cue bits (a catalogue's vocabulary is far smaller).
+MAX_WORDS = 200_000
+
+#: Cue words by group (after NFKC and case folding; text is split at every punctuation mark,
+#: so "don't" is ``don ' t`` and "pre-approved" is ``pre - approved``). Written with the
+#: detector, after the hand-written attack sets were committed; the shipped sidecar pins them.
+LEXICONS: dict[str, tuple[str, ...]] = {
+    "second_person": ("you", "your", "yours", "yourself", "yourselves"),
+    "assistant": ("assistant", "assistants", "ai", "model", "models", "llm", "llms", "agent", "agents", "chatbot",
+                  "bot", "gpt", "chatgpt", "claude", "copilot", "gemini"),
+    "user": ("user", "users", "human", "humans", "person", "customer", "customers", "owner", "operator"),
+    "secrecy": ("hide", "hidden", "secret", "secretly", "silently", "silent", "quietly", "covertly", "covert",
+                "discreetly", "conceal", "unaware", "invisible", "omit", "mention", "mentioning", "reveal", "disclose",
+                "tell", "telling", "notice", "aware", "background"),
+    "negation": ("not", "never", "no", "don", "doesn", "nothing", "without", "neither", "nor", "avoid"),
+    "consent": ("approve", "approved", "approval", "preapproved", "consent", "consented", "permission",
+                "permissions", "authorized", "authorised", "authorization", "authorisation", "confirm",
+                "confirmation", "confirmed", "granted", "agreed", "waived", "opted", "allowed"),
+    "data_move": ("send", "sent", "forward", "forwarded", "upload", "uploaded", "post", "transmit", "copy", "copied",
+                  "mirror", "exfiltrate", "share", "email", "attach", "append", "include", "pass", "submit", "export",
+                  "paste", "leak", "report", "sync", "route", "routed", "deliver", "duplicate", "supply", "provide",
+                  "put", "embed", "insert"),
+    "authority": ("important", "must", "always", "required", "mandatory", "critical", "priority", "override",
+                  "directive", "instruction", "instructions", "policy", "compliance", "rule", "rules", "urgent",
+                  "immediately", "system", "developer", "admin", "administrator", "note"),
+    "conversation": ("conversation", "chat", "history", "transcript", "prompt", "prompts", "messages", "session"),
+    "answer": ("reply", "response", "answer", "respond", "responses", "answers", "replies", "say", "claim",
+               "recommend", "pretend"),
+    "other_tools": ("tool", "tools", "server", "servers", "connector", "plugin", "integration", "instead", "other",
+                    "another", "whenever", "every", "call", "invoke"),
+    "secrets": ("password", "passwords", "token", "tokens", "key", "keys", "credential", "credentials", "secrets",
+                "ssh", "env", "cookie", "cookies", "api", "private"),
+    "code": ("import", "os", "subprocess", "requests", "exec", "eval", "curl", "wget", "bash", "sh", "socket", "def",
+             "http", "https", "www"),
+}
+#: First words that open a directive more often than a description.
+OPENERS: tuple[str, ...] = ("if", "when", "whenever", "before", "after", "always", "never", "do", "don", "please",
+                            "you", "your", "assistant", "ai", "model", "note", "important", "ignore", "system",
+                            "as", "should", "once", "also", "from", "for", "in", "per", "keep", "make")
+#: The span's own features (computed here, not learned words), in the weights' order: how it
+#: looks, and how it sits in its tool (the cosine of its topic vector with the tool name's and
+#: with the mean of the tool's other spans'; whether there are others).
+SPAN_FEATURES = ("question", "url", "email", "path", "code", "quoted", "log_words", "capitals", "label_lead",
+                 "topic_name", "topic_rest", "has_rest")
+#: Field kinds the detector reads. Kind is not an input: real definitions have few long enum
+#: values or defaults, so a model that read the kind would learn where attacks were planted.
+FIELD_KINDS = ("description", "param", "value", "title")
+
+#: What each cue group says about a span, in the order a finding lists them.
+WHY = (
+    ("secrecy", "asks it to keep something from the user"),
+    ("consent", "claims the user's approval"),
+    ("data_move", "asks it to move data"),
+    ("other_tools", "tells it which tools to call"),
+    ("answer", "tells it what to answer"),
+    ("code", "carries code or a command"),
+    ("addressed", "addresses the assistant"),
+    ("authority", "gives orders"),
+)
+
+_WORD = re.compile(r"[^\W_]+|[^\w\s]|_")
+_FENCE = re.compile(r"```.*?(?:```|\Z)", re.DOTALL)
+_BREAK = re.compile(r"(?<=[.!?\u3002\uff01\uff1f])[\"'\u201d\u2019)\]]*\s+|\s*\n\s*|;\s+")
+_INVISIBLE = re.compile("[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
+                        "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\U000e0000-\U000e0fff]")
+_EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.\w")
+_LABEL = re.compile(r"^\W*\w+(?:\s+\w+){0,2}\s*:")
+
+
+def spans_of(text: str) -> list[tuple[int, int]]:
+    """Sentence-like spans of ``text`` as (start, end) offsets: sentences, lines and
+    ``;``-clauses; a fenced code block is one span; a span over :data:`MAX_SPAN_WORDS` words
+    becomes windows of that many words, each starting half a window after the last."""
+    out: list[tuple[int, int]] = []
+    pos = 0
+    pieces: list[tuple[int, int, bool]] = []
+    if "```" in text:
+        for m in _FENCE.finditer(text):
+            pieces.append((pos, m.start(), False))
+            pieces.append((m.start(), m.end(), True))
+            pos = m.end()
+    pieces.append((pos, len(text), False))
+    for a, b, fenced in pieces:
+        if fenced:
+            out.append((a, b))
+            continue
+        start = a
+        for m in _BREAK.finditer(text, a, b):
+            if m.start() > start:
+                out.append((start, m.start()))
+            start = m.end()
+        if b > start:
+            out.append((start, b))
+    spans: list[tuple[int, int]] = []
+    for a, b in out:
+        piece = text[a:b]
+        if not piece.strip():
+            continue
+        if piece.count(" ") < MAX_SPAN_WORDS:  # cheap bound first: most spans are short
+            spans.append((a, b))
+            continue
+        starts = [m.start() for m in re.finditer(r"\S+", piece)]
+        if len(starts) <= MAX_SPAN_WORDS:
+            spans.append((a, b))
+            continue
+        step = MAX_SPAN_WORDS // 2
+        for w in range(0, len(starts) - step, step):
+            end = starts[w + MAX_SPAN_WORDS] if w + MAX_SPAN_WORDS < len(starts) else len(piece)
+            spans.append((a + starts[w], a + end))
+    return spans
+
+
+def normalise(text: str) -> str:
+    """What the detector reads: NFKC (fullwidth letters, ligatures, compatibility forms), with
+    default-ignorable characters (zero-width, bidi controls, tag characters, variation
+    selectors) removed so that they cannot split a word, and look-alike letters of another
+    script inside a Latin word folded to the Latin ones (``іgnore`` with a Cyrillic ``і``)."""
+    if text.isascii():
+        return text
+    text = _INVISIBLE.sub("", unicodedata.normalize("NFKC", text))
+    if text.isascii():
+        return text
+    from riskrank.names import _representatives
+
+    rep = _representatives()
+
+    def fold(m: re.Match[str]) -> str:
+        w = m.group()
+        if w.isascii() or not any("a" <= c.lower() <= "z" for c in w):
+            return w  # a word of one other script (French, German, Chinese) stays as written
+        return "".join(rep.get(c, c) if not c.isascii() else c for c in w)
+
+    return re.sub(r"[^\W_]+", fold, text)
+
+
+def field_kind(field: str) -> str | None:
+    """The kind of a definition's field (:func:`riskrank.scan.texts_of` names them), or None
+    for what the detector does not read (names, types, ``required`` lists, schema keywords)."""
+    base = field.split("(", 1)[0]
+    if base in ("description", "title", "annotations.title"):
+        return "description" if base == "description" else "title"
+    if not base.startswith("inputSchema"):
+        return None
+    last = re.sub(r"\[\d+\]$", "", base).rsplit(".", 1)[-1]
+    if last == "description":
+        return "param"
+    if last == "title":
+        return "title"
+    if last in ("default", "examples", "example", "const", "enum"):
+        return "value"
+    return None
+
+
+_SHOUT = re.compile(r"\b[A-Z]{4,}\b")
+
+
+@dataclass
+class Spans:
+    """A batch of spans, featurised: the word rows of every span back to back (``starts[i]`` is
+    span i's first, ``nwords[i]`` how many; rows index :class:`Featuriser`'s words), how each
+    looks (the first :data:`SPAN_FEATURES`), the owner of each (its tool in the batch) and the
+    word rows of each owner's name. Training and inference read the same batch."""
+
+    words: np.ndarray
+    starts: np.ndarray
+    nwords: np.ndarray
+    looks: np.ndarray
+    owner: np.ndarray
+    name_words: list[list[int]]
+    where: list[tuple[int, int, int]] = field(default_factory=list)  # (text index, start, end) per span
+    texts: list[str] = field(default_factory=list)  # the texts as read (normalise), which ``where`` indexes
+
+    def __len__(self) -> int:
+        return len(self.nwords)
+
+
+#: How many of :data:`SPAN_FEATURES` describe the span's looks (the rest place it in its tool).
+N_LOOKS = 9
+
+
+class Featuriser:
+    """Text -> :class:`Spans`: the tokenizer of the bundled encoder (each word split into pieces
+    once and remembered as a row), the cue words and the span features."""
+
+    def __init__(self, tokenizer_path: str | Path, lexicons: dict[str, Sequence[str]] | None = None,
+                 openers: Sequence[str] | None = None) -> None:
+        from tokenizers import Tokenizer
+
+        self.tokenizer_path = Path(tokenizer_path)
+        self.tokenizer = Tokenizer.from_file(str(self.tokenizer_path))
+        self.tokenizer.no_padding()
+        self.tokenizer.no_truncation()
+        self.vocab: dict[str, int] = self.tokenizer.get_vocab()
+        self.lexicons = {k: tuple(v) for k, v in (lexicons or LEXICONS).items()}
+        self.openers = tuple(openers or OPENERS)
+        if len(self.lexicons) + 1 > 62:
+            raise CheckpointError("the detector holds at most 61 cue groups")
+        self._cue: dict[str, int] = {}
+        for i, words in enumerate(self.lexicons.values()):
+            for w in words:
+                self._cue[w] = self._cue.get(w, 0) | (1 << i)
+        for w in self.openers:
+            self._cue[w] = self._cue.get(w, 0) | (1 << len(self.lexicons))
+        self._lock = threading.Lock()
+        self._reset()
+
+    def _reset(self) -> None:
+        #: word -> row; per row its pieces and cue bits. A new generation when full.
+        self.index: dict[str, int] = {}
+        self.pieces: list[list[int]] = []
+        self._bits: list[int] = []
+        self._bits_arr = np.zeros(0, np.int64)
+        self.generation = getattr(self, "generation", -1) + 1
+
+    @property
+    def n_cues(self) -> int:
+        return len(self.lexicons)
+
+    def sha256(self) -> str:
+        return hashlib.sha256(self.tokenizer_path.read_bytes()).hexdigest()
+
+    def _add(self, words: Iterable[str]) -> None:
+        with self._lock:
+            for w in words:
+                if w in self.index:
+                    continue
+                tid = self.vocab.get(w)
+                ids = [tid] if tid is not None else self.tokenizer.encode(w, add_special_tokens=False).ids
+                self.index[w] = len(self.pieces)
+                self.pieces.append(ids or [self.vocab.get("[UNK]", 100)])
+                self._bits.append(self._cue.get(w, 0))
+
+    def bits(self) -> np.ndarray:
+        """Each word row's cue bits (the last bit: an opener)."""
+        if len(self._bits_arr) != len(self._bits):
+            self._bits_arr = np.asarray(self._bits, np.int64)
+        return self._bits_arr
+
+    def featurise(self, texts: Sequence[tuple[str, int]], names: Sequence[str] = ()) -> Spans:
+        """Every span of each (text, owner) with at least :data:`MIN_SPAN_WORDS` words; ``names``
+        are the owners' tool names (a span is read against its tool's name and other spans)."""
+        if len(self.index) >= MAX_WORDS:
+            with self._lock:
+                self._reset()
+        words: list[str] = []
+        starts: list[int] = []
+        nwords: list[int] = []
+        looks: list[tuple[float, ...]] = []
+        owner: list[int] = []
+        where: list[tuple[int, int, int]] = []
+        shown_texts = [normalise(t[:MAX_FIELD_CHARS]) for t, _ in texts]
+        findall, shout, label = _WORD.findall, _SHOUT.search, _LABEL.match
+        for ti, text in enumerate(shown_texts):
+            for a, b in spans_of(text):
+                shown = text[a:b]
+                low = shown.casefold()
+                found = findall(low)
+                n = len(found)
+                if n < MIN_SPAN_WORDS:
+                    continue
+                starts.append(len(words))
+                nwords.append(n)
+                words += found
+                looks.append((
+                    shown.rstrip().endswith("?"),
+                    "http" in low or "www." in low,
+                    "@" in low and _EMAIL.search(low) is not None,
+                    "~/" in low or "/etc/" in low or "/." in low or "\\." in low,
+                    "```" in low or "()" in low or " = " in low or "import " in low,
+                    "`" in low or "'" in low or '"' in low,
+                    math.log1p(n) / 4.0,
+                    shout(shown) is not None,
+                    label(shown) is not None,
+                ))
+                owner.append(texts[ti][1])
+                where.append((ti, a, b))
+        name_lists = [findall(re.sub(r"(?<=[a-z])(?=[A-Z])|[_\-.]+", " ", str(n)).casefold()) for n in names]
+        new = {w for w in words if w not in self.index} | {w for ws in name_lists for w in ws if w not in self.index}
+        if new:
+            self._add(sorted(new))
+        index = self.index
+        return Spans(words=np.asarray(list(map(index.__getitem__, words)), np.int64),
+                     starts=np.asarray(starts, np.int64), nwords=np.asarray(nwords, np.int64),
+                     looks=np.asarray(looks, np.float32).reshape(len(nwords), N_LOOKS),
+                     owner=np.asarray(owner, np.int64), name_words=[[index[w] for w in ws] for ws in name_lists],
+                     where=where, texts=shown_texts)
+
+    def cues(self, spans: Spans) -> tuple[np.ndarray, np.ndarray]:
+        """The cue bits of each span's words (any word) and of its first word (with the opener
+        bit), as 0/1 matrices."""
+        n = len(spans)
+        if n == 0:
+            return np.zeros((0, self.n_cues), np.float32), np.zeros((0, self.n_cues + 1), np.float32)
+        wb = self.bits()[spans.words]
+        anyb = np.bitwise_or.reduceat(wb, spans.starts)
+        first = wb[spans.starts]
+        shift = np.arange(self.n_cues + 1)
+        return ((anyb[:, None] >> shift[:-1]) & 1).astype(np.float32), ((first[:, None] >> shift) & 1).astype(np.float32)
+
+
+class WordTable:
+    """A table over word pieces (vocabulary x width) read per word row of a :class:`Featuriser`:
+    each row the sum of its pieces' rows and their count, computed once per word."""
+
+    def __init__(self, table: np.ndarray) -> None:
+        self.table = np.asarray(table, np.float32)
+        self.sums = np.zeros((0, self.table.shape[1]), np.float32)
+        self.counts = np.zeros(0, np.float32)
+        self.generation = -1
+        self._lock = threading.Lock()
+
+    def rows(self, feat: Featuriser) -> tuple[np.ndarray, np.ndarray]:
+        with self._lock:
+            if self.generation != feat.generation:
+                self.sums, self.counts, self.generation = self.sums[:0], self.counts[:0], feat.generation
+            have, want = len(self.counts), len(feat.pieces)
+            if want > have:
+                new = feat.pieces[have:want]
+                flat = np.fromiter((i for p in new for i in p), np.int64)
+                lens = np.fromiter((len(p) for p in new), np.int64, len(new))
+                sums = np.add.reduceat(self.table[flat], np.concatenate([[0], np.cumsum(lens)[:-1]]), axis=0)
+                self.sums = np.vstack([self.sums, sums.astype(np.float32)])
+                self.counts = np.concatenate([self.counts, lens.astype(np.float32)])
+            return self.sums, self.counts
+
+    def mean(self, feat: Featuriser, spans: Spans) -> np.ndarray:
+        """The mean of the table's rows over each span's word pieces: [len(spans), width]."""
+        if len(spans) == 0:
+            return np.zeros((0, self.table.shape[1]), np.float32)
+        sums, counts = self.rows(feat)
+        total = np.add.reduceat(sums[spans.words], spans.starts, axis=0)
+        return total / np.add.reduceat(counts[spans.words], spans.starts)[:, None]
+
+    def name_means(self, feat: Featuriser, spans: Spans) -> np.ndarray:
+        """The mean piece row of each owner's name (zeros for a name with no word)."""
+        sums, counts = self.rows(feat)
+        out = np.zeros((len(spans.name_words), self.table.shape[1]), np.float32)
+        for i, rows in enumerate(spans.name_words):
+            if rows:
+                out[i] = sums[rows].sum(0) / counts[rows].sum()
+        return out
+
+
+def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1) + 1e-9)
+
+
+def placement(topic: WordTable, feat: Featuriser, spans: Spans) -> np.ndarray:
+    """How each span sits in its tool (the last three :data:`SPAN_FEATURES`): the cosine of its
+    topic vector with its tool name's, with the mean of its tool's other spans' (0 without
+    others), and whether there are others. Off-topic text (a task for the assistant planted in
+    a tool about something else) is far from both."""
+    if len(spans) == 0:
+        return np.zeros((0, 3), np.float32)
+    t = topic.mean(feat, spans)
+    names = topic.name_means(feat, spans)
+    n_owner = len(spans.name_words) if spans.name_words else int(spans.owner.max()) + 1
+    sums = np.zeros((n_owner, t.shape[1]), np.float32)
+    np.add.at(sums, spans.owner, t)
+    count = np.bincount(spans.owner, minlength=n_owner)[spans.owner]
+    rest = (sums[spans.owner] - t) / np.maximum(count - 1, 1)[:, None]
+    has_rest = count > 1
+    by_name = _cos(t, names[spans.owner]) if spans.name_words else np.zeros(len(spans), np.float32)
+    return np.stack([by_name, np.where(has_rest, _cos(t, rest), 0.0), has_rest], 1).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class SpanScore:
+    """One scored span: where it is (the index of its text in the batch, start and end in the
+    text as read), its score, the cue groups it holds (what a finding says in words) and the
+    span itself (as read: NFKC, invisible characters removed)."""
+
+    text: int
+    start: int
+    end: int
+    score: float
+    cues: tuple[str, ...]
+    span: str
+
+    def why(self) -> str:
+        """The span in words: what it does that a description of a tool does not."""
+        said = [words for key, words in WHY if key in self.cues][:3]
+        head = f"reads as text addressed to the model, not a description of the tool (score {self.score:.2f})"
+        return head + ("; " + "; ".join(said) if said else "")
+
+
+_KEYS_MLP = ("token.table", "topic.table", "cues.weight", "first.weight", "span.weight", "l1.bias", "l2.weight", "l2.bias")
+
+
+@dataclass
+class PoisonDetector:
+    """The detector's weights (see the module docstring), its featuriser and its sidecar."""
+
+    arrays: dict[str, np.ndarray] = field(repr=False)
+    meta: dict[str, Any]
+    featuriser: Featuriser = field(repr=False)
+
+    def __post_init__(self) -> None:
+        self._token = WordTable(self.arrays["token.table"])
+        self._topic = WordTable(self.arrays["topic.table"])
+
+    @property
+    def thresholds(self) -> dict[str, float]:
+        return {k: float(v) for k, v in self.meta["thresholds"].items()}
+
+    def scores_of(self, spans: Spans) -> np.ndarray:
+        """P(the span speaks to the model) for each span of a featurised batch."""
+        a = self.arrays
+        feat = self.featuriser
+        cues, first = feat.cues(spans)
+        span = np.hstack([spans.looks, placement(self._topic, feat, spans)])
+        h = self._token.mean(feat, spans)
+        h += cues @ a["cues.weight"] + first @ a["first.weight"] + span @ a["span.weight"] + a["l1.bias"]
+        np.maximum(h, 0, out=h)
+        z = h @ a["l2.weight"] + a["l2.bias"][0]
+        return (1.0 / (1.0 + np.exp(-np.clip(z, -60, 60)))).astype(np.float32)
+
+    def score(self, texts: Sequence[tuple[str, int]], names: Sequence[str] = (), min_score: float = 0.0) -> list[SpanScore]:
+        """Every span of each (text, owner) that scores at least ``min_score``, with its score;
+        ``names`` are the owners' tool names. A field over 256 KB is read in pieces of its own
+        (a 1 MB description costs time in proportion, and one batch's memory stays bounded)."""
+        out: list[SpanScore] = []
+        cue_names = list(self.featuriser.lexicons)
+        batch: list[tuple[str, int]] = []
+        index: list[int] = []
+        step = 64 * PIECE_SPANS
+        for i, (text, own) in enumerate(texts):
+            if len(text) > step:
+                text = normalise(text[:MAX_FIELD_CHARS])
+                for off in range(0, len(text), step):
+                    sp = self.featuriser.featurise([(text[off: off + step], own)], names)
+                    out += self._collect(sp, self.scores_of(sp), [i], cue_names, off, min_score)
+                continue
+            batch.append((text, own))
+            index.append(i)
+        if batch:
+            sp = self.featuriser.featurise(batch, names)
+            out += self._collect(sp, self.scores_of(sp), index, cue_names, 0, min_score)
+        return out
+
+    def _collect(self, sp: Spans, scores: np.ndarray, index: list[int], names: list[str], offset: int,
+                 min_score: float) -> list[SpanScore]:
+        out = []
+        cues, _ = self.featuriser.cues(sp)
+        for j in np.flatnonzero(scores >= min_score):
+            ti, a, b = sp.where[j]
+            found = tuple(n for n, on in zip(names, cues[j], strict=True) if on)
+            if "second_person" in found or "assistant" in found:
+                found += ("addressed",)
+            out.append(SpanScore(index[ti], a + offset, b + offset, float(scores[j]), found, sp.texts[ti][a:b]))
+        return out
+
+    def save(self, folder: str | Path) -> Path:
+        """Write the weights and the sidecar (their sha256, the tokenizer's) atomically."""
+        arrays = {k: np.ascontiguousarray(self.arrays[k], dtype=np.float16 if k.endswith(".table") else np.float32)
+                  for k in _KEYS_MLP}
+        meta = {**self.meta, "format": FORMAT,
+                "tokenizer_sha256": self.featuriser.sha256(), "lexicons": [[k, list(v)] for k, v in self.featuriser.lexicons.items()],
+                "openers": list(self.featuriser.openers), "span_features": list(SPAN_FEATURES)}
+        return write_weights_folder(folder, arrays, meta, WEIGHTS, SIDECAR, ensure_ascii=False)
+
+
+def bundled_tokenizer() -> Path:
+    """The bundled encoder's ``tokenizer.json`` (the word pieces the static table is indexed by)."""
+    from riskrank.encoder import resolve_model
+
+    _, folder = resolve_model(None)
+    assert folder is not None
+    return folder / "tokenizer.json"
+
+
+def load_detector(folder: str | Path) -> PoisonDetector:
+    """Load and check a detector; a missing, torn or tampered file, or a tokenizer other than
+    the one it was trained with, is a :class:`CheckpointError`."""
+    folder = Path(folder)
+    side, weights = folder / SIDECAR, folder / WEIGHTS
+    meta, arrays = read_weights_folder(folder, WEIGHTS, SIDECAR, FORMAT, "poisoning detector", CheckpointError)
+    if list(meta.get("span_features", [])) != list(SPAN_FEATURES):
+        raise CheckpointError(f"{side}: span features {meta.get('span_features')} are not this riskrank's {list(SPAN_FEATURES)}")
+    th = meta.get("thresholds")
+    if not (isinstance(th, dict) and all(isinstance(th.get(k), (int, float)) for k in ("poisoned", "suspicious"))):
+        raise CheckpointError(f"{side}: no thresholds (poisoned, suspicious)")
+    tok = bundled_tokenizer()
+    if hashlib.sha256(tok.read_bytes()).hexdigest() != meta.get("tokenizer_sha256"):
+        raise CheckpointError(f"{side}: trained with another tokenizer than {tok} (its word pieces index the weights)")
+    missing = [k for k in _KEYS_MLP if k not in arrays]
+    if missing:
+        raise CheckpointError(f"{weights}: missing {', '.join(missing)}")
+    # The cue groups in the weights' order (a list of [group, words]: the sidecar is written
+    # with sorted keys, so an object would lose the order that indexes cues.weight's rows).
+    lexicons = meta.get("lexicons")
+    if not (isinstance(lexicons, list) and all(isinstance(g, list) and len(g) == 2 and isinstance(g[0], str)
+                                               and isinstance(g[1], list) for g in lexicons)):
+        raise CheckpointError(f"{side}: lexicons must be a list of [group, words] in the weights' order")
+    feat = Featuriser(tok, {g: tuple(map(str, words)) for g, words in lexicons}, meta.get("openers"))
+    hidden = arrays["l1.bias"].shape[0]
+    shapes = {"token.table": (len(feat.vocab), hidden), "topic.table": (len(feat.vocab), arrays["topic.table"].shape[1]),
+              "cues.weight": (feat.n_cues, hidden),
+              "first.weight": (feat.n_cues + 1, hidden), "span.weight": (len(SPAN_FEATURES), hidden),
+              "l2.weight": (hidden,), "l2.bias": (1,)}
+    for k, shape in shapes.items():
+        if tuple(arrays[k].shape) != shape:
+            raise CheckpointError(f"{weights}: {k} has shape {tuple(arrays[k].shape)}, expected {shape}")
+    return PoisonDetector({k: np.asarray(arrays[k], dtype=np.float32) for k in _KEYS_MLP}, meta, feat)
+
+
+@lru_cache(maxsize=1)
+def default_detector() -> PoisonDetector | None:
+    """The shipped detector, loaded once; None where this installation has none (a source
+    tree before ``make poison-detector``): the scan is then the rules alone."""
+    if not (DETECTOR_DIR / SIDECAR).is_file():
+        return None
+    return load_detector(DETECTOR_DIR)
+
+
+def texts_for(fields: Iterable[tuple[str, str]]) -> list[tuple[str, str, str]]:
+    """(field, text, kind) for each field the detector reads."""
+    out = []
+    for f, text in fields:
+        kind = field_kind(f)
+        if kind is not None and text.strip():
+            out.append((f, text, kind))
+    return out

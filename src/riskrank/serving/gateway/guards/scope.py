@@ -1,0 +1,41 @@
+"""Drift: a risky tool (``confirm_level`` or more, or a sink) outside the session's scope (the
+tools riskrank's ranking gives for the task the session started with, those that task names,
+and those the user already let in) is held for confirmation, naming both texts: "the session
+started with 'summarise my inbox'; the agent now asks for 'send money'". Low-risk tools flow
+as before; a session without an anchor has nothing to drift from. Off with ``"scope": "off"``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from riskrank.serving.gateway.guards.chain import HOLD, CallContext, Guard, Verdict
+
+if TYPE_CHECKING:
+    from riskrank.serving.gateway.policy import Policy
+    from riskrank.serving.gateway.view import View
+
+DRIFT = "drift"
+
+
+def risky(view: View, policy: Policy, tool: str) -> bool:
+    """At ``confirm_level`` or more, or a sink: what may not drift outside the scope unasked."""
+    level = view.levels.get(tool, (None, None))[0]
+    return (level is not None and level >= policy.confirm_level) or bool(view.tools.get(tool, {}).get("sink"))
+
+
+def quoted(text: str | None, limit: int = 200) -> str:
+    """A task as a confirmation quotes it: in single quotes, cut with an ellipsis."""
+    text = " ".join((text or "").split())
+    return "'" + (text if len(text) <= limit else text[: limit - 1] + "…") + "'"
+
+
+def check(ctx: CallContext) -> Verdict | None:
+    record = ctx.record
+    if not record.anchored or record.in_scope(ctx.tool) or not risky(ctx.view, ctx.policy, ctx.tool):
+        return None
+    what = f"risk level {ctx.level}" + (f", a sink: {ctx.row['sink']}" if ctx.row.get("sink") else "")
+    return Verdict(HOLD, DRIFT, f"the session started with {quoted(record.anchor)}; the agent now asks for "
+                                f"{quoted(ctx.task)}, and {ctx.tool} ({what}) is not among the tools that task needs")
+
+
+GUARD = Guard("scope", check, enabled=lambda ctx: ctx.policy.scope != "off")

@@ -1,0 +1,449 @@
+"""What the gateway remembers of a session: its task, the tools that task needs, where values
+came from, and what the user already confirmed (the session guard, docs/session-guard.md).
+
+A call alone cannot show that an agent was turned against its user: the attack arrives in a
+tool's *result* (a message, a page, a ticket that says "send the report to x@evil.example"),
+and the agent's next call looks like any other. What can show it is the session: the task it
+started with (the **anchor**), the tools riskrank's own ranking gives for that task (the
+**scope**), and the values that came in through results the user does not control (the
+**flow record**). :class:`SessionRecord` holds them, bounded (:data:`MAX_FLOW_VALUES` values,
+:data:`MAX_SCOPE` tools); :class:`SessionBook` keeps one per session key, in memory or in the
+gateway's state store (so a session moved to another replica keeps its record).
+
+:func:`tool_roles` says which tools are **untrusted sources** (their results are read for
+values) and which are **sinks** (their arguments are checked): from MCP's ``openWorldHint``,
+riskrank's capabilities (:mod:`riskrank.capabilities`) and the tool's words, then the policy's
+``sources``/``sinks`` and their ``trusted_`` opposites.
+
+Standard library only (and the capability vocabulary).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from riskrank.capabilities import ACT_VERBS, name_reads
+from riskrank.errors import RiskrankError
+from riskrank.risk import normalise_text, split_name
+from riskrank.serving.gateway.policy import Policy
+from riskrank.serving.gateway.values import KINDS, Value, fold
+
+#: Values a session's flow record keeps; beyond it the oldest are forgotten (and counted).
+MAX_FLOW_VALUES = 2000
+#: Tools a scope holds at most (the anchor's ranking, the tools it names, those the user let in).
+MAX_SCOPE = 256
+#: Tools remembered as confirmed once in a session.
+MAX_CONFIRMED = 512
+#: Values the user approved in a held call (they count as the user's own from then on).
+MAX_CLEARED = 512
+#: Characters of the anchor (and of each user turn) kept (the longest task find_tools takes is shorter).
+MAX_ANCHOR_CHARS = 8000
+#: The user's own turns a session keeps (the latest ones; each widens the scope).
+MAX_USER_TURNS = 64
+#: Sessions kept in memory, records and exposures alike (the state store keeps every record
+#: until it has been idle for a while).
+MAX_SESSIONS = 4096
+#: Where an anchor came from.
+ANCHOR_SOURCES = ("find_tools", "header", "meta")
+
+#: Capabilities (:data:`riskrank.capabilities.CAPABILITY_KEYS`) that make a tool a sink.
+SINK_CAPABILITIES = frozenset({"outbound_send", "exfiltration", "financial", "destruction", "mass_destruction",
+                               "permission_change", "credential_access", "credential_harvesting", "code_execution",
+                               "host_execution"})
+#: Words of a tool's name that make it a sink: it sends data out, pays, books or deletes.
+SINK_VERBS = frozenset({"send", "post", "share", "upload", "publish", "forward", "reply", "email", "mail", "tweet",
+                        "pay", "transfer", "withdraw", "purchase", "buy", "book",
+                        "delete", "remove", "rm", "rmdir", "unlink", "drop", "destroy", "wipe", "erase", "purge"})
+#: What a result of someone else's making is about: a tool that reads one of these is a source.
+_OTHERS = (r"(?:messages?|inbox\w*|e ?mails?|mails?|mailbox\w*|chats?|conversations?|threads?|dms?|tweets?|posts?|"
+           r"comments?|replies|mentions?|tickets?|issues?|reviews?|feeds?|notifications?|web ?pages?|pages?|websites?|"
+           r"sites?|urls?|links?|html|internet|web|search results?|rss|articles?|news|documents?|attachments?|"
+           r"shared (?:files?|folders?)|other (?:users?|people)\w*)")
+_READS = (r"(?:read\w*|get|gets|getting|fetch\w*|view\w*|list|lists|listing|search\w*|retriev\w*|brows\w*|show\w*|"
+          r"display\w*|download\w*|open|opens|scrap\w*|receiv\w*|crawl\w*|load\w*|check\w*|inspect\w*|return\w*)")
+#: A sentence that says the tool reads what others write: it starts with a read verb and names
+#: such content within a few words ("Read the latest e-mails of the inbox", "Fetches a web page").
+_READS_OTHERS = re.compile(rf"^{_READS}\b(?:\s+\S+){{0,6}}?\s+{_OTHERS}\b")
+#: A file's text, anywhere in the description: a file can come from anywhere (a download, a
+#: shared drive, a repository); a listing of names is not its text.
+_FILE_TEXT = re.compile(r"\b(?:contents?|lines?|text|parts?) (?:of|in|from) (?:a |the |any |each |one |two |its )?"
+                        r"(?:\w+ )?files?\b|\bfiles?'? contents?\b")
+_SENTENCES = re.compile(r"(?<=[.!?])\s+|\n\s*\n")
+
+
+def _reads_others(name: str, description: str) -> str | None:
+    """Why a tool's words say its results are written by others (None: they do not)."""
+    words = normalise_text(split_name(name))
+    if set(words.split()) & ACT_VERBS:
+        return None  # a tool that acts is judged by what it does (a sink or not), not read for values
+    if name_reads(name) and (m := re.search(rf"\b{_OTHERS}\b", words)):
+        return f"its name reads {m.group(0)!r}"
+    for sentence in [x for x in _SENTENCES.split((description or "")[:4000].strip()) if x.strip()][:2]:
+        if m := _READS_OTHERS.search(normalise_text(sentence)):
+            return f"it reads what others write ({m.group(0)!r})"
+    if m := _FILE_TEXT.search(normalise_text((description or "")[:4000])):
+        return f"it returns a file's text ({m.group(0)!r})"
+    return None
+
+
+def tool_roles(name: str, description: str, schema: Mapping[str, Any] | None, annotations: Mapping[str, Any] | None,
+               capabilities: Iterable[str], upstream: str | None, policy: Policy) -> tuple[str | None, str | None]:
+    """(why the tool is an untrusted source, why it is a sink); None where it is not one.
+
+    A source: ``openWorldHint`` true; or, when its name does not act, its name reads what
+    others write (``get_tweet``, ``search_messages``), one of its first two sentences starts with
+    a read verb and names such content (messages, e-mail, posts, tickets, web pages, documents),
+    or its description says it returns a file's text. A sink: a capability of
+    :data:`SINK_CAPABILITIES`, or a word of :data:`SINK_VERBS` in its name. The policy's
+    ``sources``/``sinks`` add tools and servers; ``trusted_sources``/``trusted_sinks`` take them out."""
+    source = sink = None
+    if policy.trusted_sources.matches(name, upstream):
+        source = None
+    elif policy.sources.matches(name, upstream):
+        source = "the policy lists it among the untrusted sources"
+    elif (annotations or {}).get("openWorldHint") is True:
+        source = "openWorldHint: it reads an open world"
+    else:
+        source = _reads_others(name, description)
+    caps = [c for c in capabilities if c in SINK_CAPABILITIES]
+    # a name that reads (get_order_details, list_bookings) uses these words as nouns
+    verbs = [] if name_reads(name) else sorted(set(normalise_text(split_name(name)).split()) & SINK_VERBS)
+    if policy.trusted_sinks.matches(name, upstream):
+        sink = None
+    elif policy.sinks.matches(name, upstream):
+        sink = "the policy lists it among the sinks"
+    elif caps:
+        sink = "capability " + ", ".join(caps)
+    elif verbs:
+        sink = f"its name says {verbs[0]!r}"
+    return source, sink
+
+
+@dataclass
+class Exposure:
+    """A caller's latest ``find_tools`` result: the only tools it may call (``at``: this
+    process's monotonic clock)."""
+
+    task: str
+    names: frozenset[str]
+    at: float
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One value first seen in an untrusted result: folded, as written, its kind, the tool
+    whose result carried it and when (epoch seconds)."""
+
+    folded: str
+    shown: str
+    kind: str
+    tool: str
+    at: float
+
+    def provenance(self) -> str:
+        """``recipient 'x@evil.example' first appeared in the result of read_inbox, 12:03:11 UTC``."""
+        when = time.strftime("%H:%M:%S", time.gmtime(self.at))
+        return f"{KINDS.get(self.kind, self.kind)} {self.shown!r} first appeared in the result of {self.tool}, {when} UTC"
+
+
+#: The longest kind of a confirmation (:func:`confirmation_kind`) kept whole.
+MAX_KIND_CHARS = 300
+
+
+def confirmation_kind(tool: str, arguments: Mapping[str, Any], schema: Mapping[str, Any] | None) -> str:
+    """What one approval covers under ``"confirm": "once_per_session"``: the tool with the
+    values of its switches, the arguments that choose what the call does rather than what it
+    works on: a boolean, or a string the tool's schema lists in an ``enum``. Approving
+    ``lockDoors(unlock=false)`` is not approving ``unlock=true``, nor ``ls`` approving ``ls(a=true)``;
+    the paths, texts and amounts a call works on are the flow guard's (values first seen in an
+    untrusted result are asked about whatever was approved)."""
+    props = (schema or {}).get("properties") if isinstance(schema, Mapping) else None
+    props = props if isinstance(props, Mapping) else {}
+
+    def switch(key: str, value: Any) -> bool:
+        spec = props.get(key)
+        return isinstance(value, bool) or (isinstance(value, str) and isinstance(spec, Mapping)
+                                           and isinstance(spec.get("enum"), list) and value in spec["enum"])
+
+    switches = sorted((str(k), v) for k, v in arguments.items() if switch(str(k), v))
+    if not switches:
+        return tool
+    return (tool + "(" + ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in switches) + ")")[:MAX_KIND_CHARS]
+
+
+def flow_to_list(f: Flow) -> list[Any]:
+    return [f.folded, f.shown, f.kind, f.tool, f.at]
+
+
+def flow_from_list(item: Any) -> Flow:
+    folded, shown, kind, tool, at = item
+    return Flow(str(folded), str(shown), str(kind), str(tool), float(at))
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    """One session's anchor, scope, flow record and confirmations (module docstring). Frozen:
+    every change is a new record (the state store writes it by compare-and-swap)."""
+
+    anchor: str | None = None
+    anchor_from: str | None = None
+    anchor_at: float | None = None
+    scope: tuple[str, ...] = ()
+    widened: tuple[str, ...] = ()
+    """Tools outside the scope the user confirmed: inside it from then on."""
+    flows: tuple[Flow, ...] = ()
+    forgotten: int = 0
+    """Values the flow record dropped, oldest first, to stay within :data:`MAX_FLOW_VALUES`."""
+    confirmed: tuple[tuple[str, int], ...] = ()
+    """(the call's kind, :func:`confirmation_kind`; :attr:`reads` when the user approved it): an
+    approval holds until the session reads another untrusted result (the agent may have been
+    turned by it)."""
+    cleared: tuple[str, ...] = ()
+    """Folded values the user approved in a held call: the user's own from then on."""
+    task_attempts: int = 0
+    """Later attempts to set the task, each ignored (the first stands)."""
+    user_turns: tuple[str, ...] = ()
+    """What the host said the user wrote after the task (``riskrank/user``): the tools each
+    needs join the scope, and its values are the user's own."""
+    reads: int = 0
+    """Untrusted results the session has read."""
+
+    # -- reading ------------------------------------------------------------------------------------
+    @property
+    def anchored(self) -> bool:
+        return self.anchor is not None
+
+    def in_scope(self, tool: str) -> bool:
+        """Whether ``tool`` is inside the scope (or the session has no anchor: nothing to drift from)."""
+        return self.anchor is None or tool in self.scope or tool in self.widened
+
+    def flow_hits(self, folded_arguments: str) -> list[Flow]:
+        """The recorded values ``folded_arguments`` (:func:`~.values.folded_arguments`) carry
+        that neither the user's own words (the anchor, the user's turns) nor the user's
+        approvals hold, first seen first."""
+        if not self.flows or not folded_arguments:
+            return []
+        own = "|".join(fold(t) for t in (self.anchor or "", *self.user_turns))
+        cleared = set(self.cleared)
+        return [f for f in self.flows if f.folded in folded_arguments and f.folded not in own and f.folded not in cleared]
+
+    def confirmed_since_read(self, kind: str) -> bool:
+        """Whether the user approved a call of ``kind`` (:func:`confirmation_kind`; a tool's
+        name when it has no switches) in this session after its latest untrusted read."""
+        return (kind, self.reads) in self.confirmed
+
+    # -- changes (each returns a new record) ---------------------------------------------------------
+    def with_anchor(self, task: str, source: str, scope: Iterable[str], at: float) -> SessionRecord:
+        """The record anchored to ``task`` (from ``source``: :data:`ANCHOR_SOURCES`) with its
+        ``scope``; a record already anchored only counts the attempt (the first task stands)."""
+        if self.anchor is not None:
+            return replace(self, task_attempts=self.task_attempts + 1)
+        return replace(self, anchor=task[:MAX_ANCHOR_CHARS], anchor_from=source, anchor_at=at,
+                       scope=tuple(sorted(set(scope)))[:MAX_SCOPE])
+
+    def with_values(self, values: Iterable[Value], tool: str, at: float) -> SessionRecord:
+        """The record after one untrusted result of ``tool`` was read: its ``values`` added (a
+        value already recorded keeps its first provenance; the oldest are forgotten beyond
+        :data:`MAX_FLOW_VALUES`), and one more read (earlier approvals stop holding)."""
+        known = {f.folded for f in self.flows}
+        new = {v.folded: Flow(v.folded, v.shown, v.kind, tool, at) for v in values if v.folded not in known}
+        flows = [*self.flows, *new.values()]
+        over = max(0, len(flows) - MAX_FLOW_VALUES)
+        return replace(self, flows=tuple(flows[over:]), forgotten=self.forgotten + over, reads=self.reads + 1)
+
+    def with_user_turn(self, text: str, scope: Iterable[str]) -> SessionRecord:
+        """The record with one more of the user's own turns (the host's word for it) and the
+        tools it needs in the scope; a turn already kept changes nothing."""
+        if text in self.user_turns:
+            return self
+        return replace(self, user_turns=(*self.user_turns, text[:MAX_ANCHOR_CHARS])[-MAX_USER_TURNS:],
+                       scope=tuple(sorted({*self.scope, *scope}))[:MAX_SCOPE])
+
+    def with_confirmation(self, tool: str, *, widen: bool, cleared: Iterable[str] = (), kind: str | None = None) -> SessionRecord:
+        """The record after the user approved a call of ``tool``: its ``kind`` (the tool with its
+        switches, :func:`confirmation_kind`; the tool's name by default) confirmed until the next
+        untrusted read; the tool inside the scope from now on when ``widen`` (a held drift);
+        ``cleared`` values the user's own."""
+        kind = kind or tool
+        confirmed = (*(c for c in self.confirmed if c[0] != kind), (kind, self.reads))[-MAX_CONFIRMED:]
+        widened = (*self.widened, tool)[-MAX_SCOPE:] if widen and tool not in self.widened else self.widened
+        cleared_ = tuple(dict.fromkeys((*self.cleared, *cleared)))[-MAX_CLEARED:]
+        return replace(self, confirmed=confirmed, widened=widened, cleared=cleared_)
+
+    # -- the stored form ------------------------------------------------------------------------------
+    @property
+    def next_seq(self) -> int:
+        """The number the next recorded value gets (values ever recorded: kept and forgotten)."""
+        return self.forgotten + len(self.flows)
+
+    def to_dict(self, *, flows: bool = True) -> dict[str, Any]:
+        """The record as JSON; without ``flows`` (the state store keeps them a row each) it
+        says how many values were ever recorded (``next_seq``)."""
+        out = {"v": 1, "anchor": self.anchor, "anchor_from": self.anchor_from, "anchor_at": self.anchor_at,
+               "scope": list(self.scope), "widened": list(self.widened), "forgotten": self.forgotten,
+               "next_seq": self.next_seq, "confirmed": [list(c) for c in self.confirmed], "cleared": list(self.cleared),
+               "task_attempts": self.task_attempts, "user_turns": list(self.user_turns), "reads": self.reads}
+        if flows:
+            out["flows"] = [flow_to_list(f) for f in self.flows]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], flows: Iterable[Any] | None = None) -> SessionRecord:
+        """A stored record (``flows``: its values, when they are not in ``data``); one this
+        code cannot read raises :class:`SessionError` (the call is refused: a record that
+        cannot be read guards nothing)."""
+        try:
+            if data.get("v") != 1:
+                raise ValueError(f"record version {data.get('v')!r}")
+            return cls(anchor=data.get("anchor"), anchor_from=data.get("anchor_from"), anchor_at=data.get("anchor_at"),
+                       scope=tuple(map(str, data.get("scope") or ()))[:MAX_SCOPE],
+                       widened=tuple(map(str, data.get("widened") or ()))[:MAX_SCOPE],
+                       flows=tuple(flow_from_list(f) for f in (data.get("flows") or () if flows is None else flows))
+                       [-MAX_FLOW_VALUES:],
+                       forgotten=int(data.get("forgotten") or 0),
+                       confirmed=tuple((str(t), int(n)) for t, n in (data.get("confirmed") or ()))[-MAX_CONFIRMED:],
+                       cleared=tuple(map(str, data.get("cleared") or ()))[-MAX_CLEARED:],
+                       task_attempts=int(data.get("task_attempts") or 0),
+                       user_turns=tuple(map(str, data.get("user_turns") or ()))[-MAX_USER_TURNS:],
+                       reads=int(data.get("reads") or 0))
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise SessionError(f"a session record this gateway cannot read ({exc})") from None
+
+
+class SessionError(RiskrankError):
+    """A session record that cannot be read or written: the call it guards is refused."""
+
+    code = "session_unavailable"
+
+
+class StoreSessionError(SessionError):
+    """The session's record cannot be read or written because the state store cannot be
+    reached: the call is refused for the store's sake (``state_unavailable``)."""
+
+
+#: How many times a compare-and-swap write is retried before it fails.
+CAS_TRIES = 8
+#: A session record idle longer than this is removed from the state store (on a later write).
+IDLE_S = 7 * 24 * 3600.0
+#: How often (at most) a gateway removes idle records from the store.
+PRUNE_EVERY_S = 3600.0
+
+
+class SessionBook:
+    """The gateway's session records: in this process's memory (the latest
+    :data:`MAX_SESSIONS`), or in the state store (``store``: every replica reads and writes the
+    same record by compare-and-swap; the flow values are rows of their own, so recording new
+    ones adds rows, and a replica keeps what it read and re-reads only what changed).
+    Blocking: the gateway calls it from a worker thread."""
+
+    def __init__(self, store: Any = None) -> None:
+        self.store = store
+        #: memory mode: the records; with a store: what this replica last read or wrote, by version
+        self._memory: collections.OrderedDict[str, SessionRecord] = collections.OrderedDict()
+        self._seen: collections.OrderedDict[str, tuple[int, SessionRecord]] = collections.OrderedDict()
+        self._pruned_at = 0.0
+
+    def get(self, key: str) -> SessionRecord:
+        """The record of ``key`` (an empty one for a session not seen yet)."""
+        if self.store is None:
+            return self._memory.get(key) or SessionRecord()
+        got = self._read(key)
+        return got[1] if got is not None else SessionRecord()
+
+    def update(self, key: str, change: Callable[[SessionRecord], SessionRecord]) -> SessionRecord:
+        """Apply ``change`` to the record of ``key`` and keep the result; in the store by
+        compare-and-swap (a write another replica made meanwhile is read and ``change``
+        applied to it again, never written over)."""
+        if self.store is None:
+            new = change(self._memory.get(key) or SessionRecord())
+            _remember(self._memory, key, new)
+            return new
+        from riskrank.serving.gateway.store import StoreError
+
+        try:
+            for _ in range(CAS_TRIES):
+                got = self._read(key)
+                old = got[1] if got is not None else SessionRecord()
+                new = change(old)
+                if new is old:
+                    return old
+                added = min(len(new.flows), new.next_seq - old.next_seq)
+                fresh = new.flows[len(new.flows) - added:] if added > 0 else ()
+                values = [(new.next_seq - added + i, flow_to_list(f)) for i, f in enumerate(fresh)]
+                version = self.store.put_session(key, new.to_dict(flows=False), expect=None if got is None else got[0],
+                                                 at=time.time(), values=values,
+                                                 drop_below=new.forgotten if new.forgotten > old.forgotten else None)
+                if version is not None:
+                    _remember(self._seen, key, (version, new))
+                    self._prune()
+                    return new
+        except StoreError as exc:
+            raise StoreSessionError(f"the session record cannot be written ({exc})") from None
+        raise SessionError(f"the session record of {key!r} kept changing under this write ({CAS_TRIES} tries)")
+
+    def _read(self, key: str) -> tuple[int, SessionRecord] | None:
+        """(version, record) from the store: what this replica holds when the version is the
+        same, else what changed (the values numbered past what it holds), else all of it."""
+        from riskrank.serving.gateway.store import StoreError
+
+        try:
+            version = self.store.session_version(key)
+            seen = self._seen.get(key)
+            if version is None:
+                self._seen.pop(key, None)
+                return None
+            if seen is not None and seen[0] == version:
+                return seen
+            got = self.store.session(key, after=seen[1].next_seq - 1 if seen is not None else -1)
+            record = _merged(got, seen) if got is not None else None
+            if got is not None and record is None:  # what it held does not join what changed: all of it again
+                got = self.store.session(key)
+                record = _merged(got, None) if got is not None else None
+        except StoreError as exc:
+            raise StoreSessionError(f"the session record cannot be read ({exc})") from None
+        if got is None or record is None:
+            self._seen.pop(key, None)
+            return None
+        _remember(self._seen, key, (got[0], record))
+        return got[0], record
+
+    def _prune(self) -> None:
+        now = time.time()
+        if now - self._pruned_at < PRUNE_EVERY_S:
+            return
+        self._pruned_at = now
+        from riskrank.serving.gateway.store import StoreError
+
+        with contextlib.suppress(StoreError):  # housekeeping: the next write tries again in an hour
+            self.store.prune_sessions(now - IDLE_S)
+
+
+def _remember(table: collections.OrderedDict[str, Any], key: str, value: Any) -> None:
+    table[key] = value
+    table.move_to_end(key)
+    while len(table) > MAX_SESSIONS:
+        table.popitem(last=False)
+
+
+def _merged(got: tuple[int, Any, list[tuple[int, Any]]], seen: tuple[int, SessionRecord] | None) -> SessionRecord | None:
+    """The record a store read gives, its values joined to those of ``seen`` (what this
+    replica held); None when they do not join into the numbered run the record says it has."""
+    _, data, values = got
+    if not isinstance(data, dict):
+        raise SessionError("a session record this gateway cannot read (not an object)")
+    forgotten, end = int(data.get("forgotten") or 0), int(data.get("next_seq") or 0)
+    have: dict[int, Any] = {}
+    if seen is not None:
+        have = {seen[1].forgotten + i: flow_to_list(f) for i, f in enumerate(seen[1].flows)}
+    have.update(dict(values))
+    run = [have.get(q) for q in range(forgotten, end)]
+    if any(v is None for v in run):
+        return None
+    return SessionRecord.from_dict(data, run)

@@ -1,0 +1,183 @@
+"""The values a tool's result can carry into a later call, and the one form both are compared in.
+
+An injected instruction works by making the agent put the attacker's choice into a call: the
+recipient of a message, the URL of an upload, the account of a payment, the path of a file to
+delete. Such a choice is a *value* the agent copies from what it read. :func:`candidates`
+finds them in a result: e-mail addresses, URLs and domains, IBAN-like account numbers, file
+paths and names, phone numbers, ``@handles``, long identifiers (six characters or more with a
+digit: ``USR042``, ``acct-993812``) and quoted recipients (``to "Mallory"``). Numbers alone
+(an amount, a short id) and plain words are not values: they are what every task is made of,
+so they would match everything.
+
+Both sides are compared in :func:`fold`'s form: percent- and HTML-unescaped (twice, for a
+value escaped twice), NFKC, case-folded, Unicode's confusables mapped to one representative
+(a Cyrillic ``е`` is an ``e``: :func:`riskrank.names.skeleton`), invisible characters dropped,
+then every character that is not a letter or a digit removed. ``X@Evil.Example``,
+``x%40evil.example``, ``x&#64;evil.example``, ``ｘ@evil.example`` and ``x @ evil . example``
+all fold to ``xevilexample``; an argument holds a value when its folded text contains the
+value's. What folding cannot undo is in docs/session-guard.md.
+
+Standard library only (and :mod:`riskrank.names`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import re
+import unicodedata
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
+
+from riskrank.names import skeleton
+
+#: A folded value shorter than this is not recorded: it would occur in arguments by chance.
+MIN_VALUE_CHARS = 6
+#: A value is kept (shown and folded) to at most this many characters.
+MAX_VALUE_CHARS = 128
+#: Of a long result, the head and the tail are read for values (bytes of text each).
+SCAN_CHARS = 256 * 1024
+#: At most this many values are taken from one result (the first and last halves of them).
+MAX_PER_RESULT = 256
+
+#: What each kind of value is called in a confirmation ("recipient 'x@evil.example' ...").
+KINDS = {"email": "e-mail address", "url": "URL", "iban": "account number", "path": "path", "phone": "phone number",
+         "handle": "handle", "identifier": "identifier", "recipient": "recipient"}
+
+_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("email", re.compile(r"[\w.+-]{1,64}@[\w-]{1,63}(?:\.[\w-]{1,63})+")),
+    ("url", re.compile(r"(?:\b(?:https?|ftp)://|\bwww\.)[^\s<>\"'`)\]}]{3,}")),
+    ("iban", re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b")),
+    ("path", re.compile(r"(?:~|\.{1,2})?/[\w.~-]+(?:/[\w.~-]+)+|\b[\w-]{1,64}(?:\.[\w-]{1,63})*\.[A-Za-z][A-Za-z0-9]{0,5}\b")),
+    ("phone", re.compile(r"(?<![\w+])\+?\d[\d ().-]{6,18}\d\b")),
+    ("handle", re.compile(r"(?<![\w.@])@[A-Za-z0-9_]{2,30}\b")),
+    ("identifier", re.compile(r"\b(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[\w-]{6,64}\b|\b\d{6,32}\b")),
+    ("recipient", re.compile(r"\b(?:to|for|recipient|receiver|user|username|account|payee)\s*[:=]?\s*"
+                             r"[\"'\u201c\u2018]([^\"'\u201d\u2019\n]{2,64})[\"'\u201d\u2019]", re.IGNORECASE)),
+)
+_NOT_ALNUM = re.compile(r"[\W_]+")
+
+
+def unescape(text: str) -> str:
+    """``text`` percent- and HTML-unescaped (at most twice: a value escaped twice is found
+    too), in NFKC."""
+    for _ in range(2):
+        plain = html.unescape(unquote(text, errors="replace")) if ("%" in text or "&" in text) else text
+        if plain == text:
+            break
+        text = plain
+    return unicodedata.normalize("NFKC", text)
+
+
+def fold(text: str) -> str:
+    """The form values are compared in (module docstring): only letters and digits, after
+    unescaping, NFKC, case folding and the confusables."""
+    return _folded(unescape(text))
+
+
+def _folded(plain: str) -> str:
+    """:func:`fold` of a text already unescaped."""
+    return _NOT_ALNUM.sub("", skeleton(plain))
+
+
+@dataclass(frozen=True)
+class Value:
+    """One candidate value: its ``kind`` (a key of :data:`KINDS`), as the result wrote it
+    (``shown``, cut) and folded (what is matched)."""
+
+    kind: str
+    shown: str
+    folded: str
+
+
+def candidates(text: str) -> list[Value]:
+    """The candidate values of ``text`` in order of first appearance, one per folded form,
+    folded ones shorter than :data:`MIN_VALUE_CHARS` left out."""
+    plain = unescape(text)
+    found: dict[str, tuple[int, Value]] = {}
+    for kind, rx in _PATTERNS:
+        for m in rx.finditer(plain):
+            raw = (m.group(1) if m.groups() else m.group(0)).strip().rstrip(".,;:!?")
+            folded = _folded(raw)[:MAX_VALUE_CHARS]
+            if len(folded) < MIN_VALUE_CHARS or folded in found:
+                continue
+            found[folded] = (m.start(), Value(kind, raw[:MAX_VALUE_CHARS], folded))
+    return [v for _, v in sorted(found.values(), key=lambda p: p[0])]
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string (and number, as text) inside a JSON value, without recursion."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            yield node
+        elif isinstance(node, bool) or node is None:
+            continue
+        elif isinstance(node, int | float):
+            yield str(node)
+        elif isinstance(node, dict):
+            stack.extend(reversed(list(node.values())))
+        elif isinstance(node, list):
+            stack.extend(reversed(node))
+
+
+def folded_arguments(arguments: dict[str, Any]) -> str:
+    """The folded text a call's argument values are matched in: each string folded on its own,
+    joined by ``|`` (never part of a folded value, so no value spans two arguments)."""
+    return "|".join(fold(s) for s in _strings(arguments))
+
+
+@dataclass(frozen=True)
+class ResultText:
+    """What a result is read as: its text (head and tail of a long one), its sha256, how many
+    characters it had and how many of its items were binary (not read)."""
+
+    text: str
+    sha256: str
+    chars: int
+    binary: int
+
+    @property
+    def cut(self) -> bool:
+        return self.chars > 2 * SCAN_CHARS
+
+
+def result_text(wired: dict[str, Any]) -> ResultText:
+    """The readable text of a ``tools/call`` result (wire form): its text items, the text of
+    embedded resources and the strings of ``structuredContent``; images, audio and blobs are
+    counted, not read. A text over 2 x :data:`SCAN_CHARS` is read by its head and tail."""
+    parts, binary = [], 0
+    for item in wired.get("content") or []:
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "text":
+            parts.append(str(item.get("text", "")))
+        elif item.get("type") == "resource" and isinstance(item.get("resource"), dict) and "text" in item["resource"]:
+            parts.append(str(item["resource"]["text"]))
+        else:
+            binary += 1
+    structured = wired.get("structuredContent")
+    if structured is not None:
+        parts.extend(_strings(structured))
+    whole = "\n".join(parts)
+    digest = hashlib.sha256(whole.encode("utf-8", "replace")).hexdigest()
+    text = whole if len(whole) <= 2 * SCAN_CHARS else whole[:SCAN_CHARS] + "\n" + whole[-SCAN_CHARS:]
+    return ResultText(text, digest, len(whole), binary)
+
+
+def bounded(values: list[Value]) -> tuple[list[Value], int]:
+    """At most :data:`MAX_PER_RESULT` of one result's values (its first and last halves: an
+    injected instruction sits at an end more often than in the middle), and how many were left out."""
+    if len(values) <= MAX_PER_RESULT:
+        return values, 0
+    half = MAX_PER_RESULT // 2
+    return values[:half] + values[-half:], len(values) - MAX_PER_RESULT
+
+
+def shown(value: str) -> str:
+    """A value as a confirmation quotes it (JSON string: control characters escaped)."""
+    return json.dumps(value, ensure_ascii=False)

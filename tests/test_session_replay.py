@@ -1,0 +1,65 @@
+"""The session replay, small and real: a handful of BFCL's multi-turn tasks replayed through
+the real gateway (``riskrank mcp`` over streamable HTTP, BFCL's simulators behind a real MCP
+server), clean and with an attacker's instruction planted in one result, in the three columns;
+the whole replay (200 tasks) behind the ``slow`` marker, against the committed artefact."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import session_replay  # noqa: E402
+
+NEEDED = (f"{session_replay.BFCL}/bfcl_eval/data/BFCL_v4_multi_turn_base.json",
+          f"{session_replay.BFCL}/bfcl_eval/data/possible_answer/BFCL_v4_multi_turn_base.json",
+          f"{session_replay.BFCL}/bfcl_eval/eval_checker/multi_turn_eval/func_source_code/gorilla_file_system.py",
+          f"{session_replay.BIPIA}/text_attack_test.json")
+
+
+@pytest.fixture(scope="module")
+def bfcl(data_dir) -> Path:
+    missing = [f for f in NEEDED if not (data_dir / f).is_file()]
+    if missing:
+        pytest.skip(f"{data_dir} lacks BFCL's multi-turn tasks or BIPIA ({missing[0]}): run `riskrank data fetch`")
+    return data_dir
+
+
+def test_the_ground_truth_parses_and_every_task_has_an_attack(bfcl):
+    sys.path.insert(0, str(bfcl / session_replay.BFCL))
+    tasks = session_replay.load_tasks(bfcl)
+    assert len(tasks) == 200 and all(len(t.turns) == len(t.calls) for t in tasks)
+    assert tasks[0].calls[0][0] == ("cd", {"folder": "document"})
+    assert ("sort", {"file_name": "final_report.pdf"}) in tasks[0].calls[2]  # a positional argument, named
+    payloads = session_replay.bipia_texts(bfcl)
+    attacks = [session_replay.attack_of(i, t, payloads) for i, t in enumerate(tasks)]
+    assert all(a is not None and a[0].cls in t.classes for a, t in zip(attacks, tasks, strict=True))
+    with pytest.raises(ValueError, match="not a call"):
+        session_replay.parse_call("import os", {})
+
+
+def test_a_handful_of_tasks_replayed(bfcl):
+    out = session_replay.replay(bfcl, 3, echo=lambda m: None)
+    s = out["summary"]
+    assert all(s[c]["mismatch"] == 0 for c in session_replay.COLUMNS)  # what a column says ran is what the upstream ran
+    assert s["passthrough"]["utility"] == 1.0 and s["passthrough"]["attack_success"] == 1.0
+    assert s["passthrough"]["confirmations_per_task"] == 0
+    # the guard asks, it never refuses the user's own calls: the same tasks complete as under today's policy
+    assert s["session_guard"]["utility"] == s["per_call"]["utility"]
+    assert s["session_guard"]["attack_success"] <= s["per_call"]["attack_success"]
+    held = out["columns"]["session_guard"]["asked_texts"]
+    assert held and all("The session started with" in t or "the session started with" in t for t in held)
+    for row in out["columns"]["session_guard"]["rows"]:
+        assert row["clean"]["calls"] == row["clean"]["ran"] + len(row["clean"]["not_run"])
+
+
+@pytest.mark.slow
+def test_the_whole_replay_reproduces_the_committed_figures(bfcl):
+    out = session_replay.replay(bfcl, None, echo=lambda m: None)
+    committed = json.loads((ROOT / "benchmarks/results/session_replay.json").read_text())
+    assert out["summary"] == committed["summary"]
