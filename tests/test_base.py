@@ -22,12 +22,6 @@ from riskrank.risk import resolve_levels
 ROOT = Path(__file__).resolve().parents[1]
 MCP_LIST = ROOT / "examples" / "registries" / "mcp_filesystem_tools_list.json"
 shipped = pytest.mark.skipif(base.default_checkpoint() is None, reason="no base model built (make base-model)")
-#: The shipped files of a build before the fingerprint (and the served-levels penalty) existed:
-#: what depends on a model built by this code is expected to fail on them (strict: once the
-#: rebuilt files are committed these tests must pass).
-_CARD = base.model_card() or {}
-rebuilt = pytest.mark.xfail(condition=base.default_checkpoint() is not None and not _CARD.get("fingerprint"), strict=True,
-                            reason="the shipped files predate this code: rebuild them with `make base-model`")
 
 
 # -- which checkpoint a surface loads -----------------------------------------------------------
@@ -241,29 +235,40 @@ def test_100k_tool_registry_through_the_ann_path():
 
 
 @shipped
-@rebuilt
 def test_shipped_model_was_built_by_this_code_and_data():
-    """The shipped files' recorded fingerprint (without rebuilding): every package file the
-    build imported, the level model's files and the mirrored data files hash as they did when
-    the model was built. A change to any of them fails here, naming the files: rebuild with
+    """The shipped files' recorded fingerprint (without rebuilding): the training code of the
+    base build, the level model's files and the mirrored data files hash as they did when the
+    model was built, and the time stamp and thread count it was built with are the ones
+    `make base-model` pins. A change to any of them fails here, naming it: rebuild with
     `make base-model` (and commit the files) in the same change."""
-    from riskrank.training.base_model import stale_files
+    from riskrank.training.base_model import BUILD_CODE, stale_files
 
     card = base.model_card()
-    assert card.get("fingerprint"), "the shipped card has no fingerprint: rebuild with `make base-model`"
-    code = card["fingerprint"]["code"]
-    assert {"riskrank/training/base_model.py", "riskrank/training/choices.py", "riskrank/heads.py", "riskrank/pipeline.py"} <= set(code)
-    assert not any(f.startswith(("riskrank/cli/", "riskrank/serving/", "riskrank/experiments/")) for f in code)
+    fp = card.get("fingerprint")
+    assert fp, "the shipped card has no fingerprint: rebuild with `make base-model`"
+    assert sorted(fp["code"]) == sorted(BUILD_CODE)
     assert stale_files(card) == [], "the shipped model predates these files: rebuild with `make base-model`"
     assert card["files"] == {k: v for k, v in _digests(base.MODEL_DIR).items() if k not in (base.CARD_JSON, base.CARD_MD)}
+    pinned = dict(line.replace(" ", "").split("?=") for line in (ROOT / "Makefile").read_text().splitlines()
+                  if line.startswith(("BASE_EPOCH", "BASE_THREADS")))
+    assert fp["build"] == {"threads": int(pinned["BASE_THREADS"]), "source_date_epoch": pinned["BASE_EPOCH"]}
+    assert len(fp["recorded"]["served_levels"]) == 64
 
 
-def test_stale_fingerprint_names_the_changed_files():
-    from riskrank.training.base_model import stale_files
+def test_fingerprint_covers_the_training_code_not_the_engine():
+    """What the fingerprint compares: the training code, not every module a build imports (a
+    docstring edit in the pipeline or the CLI does not demand a rebuild; a change to the
+    training code, the level model's files or the data does, and is named)."""
+    from riskrank.training.base_model import BUILD_CODE, stale_files
 
-    card = {"fingerprint": {"code": {"riskrank/heads.py": "0" * 64}, "level_model": {},
+    assert all(f.startswith("riskrank/training/") for f in BUILD_CODE)
+    assert not {"riskrank/training/levels.py", "riskrank/training/poison.py"} & set(BUILD_CODE)
+    now = {f: hashlib.sha256((ROOT / "src" / f).read_bytes()).hexdigest() for f in BUILD_CODE}
+    card = {"fingerprint": {"code": {**now, "riskrank/training/choices.py": "0" * 64}, "level_model": {"levels.json": "2" * 64},
                             "data": {"no/such/file.json": "1" * 64}}}
-    assert stale_files(card) == ["code:riskrank/heads.py", "data:no/such/file.json"]
+    assert stale_files(card) == ["code:riskrank/training/choices.py", "data:no/such/file.json", "level_model:levels.json"]
+    card["fingerprint"] = {"code": {k: v for k, v in now.items() if k != "riskrank/training/risk.py"}, "level_model": {}, "data": {}}
+    assert stale_files(card) == ["code:riskrank/training/risk.py"]  # training code the card does not cover
     assert stale_files({}) == ["fingerprint"]
 
 
@@ -299,7 +304,6 @@ def test_model_folder_that_does_not_match_its_card_is_refused(tmp_path, monkeypa
 
 @shipped
 @pytest.mark.slow
-@rebuilt
 def test_full_rebuild_matches_the_shipped_model(tmp_path, monkeypatch, data_dir):
     """`make base-model` again (its time stamp; the thread count the shipped card records),
     compared file by file with the shipped files' sha256."""
@@ -308,9 +312,9 @@ def test_full_rebuild_matches_the_shipped_model(tmp_path, monkeypatch, data_dir)
     from riskrank.training.base_model import BaseConfig, build_base, load_sources, save_base
 
     card = base.model_card()
-    monkeypatch.setenv("SOURCE_DATE_EPOCH", card["fingerprint"]["environment"]["source_date_epoch"])
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", card["fingerprint"]["build"]["source_date_epoch"])
     threads = torch.get_num_threads()
-    torch.set_num_threads(card["fingerprint"]["environment"]["threads"])
+    torch.set_num_threads(card["fingerprint"]["build"]["threads"])
     try:
         built = build_base(load_sources(data_dir=data_dir), BaseConfig(seed=card["configuration"]["seed"]))
     finally:
@@ -490,7 +494,6 @@ def test_level_penalty_reorders_only_across_the_risky_line():
 
 
 @shipped
-@rebuilt
 def test_shipped_penalty_reads_the_served_levels(encoder):
     """The shipped model's lambda multiplies [served level >= 3] outside the context stage:
     the scores of a lambda are the lambda-0 scores minus lambda on the tools served risky."""
@@ -511,7 +514,6 @@ def test_shipped_penalty_reads_the_served_levels(encoder):
 
 @shipped
 @pytest.mark.parametrize("unaudited", [False, True])
-@rebuilt
 def test_demo_weather_question_shows_no_deployment_tool(unaudited):
     """The demo's weather question (demo-05) on the shipped model: what riskrank serves by
     default holds no tool served at L3 or above, deploy_to_production (L4) included; plain

@@ -90,7 +90,7 @@ from riskrank.modes import (
     parse_mode,
     safe_default_mode,
 )
-from riskrank.registry import DEFAULT_TOOL_TEMPLATE, ToolRegistry
+from riskrank.registry import DEFAULT_TOOL_TEMPLATE, Tool, ToolRegistry
 from riskrank.risk import (
     FILL_LEVELS,
     RISKY_LEVEL,
@@ -154,6 +154,20 @@ class BatchRanking:
     def context_tool(self, q: int, col: int) -> int:
         """The tool index of column ``col`` of query ``q``'s scored set."""
         return int(col) if self.scored is None else int(self.scored[q, col])
+
+
+def served_level_prediction(level_model: LevelModel, encoder: Encoder, tool_emb: np.ndarray, tools: Sequence[Tool],
+                            tool_template: str = DEFAULT_TOOL_TEMPLATE) -> LevelPrediction:
+    """The level model's reading of a registry's ``tools`` as riskrank serves it, each tool
+    without the opening sentences it shares with others (:func:`riskrank.levels.own_texts`; only
+    those tools are encoded again): what a retriever's levels and the base build's choices read."""
+    read, openings = own_texts(list(tools))
+    emb = tool_emb
+    changed = [i for i, o in enumerate(openings) if o is not None]
+    if changed:
+        emb = np.array(emb, copy=True)
+        emb[changed] = encode_tools(encoder, [read[i].text(tool_template) for i in changed])
+    return level_model.predict(emb, read, ToolEvidence.of(read, openings))
 
 
 class RiskAwareRetriever:
@@ -439,16 +453,8 @@ class RiskAwareRetriever:
         return self._tool_levels
 
     def _level_prediction(self) -> LevelPrediction:
-        """The level model's reading of the registry, each tool without the opening sentences it
-        shares with others (:func:`riskrank.levels.own_texts`; only those tools are encoded again)."""
         assert self.level_model is not None
-        tools, openings = own_texts(list(self.registry))
-        emb = self.tool_emb
-        changed = [i for i, o in enumerate(openings) if o is not None]
-        if changed:
-            emb = emb.copy()
-            emb[changed] = encode_tools(self.encoder, [tools[i].text(self.tool_template) for i in changed])
-        return self.level_model.predict(emb, tools, ToolEvidence.of(tools, openings))
+        return served_level_prediction(self.level_model, self.encoder, self.tool_emb, list(self.registry), self.tool_template)
 
     def level_note(self) -> str | None:
         """Why predicted levels are not the risk head's, when they are not."""

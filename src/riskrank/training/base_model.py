@@ -272,24 +272,27 @@ def reference_levels(registry: ToolRegistry) -> np.ndarray:
     return np.where(levels > 0, levels, keyword_levels(registry)).astype(levels.dtype)
 
 
-def served_levels(registry: ToolRegistry, tool_emb: np.ndarray) -> np.ndarray:
+def served_levels(registry: ToolRegistry, tool_emb: np.ndarray, encoder: Any) -> np.ndarray:
     """The levels riskrank serves for ``registry`` [N] (:func:`riskrank.risk.resolve_tool_levels`):
-    the audited level of each audited tool, the shipped level model's reading (raised to its
-    capability floors and MCP hints) of each unaudited one, as a retriever with the base model
-    serves them; the keyword annotator's where this installation has no level model. What the
-    build's choices (lambda, the rule filter, the need labels) read: the settings are chosen
-    with the levels they will act on."""
+    the audited level of each audited tool, the shipped level model's reading
+    (:func:`riskrank.pipeline.served_level_prediction`, raised to its capability floors and MCP
+    hints) of each unaudited one, as a retriever with the base model serves them; the keyword
+    annotator's where this installation has no level model for ``encoder``. What the build's
+    choices (lambda, the rule filter, the need labels) read: the settings are chosen with the
+    levels they will act on."""
     from riskrank.base import default_level_model_dir
     from riskrank.levels import load_level_model
+    from riskrank.pipeline import served_level_prediction
     from riskrank.risk import resolve_tool_levels
 
     levels = registry.risk_levels
     if not (levels == 0).any():
         return levels
     folder = default_level_model_dir()
-    if folder is None:
+    model = load_level_model(folder) if folder is not None else None
+    if model is None or model.encoder_identity not in (None, encoder.identity):
         return reference_levels(registry)
-    prediction = load_level_model(folder).predict(np.asarray(tool_emb, dtype=np.float32), list(registry))
+    prediction = served_level_prediction(model, encoder, np.asarray(tool_emb, dtype=np.float32), list(registry))
     return resolve_tool_levels(registry, prediction=prediction).levels.astype(levels.dtype)
 
 
@@ -384,8 +387,9 @@ def build_base(sources: Sequence[Source], cfg: BaseConfig | None = None, *, enco
     # The choices measure risk (RVR@5, the rule filter, the need labels) with the levels riskrank
     # serves: an unaudited tool's is the level model's (served_levels). The risk heads train on
     # the audited tools only (an unaudited level 0 is excluded from their losses).
+    # Each registry is read on its own, as it is served (its shared openings are its own).
     u_emb = np.vstack([tool_emb[s.name] for s in sources])
-    choice_union = with_levels(union, served_levels(union, u_emb))
+    choice_union = with_levels(union, np.concatenate([served_levels(s.registry, tool_emb[s.name], enc) for s in sources]))
     r = fit_retriever(union, texts, gold, encoder=enc, train_config=tcfg, progress=progress, choice_registry=choice_union)
     result = r.training
     in_domain = {k: v for k, v in r.checkpoint.meta["inference"].items()}
@@ -448,7 +452,7 @@ def build_base(sources: Sequence[Source], cfg: BaseConfig | None = None, *, enco
     ck = in_memory(result, encoder=r.checkpoint.meta["encoder"], registry_fingerprint=union.fingerprint(), inference=inference)
     val_metrics = validation_metrics(ck, sources, va, q_emb, tool_emb, enc)
     card = _card(sources, cfg, result, inference, in_domain, record, val_metrics, r.checkpoint.meta["encoder"])
-    card["fingerprint"] = build_fingerprint(cfg, sources)
+    card["fingerprint"] = build_fingerprint(cfg, sources, choice_union.risk_levels)
     return Built(r, card, enc, tool_emb, residual_model)
 
 
@@ -569,26 +573,15 @@ def _card(sources: Sequence[Source], cfg: BaseConfig, result: Any, inference: di
 
 
 # -- the fingerprint ----------------------------------------------------------------------------
-#: The surfaces: the CLI, the servers and the experiments call the build, none of them decides
-#: its bytes, so a build's fingerprint leaves their modules out.
-SURFACES = ("riskrank.cli", "riskrank.serving", "riskrank.experiments")
-
-
-def build_modules() -> list[str]:
-    """The package files of the modules this process has imported (as paths relative to the
-    package's parent, ``riskrank/heads.py``), the surfaces left out: at the end of a build,
-    every module whose code can have decided its bytes (more rather than fewer)."""
-    import sys
-
-    root = Path(__file__).resolve().parents[2]
-    out = set()
-    for name, mod in list(sys.modules.items()):
-        if not (name == "riskrank" or name.startswith("riskrank.")) or any(name == s or name.startswith(s + ".") for s in SURFACES):
-            continue
-        f = getattr(mod, "__file__", None)
-        if f:
-            out.add(Path(f).resolve().relative_to(root).as_posix())
-    return sorted(out)
+#: The training code of the base build, the code a fingerprint compares: this module and the
+#: training modules it runs (fit, choices, context stage, heads' training, triplet mining). The
+#: engine modules the build also calls (heads, graph, first stage, pipeline, risk, levels, the
+#: encoder) are left out on purpose: they are edited for serving far more often than they change
+#: a build's bytes, and a fingerprint over every imported file would demand a rebuild for a
+#: docstring. A change there that does change the built files is caught by rebuilding
+#: (`make base-model` and the sha256 of the card's ``files``; the slow full-rebuild test).
+BUILD_CODE = tuple(f"riskrank/training/{m}.py" for m in (
+    "__init__", "base_model", "choices", "config", "context", "finetune", "fitting", "modules", "relevance", "risk"))
 
 
 def _file_sha256(path: Path) -> str | None:
@@ -606,31 +599,40 @@ def fingerprint_files(fingerprint: dict[str, Any]) -> dict[str, str | None]:
     return now
 
 
-def build_fingerprint(cfg: BaseConfig, sources: Sequence[Source]) -> dict[str, Any]:
-    """The code and the data that built a model, to compare its files with without rebuilding:
-    the sha256 of each package file the build imported (:func:`build_modules`), of the shipped
-    level model's files (the choices read its levels), of each mirrored data file (the
-    manifest's), the build's settings, and (not compared: a record) the versions and the thread
-    count it ran with. ``sha256`` is one digest of the compared parts."""
+def levels_digest(levels: np.ndarray) -> str:
+    """sha256 of a level vector (int8 bytes): the served levels a build's choices read."""
+    return hashlib.sha256(np.asarray(levels, dtype=np.int8).tobytes()).hexdigest()
+
+
+def build_fingerprint(cfg: BaseConfig, sources: Sequence[Source], choice_levels: np.ndarray) -> dict[str, Any]:
+    """What decides a build's files, to compare the shipped files with without rebuilding:
+    the sha256 of the training code (:data:`BUILD_CODE`), of the shipped level model's weight
+    files (the choices read its levels), of each mirrored data file (the manifest's), the
+    build's choices (:class:`BaseConfig`), and the thread count and time stamp it ran with
+    (``build``; ``make base-model`` pins both). Recorded, not compared (the comparison would
+    need the encoder): the digest of the served levels the choices read (``served_levels``)
+    and the versions. ``sha256`` is one digest of the compared parts."""
     import platform
 
     from riskrank.base import LEVELS_DIR
 
     root = Path(__file__).resolve().parents[2]
-    code = {f: _file_sha256(root / f) for f in build_modules()}
+    code = {f: _file_sha256(root / f) for f in BUILD_CODE}
     levels = {f.name: _file_sha256(f) for f in sorted(LEVELS_DIR.iterdir()) if f.is_file()} if LEVELS_DIR.is_dir() else {}
     data = {f"{f['repo']}/{f['path']}": f["sha256"] for s in sources for f in s.files}
-    compared = {"code": code, "level_model": levels, "data": data, "config": cfg.to_dict()}
-    env = {"python": platform.python_version(), "numpy": np.__version__, "torch": torch.__version__.split("+")[0],
-           "threads": torch.get_num_threads(), "source_date_epoch": os.environ.get("SOURCE_DATE_EPOCH")}
-    return {**compared, "environment": env, "sha256": hashlib.sha256(dumps(compared, sort_keys=True).encode()).hexdigest()}
+    build = {"threads": torch.get_num_threads(), "source_date_epoch": os.environ.get("SOURCE_DATE_EPOCH")}
+    compared = {"code": code, "level_model": levels, "data": data, "config": cfg.to_dict(), "build": build}
+    record = {"served_levels": levels_digest(choice_levels), "python": platform.python_version(), "numpy": np.__version__,
+              "torch": torch.__version__.split("+")[0]}
+    return {**compared, "recorded": record, "sha256": hashlib.sha256(dumps(compared, sort_keys=True).encode()).hexdigest()}
 
 
 def stale_files(card: dict[str, Any]) -> list[str]:
-    """The files of a card's fingerprint that differ now (``code:riskrank/heads.py``,
+    """The parts of a card's fingerprint that differ now (``code:riskrank/training/choices.py``,
     ``level_model:levels.json``, ``data:<repo>/<path>`` against the package's data manifest),
-    empty when the code and data that built the model are the ones installed; a card without
-    a fingerprint is all stale (``fingerprint``)."""
+    empty when the training code, level model and data that built the model are the ones
+    installed (what :data:`BUILD_CODE` leaves out is not looked at); a card without a
+    fingerprint is all stale (``fingerprint``)."""
     from importlib.resources import files
 
     fp = card.get("fingerprint")
@@ -640,6 +642,7 @@ def stale_files(card: dict[str, Any]) -> list[str]:
     want.update({f"level_model:{k}": v for k, v in fp["level_model"].items()})
     now = fingerprint_files(fp)
     out = [k for k, v in want.items() if now.get(k) != v]
+    out += [f"code:{f}" for f in BUILD_CODE if f not in fp["code"]]
     manifest = json.loads(files("riskrank.datasets").joinpath("manifest.json").read_text(encoding="utf-8"))
     mirrored = {f"{f['repo']}/{f['path']}": f.get("sha256") for f in manifest["files"]}
     out += [f"data:{k}" for k, v in fp["data"].items() if mirrored.get(k) != v]
