@@ -38,13 +38,14 @@ demo: $(STAMP)
 	$(BIN)/riskrank demo
 
 # riskrank-base, the heads shipped in the wheel (docs/base-model.md). SOURCE_DATE_EPOCH pins the
-# sidecar's time stamp and BASE_THREADS the thread count (float reductions may depend on it;
-# here 1 and 2 threads built identical files). The shipped files predate the current code: a
-# rebuild differs from them (docs/base-model.md says how).
+# sidecar's time stamp and BASE_THREADS the thread count (float reductions may depend on it; the
+# shipped files were built with these two values). The card records the build's fingerprint (the
+# training code, the level model's files, the data, the choices, these two values);
+# tests/test_base.py fails when any of them changes: rebuild and commit the files then.
 BASE_MODEL    := src/riskrank/base/model
 BASE_TRANSFER := benchmarks/results/transfer_lobo.json
 BASE_EPOCH    ?= 1764547200
-BASE_THREADS  ?= 2
+BASE_THREADS  ?= 1
 base-model: $(STAMP) data
 	SOURCE_DATE_EPOCH=$(BASE_EPOCH) OMP_NUM_THREADS=$(BASE_THREADS) MKL_NUM_THREADS=$(BASE_THREADS) \
 		$(BIN)/riskrank train --base --out $(BASE_MODEL) --force \

@@ -203,6 +203,10 @@ def run(seeds: list[int], held_out: list[str], out: Path, epochs: int, max_queri
             for key, w in (("kept_in_domain_weight", None), ("kept_weight_1", 1.0)):
                 lever[key] = summarise(evaluate_modes(with_residual(ck, built.residual_model, w), reg, emb, q_emb, texts, gold, enc,
                                                       modes=LEVER_MODES, reference_levels=ref))
+            if audited:  # the same registry served as if nobody had audited it: its levels the level model's
+                hidden = reg.with_risk_levels({t.name: None for t in reg})
+                lever["served_unaudited"] = summarise(evaluate_modes(ck, hidden, emb, q_emb, texts, gold, enc, modes=LEVER_MODES,
+                                                                     reference_levels=ref))
             row = {"held_out": {"name": name, "split": split, "n_queries": len(qs), "n_evaluated": len(texts),
                                 "levels": "audited" if audited else "keyword annotator (no audited levels)",
                                 "n_subsets": subsets, "methods": summarise(pq),
@@ -395,6 +399,44 @@ def lever_table(base: dict, variant: dict) -> str:
             cells.append(f"{pair(ma, mode)} → {pair(mb, mode)}")
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
+
+
+#: The served-levels penalty's rule, fixed before its runs: on every held-out registry
+#: `core+graph` loses at most 2 % NDCG@5 against `rel_only` of the same build while its RVR@5 is
+#: at most 0.8 x dense's.
+LEVELS_MAX_LOSS = 0.02
+
+
+def levels_table(before: dict, after: dict) -> tuple[str, dict]:
+    """The runs (held-out registry, seed) both studies have: ``before`` (the risk head's penalty,
+    lambda chosen on keyword levels) against ``after`` (the served levels' penalty, lambda chosen
+    on the served levels): the lambda of `core+graph` and `core+graph+rule`, NDCG@5 / RVR@5 of
+    `rel_only`, `core+graph` and `core+graph+rule`, and per run the verdict of
+    :data:`LEVELS_MAX_LOSS`'s rule on ``after``. Returns the markdown and the verdicts."""
+    order = {name: i for i, name in enumerate(REGISTRIES)}
+    shared = sorted((t for t in after["runs"] if t in before["runs"]), key=lambda t: (order.get(t.split("|")[0], 99), t))
+    rows = ["| held out, seed | max(bm25, dense); dense RVR@5 | `rel_only` | `core+graph` λ | `core+graph` | "
+            "`core+graph+rule` λ | `core+graph+rule` | rule: `core+graph` ≥ 0.98 × `rel_only`, RVR@5 ≤ 0.8 × dense |",
+            "|---|---|---|---|---|---|---|---|"]
+    verdicts: dict[str, bool] = {}
+    for tag in shared:
+        a, b = before["runs"][tag], after["runs"][tag]
+        ma, mb = a["held_out"]["methods"], b["held_out"]["methods"]
+        ref = max(mb["bm25"]["ndcg@5"], mb["dense"]["ndcg@5"])
+
+        def pair(m: dict, mode: str) -> str:
+            return f"{m[mode]['ndcg@5']:.3f} / {m[mode]['rvr@5']:.3f}"
+
+        cg, rel, dense = mb["core+graph"], mb["rel_only"], mb["dense"]
+        ok = cg["ndcg@5"] >= (1 - LEVELS_MAX_LOSS) * rel["ndcg@5"] - 1e-12 and cg["rvr@5"] <= RVR_RATIO * dense["rvr@5"] + 1e-12
+        verdicts[tag] = bool(ok)
+        rows.append(f"| {tag.replace('|', ', seed ')} | {ref:.3f}; {dense['rvr@5']:.3f} | {pair(mb, 'rel_only')} | "
+                    f"{a['pipelines']['core+graph']['lam']:g} → {b['pipelines']['core+graph']['lam']:g} | "
+                    f"{pair(ma, 'core+graph')} → {pair(mb, 'core+graph')} | "
+                    f"{a['pipelines']['core+graph+rule']['lam']:g} → {b['pipelines']['core+graph+rule']['lam']:g} | "
+                    f"{pair(ma, 'core+graph+rule')} → {pair(mb, 'core+graph+rule')} | "
+                    f"{cg['ndcg@5'] / rel['ndcg@5']:.3f} ×, {cg['rvr@5']:.3f} vs {RVR_RATIO * dense['rvr@5']:.3f}: {_met(ok)} |")
+    return "\n".join(rows), verdicts
 
 
 #: Lever (b)'s rule, fixed before its runs: the fine-tuned encoder ships only if, on the four

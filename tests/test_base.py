@@ -235,22 +235,92 @@ def test_100k_tool_registry_through_the_ann_path():
 
 
 @shipped
+def test_shipped_model_was_built_by_this_code_and_data():
+    """The shipped files' recorded fingerprint (without rebuilding): the training code of the
+    base build, the level model's files and the mirrored data files hash as they did when the
+    model was built, and the time stamp and thread count it was built with are the ones
+    `make base-model` pins. A change to any of them fails here, naming it: rebuild with
+    `make base-model` (and commit the files) in the same change."""
+    from riskrank.training.base_model import BUILD_CODE, stale_files
+
+    card = base.model_card()
+    fp = card.get("fingerprint")
+    assert fp, "the shipped card has no fingerprint: rebuild with `make base-model`"
+    assert sorted(fp["code"]) == sorted(BUILD_CODE)
+    assert stale_files(card) == [], "the shipped model predates these files: rebuild with `make base-model`"
+    assert card["files"] == {k: v for k, v in _digests(base.MODEL_DIR).items() if k not in (base.CARD_JSON, base.CARD_MD)}
+    pinned = dict(line.replace(" ", "").split("?=") for line in (ROOT / "Makefile").read_text().splitlines()
+                  if line.startswith(("BASE_EPOCH", "BASE_THREADS")))
+    assert fp["build"] == {"threads": int(pinned["BASE_THREADS"]), "source_date_epoch": pinned["BASE_EPOCH"]}
+    assert len(fp["recorded"]["served_levels"]) == 64
+
+
+def test_fingerprint_covers_the_training_code_not_the_engine():
+    """What the fingerprint compares: the training code, not every module a build imports (a
+    docstring edit in the pipeline or the CLI does not demand a rebuild; a change to the
+    training code, the level model's files or the data does, and is named)."""
+    from riskrank.training.base_model import BUILD_CODE, stale_files
+
+    assert all(f.startswith("riskrank/training/") for f in BUILD_CODE)
+    assert not {"riskrank/training/levels.py", "riskrank/training/poison.py"} & set(BUILD_CODE)
+    now = {f: hashlib.sha256((ROOT / "src" / f).read_bytes()).hexdigest() for f in BUILD_CODE}
+    card = {"fingerprint": {"code": {**now, "riskrank/training/choices.py": "0" * 64}, "level_model": {"levels.json": "2" * 64},
+                            "data": {"no/such/file.json": "1" * 64}}}
+    assert stale_files(card) == ["code:riskrank/training/choices.py", "data:no/such/file.json", "level_model:levels.json"]
+    card["fingerprint"] = {"code": {k: v for k, v in now.items() if k != "riskrank/training/risk.py"}, "level_model": {}, "data": {}}
+    assert stale_files(card) == ["code:riskrank/training/risk.py"]  # training code the card does not cover
+    assert stale_files({}) == ["fingerprint"]
+
+
+@shipped
+def test_model_folder_that_does_not_match_its_card_is_refused(tmp_path, monkeypatch, capsys):
+    """A card beside files of another build (or files beside another card): one line, exit 2."""
+    import shutil
+
+    from riskrank.checkpoint import CARD_FILE, load_checkpoint
+    from riskrank.errors import CheckpointError
+
+    assert CARD_FILE == base.CARD_JSON
+    folder = shutil.copytree(base.MODEL_DIR, tmp_path / "model")
+    load_checkpoint(folder)  # a copy of the shipped model loads
+    card = json.loads((folder / CARD_FILE).read_text())
+    card["files"]["heads.safetensors"] = "0" * 64
+    (folder / CARD_FILE).write_text(json.dumps(card))
+    with pytest.raises(CheckpointError, match=r"heads.safetensors: does not match its model card \(card.json records sha256 "
+                                              r"000000000000, the file is sha256 [0-9a-f]{12}\)"):
+        load_checkpoint(folder)
+    from riskrank.cli import run
+
+    monkeypatch.setattr("sys.argv", ["riskrank", "retrieve", "--registry", str(MCP_LIST), "--checkpoint", str(folder),
+                                     "delete the old log files"])
+    assert run() == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "does not match its model card" in err and "Traceback" not in err
+    card["files"] = {"../checkpoint.json": "0" * 64}
+    (folder / CARD_FILE).write_text(json.dumps(card))
+    with pytest.raises(CheckpointError, match="not a file name with a sha256"):
+        load_checkpoint(folder)
+
+
+@shipped
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="the known difference: the shipped files were built by an earlier version of the "
-                                       "code, and a rebuild with the current code differs from them (docs/base-model.md)")
 def test_full_rebuild_matches_the_shipped_model(tmp_path, monkeypatch, data_dir):
-    """`make base-model` again, on the same versions, compared with the shipped files' sha256
-    (the heads and the sidecar). Expected to fail until the shipped model is rebuilt with the
-    current code; strict, so the day a rebuild equals the shipped files this test says so and
-    the docs' account of the difference is corrected."""
+    """`make base-model` again (its time stamp; the thread count the shipped card records),
+    compared file by file with the shipped files' sha256."""
+    import torch
+
     from riskrank.training.base_model import BaseConfig, build_base, load_sources, save_base
 
     card = base.model_card()
-    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764547200")
-    built = build_base(load_sources(data_dir=data_dir), BaseConfig(seed=card["configuration"]["seed"]))
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", card["fingerprint"]["build"]["source_date_epoch"])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(card["fingerprint"]["build"]["threads"])
+    try:
+        built = build_base(load_sources(data_dir=data_dir), BaseConfig(seed=card["configuration"]["seed"]))
+    finally:
+        torch.set_num_threads(threads)
     out = save_base(built, tmp_path / "model", transfer=card.get("transfer"))
-    assert _digests(out)["heads.safetensors"] == card["files"]["heads.safetensors"]
-    assert _digests(out)["checkpoint.json"] == card["files"]["checkpoint.json"]
+    assert {k: v for k, v in _digests(out).items() if k not in (base.CARD_JSON, base.CARD_MD)} == card["files"]
 
 
 def test_graph_of_a_registry_without_training_queries_is_cached(encoder):
@@ -403,3 +473,82 @@ def test_a_source_without_audited_levels(tmp_path, encoder, demo, torch_single_t
     assert set(saved) == set(mem) and all(np.array_equal(saved[k], mem[k]) for k in saved)
     assert not mem["relevance_head.v.weight"].any()
     assert set(built.residual_model.arrays) == set(mem)
+
+
+# -- the penalty on served levels ----------------------------------------------------------------
+def test_level_penalty_reorders_only_across_the_risky_line():
+    """lambda times [level >= 3]: a risky tool moves below the tools that are not; no order
+    within either side changes, whatever lambda."""
+    from riskrank.first_stage import rank
+    from riskrank.heads import level_penalty
+
+    levels = np.array([1, 2, 3, 5, 1, 4, 2])
+    pen = level_penalty(levels)
+    assert pen.dtype == np.float32 and pen.tolist() == [0, 0, 1, 1, 0, 1, 0]
+    rel = np.random.default_rng(0).standard_normal((20, len(levels))).astype(np.float32)
+    for lam in (0.25, 1.0, 8.0):
+        order, plain = rank(rel - np.float32(lam) * pen), rank(rel)
+        for side in (pen == 0, pen == 1):
+            for a, b in zip(order, plain, strict=True):
+                assert [int(t) for t in a if side[t]] == [int(t) for t in b if side[t]]
+
+
+@shipped
+def test_shipped_penalty_reads_the_served_levels(encoder):
+    """The shipped model's lambda multiplies [served level >= 3] outside the context stage:
+    the scores of a lambda are the lambda-0 scores minus lambda on the tools served risky."""
+    from riskrank.heads import level_penalty
+    from riskrank.pipeline import RiskAwareRetriever
+
+    reg = ToolRegistry.load(MCP_LIST)
+    r = RiskAwareRetriever(reg, encoder=encoder, progress=False)
+    assert r.checkpoint.inference["penalty_source"] == r.penalty_source == "levels"
+    texts = ["delete the old log files", "read a file"]
+    q = encoder.encode(texts)
+    pen = level_penalty(r.tool_levels.levels)
+    assert pen.any() and not pen.all()
+    a, b = r.rank_batch(q, mode="core", lam=0.0, texts=texts), r.rank_batch(q, mode="core", lam=2.0, texts=texts)
+    for i in range(len(q)):
+        sa = dict(zip(a.order[i].tolist(), a.score[i].tolist(), strict=True))
+        sb = dict(zip(b.order[i].tolist(), b.score[i].tolist(), strict=True))
+        assert all(abs(sb[t] - (sa[t] - 2.0 * pen[t])) < 1e-5 for t in sa)
+
+
+@shipped
+@pytest.mark.parametrize("unaudited", [False, True])
+def test_demo_weather_question_shows_no_deployment_tool(unaudited):
+    """The demo's weather question (demo-05) on the shipped model: what riskrank serves by
+    default holds no tool served at L3 or above, deploy_to_production (L4) included; plain
+    relevance ranking still lists it (the penalty, not the demo's data, removes it)."""
+    import riskrank.experiments.demo as demo_mod
+
+    lists = demo_mod.run_demo(["demo-05"], echo=lambda s: None, unaudited=unaudited)["demo-05"]
+    default = next(v for k, v in lists.items() if k.startswith("riskrank default"))
+    assert default.tools[0].name == "get_weather_forecast"
+    for name, shown in lists.items():  # every risk-aware column the demo prints (the default, the context stage)
+        if not name.startswith("relevance only"):
+            assert "deploy_to_production" not in [t.name for t in shown.tools], name
+            assert all(t.effective_level < 3 for t in shown.tools), name
+    if not unaudited:
+        plain = next(v for k, v in lists.items() if k.startswith("relevance only"))
+        assert "deploy_to_production" in [t.name for t in plain.tools]
+
+
+def test_levels_table_applies_the_rule_fixed_before_the_runs():
+    """benchmarks/transfer_loco.py's before/after table of the served-levels penalty: each run's
+    verdict is `core+graph` >= 0.98 x `rel_only` with RVR@5 <= 0.8 x dense, on the after run."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import transfer_loco
+
+    def run(cg: tuple[float, float], lam: float) -> dict:
+        m = {"bm25": (0.5, 0.3), "dense": (0.6, 0.25), "rel_only": (0.65, 0.24), "core+graph": cg, "core+graph+rule": (0.6, 0.05)}
+        return {"held_out": {"methods": {k: {"ndcg@5": a, "rvr@5": b} for k, (a, b) in m.items()}},
+                "pipelines": {"core+graph": {"lam": lam}, "core+graph+rule": {"lam": 1.0}}}
+
+    before = {"runs": {"apibank|42": run((0.55, 0.1), 5.0), "bfcl|42": run((0.55, 0.1), 2.0)}}
+    after = {"runs": {"apibank|42": run((0.64, 0.19), 1.0), "bfcl|42": run((0.64, 0.21), 1.0), "toolalpaca|42": run((0.6, 0.1), 1.0)}}
+    md, verdicts = transfer_loco.levels_table(before, after)
+    assert verdicts == {"bfcl|42": False, "apibank|42": True}  # 0.21 > 0.8 x 0.25; only the shared runs
+    assert "5 → 1" in md and "0.550 / 0.100 → 0.640 / 0.190" in md and md.count("\n") == 3

@@ -339,6 +339,8 @@ rendered("docs/base-model.md", "the risk-choices lever table", ["benchmarks/resu
          lambda: _bench("transfer_loco").lever_table(_load("benchmarks/results/loco.json"), _load("benchmarks/results/loco_audited.json")))
 rendered("docs/base-model.md", "the encoder lever table", ["benchmarks/results/loco.json", "benchmarks/results/loco_finetuned.json"],
          lambda: _bench("transfer_loco").finetune_table(_load("benchmarks/results/loco.json"), _load("benchmarks/results/loco_finetuned.json"))[0])
+rendered("docs/base-model.md", "the served-levels penalty table", ["benchmarks/results/loco.json", "benchmarks/results/loco_levels.json"],
+         lambda: _bench("transfer_loco").levels_table(_load("benchmarks/results/loco.json"), _load("benchmarks/results/loco_levels.json"))[0])
 rendered("docs/base-model.md", "the shipped-against-five-registries table", ["benchmarks/results/loco_shipped.json", "benchmarks/results/loco.json"],
          lambda: "\n\n".join(_bench("transfer_loco").shipped_table(_load("benchmarks/results/loco.json")["summary"],
                                                                     _load("benchmarks/results/loco_shipped.json"))))
@@ -1081,10 +1083,6 @@ def pipe(name: str, key: str) -> V:
     return CK.at("inference", "pipelines", name, key, fmt="g")
 
 
-claim(BM, "The rebuild's zero-shot choices differ in two places (`core+graph+rule` alpha, where the shipped files hold {}, and "
-      "`core+graph+rule_pred` lambda, where they hold {}) and its held-out risk AUC in the seventh decimal (the shipped {});",
-      pipe("core+graph+rule", "alpha"), pipe("core+graph+rule_pred", "lam"),
-      CK.at("risk_head", "heldout_auc", fmt=".7f"))
 claim(BM, "UltraTool's {} and Seal-Tools' {} audited tools form one registry; the queries are UltraTool's {} `test.json` questions",
       loader_count("ultratool", "tools"), loader_count("sealtools", "tools"), U.at("splits", "test", "n_queries", fmt=","))
 LEVELS = Json("benchmarks/results/risk_levels.json")

@@ -64,7 +64,7 @@ from riskrank.errors import CheckpointError, RiskrankError
 from riskrank.fileio import DIR_MODE, atomic_writer, dumps, loads_strict, read_regular_file, show
 from riskrank.first_stage import FUSION_RULES, LEXICAL_FEATURES, NORMS, Fusion
 from riskrank.graph import NORMALISATIONS, ToolGraph
-from riskrank.heads import DESIGNS, PENALTIES, HeadWeights, as_weights
+from riskrank.heads import DESIGNS, PENALTIES, PENALTY_SOURCES, HeadWeights, as_weights
 from riskrank.modes import MAX_LAMBDA
 
 WEIGHTS = "heads.safetensors"
@@ -73,6 +73,9 @@ GRAPH_FILE = "graph.npz"
 NEED_FILE = "need.safetensors"
 #: The artefacts a checkpoint directory may hold besides the sidecar.
 ARTEFACTS = (WEIGHTS, GRAPH_FILE, NEED_FILE)
+#: A model card beside the files (the base model's; optional): its ``files`` map holds the
+#: sha256 of each file of the build it describes (``riskrank.base.CARD_JSON``, the same name).
+CARD_FILE = "card.json"
 FORMAT = "riskrank-heads/2"
 #: Formats this version reads: /1 (no manifest; the graph is range-checked only) and /2.
 READABLE_FORMATS = ("riskrank-heads/1", FORMAT)
@@ -183,6 +186,7 @@ SIDECAR_SCHEMA: dict[str, Key] = {
     "inference.alpha": Key("number", required=False, low=0.0, high=1.0),
     "inference.normalisation": Key("str", required=False, choices=NORMALISATIONS),
     "inference.residual_weight": Key("number", required=False, low=0.0, high=100.0),
+    "inference.penalty_source": Key("str", required=False, choices=PENALTY_SOURCES),
     "inference.label_lam": Key("number", required=False, low=0.0, high=MAX_LAMBDA),
     "inference.min_score": Key("number", required=False, nullable=True, low=0.0, high=1.0),
     # The hybrid first stage's fusion, chosen on the training queries.
@@ -581,6 +585,8 @@ def load_checkpoint(path: str | Path, *, encoder_identity: str | None = None, di
     for f in (side, weights):
         if not f.is_file():
             raise CheckpointError(f"{path}: missing {f.name}; not a riskrank checkpoint")
+    if (path / CARD_FILE).is_file():
+        _check_card(path)
     raw = _read(side, "sidecar")
     if len(raw) > MAX_SIDECAR_BYTES:
         raise CheckpointError(f"{side}: {len(raw):,} bytes; not a riskrank sidecar")
@@ -619,6 +625,31 @@ def load_checkpoint(path: str | Path, *, encoder_identity: str | None = None, di
         raise CheckpointError(f"{side}: head {shape} does not fit the weights in {WEIGHTS} "
                               f"({str(exc).splitlines()[-1].strip()[:120]})") from None
     return Checkpoint(model, meta, path, graph_bytes, _verified_need_head(path, meta, ck_dim))
+
+
+def _check_card(path: Path) -> None:
+    """A folder with a model card is the build the card describes: each file the card's
+    ``files`` names has the sha256 it records (a sidecar or weights from another build beside
+    the card, or a card copied over another model, is refused)."""
+    card_path = path / CARD_FILE
+    raw = _read(card_path, "model card")
+    try:
+        card = loads_strict(raw.decode("utf-8"), str(card_path), CheckpointError)
+    except UnicodeDecodeError:
+        raise CheckpointError(f"{card_path}: corrupt model card (not UTF-8)") from None
+    files = card.get("files") if isinstance(card, dict) else None
+    if not isinstance(files, dict) or not files:
+        raise CheckpointError(f"{card_path}: the model card lists no files' sha256 (files); not the card of this model")
+    for name, digest in sorted(files.items()):
+        f = path / str(name)
+        if Path(str(name)).name != name or not (isinstance(digest, str) and re.fullmatch(r"[0-9a-f]{64}", digest)):
+            raise CheckpointError(f"{card_path}: files.{name}: not a file name with a sha256")
+        got = hashlib.sha256(_read(f, name)).hexdigest() if f.is_file() else None
+        if got != digest:
+            now = "missing" if got is None else f"sha256 {got[:12]}"
+            raise CheckpointError(f"{f}: does not match its model card ({CARD_FILE} records sha256 {digest[:12]}, the file is "
+                                  f"{now}): the card and the files are of different builds; rebuild them together "
+                                  "(`make base-model` for the shipped model)")
 
 
 def _verified_need_head(path: Path, meta: Mapping[str, Any], dim: int) -> NeedHead | None:

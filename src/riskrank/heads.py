@@ -56,6 +56,20 @@ DESIGNS = ("residual", "paper")
 #: What lambda multiplies (module docstring): the classifier p(r >= 3) in logit space
 #: (riskrank's default), or the paper's regression head in probability space.
 PENALTIES = ("p_risky", "paper")
+#: Where the penalty's per-tool value comes from at inference (a checkpoint's
+#: ``inference.penalty_source``): ``head``, the risk head's penalty above (every checkpoint
+#: before this setting existed), or ``levels``, :func:`level_penalty` of the levels the
+#: retriever serves.
+PENALTY_SOURCES = ("head", "levels")
+
+
+def level_penalty(levels: np.ndarray, risky: int = 3) -> np.ndarray:
+    """1 for a tool served at level ``risky`` or above, else 0 [N] (float32): a penalty that
+    moves a risky tool below the tools that are not, and changes no order among tools on the
+    same side of the line RVR@5 counts, so it costs relevance only where the candidates differ
+    in risk (a continuous risk score reorders tools of one level too, and spends relevance
+    there for no fewer risky tools shown)."""
+    return (np.asarray(levels) >= risky).astype(np.float32)
 
 
 def state_shapes(dim: int, design: str, hidden: int, rank: int, n_lex: int, penalty: str) -> dict[str, tuple[int, ...]]:

@@ -75,7 +75,7 @@ from riskrank.first_stage import (
     union_candidates,
 )
 from riskrank.graph import NORMALISATIONS, GraphConfig, ToolGraph
-from riskrank.heads import HeadScorer, sigmoid_
+from riskrank.heads import PENALTY_SOURCES, HeadScorer, level_penalty, sigmoid_
 from riskrank.levels import LevelModel, LevelPrediction, ToolEvidence, load_level_model, own_texts
 from riskrank.modes import (
     FIRST_STAGES,
@@ -90,7 +90,7 @@ from riskrank.modes import (
     parse_mode,
     safe_default_mode,
 )
-from riskrank.registry import DEFAULT_TOOL_TEMPLATE, ToolRegistry
+from riskrank.registry import DEFAULT_TOOL_TEMPLATE, Tool, ToolRegistry
 from riskrank.risk import (
     FILL_LEVELS,
     RISKY_LEVEL,
@@ -154,6 +154,20 @@ class BatchRanking:
     def context_tool(self, q: int, col: int) -> int:
         """The tool index of column ``col`` of query ``q``'s scored set."""
         return int(col) if self.scored is None else int(self.scored[q, col])
+
+
+def served_level_prediction(level_model: LevelModel, encoder: Encoder, tool_emb: np.ndarray, tools: Sequence[Tool],
+                            tool_template: str = DEFAULT_TOOL_TEMPLATE) -> LevelPrediction:
+    """The level model's reading of a registry's ``tools`` as riskrank serves it, each tool
+    without the opening sentences it shares with others (:func:`riskrank.levels.own_texts`; only
+    those tools are encoded again): what a retriever's levels and the base build's choices read."""
+    read, openings = own_texts(list(tools))
+    emb = tool_emb
+    changed = [i for i, o in enumerate(openings) if o is not None]
+    if changed:
+        emb = np.array(emb, copy=True)
+        emb[changed] = encode_tools(encoder, [read[i].text(tool_template) for i in changed])
+    return level_model.predict(emb, read, ToolEvidence.of(read, openings))
 
 
 class RiskAwareRetriever:
@@ -246,6 +260,10 @@ class RiskAwareRetriever:
             raise CheckpointError("the checkpoint's relevance head reads lexical evidence but its sidecar has no inference.fusion")
         #: The fusion of the ``hybrid`` modes: given, else the checkpoint's, else the prior.
         self.fusion = fusion or self.head_fusion or PRIOR_FUSION
+        #: What lambda multiplies outside the context stage (:data:`riskrank.heads.PENALTY_SOURCES`):
+        #: the risk head's penalty, or the served levels' (:func:`riskrank.heads.level_penalty`).
+        self.penalty_source = str(inference.get("penalty_source", PENALTY_SOURCES[0]))
+        self._level_penalty: np.ndarray | None = None
         #: lambda / alpha / normalisation per pipeline, chosen on validation (the checkpoint's).
         self.pipelines: dict[str, dict[str, Any]] = dict(inference.get("pipelines") or {})
         self._given = {"lam": lam is not None, "alpha": alpha is not None, "normalisation": normalisation is not None}
@@ -387,6 +405,16 @@ class RiskAwareRetriever:
         f_risk), or the audited-label risk without a checkpoint."""
         return self.scorer.f_risk if self.scorer is not None else self.label_risk
 
+    def penalty(self, stages: Stages, f_risk: np.ndarray, candidates: np.ndarray | None) -> np.ndarray:
+        """What lambda multiplies for the scored set: the served levels' penalty where the
+        checkpoint chose it (every pipeline but the context stage's, whose need head and
+        lambdas were chosen on the risk head's penalty), else ``f_risk``."""
+        if self.penalty_source != "levels" or stages.context or not stages.heads:
+            return f_risk
+        if self._level_penalty is None:
+            self._level_penalty = level_penalty(self.tool_levels.levels)
+        return self._level_penalty if candidates is None else self._level_penalty[candidates]
+
     @property
     def risk_head_learned(self) -> bool:
         """False when the checkpoint says its risk head has not learned (held-out check)."""
@@ -425,16 +453,8 @@ class RiskAwareRetriever:
         return self._tool_levels
 
     def _level_prediction(self) -> LevelPrediction:
-        """The level model's reading of the registry, each tool without the opening sentences it
-        shares with others (:func:`riskrank.levels.own_texts`; only those tools are encoded again)."""
         assert self.level_model is not None
-        tools, openings = own_texts(list(self.registry))
-        emb = self.tool_emb
-        changed = [i for i, o in enumerate(openings) if o is not None]
-        if changed:
-            emb = emb.copy()
-            emb[changed] = encode_tools(self.encoder, [tools[i].text(self.tool_template) for i in changed])
-        return self.level_model.predict(emb, tools, ToolEvidence.of(tools, openings))
+        return served_level_prediction(self.level_model, self.encoder, self.tool_emb, list(self.registry), self.tool_template)
 
     def level_note(self) -> str | None:
         """Why predicted levels are not the risk head's, when they are not."""
@@ -669,7 +689,7 @@ class RiskAwareRetriever:
         pin = self.pin_named if pin is None else bool(pin)
         cand, cos, lex, inputs = self._first_stage(query_emb, stages, m, texts, lexical, pin)
         rel, f_rel, f_risk = self._components(query_emb, stages, cand, cos, lex, inputs)
-        scores = rel - np.float32(setting["lam"]) * f_risk if setting["lam"] else rel
+        scores = rel - np.float32(setting["lam"]) * self.penalty(stages, f_risk, cand) if setting["lam"] else rel
         named = lex.named if lex is not None and pin else None
         adjust = None
         if stages.context:

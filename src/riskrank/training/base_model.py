@@ -51,6 +51,7 @@ from riskrank.errors import RiskrankError
 from riskrank.fileio import atomic_write_bytes, dumps
 from riskrank.first_stage import Fusion, LexicalIndex, fusion_grid, top_m
 from riskrank.graph import GraphConfig, ToolGraph
+from riskrank.heads import level_penalty
 from riskrank.metrics import evaluate, ndcg_at_k
 from riskrank.registry import Tool, ToolRegistry
 from riskrank.risk import RISKY_LEVEL, level_from_score
@@ -228,14 +229,22 @@ def evaluate_modes(checkpoint: Any, registry: ToolRegistry, tool_emb: np.ndarray
                    texts: Sequence[str], gold: Sequence[np.ndarray], encoder: Any,
                    modes: Sequence[str] = REPORT_MODES, reference_levels: np.ndarray | None = None) -> dict[str, dict[str, np.ndarray]]:
     """Per-query metrics of each mode of ``checkpoint`` on a registry it may never have seen
-    (its ToolGraph: semantic and permission edges only; the rule filter reads the levels the
-    retriever serves: the registry's audited ones, the risk head's with the keyword evidence
-    for an unaudited tool; ``_pred`` the risk head's predictions), with the paper's fill policy
-    as the experiments use it. The metrics' risk levels are the registry's audited ones, or
-    ``reference_levels`` [N] (:func:`reference_levels` for a registry without audits)."""
+    (its ToolGraph: semantic and permission edges only; the penalty and the rule filter read the
+    levels the retriever serves with the base model: the registry's audited ones, the shipped
+    level model's for an unaudited tool; ``_pred`` the risk head's predictions), with the
+    paper's fill policy as the experiments use it. The metrics' risk levels are the registry's
+    audited ones, or ``reference_levels`` [N] (:func:`reference_levels` for a registry without
+    audits)."""
+    from riskrank.base import default_level_model_dir
+    from riskrank.levels import load_level_model
     from riskrank.pipeline import RiskAwareRetriever
 
-    r = RiskAwareRetriever(registry, encoder=encoder, checkpoint=checkpoint, tool_emb=tool_emb, progress=False)
+    folder = default_level_model_dir()
+    level_model = load_level_model(folder) if folder is not None else None
+    if level_model is not None and level_model.encoder_identity not in (None, encoder.identity):
+        level_model = None  # another encoder's embeddings: the risk head with the keyword rule, as served
+    r = RiskAwareRetriever(registry, encoder=encoder, checkpoint=checkpoint, tool_emb=tool_emb, progress=False,
+                           level_model=level_model)
     out = {}
     lexical = r.lexical_index.evidence(list(texts))
     for mode in modes:
@@ -261,6 +270,38 @@ def reference_levels(registry: ToolRegistry) -> np.ndarray:
     if not (levels == 0).any():
         return levels
     return np.where(levels > 0, levels, keyword_levels(registry)).astype(levels.dtype)
+
+
+def served_levels(registry: ToolRegistry, tool_emb: np.ndarray, encoder: Any) -> np.ndarray:
+    """The levels riskrank serves for ``registry`` [N] (:func:`riskrank.risk.resolve_tool_levels`):
+    the audited level of each audited tool, the shipped level model's reading
+    (:func:`riskrank.pipeline.served_level_prediction`, raised to its capability floors and MCP
+    hints) of each unaudited one, as a retriever with the base model serves them; the keyword
+    annotator's where this installation has no level model for ``encoder``. What the build's
+    choices (lambda, the rule filter, the need labels) read: the settings are chosen with the
+    levels they will act on."""
+    from riskrank.base import default_level_model_dir
+    from riskrank.levels import load_level_model
+    from riskrank.pipeline import served_level_prediction
+    from riskrank.risk import resolve_tool_levels
+
+    levels = registry.risk_levels
+    if not (levels == 0).any():
+        return levels
+    folder = default_level_model_dir()
+    model = load_level_model(folder) if folder is not None else None
+    if model is None or model.encoder_identity not in (None, encoder.identity):
+        return reference_levels(registry)
+    prediction = served_level_prediction(model, encoder, np.asarray(tool_emb, dtype=np.float32), list(registry))
+    return resolve_tool_levels(registry, prediction=prediction).levels.astype(levels.dtype)
+
+
+def with_levels(registry: ToolRegistry, levels: np.ndarray) -> ToolRegistry:
+    """``registry`` with ``levels`` [N] as the levels of its unaudited tools (itself when every
+    tool is audited): what the build's choices read, never what a risk head trains on."""
+    if not (registry.risk_levels == 0).any():
+        return registry
+    return registry.with_risk_levels({t.name: int(lv) for t, lv in zip(registry, levels, strict=True) if t.risk_level is None})
 
 
 def with_reference_levels(registry: ToolRegistry) -> ToolRegistry:
@@ -343,10 +384,12 @@ def build_base(sources: Sequence[Source], cfg: BaseConfig | None = None, *, enco
     texts = [t for s in sources for t in s.texts]
     gold = [g + offsets[i] for i, s in enumerate(sources) for g in s.gold]
     tcfg = TrainConfig(seed=cfg.seed, epochs=cfg.epochs, fusion=fusion.to_dict())
-    # The choices measure risk (RVR@5, the rule filter, the need labels) with every tool's
-    # level: an unaudited tool's is the keyword annotator's (reference_levels). The risk heads
-    # train on the audited tools only (an unaudited level 0 is excluded from their losses).
-    choice_union = with_reference_levels(union)
+    # The choices measure risk (RVR@5, the rule filter, the need labels) with the levels riskrank
+    # serves: an unaudited tool's is the level model's (served_levels). The risk heads train on
+    # the audited tools only (an unaudited level 0 is excluded from their losses).
+    # Each registry is read on its own, as it is served (its shared openings are its own).
+    u_emb = np.vstack([tool_emb[s.name] for s in sources])
+    choice_union = with_levels(union, np.concatenate([served_levels(s.registry, tool_emb[s.name], enc) for s in sources]))
     r = fit_retriever(union, texts, gold, encoder=enc, train_config=tcfg, progress=progress, choice_registry=choice_union)
     result = r.training
     in_domain = {k: v for k, v in r.checkpoint.meta["inference"].items()}
@@ -355,7 +398,6 @@ def build_base(sources: Sequence[Source], cfg: BaseConfig | None = None, *, enco
     drop_embedding_residual(result.model)
     rcfg = result.config
     _, va = validation_split(len(gold), rcfg)
-    u_emb = np.vstack([tool_emb[s.name] for s in sources])
     q_emb = enc.encode(texts, desc="encoding queries")
     graph0 = ToolGraph.build(u_emb, [], choice_union.risk_levels, union.permissions, GraphConfig())
     zs_record: dict[str, Any] = {}
@@ -370,7 +412,7 @@ def build_base(sources: Sequence[Source], cfg: BaseConfig | None = None, *, enco
     chosen = choose_inference(q_emb[va], [gold[i] for i in va], u_emb, choice_union.risk_levels, rcfg, model=result.model,
                               graph=graph0, record=zs_record, lexical=r.lexical_index.evidence([texts[i] for i in va]),
                               fusion=fusion, perm_counts=union.perm_counts, predicted_levels=predicted_levels_of(result, union),
-                              risk_rows=risk_rows)
+                              risk_rows=risk_rows, penalty=level_penalty(choice_union.risk_levels))
     # the context stage in the same zero-shot form: need head, then tau/margin/lambdas per context pipeline
     zs_choice: dict[str, Any] = {"alpha": chosen["alpha"], "normalisation": chosen["normalisation"],
                                  "pipelines": dict(chosen["pipelines"])}
@@ -393,7 +435,7 @@ def build_base(sources: Sequence[Source], cfg: BaseConfig | None = None, *, enco
         r.checkpoint.meta["need_head"] = need_info(result.need_head)
     inference = {"fusion": fusion.to_dict(), "lam": chosen["lam"], "alpha": chosen["alpha"],
                  "normalisation": chosen["normalisation"], "pipelines": zs_choice["pipelines"], "min_score": chosen["min_score"],
-                 "residual_weight": chosen["residual_weight"]}
+                 "residual_weight": chosen["residual_weight"], "penalty_source": "levels"}
     if "context" in zs_choice:
         inference["context"] = zs_choice["context"]
     r.checkpoint.meta["inference"] = inference
@@ -410,6 +452,7 @@ def build_base(sources: Sequence[Source], cfg: BaseConfig | None = None, *, enco
     ck = in_memory(result, encoder=r.checkpoint.meta["encoder"], registry_fingerprint=union.fingerprint(), inference=inference)
     val_metrics = validation_metrics(ck, sources, va, q_emb, tool_emb, enc)
     card = _card(sources, cfg, result, inference, in_domain, record, val_metrics, r.checkpoint.meta["encoder"])
+    card["fingerprint"] = build_fingerprint(cfg, sources, choice_union.risk_levels)
     return Built(r, card, enc, tool_emb, residual_model)
 
 
@@ -486,6 +529,10 @@ HISTORY = (
     "of the full head had been seen",
     "the need head reads the candidate-risk features only since a leave-one-benchmark-out run showed the "
     "query-embedding need head at AUC 0.48-0.50 on the held-out benchmark: decided after seeing those figures",
+    "lambda multiplies the served levels' penalty (1 for a tool served at L3 or above) and the zero-shot choices read "
+    "the levels riskrank serves (the level model's for an unaudited tool, not the keyword annotator's): adopted after "
+    "the leave-one-corpus-out figures of the risk head's penalty (core+graph below rel_only on UltraTool, Seal-Tools "
+    "and API-Bank) had been seen",
 )
 
 
@@ -505,6 +552,10 @@ def _card(sources: Sequence[Source], cfg: BaseConfig, result: Any, inference: di
             "fusion": record.get("fusion_rule"),
             "zero_shot_head": "the embedding residual (bilinear and MLP terms) is dropped: it does not transfer to a registry "
                               "without training queries; scale, bias and lexical weights stay",
+            "penalty": "s = relevance logit - lambda * [served level >= 3] (riskrank.heads.level_penalty) in every "
+                       "pipeline but the context stage's (which keeps the risk head's p_risky): it moves a risky tool "
+                       "below the tools that are not and no tool within either side; the build's choices read the "
+                       "levels riskrank serves (audited, else the level model's)",
             "zero_shot_settings": "residual weight, lambda and alpha per pipeline and the relevance floor chosen by "
                                   "choose_inference on the validation slice of the training queries, with the head in its "
                                   "zero-shot form and a ToolGraph of semantic and permission edges only. " + ZERO_SHOT_SPLIT_NOTE,
@@ -519,6 +570,83 @@ def _card(sources: Sequence[Source], cfg: BaseConfig, result: Any, inference: di
         "validation": val_metrics,
         "transfer": None,
     }
+
+
+# -- the fingerprint ----------------------------------------------------------------------------
+#: The training code of the base build, the code a fingerprint compares: this module and the
+#: training modules it runs (fit, choices, context stage, heads' training, triplet mining). The
+#: engine modules the build also calls (heads, graph, first stage, pipeline, risk, levels, the
+#: encoder) are left out on purpose: they are edited for serving far more often than they change
+#: a build's bytes, and a fingerprint over every imported file would demand a rebuild for a
+#: docstring. A change there that does change the built files is caught by rebuilding
+#: (`make base-model` and the sha256 of the card's ``files``; the slow full-rebuild test).
+BUILD_CODE = tuple(f"riskrank/training/{m}.py" for m in (
+    "__init__", "base_model", "choices", "config", "context", "finetune", "fitting", "modules", "relevance", "risk"))
+
+
+def _file_sha256(path: Path) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+def fingerprint_files(fingerprint: dict[str, Any]) -> dict[str, str | None]:
+    """What the files a fingerprint names hash to now (``code``: package files; ``level_model``:
+    the shipped level model's files), None for a file that is gone; keyed as the fingerprint."""
+    from riskrank.base import LEVELS_DIR
+
+    root = Path(__file__).resolve().parents[2]
+    now = {f"code:{f}": _file_sha256(root / f) for f in fingerprint.get("code", {})}
+    now.update({f"level_model:{f}": _file_sha256(LEVELS_DIR / f) for f in fingerprint.get("level_model", {})})
+    return now
+
+
+def levels_digest(levels: np.ndarray) -> str:
+    """sha256 of a level vector (int8 bytes): the served levels a build's choices read."""
+    return hashlib.sha256(np.asarray(levels, dtype=np.int8).tobytes()).hexdigest()
+
+
+def build_fingerprint(cfg: BaseConfig, sources: Sequence[Source], choice_levels: np.ndarray) -> dict[str, Any]:
+    """What decides a build's files, to compare the shipped files with without rebuilding:
+    the sha256 of the training code (:data:`BUILD_CODE`), of the shipped level model's weight
+    files (the choices read its levels), of each mirrored data file (the manifest's), the
+    build's choices (:class:`BaseConfig`), and the thread count and time stamp it ran with
+    (``build``; ``make base-model`` pins both). Recorded, not compared (the comparison would
+    need the encoder): the digest of the served levels the choices read (``served_levels``)
+    and the versions. ``sha256`` is one digest of the compared parts."""
+    import platform
+
+    from riskrank.base import LEVELS_DIR
+
+    root = Path(__file__).resolve().parents[2]
+    code = {f: _file_sha256(root / f) for f in BUILD_CODE}
+    levels = {f.name: _file_sha256(f) for f in sorted(LEVELS_DIR.iterdir()) if f.is_file()} if LEVELS_DIR.is_dir() else {}
+    data = {f"{f['repo']}/{f['path']}": f["sha256"] for s in sources for f in s.files}
+    build = {"threads": torch.get_num_threads(), "source_date_epoch": os.environ.get("SOURCE_DATE_EPOCH")}
+    compared = {"code": code, "level_model": levels, "data": data, "config": cfg.to_dict(), "build": build}
+    record = {"served_levels": levels_digest(choice_levels), "python": platform.python_version(), "numpy": np.__version__,
+              "torch": torch.__version__.split("+")[0]}
+    return {**compared, "recorded": record, "sha256": hashlib.sha256(dumps(compared, sort_keys=True).encode()).hexdigest()}
+
+
+def stale_files(card: dict[str, Any]) -> list[str]:
+    """The parts of a card's fingerprint that differ now (``code:riskrank/training/choices.py``,
+    ``level_model:levels.json``, ``data:<repo>/<path>`` against the package's data manifest),
+    empty when the training code, level model and data that built the model are the ones
+    installed (what :data:`BUILD_CODE` leaves out is not looked at); a card without a
+    fingerprint is all stale (``fingerprint``)."""
+    from importlib.resources import files
+
+    fp = card.get("fingerprint")
+    if not fp:
+        return ["fingerprint"]
+    want = {f"code:{k}": v for k, v in fp["code"].items()}
+    want.update({f"level_model:{k}": v for k, v in fp["level_model"].items()})
+    now = fingerprint_files(fp)
+    out = [k for k, v in want.items() if now.get(k) != v]
+    out += [f"code:{f}" for f in BUILD_CODE if f not in fp["code"]]
+    manifest = json.loads(files("riskrank.datasets").joinpath("manifest.json").read_text(encoding="utf-8"))
+    mirrored = {f"{f['repo']}/{f['path']}": f.get("sha256") for f in manifest["files"]}
+    out += [f"data:{k}" for k, v in fp["data"].items() if mirrored.get(k) != v]
+    return sorted(out)
 
 
 # -- writing ------------------------------------------------------------------------------------

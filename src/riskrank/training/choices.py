@@ -156,7 +156,7 @@ def choose_inference(
     normalisations: Sequence[str] = NORMALISATIONS, label_risk: np.ndarray | None = None,
     record: dict[str, Any] | None = None, lexical: LexicalEvidence | None = None, fusion: Fusion | None = None,
     choose_fusion_on: LexicalEvidence | None = None, perm_counts: np.ndarray | None = None,
-    predicted_levels: np.ndarray | None = None, risk_rows: np.ndarray | None = None,
+    predicted_levels: np.ndarray | None = None, risk_rows: np.ndarray | None = None, penalty: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Every inference setting riskrank chooses, chosen here and only here, on the given
     (validation) queries only, in this order (``risk_rows``, a boolean mask over the queries:
@@ -181,6 +181,10 @@ def choose_inference(
        :func:`relevance_floor` of the validation gold tools' f_rel.
     4. ``label_lam`` (with ``label_risk``): the ``cfg.selection`` rule for the dense
        risk-label-penalty baseline, cos - lambda * label_risk, against lambda = 0.
+
+    ``penalty`` [N] is what lambda multiplies in step 2 (default the risk head's, ``f_risk``;
+    :func:`riskrank.heads.level_penalty` of the served levels for a checkpoint whose
+    ``inference.penalty_source`` is ``levels``).
 
     Returns the chosen values; every grid goes into ``record`` (a TrainResult's
     ``validation``) so a checkpoint or a report can show why."""
@@ -220,7 +224,7 @@ def choose_inference(
         pipelines: dict[str, dict[str, Any]] = {}
         record["pipelines"] = {}
         for prefix, cand in sets:
-            got = _choose_pipelines(rel, scorer.f_risk, cand, named, val_gold, risk_levels, cfg, graph, alpha_grid,
+            got = _choose_pipelines(rel, scorer.f_risk if penalty is None else penalty, cand, named, val_gold, risk_levels, cfg, graph, alpha_grid,
                                     normalisations, filters, dense_rvr, only=CANDIDATE_PIPELINES if prefix else PIPELINES,
                                     risk_rows=risk_rows)
             for name, (choice, rows) in got.items():
