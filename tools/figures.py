@@ -1559,3 +1559,5 @@ claim(BM, "reads the same tools at a median of {} ms of CPU per tool (best of {}
       timing=Timing("2-core machine", "2026-12-06", "benchmarks/results/level_cost.json"))
 claim(BM, "on the 2-core machine under load ({}): the median is still\nover the {} ms target", LEVEL_COST.at("machine"),
       LEVEL_COST.at("target_ms_per_tool", fmt="g"))
+claim("docs/session-guard.md", "with the flow change, {} % on the base model then shipped",
+      pct(SESSION_STEPS.at("runs", "before_base_rebuild", "summary", "session_guard", "attack_success"), ".1f"))
