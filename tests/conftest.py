@@ -145,3 +145,18 @@ def postgres_url():
         yield cluster.url
     finally:
         cluster.remove()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def state(request, tmp_path):
+    """A fresh state store's URL, once per backend: a directory for SQLite, or a schema of the
+    test PostgreSQL (dropped afterwards)."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "state")
+        return
+    import postgres_support
+
+    base = request.getfixturevalue("postgres_url")
+    name, url = postgres_support.fresh_schema(base)
+    yield url
+    postgres_support.drop_schema(base, name)

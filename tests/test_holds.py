@@ -21,7 +21,6 @@ import anyio
 import httpx
 import pytest
 
-import postgres_support
 from riskrank.serving import mcp_compat
 from riskrank.serving.gateway.confirm import (
     ACCEPT,
@@ -44,17 +43,6 @@ from team_support import (
 )
 
 PROTOCOL = "2025-06-18"
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def state(request, tmp_path):
-    if request.param == "sqlite":
-        yield str(tmp_path / "state")
-        return
-    base = request.getfixturevalue("postgres_url")
-    name, url = postgres_support.fresh_schema(base)
-    yield url
-    postgres_support.drop_schema(base, name)
 
 
 def _request(**kw) -> ConfirmationRequest:

@@ -35,18 +35,6 @@ from team_support import (
 FIND_RESTART = ("find_tools", {"task": "restart the api service", "k": 5})
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def state(request, tmp_path):
-    """A fresh state store's URL (a directory, or a schema of the test PostgreSQL)."""
-    if request.param == "sqlite":
-        yield str(tmp_path / "state")
-        return
-    base = request.getfixturevalue("postgres_url")
-    name, url = postgres_support.fresh_schema(base)
-    yield url
-    postgres_support.drop_schema(base, name)
-
-
 
 
 @pytest.mark.mcp_sdk

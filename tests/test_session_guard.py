@@ -16,7 +16,6 @@ from types import SimpleNamespace
 import anyio
 import pytest
 
-import postgres_support
 from riskrank.capabilities import name_reads
 from riskrank.catalogue import ArtefactSpec
 from riskrank.encoder import make_encoder
@@ -202,20 +201,10 @@ def test_a_record_round_trips_and_a_bad_one_is_refused():
         SessionRecord.from_dict({"v": 1, "flows": [["only", "three", "fields"]]})
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def where(request, tmp_path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "state")
-    url = request.getfixturevalue("postgres_url")
-    name, scoped = postgres_support.fresh_schema(url)
-    request.addfinalizer(lambda: postgres_support.drop_schema(url, name))
-    return scoped
-
-
-def test_the_record_lives_in_the_state_store(where):
+def test_the_record_lives_in_the_state_store(state):
     """Two books on one store (two replicas): a record written by one is read by the other; a
     write that raced another is redone on top of it, never written over it; idle records go."""
-    with open_store(where) as a, open_store(where) as b:
+    with open_store(state) as a, open_store(state) as b:
         one, two = SessionBook(a), SessionBook(b)
         one.update("alice/http-1", lambda r: r.with_anchor("summarise my inbox", "header", ["read_inbox"], time.time()))
         one.update("alice/http-1", lambda r: r.with_values(candidates("x@evil.example"), "read_inbox", time.time()))
@@ -237,10 +226,10 @@ def test_the_record_lives_in_the_state_store(where):
         assert a.prune_sessions(time.time() + 1) == 1 and two.get("alice/http-1") == SessionRecord()
 
 
-def test_values_are_rows_read_by_what_changed(where):
+def test_values_are_rows_read_by_what_changed(state):
     """A replica reads only the values numbered past what it holds; values beyond the bound
     leave the table; a record a replica holds equals the writer's after each change."""
-    with open_store(where) as a, open_store(where) as b:
+    with open_store(state) as a, open_store(state) as b:
         one, two = SessionBook(a), SessionBook(b)
         one.update("k", lambda r: r.with_anchor("t", "find_tools", [], 1.0).with_values(candidates("x@evil.example"), "t1", 2.0))
         assert two.get("k") == one.get("k")
