@@ -4,7 +4,7 @@
 
 What a gateway or a library pipeline pays once per catalogue for every tool on top of encoding
 it: finding the registry's shared openings, the capabilities, the four text facts, the word
-vector and the ordinal model (:meth:`riskrank.pipeline.RiskAwareRetriever._level_prediction`
+vector and the ordinal model (:func:`riskrank.pipeline.served_level_prediction`
 minus the encoder). Timed over the 1,298 real MCP tools of mcp-annotated with the shipped level
 model, as the best and the median of ``--repeats`` passes (CPU time of this process, which a
 busy machine inflates far less than wall time; both are written). The target is 1 ms per tool.

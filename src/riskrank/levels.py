@@ -144,8 +144,7 @@ def own_capabilities(tools: Sequence[Any]) -> list[list[CapabilityHit]]:
     """Each tool's capabilities as the level model reads them: from its own words, without the
     opening it shares with other tools of its registry (``tools`` are one registry's, or one
     server's)."""
-    read, _ = own_texts(tools)
-    return [detect_capabilities(t.name, t.description, getattr(t, "parameters", None)) for t in read]
+    return [list(hits) for hits in ToolEvidence.of(*own_texts(tools)).hits]
 
 
 def _with_description(tool: Any, description: str) -> Any:

@@ -444,17 +444,14 @@ class RiskAwareRetriever:
         ``risk_level``, and what a gateway checks a call at."""
         if self._tool_levels is None:
             # the level model's reading, else a risk head that has learned, else no learned level
-            prediction = self._level_prediction() if self.level_model is not None else None
+            prediction = (served_level_prediction(self.level_model, self.encoder, self.tool_emb, list(self.registry),
+                                                  self.tool_template) if self.level_model is not None else None)
             score = self.scorer.level_score if prediction is None and self.scorer is not None and self.risk_head_learned else None
             self._tool_levels = resolve_tool_levels(
                 self.registry, head_levels=level_from_score(score) if score is not None else None, head_scores=score,
                 fill_keyword=self.fill_levels == "keyword", trust_annotations=self.trust_annotations, pins=self.level_pins,
                 prediction=prediction)
         return self._tool_levels
-
-    def _level_prediction(self) -> LevelPrediction:
-        assert self.level_model is not None
-        return served_level_prediction(self.level_model, self.encoder, self.tool_emb, list(self.registry), self.tool_template)
 
     def level_note(self) -> str | None:
         """Why predicted levels are not the risk head's, when they are not."""
