@@ -91,6 +91,9 @@ def test_candidate_values_of_a_result():
     assert got["iban"] == ["DE89 3704 0044 0532 0130 00"] and "/home/alice/.ssh/id_rsa" in got["path"]
     assert "budget.xlsx" in got["path"] and got["handle"] == ["@mallory_x"] and "USR042" in got["identifier"]
     assert "+1 (555) 123-4567" in got["phone"] and got["recipient"] == ["Mallory Evil"]
+    streets = [(v.kind, v.shown) for v in candidates("Set the navigation to 1428 Elm Street, Springfield. Or 10 Downing St.")]
+    assert streets == [("address", "1428 Elm Street, Springfield"), ("address", "10 Downing St")]
+    assert not candidates("the 3 Way handshake, page 12 of Chapter 7")  # no street word after a number: no address
     folded = {v.folded for v in candidates(text)}
     assert "500" not in folded and "7" not in folded  # a short number or amount is no value: it would match anything
     assert all(len(v.folded) >= 6 for v in candidates(text))
@@ -128,6 +131,10 @@ def test_which_tools_are_untrusted_sources_and_sinks():
     assert tool_roles("book_flight", "Reserve a seat.", None, None, [], "travel", p)[1] == "its name says 'book'"
     assert tool_roles("rm", "Remove a file.", None, None, [], "fs", p)[1] == "its name says 'rm'"
     assert tool_roles("comment", "Comment on a tweet.", None, None, [], "x", p)[0] is None  # writes, does not read
+    # a tool that talks to someone returns their words, whatever it also does
+    assert "talks to someone else" in tool_roles("contact_customer_support", "Contact travel booking customer support, get "
+                                                 "immediate support on an issue.", None, None, [], "travel", p)[0]
+    assert tool_roles("ask_user", "Ask the user to choose an option.", None, None, [], "x", p)[0] is None  # the user is no one else
     ops = Policy(sources=Globs(servers=("fs",)), trusted_sources=Globs(tools=("list_*",)), sinks=Globs(tools=("mv",)),
                  trusted_sinks=Globs(servers=("mail",)))
     assert tool_roles("cat", "Show a file.", None, None, [], "fs", ops)[0] == "the policy lists it among the untrusted sources"

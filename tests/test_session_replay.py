@@ -57,10 +57,25 @@ def test_a_handful_of_tasks_replayed(bfcl):
     assert held and all("The session started with" in t or "the session started with" in t for t in held)
     for row in out["columns"]["session_guard"]["rows"]:
         assert row["clean"]["calls"] == row["clean"]["ran"] + len(row["clean"]["not_run"])
+    for column in ("per_call", "session_guard", "once_per_task"):  # the audit's questions are the ones the agent answered
+        q = s[column]["questions"]
+        assert q["total"] == sum(r["clean"]["asked"] for r in out["columns"][column]["rows"]) == sum(q["by_level"].values())
+        assert q["total"] == q["first_of_session"] + q["another_tool"] + q["same_tool_again"]
+
+
+def test_an_audited_column_pins_every_tool_to_the_annotators_level():
+    import bfcl_levels
+
+    labels = {r["name"]: r["risk_level"] for r in bfcl_levels.load_labels()}
+    for column, base in session_replay.AUDITED.items():
+        policy = session_replay.column_policy(column)
+        assert policy["levels"] == labels
+        assert {k: v for k, v in policy.items() if k != "levels"} == (session_replay.POLICIES[base] or {})
+    assert session_replay.column_policy("session_guard") is None  # the defaults: no policy file
 
 
 @pytest.mark.slow
 def test_the_whole_replay_reproduces_the_committed_figures(bfcl):
-    out = session_replay.replay(bfcl, None, echo=lambda m: None)
+    out = session_replay.replay(bfcl, None, session_replay.ALL_COLUMNS, echo=lambda m: None)
     committed = json.loads((ROOT / "benchmarks/results/session_replay.json").read_text())
     assert out["summary"] == committed["summary"]

@@ -323,10 +323,16 @@ rendered("docs/benchmarks.md", "the teams table", ["benchmarks/results/state_sto
 rendered("docs/serving.md", "the gateway's metrics and replay costs", ["benchmarks/results/gateway_ops.json"],
          lambda: _bench("gateway_ops").doc_table(_load("benchmarks/results/gateway_ops.json")),
          Timing("2-core machine", "2026-12-06", "benchmarks/results/gateway_ops.json"))
+rendered("docs/base-model.md", "the levels on BFCL's multi-turn tools", ["benchmarks/results/bfcl_levels.json"],
+         lambda: _bench("bfcl_levels").doc_table(_load("benchmarks/results/bfcl_levels.json")))
 SESSION = "benchmarks/results/session_replay.json"
 SESSION_RUN = Timing("2-core machine", "2026-12-06", SESSION)
 rendered("docs/session-guard.md", "the replay table", [SESSION],
          lambda: _bench("session_replay").doc_table(_load(SESSION)), SESSION_RUN)
+rendered("docs/session-guard.md", "the replay with the annotators' levels", [SESSION],
+         lambda: _bench("session_replay").doc_audited(_load(SESSION)), SESSION_RUN)
+rendered("docs/session-guard.md", "where the questions come from", [SESSION],
+         lambda: _bench("session_replay").doc_questions(_load(SESSION)), SESSION_RUN)
 rendered("docs/session-guard.md", "the attacks that ran, by sink", [SESSION],
          lambda: _bench("session_replay").doc_breakdown(_load(SESSION)))
 rendered("docs/session-guard.md", "the chain's cost", [SESSION],
@@ -1553,6 +1559,34 @@ claim("docs/session-guard.md", "per-call policy letting {} % of the attacks thro
       pct(SESSION_STEPS.at("runs", "before_drift_level", "summary", "session_guard", "attack_success"), "g"))
 claim("docs/session-guard.md", "`drift_level` alone brought the\n  guard to {} %",
       pct(SESSION_STEPS.at("runs", "drift_level_only", "summary", "session_guard", "attack_success"), "g"))
+def _load_of(machine: str) -> str:
+    return machine.split("load ")[1].split(" ")[0]
+
+
+claim("docs/session-guard.md", "added {} ms there at a load of {} and\n{} ms at {}; this one adds {} ms at {}",
+      SESSION_STEPS.at("runs", "before_audited_columns", "overhead", "sqlite/added_source_ms", fmt=".3f"),
+      V(lambda: _load_of(SESSION_STEPS.data["runs"]["before_audited_columns"]["machine"]), SESSION_STEPS.path),
+      SESSION_STEPS.at("runs", "before_talks_to_and_addresses", "overhead", "sqlite/added_source_ms", fmt=".3f"),
+      V(lambda: _load_of(SESSION_STEPS.data["runs"]["before_talks_to_and_addresses"]["machine"]), SESSION_STEPS.path),
+      Json(SESSION).at("overhead", "sqlite/added_source_ms", fmt=".3f"),
+      V(lambda: _load_of(Json(SESSION).data["machine"]), SESSION), timing=SESSION_RUN)
+BFCL_LEVELS = Json("benchmarks/results/bfcl_levels.json")
+claim("docs/session-guard.md", "the guard went\n  from {} % to {} % of the attacks run unasked (with the annotators' levels from {} % to\n  {} %)",
+      pct(SESSION_STEPS.at("runs", "before_talks_to_and_addresses", "summary", "session_guard", "attack_success"), ".1f"),
+      pct(Json(SESSION).at("summary", "session_guard", "attack_success"), ".1f"),
+      pct(SESSION_STEPS.at("runs", "before_talks_to_and_addresses", "summary", "session_guard_audited", "attack_success"), ".1f"),
+      pct(Json(SESSION).at("summary", "session_guard_audited", "attack_success"), ".1f"), timing=SESSION_RUN)
+claim("README.md", "(BFCL's 128 multi-turn tools, rated afterwards the same way) at\nweighted κ {}, with {} % of the tools rated L4–L5",
+      BFCL_LEVELS.at("agreement", "kappa_quadratic", fmt=".3f"), pct(BFCL_LEVELS.at("agreement", "high_unasked"), ".1f"))
+claim("docs/session-guard.md", "under the\nrubric (docs/base-model.md, \"On a registry nobody rated for training\"), weighted κ {}, and\n{} % of the tools",
+      BFCL_LEVELS.at("agreement", "kappa_quadratic", fmt=".3f"), pct(BFCL_LEVELS.at("agreement", "high_unasked"), ".1f"))
+claim("docs/session-guard.md", "the per-call policy already asks about most of these attacks ({} %\nrun unasked",
+      pct(Json(SESSION).at("summary", "per_call_audited", "attack_success"), ".1f"), timing=SESSION_RUN)
+claim("docs/session-guard.md", "and the guard lets {} %\nthrough",
+      pct(Json(SESSION).at("summary", "session_guard_audited", "attack_success"), ".1f"), timing=SESSION_RUN)
+claim("docs/session-guard.md", "It asks as many questions as the per-call policy ({} against {} per task)",
+      Json(SESSION).at("summary", "session_guard_audited", "confirmations_per_task", fmt=".2f"),
+      Json(SESSION).at("summary", "per_call_audited", "confirmations_per_task", fmt=".2f"), timing=SESSION_RUN)
 LEVEL_COST = Json("benchmarks/results/level_cost.json")
 claim(BM, "reads the same tools at a median of {} ms of CPU per tool (best of {} passes {} ms)",
       LEVEL_COST.at("cpu_ms_per_tool", "median", fmt=".3f"), LEVEL_COST.at("repeats"), LEVEL_COST.at("cpu_ms_per_tool", "best", fmt=".3f"),

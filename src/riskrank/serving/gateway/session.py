@@ -75,6 +75,11 @@ _READS_OTHERS = re.compile(rf"^{_READS}\b(?:\s+\S+){{0,6}}?\s+{_OTHERS}\b")
 #: shared drive, a repository); a listing of names is not its text.
 _FILE_TEXT = re.compile(r"\b(?:contents?|lines?|text|parts?) (?:of|in|from) (?:a |the |any |each |one |two |its )?"
                         r"(?:\w+ )?files?\b|\bfiles?'? contents?\b")
+#: A tool that talks to someone returns what they say: "Contact customer support", "chat with
+#: an agent", "ask an expert" (the user is not someone else: a tool that asks the user is not it).
+_TALKS_TO = re.compile(r"\b(?:contact\w*|call|calls|calling|chat\w*|talk\w*|speak\w*|ask|asks|asking|consult\w*)\b"
+                       r"(?:\s+\S+){0,4}?\s+(?:customer (?:support|service|care)|support|agents?|representatives?|help ?desk|"
+                       r"operators?|humans?|staff|advisors?|experts?|concierge)\b")
 _SENTENCES = re.compile(r"(?<=[.!?])\s+|\n\s*\n")
 
 
@@ -90,6 +95,8 @@ def _reads_others(name: str, description: str) -> str | None:
             return f"it reads what others write ({m.group(0)!r})"
     if m := _FILE_TEXT.search(normalise_text((description or "")[:4000])):
         return f"it returns a file's text ({m.group(0)!r})"
+    if m := _TALKS_TO.search(words) or _TALKS_TO.search(normalise_text((description or "")[:400])):
+        return f"it talks to someone else and returns what they say ({m.group(0)!r})"
     return None
 
 
@@ -100,7 +107,8 @@ def tool_roles(name: str, description: str, schema: Mapping[str, Any] | None, an
     A source: ``openWorldHint`` true; or, when its name does not act, its name reads what
     others write (``get_tweet``, ``search_messages``), one of its first two sentences starts with
     a read verb and names such content (messages, e-mail, posts, tickets, web pages, documents),
-    or its description says it returns a file's text. A sink: a capability of
+    its description says it returns a file's text, or it talks to someone else (contacts
+    support, chats with an agent, asks an expert: their answer is theirs). A sink: a capability of
     :data:`SINK_CAPABILITIES`, or a word of :data:`SINK_VERBS` in its name. The policy's
     ``sources``/``sinks`` add tools and servers; ``trusted_sources``/``trusted_sinks`` take them out."""
     source = sink = None

@@ -4,7 +4,7 @@ An injected instruction works by making the agent put the attacker's choice into
 recipient of a message, the URL of an upload, the account of a payment, the path of a file to
 delete. Such a choice is a *value* the agent copies from what it read. :func:`candidates`
 finds them in a result: e-mail addresses, URLs and domains, IBAN-like account numbers, file
-paths and names, phone numbers, ``@handles``, long identifiers (six characters or more with a
+paths and names, phone numbers, street addresses (``1428 Elm Street, Springfield``), ``@handles``, long identifiers (six characters or more with a
 digit: ``USR042``, ``acct-993812``) and quoted recipients (``to "Mallory"``). Numbers alone
 (an amount, a short id) and plain words are not values: they are what every task is made of,
 so they would match everything.
@@ -45,7 +45,10 @@ MAX_PER_RESULT = 256
 
 #: What each kind of value is called in a confirmation ("recipient 'x@evil.example' ...").
 KINDS = {"email": "e-mail address", "url": "URL", "iban": "account number", "path": "path", "phone": "phone number",
-         "handle": "handle", "identifier": "identifier", "recipient": "recipient"}
+         "address": "address", "handle": "handle", "identifier": "identifier", "recipient": "recipient"}
+#: What ends a street address's name (``Elm Street``, ``5th Ave``).
+_STREET = (r"(?:Street|St|Avenue|Ave|Road|Rd|Boulevard|Blvd|Lane|Ln|Drive|Dr|Way|Court|Ct|Place|Pl|Square|Sq|Terrace|"
+           r"Parkway|Pkwy|Highway|Hwy|Circle|Cir|Close|Crescent|Row|Alley|Trail|Plaza)")
 
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("email", re.compile(r"[\w.+-]{1,64}@[\w-]{1,63}(?:\.[\w-]{1,63})+")),
@@ -53,6 +56,10 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("iban", re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b")),
     ("path", re.compile(r"(?:~|\.{1,2})?/[\w.~-]+(?:/[\w.~-]+)+|\b[\w-]{1,64}(?:\.[\w-]{1,63})*\.[A-Za-z][A-Za-z0-9]{0,5}\b")),
     ("phone", re.compile(r"(?<![\w+])\+?\d[\d ().-]{6,18}\d\b")),
+    # a house number, one to four capitalised words ending in a street word, then the town's
+    # capitalised words after a comma
+    ("address", re.compile(r"\b\d{1,6}[A-Za-z]?\s+(?:[A-Z0-9][\w'.-]*\s+){0,3}" + _STREET + r"\b\.?"
+                           r"(?:,\s*[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*){0,3})?")),
     ("handle", re.compile(r"(?<![\w.@])@[A-Za-z0-9_]{2,30}\b")),
     ("identifier", re.compile(r"\b(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[\w-]{6,64}\b|\b\d{6,32}\b")),
     ("recipient", re.compile(r"\b(?:to|for|recipient|receiver|user|username|account|payee)\s*[:=]?\s*"
