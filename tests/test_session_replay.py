@@ -79,3 +79,9 @@ def test_the_whole_replay_reproduces_the_committed_figures(bfcl):
     out = session_replay.replay(bfcl, None, session_replay.ALL_COLUMNS, echo=lambda m: None)
     committed = json.loads((ROOT / "benchmarks/results/session_replay.json").read_text())
     assert out["summary"] == committed["summary"]
+
+
+def test_the_docs_held_attack_is_the_committed_runs():
+    committed = json.loads((ROOT / "benchmarks/results/session_replay.json").read_text())
+    doc = (ROOT / "docs/session-guard.md").read_text(encoding="utf-8")
+    assert committed["columns"]["session_guard"]["asked_texts"][0] in doc
