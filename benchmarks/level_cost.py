@@ -13,6 +13,7 @@ busy machine inflates far less than wall time; both are written). The target is 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
@@ -52,6 +53,10 @@ def main() -> None:
     print(f"{len(tools)} tools: CPU {doc['cpu_ms_per_tool']['median']:.3f} ms per tool (median of {a.repeats}; best "
           f"{doc['cpu_ms_per_tool']['best']:.3f}), wall {doc['wall_ms_per_tool']['median']:.3f}; target {TARGET_MS} ms; {doc['machine']}")
     if a.json:
+        if os.path.isfile(a.json):  # earlier measurements are kept: the cost moves with the machine's load
+            with open(a.json, encoding="utf-8") as f:
+                before = json.load(f)
+            doc["earlier"] = [{k: v for k, v in before.items() if k != "earlier"}, *before.get("earlier", [])]
         write_json(a.json, doc)
 
 

@@ -1591,7 +1591,10 @@ LEVEL_COST = Json("benchmarks/results/level_cost.json")
 claim(BM, "reads the same tools at a median of {} ms of CPU per tool (best of {} passes {} ms)",
       LEVEL_COST.at("cpu_ms_per_tool", "median", fmt=".3f"), LEVEL_COST.at("repeats"), LEVEL_COST.at("cpu_ms_per_tool", "best", fmt=".3f"),
       timing=Timing("2-core machine", "2026-12-06", "benchmarks/results/level_cost.json"))
-claim(BM, "on the 2-core machine under load ({}): the median is still\nover the {} ms target", LEVEL_COST.at("machine"),
+claim(BM, "on the 2-core machine ({}); an earlier run of the same code,\nkept in the artefact, read them at a median of {} ms (best {} ms) under a load of {}.\nThe median is over the {} ms target in both runs",
+      LEVEL_COST.at("machine"), LEVEL_COST.at("earlier", 0, "cpu_ms_per_tool", "median", fmt=".3f"),
+      LEVEL_COST.at("earlier", 0, "cpu_ms_per_tool", "best", fmt=".3f"),
+      V(lambda: LEVEL_COST.data["earlier"][0]["machine"].split("load ")[1].split(" ")[0], LEVEL_COST.path),
       LEVEL_COST.at("target_ms_per_tool", fmt="g"))
 claim("docs/session-guard.md", "with the flow change, {} % on the base model then shipped",
       pct(SESSION_STEPS.at("runs", "before_base_rebuild", "summary", "session_guard", "attack_success"), ".1f"))
