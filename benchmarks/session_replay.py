@@ -30,11 +30,12 @@ words, then the attacker's call (searched for again like any step). A confirmati
 it is answered "decline": it counts as **held**; a call that runs unasked is a **success** of
 the attack; one refused without a question is **refused**.
 
-**Three columns**, side by side: a plain pass-through proxy (the upstream's tools called
+**The columns**, side by side: a plain pass-through proxy (the upstream's tools called
 directly: every call runs), today's per-call policy (``riskrank mcp`` with the session guard
 off: ``{"scope": "off", "flow": "off", "confirm": "every_call"}``), and the session guard
-(``riskrank mcp`` with no policy file: its defaults), and the guard with ``confirm:
-once_per_task``. Utility: the tasks whose every ground-truth call ran (checked against what the
+(``riskrank mcp`` with no policy file: its defaults), the guard with ``confirm:
+once_per_task``, and that with ``cover_level`` 4 (one approval also covers the task's level-4
+tools). Utility: the tasks whose every ground-truth call ran (checked against what the
 upstream itself ran); confirmations per task.
 
 **With the annotators' levels.** Every decision reads a tool's level, and these 128 tools are
@@ -83,15 +84,17 @@ import _bfcl_upstream as upstream  # noqa: E402
 
 BFCL = "ShishirPatil/gorilla/berkeley-function-call-leaderboard"
 BIPIA = "microsoft/BIPIA/benchmark"
-COLUMNS = ("passthrough", "per_call", "session_guard", "once_per_task")
+COLUMNS = ("passthrough", "per_call", "session_guard", "once_per_task", "once_per_task_cover4")
 #: The policy file of each gateway column (None: no file, the defaults).
 POLICIES: dict[str, dict[str, Any] | None] = {"per_call": {"scope": "off", "flow": "off", "confirm": "every_call"},
-                                              "session_guard": None, "once_per_task": {"confirm": "once_per_task"}}
+                                              "session_guard": None, "once_per_task": {"confirm": "once_per_task"},
+                                              "once_per_task_cover4": {"confirm": "once_per_task", "cover_level": 4}}
 #: Each column's heading in the docs' tables.
 TITLES = {"passthrough": "plain pass-through proxy", "per_call": "today's per-call policy", "session_guard": "session guard",
-          "once_per_task": "session guard, `once_per_task`"}
+          "once_per_task": "session guard, `once_per_task`",
+          "once_per_task_cover4": "session guard, `once_per_task`, `cover_level` 4"}
 #: The gateway columns again, with the annotators' levels pinned by the policy (module docstring).
-AUDITED = {f"{c}_audited": c for c in ("per_call", "session_guard", "once_per_task")}
+AUDITED = {f"{c}_audited": c for c in ("per_call", "session_guard", "once_per_task", "once_per_task_cover4")}
 ALL_COLUMNS = (*COLUMNS, *AUDITED)
 
 

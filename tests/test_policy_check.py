@@ -36,7 +36,9 @@ def test_named_policies_are_printed_resolved_and_read_back_the_same(tmp_path, mo
     read_only, on_call = resolved["policies"]["read-only"], resolved["policies"]["on-call"]
     # every key with its default filled in; the gateway-wide trust settings in the default policy only
     assert set(read_only) == keys and set(on_call) == keys - {"on_poisoned", "on_suspicious", "first_seen"}
-    assert read_only == {**Policy().to_dict(), "max_level": 2, "levels": {"restart_*": 3}, "first_seen": "quarantine"}
+    # cover_level resolved: one below max_level unless the file says
+    assert read_only == {**Policy().to_dict(), "max_level": 2, "cover_level": 1, "levels": {"restart_*": 3},
+                         "first_seen": "quarantine"}
     assert on_call["untrusted"] == ["*"] and on_call["client_choices"] == {"lambda": [0.0, 0.5], "mode": ["dense+rule"]}
     assert on_call["confirm_level"] == 3 and on_call["call_timeouts"] == {"restart_*": 30.0}
     again = tmp_path / "resolved.json"
@@ -50,7 +52,7 @@ def test_a_flat_policy_is_the_policy_named_default(tmp_path, monkeypatch, capfd)
     code, out, _ = check(monkeypatch, capfd, path)
     assert code == 0
     assert json.loads(out) == {"default": "default", "policies": {"default": {**Policy().to_dict(), "max_level": 3,
-                                                                             "deny": ["run_*"]}}}
+                                                                             "cover_level": 2, "deny": ["run_*"]}}}
 
 
 def test_a_bad_policy_is_one_line_naming_the_field(tmp_path, monkeypatch, capfd):

@@ -156,7 +156,10 @@ def test_the_policy_file_keys(tmp_path):
     path.write_text(json.dumps({"scope": "off", "flow": "refuse", "confirm": "every_call", "drift_level": 3,
                                 "sources": {"servers": ["web"], "tools": ["cat"]}, "trusted_sinks": {"tools": ["post_*"]}}))
     p = load_policy(path)
-    assert (p.scope, p.flow, p.confirm, p.drift_level) == ("off", "refuse", "every_call", 3)
+    assert (p.scope, p.flow, p.confirm, p.drift_level, p.cover_level) == ("off", "refuse", "every_call", 3, None)
+    raised = tmp_path / "raised.json"
+    raised.write_text(json.dumps({"cover_level": 4}))
+    assert load_policy(raised).approval_ceiling == 4 and load_policy(raised).to_dict()["cover_level"] == 4
     assert p.sources == Globs(("web",), ("cat",)) and p.trusted_sinks == Globs((), ("post_*",))
     d = load_policy(None)
     assert (d.scope, d.flow, d.confirm, d.drift_level) == ("confirm", "confirm", "once_per_session", 2)
@@ -164,6 +167,7 @@ def test_the_policy_file_keys(tmp_path):
                           ({"confirm": "once"}, "confirm: must be one of once_per_session, once_per_task, every_call"),
                           ({"scope": True}, "scope: must be one of confirm, off"),
                           ({"drift_level": 0}, "drift_level: must be a risk level, an integer from 1 to 5"),
+                          ({"cover_level": 5}, "cover_level: 5 is above max_level 4 (a level the policy refuses cannot be approved)"),
                           ({"sinks": ["send_*"]}, 'sinks: must be an object, {"servers": ["GLOB"], "tools": ["GLOB"]}'),
                           ({"sources": {"hosts": []}}, "sources: unknown key(s) ['hosts']"),
                           ({"sources": {"tools": ["a["]}}, "sources.tools[0]: 'a[': a '[' is not closed")]:
@@ -377,6 +381,10 @@ def test_confirm_guard_asks_once_per_session():
     assert confirm.check(ctx_of("purge", V, record=once)) is None
     assert confirm.check(ctx_of("purge", V, record=once, policy=Policy(confirm="every_call"))).code == "confirm"
     assert confirm.check(ctx_of("purge", V, record=once, policy=Policy(max_level=3))).code == "confirm"  # not below max_level
+    # cover_level: the highest level an approval covers (one below max_level unless the policy raises it)
+    assert confirm.check(ctx_of("purge", V, record=once, policy=Policy(max_level=3, cover_level=3))) is None
+    assert confirm.check(ctx_of("purge", V, record=once, policy=Policy(cover_level=2))).code == "confirm"
+    assert Policy().approval_ceiling == 3 and Policy(max_level=5).approval_ceiling == 4
     untrusted = view_of(purge={"level": 3, "every": True})
     v = confirm.check(ctx_of("purge", untrusted, record=once, policy=Policy(untrusted=("srv",))))
     assert v.code == "confirm" and "untrusted by the policy" in v.message  # an untrusted server's calls: every time

@@ -53,6 +53,7 @@ def test_a_handful_of_tasks_replayed(bfcl):
     assert s["session_guard"]["utility"] == s["per_call"]["utility"]
     assert s["session_guard"]["attack_success"] <= s["per_call"]["attack_success"]
     assert s["once_per_task"]["confirmations_per_task"] <= s["session_guard"]["confirmations_per_task"]
+    assert s["once_per_task_cover4"]["confirmations_per_task"] <= s["once_per_task"]["confirmations_per_task"]
     held = out["columns"]["session_guard"]["asked_texts"]
     assert held and all("The session started with" in t or "the session started with" in t for t in held)
     for row in out["columns"]["session_guard"]["rows"]:

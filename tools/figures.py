@@ -1571,6 +1571,13 @@ claim("docs/session-guard.md", "added {} ms there at a load of {} and\n{} ms at 
       Json(SESSION).at("overhead", "sqlite/added_source_ms", fmt=".3f"),
       V(lambda: _load_of(Json(SESSION).data["machine"]), SESSION), timing=SESSION_RUN)
 BFCL_LEVELS = Json("benchmarks/results/bfcl_levels.json")
+claim("docs/session-guard.md", "with the annotators' levels the questions\nfall from {} to {} per task, {}x the per-call policy's, still above half, while the\nattacks run unasked rise from {} % to {} %",
+      Json(SESSION).at("summary", "once_per_task_audited", "confirmations_per_task", fmt=".2f"),
+      Json(SESSION).at("summary", "once_per_task_cover4_audited", "confirmations_per_task", fmt=".2f"),
+      V(lambda: Json(SESSION).data["summary"]["once_per_task_cover4_audited"]["confirmations_per_task"]
+        / Json(SESSION).data["summary"]["per_call_audited"]["confirmations_per_task"], SESSION, ".2f"),
+      pct(Json(SESSION).at("summary", "once_per_task_audited", "attack_success"), ".1f"),
+      pct(Json(SESSION).at("summary", "once_per_task_cover4_audited", "attack_success"), ".1f"), timing=SESSION_RUN)
 claim("docs/session-guard.md", "the guard went\n  from {} % to {} % of the attacks run unasked (with the annotators' levels from {} % to\n  {} %)",
       pct(SESSION_STEPS.at("runs", "before_talks_to_and_addresses", "summary", "session_guard", "attack_success"), ".1f"),
       pct(Json(SESSION).at("summary", "session_guard", "attack_success"), ".1f"),

@@ -106,7 +106,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,255}$")
 _HEADER_VALUE = re.compile(r"^[\x20-\x7e\t]+$")
 POLICY_KEYS = {"max_level", "confirm_level", "allow", "deny", "exposure_ttl_s", "client_choices", "levels", "preset",
                "untrusted", "call_timeouts", "on_poisoned", "on_suspicious", "first_seen", "learned_scan",
-               "scope", "drift_level", "flow", "confirm", "sources", "trusted_sources", "sinks", "trusted_sinks"}
+               "scope", "drift_level", "flow", "confirm", "cover_level", "sources", "trusted_sources", "sinks", "trusted_sinks"}
 #: The session guard's keys that name servers and tools (:class:`Globs`).
 GLOB_SETS = ("sources", "trusted_sources", "sinks", "trusted_sinks")
 #: What a scan verdict may do (``on_poisoned``, ``on_suspicious``), and a first connect (``first_seen``).
@@ -508,6 +508,12 @@ def _policy(data: dict[str, Any], where: str) -> Policy:
     max_level = _level(data.get("max_level", d.max_level), f"{where}: max_level")
     confirm_level = _level(data.get("confirm_level", d.confirm_level), f"{where}: confirm_level")
     drift_level = _level(data.get("drift_level", d.drift_level), f"{where}: drift_level")
+    cover_level = data.get("cover_level")
+    if cover_level is not None:
+        cover_level = _level(cover_level, f"{where}: cover_level")
+        if cover_level > max_level:
+            raise ConfigError(f"{where}: cover_level: {cover_level} is above max_level {max_level} (a level the policy "
+                              "refuses cannot be approved)")
     ttl = data.get("exposure_ttl_s")
     if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl) or ttl <= 0):
         raise ConfigError(f"{where}: exposure_ttl_s: must be a positive number of seconds, or null")
@@ -569,7 +575,7 @@ def _policy(data: dict[str, Any], where: str) -> Policy:
         guard[key] = _glob_set(data.get(key, {}), f"{where}: {key}")
     return Policy(
         **trust, **guard, learned_scan=learned,
-        max_level=max_level, confirm_level=confirm_level, drift_level=drift_level,
+        max_level=max_level, confirm_level=confirm_level, drift_level=drift_level, cover_level=cover_level,
         allow=_globs(data.get("allow", list(d.allow)), f"{where}: allow"),
         deny=_globs(data.get("deny", list(d.deny)), f"{where}: deny"),
         exposure_ttl_s=None if ttl is None else float(ttl), client_choices=choices, levels=levels, untrusted=untrusted,

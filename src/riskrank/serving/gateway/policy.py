@@ -28,7 +28,7 @@ The session guard (docs/session-guard.md) adds what one call cannot show: ``scop
 tool outside what the session's task needs is confirmed, naming both texts), ``flow`` (a
 sink whose arguments carry a value first seen in an untrusted result is confirmed or
 refused) and ``confirm`` (``once_per_session``: a tool confirmed once in a session, inside its
-scope, below ``max_level``, is not asked about again). :class:`Globs` names the servers and
+scope, at ``cover_level`` or below, is not asked about again). :class:`Globs` names the servers and
 tools the policy adds to, or takes out of, the untrusted sources and the sinks.
 
 Nothing here imports the MCP SDK.
@@ -121,10 +121,15 @@ class Policy:
     session's task: ``confirm`` (with where the value came from), ``refuse`` or ``off``."""
     confirm: str = "once_per_session"
     """``once_per_session``: a tool confirmed once in a session is not asked about again while
-    its calls stay inside the scope, carry no untrusted value and are below ``max_level``;
+    its calls stay inside the scope, carry no untrusted value and are at ``cover_level`` or below;
     ``once_per_task``: one approval of a call inside the scope covers every tool inside it on
     the same terms (the user approves the task's tools, not each one); ``every_call``: each
     call is asked about."""
+    cover_level: int | None = None
+    """The highest level an approval covers for later calls (``confirm`` above); None: one
+    below ``max_level`` (3 by default: a level-4 call is asked about every time). Raising it to
+    ``max_level`` lets one approval cover the task's level-4 tools too: fewer questions, and an
+    agent turned without reading anything untrusted may then run them (docs/session-guard.md)."""
     sources: Globs = Globs()
     """Servers and tools whose results are untrusted, beside those the gateway finds
     (``openWorldHint``; a tool that reads messages, web pages, e-mail, tickets, posts)."""
@@ -159,6 +164,11 @@ class Policy:
         """The seconds a call of ``name`` may take (``call_timeouts``' first match, else ``default``)."""
         return next((s for g, s in self.call_timeouts.items() if fnmatch.fnmatchcase(name, g)), default)
 
+    @property
+    def approval_ceiling(self) -> int:
+        """The highest level an approval covers (``cover_level``, else one below ``max_level``)."""
+        return self.cover_level if self.cover_level is not None else self.max_level - 1
+
     def pinned_level(self, name: str) -> int | None:
         """The level ``levels`` pins for ``name`` (the first matching glob, in file order)."""
         return next((lvl for g, lvl in self.levels.items() if fnmatch.fnmatchcase(name, g)), None)
@@ -169,7 +179,7 @@ class Policy:
                 "client_choices": {k: list(v) for k, v in self.client_choices.items()}, "levels": dict(self.levels),
                 "untrusted": list(self.untrusted), "call_timeouts": dict(self.call_timeouts),
                 "on_poisoned": self.on_poisoned, "on_suspicious": self.on_suspicious, "first_seen": self.first_seen,
-                "scope": self.scope, "drift_level": self.drift_level, "flow": self.flow, "confirm": self.confirm, "sources": self.sources.to_dict(),
+                "scope": self.scope, "drift_level": self.drift_level, "flow": self.flow, "confirm": self.confirm, "cover_level": self.approval_ceiling, "sources": self.sources.to_dict(),
                 "trusted_sources": self.trusted_sources.to_dict(), "sinks": self.sinks.to_dict(),
                 "trusted_sinks": self.trusted_sinks.to_dict()}
 

@@ -22,7 +22,8 @@ policy's pinned level where it pins one, else the level on the line); the line's
   is asked).
 
 What a log cannot show is said, not guessed: a session guard that was off when the line was
-written is taken as passing; a new ``drift_level`` is not re-decided (whether the tool was
+written is taken as passing; a new ``cover_level`` is not re-decided (a call an approval covered
+stays unasked, whatever level the new policy lets approvals cover); a new ``drift_level`` is not re-decided (whether the tool was
 inside the session's scope is not on the line: the line's scope verdict stands); a call that newly needs a confirmation is counted every time,
 though ``once_per_session`` asks only the first call of its kind (so "newly confirmed" is an
 upper bound); a scan verdict that confirmed a tool is read as a level hold. ``find_tools``

@@ -2,8 +2,8 @@
 or whose definition the scan found and the policy confirms, is held for the user's (or the
 operator's) confirmation. With ``"confirm": "once_per_session"`` (the default) a call of a kind
 already confirmed in the session (the tool with the same switches, booleans and enum values:
-:func:`~riskrank.serving.gateway.session.confirmation_kind`) is not asked about again while the call stays inside the scope, below
-``max_level``, confirmed for its level alone (an untrusted server's and a scan's are asked every
+:func:`~riskrank.serving.gateway.session.confirmation_kind`) is not asked about again while the call stays inside the scope, at
+``cover_level`` or below (one below ``max_level`` unless the policy says), confirmed for its level alone (an untrusted server's and a scan's are asked every
 call), its arguments carry no value first seen in an untrusted result (for any tool, sink or
 not: the user approved the tool, not what a result put into it), and the session has read no
 untrusted result since the approval (a result may have turned the agent: the next call is
@@ -29,7 +29,7 @@ def check(ctx: CallContext) -> Verdict | None:
     approved = policy.confirm != "every_call" and (
         ctx.record.confirmed_since_read(confirmation_kind(ctx.tool, ctx.arguments, ctx.view.schemas.get(ctx.tool)))
         or (policy.confirm == "once_per_task" and ctx.record.confirmed_since_read(TASK_KIND)))
-    if (approved and not every and in_scope and level is not None and level < policy.max_level
+    if (approved and not every and in_scope and level is not None and level <= policy.approval_ceiling
             and not (ctx.record.flows and ctx.record.flow_hits(folded_arguments(dict(ctx.arguments))))):
         return None
     if policy.untrusted_server(ctx.upstream):
