@@ -90,12 +90,16 @@ def labelled_tools(data: Path, rows: list[dict[str, Any]]) -> tuple[list[Any], l
     return tools, envs, labels
 
 
-def served_levels(tools: list[Any]) -> tuple[np.ndarray, list[tuple[str, ...]]]:
-    """The level riskrank serves each tool (the base model's retriever over the registry: what
-    ``find_tools`` and the gateway read) and its evidence."""
+def retriever_of(tools: list[Any]) -> Any:
+    """The base model's retriever over the registry: what ``find_tools`` and the gateway read."""
     from riskrank.pipeline import RiskAwareRetriever
 
-    levels = RiskAwareRetriever(ToolRegistry(tools)).tool_levels
+    return RiskAwareRetriever(ToolRegistry(tools))
+
+
+def served_levels(retriever: Any) -> tuple[np.ndarray, list[tuple[str, ...]]]:
+    """The level riskrank serves each tool of ``retriever`` (:func:`retriever_of`) and its evidence."""
+    levels = retriever.tool_levels
     return np.asarray(levels.levels, dtype=np.int64), list(levels.evidence)
 
 
@@ -126,15 +130,14 @@ def labels_from_votes(data: Path, vote_files: list[Path], reviews: dict[str, dic
     return out
 
 
-def levels_with_openings(tools: list[Any]) -> np.ndarray:
-    """The levels the level model gives these tools when it reads each whole description, the
-    registry's shared opening included (what it served before openings were read as the
-    registry's: the choice is measured here, not made)."""
+def levels_with_openings(retriever: Any) -> np.ndarray:
+    """The levels the level model gives the tools of ``retriever`` when it reads each whole
+    description, the registry's shared opening included (what it served before openings were
+    read as the registry's: the choice is measured here, not made)."""
     from riskrank.levels import ToolEvidence
-    from riskrank.pipeline import RiskAwareRetriever
 
-    r = RiskAwareRetriever(ToolRegistry(tools))
-    return np.asarray(r.level_model.predict(r.tool_emb, tools, ToolEvidence.of(tools)).levels, dtype=np.int64)
+    tools = list(retriever.registry)
+    return np.asarray(retriever.level_model.predict(retriever.tool_emb, tools, ToolEvidence.of(tools)).levels, dtype=np.int64)
 
 
 def _rounded(row: dict[str, Any]) -> dict[str, Any]:
@@ -148,7 +151,8 @@ def report(data: Path) -> dict[str, Any]:
     names = [t.name for t in tools]
     votes = {a: np.asarray([labels[n]["votes"][a] for n in names]) for a in sorted(rows[0]["votes"])}
     gold = np.asarray([labels[n]["risk_level"] for n in names], dtype=np.int64)
-    pred, evidence = served_levels(tools)
+    retriever = retriever_of(tools)
+    pred, evidence = served_levels(retriever)
     pairs = [pair_stats(a, votes[a], b, votes[b], bootstrap=0).to_dict() for i, a in enumerate(votes) for b in list(votes)[i + 1:]]
     per_env = {e: _rounded(agreement_row(gold[m], pred[m])) for e in sorted(set(envs))
                for m in [np.asarray([x == e for x in envs])]}
@@ -161,7 +165,7 @@ def report(data: Path) -> dict[str, Any]:
                        "resolved": dict(sorted(Counter(int(g) for g in gold).items()))},
         "served": dict(sorted(Counter(int(p) for p in pred).items())),
         "agreement": _rounded(agreement_row(gold, pred)),
-        "agreement_with_openings": _rounded(agreement_row(gold, levels_with_openings(tools))),
+        "agreement_with_openings": _rounded(agreement_row(gold, levels_with_openings(retriever))),
         "per_environment": per_env,
         "confusion": confusion(gold, pred),
         "furthest": [{"tool": names[i], "label": int(gold[i]), "served": int(pred[i]), "evidence": list(evidence[i])} for i in moved],

@@ -391,6 +391,11 @@ def pct(v: V, spec: str = ".1f") -> V:
     return v.map(lambda x: 100 * x, spec)
 
 
+def load_of(j: Json, *path: str | int) -> V:
+    """The 1-minute load a benchmark's ``machine`` string names ("... (load 0.41 at the start)")."""
+    return j.at(*path, "machine").map(lambda machine: machine.split("load ")[1].split(" ")[0])
+
+
 # ---------------------------------------------------------------------------- README.md
 
 U = Results("docs/reproduction/ultratool/results.json")
@@ -1547,37 +1552,32 @@ claim(AU, "(L1 tools predicted L2: {} on UltraTool, {} on Seal-Tools)",
 SESSION_STEPS = Json("benchmarks/results/session_replay_steps.json")
 claim("docs/session-guard.md", "`purchase_insurance`, `book_flight`), {} % of them",
       pct(Json(SESSION).at("summary", "per_call", "attack_success"), "g"), timing=SESSION_RUN)
+def guard_trade(before: str, after: str, per_call: str) -> tuple[V, ...]:
+    """A replay column against another: questions per task before and after, the after's as a
+    multiple of the per-call policy's, and the attacks run unasked before and after."""
+    s = Json(SESSION)
+    ratio = V(lambda: s.data["summary"][after]["confirmations_per_task"] / s.data["summary"][per_call]["confirmations_per_task"],
+              SESSION, ".2f")
+    return (s.at("summary", before, "confirmations_per_task", fmt=".2f"), s.at("summary", after, "confirmations_per_task", fmt=".2f"),
+            ratio, pct(s.at("summary", before, "attack_success"), ".1f"), pct(s.at("summary", after, "attack_success"), ".1f"))
+
+
 claim("docs/session-guard.md", "questions fall\nfrom {} to {} per task ({}x the per-call policy's), and attacks run unasked rise from\n{} % to {} %",
-      Json(SESSION).at("summary", "session_guard", "confirmations_per_task", fmt=".2f"),
-      Json(SESSION).at("summary", "once_per_task", "confirmations_per_task", fmt=".2f"),
-      V(lambda: Json(SESSION).data["summary"]["once_per_task"]["confirmations_per_task"]
-        / Json(SESSION).data["summary"]["per_call"]["confirmations_per_task"], SESSION, ".2f"),
-      pct(Json(SESSION).at("summary", "session_guard", "attack_success"), ".1f"),
-      pct(Json(SESSION).at("summary", "once_per_task", "attack_success"), ".1f"), timing=SESSION_RUN)
+      *guard_trade("session_guard", "once_per_task", "per_call"), timing=SESSION_RUN)
 claim("docs/session-guard.md", "per-call policy letting {} % of the attacks through and the guard {} %",
       pct(SESSION_STEPS.at("runs", "before_drift_level", "summary", "per_call", "attack_success"), "g"),
       pct(SESSION_STEPS.at("runs", "before_drift_level", "summary", "session_guard", "attack_success"), "g"))
 claim("docs/session-guard.md", "`drift_level` alone brought the\n  guard to {} %",
       pct(SESSION_STEPS.at("runs", "drift_level_only", "summary", "session_guard", "attack_success"), "g"))
-def _load_of(machine: str) -> str:
-    return machine.split("load ")[1].split(" ")[0]
-
-
 claim("docs/session-guard.md", "added {} ms there at a load of {} and\n{} ms at {}; this one adds {} ms at {}",
       SESSION_STEPS.at("runs", "before_audited_columns", "overhead", "sqlite/added_source_ms", fmt=".3f"),
-      V(lambda: _load_of(SESSION_STEPS.data["runs"]["before_audited_columns"]["machine"]), SESSION_STEPS.path),
+      load_of(SESSION_STEPS, "runs", "before_audited_columns"),
       SESSION_STEPS.at("runs", "before_talks_to_and_addresses", "overhead", "sqlite/added_source_ms", fmt=".3f"),
-      V(lambda: _load_of(SESSION_STEPS.data["runs"]["before_talks_to_and_addresses"]["machine"]), SESSION_STEPS.path),
-      Json(SESSION).at("overhead", "sqlite/added_source_ms", fmt=".3f"),
-      V(lambda: _load_of(Json(SESSION).data["machine"]), SESSION), timing=SESSION_RUN)
+      load_of(SESSION_STEPS, "runs", "before_talks_to_and_addresses"),
+      Json(SESSION).at("overhead", "sqlite/added_source_ms", fmt=".3f"), load_of(Json(SESSION)), timing=SESSION_RUN)
 BFCL_LEVELS = Json("benchmarks/results/bfcl_levels.json")
 claim("docs/session-guard.md", "with the annotators' levels the questions\nfall from {} to {} per task, {}x the per-call policy's, still above half, while the\nattacks run unasked rise from {} % to {} %",
-      Json(SESSION).at("summary", "once_per_task_audited", "confirmations_per_task", fmt=".2f"),
-      Json(SESSION).at("summary", "once_per_task_cover4_audited", "confirmations_per_task", fmt=".2f"),
-      V(lambda: Json(SESSION).data["summary"]["once_per_task_cover4_audited"]["confirmations_per_task"]
-        / Json(SESSION).data["summary"]["per_call_audited"]["confirmations_per_task"], SESSION, ".2f"),
-      pct(Json(SESSION).at("summary", "once_per_task_audited", "attack_success"), ".1f"),
-      pct(Json(SESSION).at("summary", "once_per_task_cover4_audited", "attack_success"), ".1f"), timing=SESSION_RUN)
+      *guard_trade("once_per_task_audited", "once_per_task_cover4_audited", "per_call_audited"), timing=SESSION_RUN)
 claim("docs/session-guard.md", "the guard went\n  from {} % to {} % of the attacks run unasked (with the annotators' levels from {} % to\n  {} %)",
       pct(SESSION_STEPS.at("runs", "before_talks_to_and_addresses", "summary", "session_guard", "attack_success"), ".1f"),
       pct(Json(SESSION).at("summary", "session_guard", "attack_success"), ".1f"),
@@ -1601,7 +1601,7 @@ claim(BM, "reads the same tools at a median of {} ms of CPU per tool (best of {}
 claim(BM, "on the 2-core machine ({}); an earlier run of the same code,\nkept in the artefact, read them at a median of {} ms (best {} ms) under a load of {}.\nThe median is over the {} ms target in both runs",
       LEVEL_COST.at("machine"), LEVEL_COST.at("earlier", 0, "cpu_ms_per_tool", "median", fmt=".3f"),
       LEVEL_COST.at("earlier", 0, "cpu_ms_per_tool", "best", fmt=".3f"),
-      V(lambda: LEVEL_COST.data["earlier"][0]["machine"].split("load ")[1].split(" ")[0], LEVEL_COST.path),
+      load_of(LEVEL_COST, "earlier", 0),
       LEVEL_COST.at("target_ms_per_tool", fmt="g"))
 claim("docs/session-guard.md", "with the flow change, {} % on the base model then shipped",
       pct(SESSION_STEPS.at("runs", "before_base_rebuild", "summary", "session_guard", "attack_success"), ".1f"))
