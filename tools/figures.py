@@ -325,6 +325,8 @@ rendered("docs/serving.md", "the gateway's metrics and replay costs", ["benchmar
          Timing("2-core machine", "2026-12-06", "benchmarks/results/gateway_ops.json"))
 rendered("docs/base-model.md", "the levels on BFCL's multi-turn tools", ["benchmarks/results/bfcl_levels.json"],
          lambda: _bench("bfcl_levels").doc_table(_load("benchmarks/results/bfcl_levels.json")))
+rendered("docs/base-model.md", "the levels on twelve MCP servers from npm", ["benchmarks/results/npm_levels.json"],
+         lambda: _bench("npm_levels").doc_table(_load("benchmarks/results/npm_levels.json")))
 SESSION = "benchmarks/results/session_replay.json"
 SESSION_RUN = Timing("2-core machine", "2026-12-06", SESSION)
 rendered("docs/session-guard.md", "the replay table", [SESSION],
@@ -1594,6 +1596,12 @@ claim("docs/session-guard.md", "and the guard lets {} %\nthrough",
 claim("docs/session-guard.md", "It asks as many questions as the per-call policy ({} against {} per task)",
       Json(SESSION).at("summary", "session_guard_audited", "confirmations_per_task", fmt=".2f"),
       Json(SESSION).at("summary", "per_call_audited", "confirmations_per_task", fmt=".2f"), timing=SESSION_RUN)
+NPM_LEVELS = Json("benchmarks/results/npm_levels.json")
+claim("README.md", "on twelve real MCP servers from npm nobody on the project had read ({} tools, rated the\n  same way) at weighted κ {}, asking about {} % of the tools rated L1–L2",
+      NPM_LEVELS.at("n_tools"), NPM_LEVELS.at("agreement", "kappa_quadratic", fmt=".3f"), pct(NPM_LEVELS.at("agreement", "low_asked"), ".1f"))
+claim(BM, "{} % of the tools the annotators rate L1–L2 would be asked about, and the model seldom\nsays L2 ({} of the {} tools rated L2; {} served L1, {} served L3)",
+      pct(NPM_LEVELS.at("agreement", "low_asked"), ".1f"), NPM_LEVELS.at("confusion", 1, 1),
+      NPM_LEVELS.at("confusion", 1).map(sum, ""), NPM_LEVELS.at("confusion", 1, 0), NPM_LEVELS.at("confusion", 1, 2))
 LEVEL_COST = Json("benchmarks/results/level_cost.json")
 claim(BM, "reads the same tools at a median of {} ms of CPU per tool (best of {} passes {} ms)",
       LEVEL_COST.at("cpu_ms_per_tool", "median", fmt=".3f"), LEVEL_COST.at("repeats"), LEVEL_COST.at("cpu_ms_per_tool", "best", fmt=".3f"),

@@ -1,0 +1,84 @@
+"""The rated tools of twelve MCP servers from npm: the labels file follows the span rule and
+carries what the annotators read, its data card states what the votes give, and the committed
+artefact holds the levels riskrank serves today for those definitions (a real end-to-end run
+of the base model over 156 real tools: no npm or network needed)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import npm_levels  # noqa: E402
+from riskrank.agreement import pair_stats  # noqa: E402
+from riskrank.audit import resolve_votes  # noqa: E402
+from riskrank.errors import DataError  # noqa: E402
+
+ARTEFACT = ROOT / "benchmarks" / "results" / "npm_levels.json"
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict]:
+    return npm_levels.load_labels()
+
+
+def test_the_labels_follow_the_span_rule_and_carry_the_definitions(rows):
+    assert len(rows) == 156 and len({r["id"] for r in rows}) == 156
+    assert {r["server"] for r in rows} == set(npm_levels.SERVERS)
+    for r in rows:
+        assert r["id"] == f"{r['server']}::{r['name']}" and r["version"] == npm_levels.SERVERS[r["server"]][0]
+        assert isinstance(r["description"], str) and isinstance(r["inputSchema"], dict)
+        votes = list(r["votes"].values())
+        assert sorted(r["votes"]) == ["A", "B", "C"] and all(1 <= v <= 5 for v in votes)
+        assert all(r["why"][a].strip() for a in r["votes"])
+        res = resolve_votes(votes, 3)
+        assert r["span"] == res.span
+        if res.level is None:
+            assert r["resolution"] == "reviewed" and r["review"]["note"].strip()
+        else:
+            assert (r["resolution"], r["risk_level"]) == (res.status, res.level)
+
+
+def test_the_data_card_states_what_the_votes_give(rows):
+    votes = {a: np.asarray([r["votes"][a] for r in rows]) for a in "ABC"}
+    kappas = sorted(round(pair_stats(a, votes[a], b, votes[b], bootstrap=0).kappa, 3) for a, b in ("AB", "AC", "BC"))
+    card = " ".join((ROOT / "corpora" / "rubric-levels" / "README.md").read_text(encoding="utf-8").split())
+    assert f"Pairwise weighted κ {kappas[0]:.3f}, {kappas[1]:.3f} and {kappas[2]:.3f}" in card
+    assert f"{sum(r['span'] == 0 for r in rows)} unanimous, {sum(r['span'] == 1 for r in rows)} at span 1" in card
+    counts = ", ".join(f"L{k} {sum(r['risk_level'] == k for r in rows)}" for k in range(1, 6))
+    assert f"Resolved levels: {counts}." in card
+
+
+def test_a_tool_two_servers_share_is_offered_under_its_server(rows):
+    names = npm_levels.served_names(rows)
+    assert len(set(names)) == len(names)
+    by_id = dict(zip((r["id"] for r in rows), names, strict=True))
+    assert by_id["@modelcontextprotocol/server-github::create_issue"] == "github__create_issue"
+    assert by_id["@modelcontextprotocol/server-gitlab::create_issue"] == "gitlab__create_issue"
+    assert by_id["firecrawl-mcp::firecrawl_search"] == "firecrawl_search"
+
+
+def test_the_served_levels_are_todays(rows):
+    result = json.loads(ARTEFACT.read_text(encoding="utf-8"))
+    assert {k: v["label"] for k, v in result["levels"].items()} == {r["id"]: r["risk_level"] for r in rows}
+    fresh = npm_levels.report(rows)
+    assert {k: v["served"] for k, v in fresh["levels"].items()} == {k: v["served"] for k, v in result["levels"].items()}
+    assert fresh["agreement"] == result["agreement"] and fresh["confusion"] == result["confusion"]
+
+
+def test_a_missing_vote_or_an_unreviewed_wide_span_is_named(tmp_path, rows):
+    votes = []
+    for n, levels in enumerate(((1, 1), (1, 4), (1, 1))):
+        path = tmp_path / f"A{n}.json"
+        path.write_text(json.dumps({r["id"]: {"level": levels[i], "why": "x"} for i, r in enumerate(rows[:2])}), encoding="utf-8")
+        votes.append(path)
+    with pytest.raises(DataError, match="span 3 needs a written review"):
+        npm_levels.labels_from_votes(rows[:2], votes, {})
+    with pytest.raises(DataError, match="gave no level"):
+        npm_levels.labels_from_votes([rows[0], rows[2]], votes, {})
