@@ -290,6 +290,15 @@ def test_every_figure_of_the_docs_comes_from_an_artefact():
     assert found > 1500 and sum(rep.handed_off.values()) <= 10
 
 
+def test_a_table_with_the_tail_of_an_old_render_below_it_is_named():
+    """Rows of an earlier render left under a fresh one make a table with two header rules."""
+    import check_figures
+
+    fresh = "| | L1 |\n|---|---:|\n| L1 | 47 |\n"
+    assert check_figures.broken_tables("text\n\n" + fresh + "\nmore\n") == []
+    assert check_figures.broken_tables("text\n\n" + fresh + "|---|---:|\n| L1 | 46 |\n") == [(3, 2)]
+
+
 def test_the_figures_check_fails_a_figure_without_an_artefact_and_a_changed_one(tmp_path, monkeypatch):
     """The check itself: a new figure nobody registered is unbacked, a registered phrase whose
     artefact now says otherwise is a mismatch, a figure typed into a template is refused, and

@@ -43,6 +43,7 @@ arithmetic on them, a format such as ``.3f``). ``--unbacked`` lists what is left
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,6 +83,28 @@ def _normalised(text: str) -> tuple[str, list[int]]:
             offsets.append(i)
             space = False
     return "".join(chars), offsets
+
+
+_TABLE_RULE = re.compile(r"^\|(?:\s*:?-{3,}:?\s*\|)+\s*$")
+
+
+def broken_tables(text: str) -> list[tuple[int, int]]:
+    """(first line, separator rows) of each markdown table (a run of lines starting with ``|``)
+    that has other than one ``|---|`` row: two tables run together, or the tail of an old render
+    left below a new one."""
+    out, lines, i = [], text.split("\n"), 0
+    while i < len(lines):
+        if not lines[i].startswith("|"):
+            i += 1
+            continue
+        j = i
+        while j < len(lines) and lines[j].startswith("|"):
+            j += 1
+        n = sum(bool(_TABLE_RULE.match(x)) for x in lines[i:j])
+        if n != 1:
+            out.append((i + 1, n))
+        i = j
+    return out
 
 
 def check(verbose: bool = False) -> Report:
@@ -145,6 +168,9 @@ def check(verbose: bool = False) -> Report:
             continue
         cover(h.doc, offsets[at], offsets[at + len(needle) - 1] + 1, "handed off")
 
+    for d in DOCS:
+        rep.mismatches += [f"{d}:{line}: a table with {n} header separator rows (a stale render left behind?)"
+                           for line, n in broken_tables(texts[d])]
     for d in DOCS:
         rep.found[d] = len(toks[d])
         rep.handed_off[d] = sum(t.backed_by == "handed off" for t in toks[d])
