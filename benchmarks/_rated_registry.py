@@ -28,24 +28,67 @@ def description_digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def load_labels(path: Path) -> list[dict[str, Any]]:
-    """The labelled tools of a labels file, one record per line."""
+#: What every labels record carries (a registry's own module checks its definition fields).
+LABEL_KEYS = ("votes", "why", "span", "resolution", "risk_level")
+
+
+def load_labels(path: Path, keys: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """The labelled tools of a labels file, one JSON object per line, each with
+    :data:`LABEL_KEYS` and ``keys``, a level 1-5; a bad line is named by its number."""
+    from riskrank.fileio import loads_strict
+
     if not path.is_file():
         raise DataError(f"{path}: missing (a source checkout carries it)")
     rows = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}:{n}: not JSON ({exc.msg})") from None
+        row = loads_strict(line, str(path), DataError, line=n)
+        if not isinstance(row, dict):
+            raise DataError(f"{path}: line {n}: not a JSON object")
+        missing = [k for k in (*LABEL_KEYS, *keys) if k not in row]
+        if missing:
+            raise DataError(f"{path}: line {n}: no {', '.join(missing)}")
+        if row["risk_level"] not in (1, 2, 3, 4, 5):
+            raise DataError(f"{path}: line {n}: risk_level {row['risk_level']!r} is not a level 1-5")
+        rows.append(row)
+    if not rows:
+        raise DataError(f"{path}: no labelled tools")
     return rows
+
+
+def write_labels(path: Path, rows: list[dict[str, Any]]) -> str:
+    """Write a labels file atomically; the line to print about it."""
+    from riskrank.fileio import atomic_write_text
+
+    atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    return f"{path}: {len(rows)} tools, " + ", ".join(f"{k} {v}" for k, v in Counter(r["resolution"] for r in rows).items())
+
+
+def read_json(path: Path) -> Any:
+    """A votes, reviews or definitions file (a key given twice is an error, not the last one kept)."""
+    from riskrank.fileio import loads_strict
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror})") from None
+    return loads_strict(text, str(path), DataError)
 
 
 def read_votes(vote_files: Sequence[Path]) -> dict[str, dict[str, Any]]:
     """Three annotators' files (``{key: {"level", "why"}}``) as annotators A, B, C in the order given."""
-    return {chr(ord("A") + i): json.loads(Path(f).read_text(encoding="utf-8")) for i, f in enumerate(vote_files)}
+    files = {chr(ord("A") + i): read_json(f) for i, f in enumerate(vote_files)}
+    for a, f in files.items():
+        if not isinstance(f, dict):
+            raise DataError(f"{vote_files[ord(a) - ord('A')]}: not a JSON object of key -> {{level, why}}")
+    return files
+
+
+def _level(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 5:
+        raise DataError(f"{where}: level {value!r} is not a level 1-5")
+    return value
 
 
 def resolved(key: str, files: dict[str, dict[str, Any]], reviews: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -54,10 +97,12 @@ def resolved(key: str, files: dict[str, dict[str, Any]], reviews: dict[str, dict
     written by a person who read the tool and the three reasons)."""
     from riskrank.audit import resolve_votes
 
-    missing = [a for a, v in files.items() if key not in v]
+    missing = [a for a, v in files.items() if not isinstance(v.get(key), dict)]
     if missing:
         raise DataError(f"{key!r}: annotator {', '.join(missing)} gave no level")
-    votes = {a: int(v[key]["level"]) for a, v in files.items()}
+    if any(not str(v[key].get("why", "")).strip() for v in files.values()):
+        raise DataError(f"{key!r}: a vote without its reason ('why')")
+    votes = {a: _level(v[key].get("level"), f"{key!r}, annotator {a}") for a, v in files.items()}
     res = resolve_votes(list(votes.values()), len(files))
     row: dict[str, Any] = {"votes": votes, "why": {a: str(v[key]["why"]) for a, v in files.items()}, "span": res.span,
                            "resolution": res.status, "risk_level": res.level}
@@ -65,8 +110,18 @@ def resolved(key: str, files: dict[str, dict[str, Any]], reviews: dict[str, dict
         review = reviews.get(key)
         if review is None:
             raise DataError(f"{key!r}: span {res.span} needs a written review (--reviews)")
-        row.update(resolution="reviewed", risk_level=int(review["level"]), review={"reviewer": review["reviewer"], "note": review["note"]})
+        if not all(str(review.get(k, "")).strip() for k in ("reviewer", "note")):
+            raise DataError(f"{key!r}: a review names its reviewer and says why (reviewer, note)")
+        row.update(resolution="reviewed", risk_level=_level(review.get("level"), f"{key!r}, review"),
+                   review={"reviewer": review["reviewer"], "note": review["note"]})
     return row
+
+
+def check_unique(keys: Sequence[str], where: str) -> None:
+    """Each tool once: a key given twice is named."""
+    twice = sorted(k for k, n in Counter(keys).items() if n > 1)
+    if twice:
+        raise DataError(f"{where}: {twice[0]!r} appears twice" + (f" (and {len(twice) - 1} more)" if len(twice) > 1 else ""))
 
 
 def retriever_of(tools: list[Any]) -> Any:
@@ -93,8 +148,17 @@ def levels_with_openings(retriever: Any) -> np.ndarray:
 
 
 def _rounded(row: dict[str, Any]) -> dict[str, Any]:
-    """Floats to four places; an undefined one (κ of a group whose tools all share one level) None."""
+    """Floats to four places; an undefined one None."""
     return {k: ((round(v, 4) if np.isfinite(v) else None) if isinstance(v, float) else v) for k, v in row.items()}
+
+
+def _group_row(gold: np.ndarray, pred: np.ndarray) -> dict[str, Any]:
+    """A group's agreement row; its κ None where the labels hold a single level (κ then
+    measures nothing: every disagreement reads as none at all)."""
+    row = _rounded(agreement_row(gold, pred))
+    if len(set(gold.tolist())) < 2:
+        row["kappa_quadratic"] = None
+    return row
 
 
 def judge(tools: list[Any], keys: list[str], groups: list[str], labels: list[dict[str, Any]], *, registry: str, labels_path: str,
@@ -109,7 +173,7 @@ def judge(tools: list[Any], keys: list[str], groups: list[str], labels: list[dic
     retriever = retriever_of(tools)
     pred, evidence = served_levels(retriever)
     pairs = [pair_stats(a, votes[a], b, votes[b], bootstrap=0).to_dict() for i, a in enumerate(votes) for b in list(votes)[i + 1:]]
-    per_group = {g: _rounded(agreement_row(gold[m], pred[m])) for g in sorted(set(groups))
+    per_group = {g: _group_row(gold[m], pred[m]) for g in sorted(set(groups))
                  for m in [np.asarray([x == g for x in groups])]}
     moved = sorted(range(len(keys)), key=lambda i: (-abs(int(pred[i]) - int(gold[i])), keys[i]))[:15]
     return {
@@ -139,7 +203,7 @@ def _num(x: float | None) -> str:
 def doc_table(result: dict[str, Any], group_key: str) -> str:
     """The markdown tables docs/base-model.md shows for a rated registry, from its artefact."""
     ann = result["annotators"]
-    pairs = ", ".join(f"{p['a']}–{p['b']} {p['kappa_quadratic']:.3f}" for p in ann["pairs"])
+    pairs = ", ".join(f"{p['a']}–{p['b']} {_num(p['kappa_quadratic'])}" for p in ann["pairs"])
     lines = [f"{result['n_tools']} tools; the annotators' weighted κ per pair {pairs}; {ann['unanimous']} unanimous, "
              f"no span over {max(int(k) for k in ann['span'])}; levels L1–L5 "
              + " / ".join(str(ann["resolved"].get(str(k), ann["resolved"].get(k, 0))) for k in range(1, 6)) + ".", "",
@@ -157,7 +221,7 @@ def doc_table(result: dict[str, Any], group_key: str) -> str:
 def summary_lines(result: dict[str, Any]) -> list[str]:
     """Two printed lines: the annotators' κ per pair, the served levels against the labels."""
     a = result["agreement"]
-    return [f"{result['n_tools']} tools; annotators: " + ", ".join(f"{p['a']}-{p['b']} κ {p['kappa_quadratic']:.3f}"
+    return [f"{result['n_tools']} tools; annotators: " + ", ".join(f"{p['a']}-{p['b']} κ {_num(p['kappa_quadratic'])}"
                                                                     for p in result["annotators"]["pairs"]),
-            f"served vs labels: κ {a['kappa_quadratic']:.3f}, exact {a['exact']:.3f}, within one {a['within_one']:.3f}, "
-            f"L1-L2 asked {a['low_asked']}, L4-L5 unasked {a['high_unasked']}"]
+            f"served vs labels: κ {_num(a['kappa_quadratic'])}, exact {_pct(a['exact'])}, within one {_pct(a['within_one'])}, "
+            f"L1-L2 asked {_pct(a['low_asked'])}, L4-L5 unasked {_pct(a['high_unasked'])}"]

@@ -25,10 +25,8 @@ train or tune anything: they judge.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import _bfcl_upstream as upstream  # noqa: E402
 import _rated_registry as rated  # noqa: E402
-from _rated_registry import description_digest, levels_with_openings, retriever_of, served_levels  # noqa: E402,F401
+from _rated_registry import description_digest  # noqa: E402
 
 BFCL = "ShishirPatil/gorilla/berkeley-function-call-leaderboard"
 LABELS = HERE.parent / "corpora" / "rubric-levels" / "bfcl-multi-turn.jsonl"
@@ -49,7 +47,7 @@ GROUP_KEY = "per_environment"
 
 def load_labels(path: Path = LABELS) -> list[dict[str, Any]]:
     """The labelled tools, one record per line (:data:`LABELS`)."""
-    return rated.load_labels(path)
+    return rated.load_labels(path, ("name", "description_sha256"))
 
 
 def labelled_tools(data: Path, rows: list[dict[str, Any]]) -> tuple[list[Any], list[str], dict[str, dict[str, Any]]]:
@@ -78,6 +76,7 @@ def labels_from_votes(data: Path, vote_files: list[Path], reviews: dict[str, dic
     annotators A, B, C in the order given) by the span rule (:func:`_rated_registry.resolved`)."""
     records, _ = upstream.definitions(data / BFCL)
     files = rated.read_votes(vote_files)
+    rated.check_unique([rec["name"] for rec in records], f"{BFCL} multi_turn_func_doc")
     return [{"id": n, "source": "bfcl_multi_turn", "name": rec["name"], "description_sha256": description_digest(rec["description"]),
              **rated.resolved(rec["name"], files, reviews)} for n, rec in enumerate(records)]
 
@@ -102,20 +101,18 @@ def main() -> None:
     ap.add_argument("--from-votes", nargs=3, type=Path, default=None, help="three annotators' files: write the labels file")
     ap.add_argument("--reviews", type=Path, default=None, help="written reviews of the tools at span >= 2")
     args = ap.parse_args()
-    if args.from_votes:
-        reviews = json.loads(args.reviews.read_text(encoding="utf-8")) if args.reviews else {}
-        rows = labels_from_votes(Path(args.data), args.from_votes, reviews)
-        from riskrank.fileio import atomic_write_text
-
-        atomic_write_text(LABELS, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-        print(f"{LABELS}: {len(rows)} tools, " + ", ".join(f"{k} {v}" for k, v in Counter(r["resolution"] for r in rows).items()))
-        return
-    out = report(Path(args.data))
+    try:
+        if args.from_votes:
+            reviews = rated.read_json(args.reviews) if args.reviews else {}
+            print(rated.write_labels(LABELS, labels_from_votes(Path(args.data), args.from_votes, reviews)))
+            return
+        out = report(Path(args.data))
+    except DataError as exc:
+        raise SystemExit(f"bfcl_levels: {exc}") from None
     print("\n".join(rated.summary_lines(out)))
     print(doc_table(out))
     if args.json:
         write_json(args.json, out)
-
 
 if __name__ == "__main__":
     main()

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -36,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from riskrank.errors import DataError
-from riskrank.fileio import atomic_write_text, write_json
+from riskrank.fileio import write_json
 from riskrank.registry import make_tool
 
 HERE = Path(__file__).resolve().parent
@@ -70,7 +69,12 @@ PLACEHOLDER_ENV = {"GITHUB_PERSONAL_ACCESS_TOKEN": "placeholder", "GITLAB_PERSON
 
 def load_labels(path: Path = LABELS) -> list[dict[str, Any]]:
     """The labelled tools, one record per line (:data:`LABELS`), each with its definition."""
-    return rated.load_labels(path)
+    rows = rated.load_labels(path, ("id", "server", "name", "description", "inputSchema"))
+    unknown = sorted({r["server"] for r in rows} - set(SERVERS))
+    if unknown:
+        raise DataError(f"{path}: server {unknown[0]!r} is not among the servers this benchmark lists (SERVERS)")
+    rated.check_unique([r["id"] for r in rows], str(path))
+    return rows
 
 
 def list_tools(folder: Path, timeout: float = 90.0) -> list[dict[str, Any]]:
@@ -85,23 +89,35 @@ def list_tools(folder: Path, timeout: float = 90.0) -> list[dict[str, Any]]:
     subprocess.run(["npm", "install", "--prefix", str(folder), "--ignore-scripts", "--no-audit", "--no-fund", *specs], check=True,
                    stdout=subprocess.DEVNULL)
 
-    async def one(package: str) -> list[dict[str, Any]]:
+    # the servers are third-party code: they get a path, a home and the placeholders, not this shell's secrets
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")} | PLACEHOLDER_ENV
+
+    async def one(package: str, errlog: Any) -> list[dict[str, Any]]:
         version, exe, args, _ = SERVERS[package]
-        params = StdioServerParameters(command=str(folder / "node_modules" / ".bin" / exe), args=list(args),
-                                       env={**os.environ, **PLACEHOLDER_ENV})
-        with open(os.devnull, "w") as errlog:
-            async with stdio_client(params, errlog=errlog) as (r, w), ClientSession(r, w) as session:
-                await session.initialize()
-                tools = (await session.list_tools()).tools
+        params = StdioServerParameters(command=str(folder / "node_modules" / ".bin" / exe), args=list(args), env=env)
+        async with stdio_client(params, errlog=errlog) as (r, w), ClientSession(r, w) as session:
+            await session.initialize()
+            tools = (await session.list_tools()).tools
         wire = [t.model_dump(exclude_none=True, by_alias=True) for t in tools]  # the names MCP's JSON uses
         return [{"id": f"{package}::{t['name']}", "server": package, "version": version, "name": t["name"],
-                 "description": t.get("description", ""), "inputSchema": t.get("inputSchema", {}),
+                 **({"title": t["title"]} if t.get("title") else {}), "description": t.get("description", ""), "inputSchema": t.get("inputSchema", {}),
                  "annotations": t.get("annotations", {})} for t in wire]
 
     async def every() -> list[dict[str, Any]]:
+        import tempfile
+
         out = []
         for package in SERVERS:
-            out += await asyncio.wait_for(one(package), timeout)
+            with tempfile.TemporaryFile("w+") as errlog:
+                try:
+                    out += await asyncio.wait_for(one(package, errlog), timeout)
+                except BaseException as exc:  # a server that does not start or list: named, with what it said
+                    if isinstance(exc, KeyboardInterrupt):
+                        raise
+                    errlog.seek(0)
+                    said = " | ".join(errlog.read().strip().splitlines()[-3:])
+                    raise DataError(f"{package}@{SERVERS[package][0]}: no tools/list answer ({type(exc).__name__})"
+                                    + (f"; it said: {said[:300]}" if said else "")) from None
         return out
 
     return asyncio.run(every())
@@ -111,17 +127,22 @@ def labels_from_votes(definitions: list[dict[str, Any]], vote_files: list[Path],
     """The labels file's records: each definition with three annotators' votes (``{id: {"level",
     "why"}}``, A, B, C in the order given) resolved by the span rule."""
     files = rated.read_votes(vote_files)
+    rated.check_unique([d["id"] for d in definitions], "the definitions")
     return [{**d, **rated.resolved(d["id"], files, reviews)} for d in definitions]
 
 
 def served_names(rows: list[dict[str, Any]]) -> list[str]:
-    """Each tool's name as one gateway over the twelve servers offers it: its own where no other
-    server lists it, else ``<upstream>__<name>`` (:meth:`riskrank.serving.gateway.upstreams.Upstreams._names`)."""
-    from riskrank.serving.gateway.upstreams import MCP_NAME, public_name
+    """Each tool's name as one gateway over the twelve servers offers it, their upstreams named
+    as :data:`SERVERS` names them (:func:`riskrank.serving.gateway.upstreams.public_names`:
+    its own where no other server lists it, else ``<upstream>__<name>``)."""
+    from riskrank.serving.gateway.upstreams import public_names
 
-    count = Counter(r["name"] for r in rows)
-    return [r["name"] if count[r["name"]] == 1 and MCP_NAME.match(r["name"]) else public_name(SERVERS[r["server"]][3], r["name"])
-            for r in rows]
+    alias = {p: spec[3] for p, spec in SERVERS.items()}
+    listed: dict[str, list[str]] = {}
+    for r in rows:
+        listed.setdefault(alias[r["server"]], []).append(r["name"])
+    names = public_names(listed)
+    return [names[alias[r["server"]], r["name"]] for r in rows]
 
 
 def labelled_tools(rows: list[dict[str, Any]]) -> list[Any]:
@@ -133,8 +154,7 @@ def labelled_tools(rows: list[dict[str, Any]]) -> list[Any]:
 
 def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
     ids = [r["id"] for r in rows]
-    if len(set(ids)) != len(ids):
-        raise DataError(f"{LABELS}: an id appears twice")
+    rated.check_unique(ids, str(LABELS))
     return rated.judge(labelled_tools(rows), ids, [r["server"] for r in rows], rows,
                        registry="twelve MCP servers from npm (" + ", ".join(f"{p}@{v}" for p, (v, *_) in SERVERS.items()) + ")",
                        labels_path=str(LABELS.relative_to(HERE.parent)), group_key=GROUP_KEY)
@@ -153,27 +173,25 @@ def main() -> None:
     ap.add_argument("--from-votes", nargs=3, type=Path, default=None, help="three annotators' files: write the labels file")
     ap.add_argument("--reviews", type=Path, default=None, help="written reviews of the tools at span >= 2")
     args = ap.parse_args()
-    if args.list_tools:
-        if args.definitions is None:
-            ap.error("--list-tools needs --definitions (where to write the tools)")
-        defs = list_tools(args.list_tools)
-        write_json(args.definitions, defs)
-        print(f"{args.definitions}: {len(defs)} tools; " + ", ".join(f"{k} {v}" for k, v in Counter(d["server"] for d in defs).items()))
-        return
-    if args.from_votes:
-        if args.definitions is None:
-            ap.error("--from-votes needs --definitions (the tools the annotators read)")
-        reviews = json.loads(args.reviews.read_text(encoding="utf-8")) if args.reviews else {}
-        rows = labels_from_votes(json.loads(args.definitions.read_text(encoding="utf-8")), args.from_votes, reviews)
-        atomic_write_text(LABELS, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-        print(f"{LABELS}: {len(rows)} tools, " + ", ".join(f"{k} {v}" for k, v in Counter(r["resolution"] for r in rows).items()))
-        return
-    out = report(load_labels())
+    if (args.list_tools or args.from_votes) and args.definitions is None:
+        ap.error("--list-tools and --from-votes need --definitions (the tools the annotators read)")
+    try:
+        if args.list_tools:
+            defs = list_tools(args.list_tools)
+            write_json(args.definitions, defs)
+            print(f"{args.definitions}: {len(defs)} tools; " + ", ".join(f"{k} {v}" for k, v in Counter(d["server"] for d in defs).items()))
+            return
+        if args.from_votes:
+            reviews = rated.read_json(args.reviews) if args.reviews else {}
+            print(rated.write_labels(LABELS, labels_from_votes(rated.read_json(args.definitions), args.from_votes, reviews)))
+            return
+        out = report(load_labels())
+    except DataError as exc:
+        raise SystemExit(f"npm_levels: {exc}") from None
     print("\n".join(rated.summary_lines(out)))
     print(doc_table(out))
     if args.json:
         write_json(args.json, out)
-
 
 if __name__ == "__main__":
     main()

@@ -15,6 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import _rated_registry as rated  # noqa: E402
 import bfcl_levels  # noqa: E402
 from riskrank.agreement import pair_stats  # noqa: E402
 from riskrank.audit import resolve_votes  # noqa: E402
@@ -62,8 +63,11 @@ def test_the_artefact_reads_these_labels():
 
 def test_a_moved_description_or_a_bad_line_is_named(tmp_path):
     bad = tmp_path / "labels.jsonl"
-    bad.write_text('{"name": "cd"}\nnot json\n', encoding="utf-8")
-    with pytest.raises(DataError, match=re.escape(f"{bad}:2: not JSON")):
+    bad.write_text(json.dumps(bfcl_levels.load_labels()[0]) + "\nnot json\n", encoding="utf-8")
+    with pytest.raises(DataError, match=re.escape(f"{bad}: line 2: invalid JSON")):
+        bfcl_levels.load_labels(bad)
+    bad.write_text('{"name": "cd"}\n', encoding="utf-8")
+    with pytest.raises(DataError, match=re.escape(f"{bad}: line 1: no votes")):
         bfcl_levels.load_labels(bad)
     with pytest.raises(DataError, match="missing"):
         bfcl_levels.load_labels(tmp_path / "absent.jsonl")
@@ -79,6 +83,6 @@ def bfcl(data_dir) -> Path:
 def test_every_label_names_the_description_read_and_the_served_levels_are_todays(bfcl):
     tools, envs, _labels = bfcl_levels.labelled_tools(bfcl, bfcl_levels.load_labels())
     assert len(tools) == 128 and len(set(envs)) == 8
-    served, _ = bfcl_levels.served_levels(bfcl_levels.retriever_of(tools))
+    served, _ = rated.served_levels(rated.retriever_of(tools))
     result = json.loads(ARTEFACT.read_text(encoding="utf-8"))
     assert {t.name: int(s) for t, s in zip(tools, served, strict=True)} == {n: v["served"] for n, v in result["levels"].items()}

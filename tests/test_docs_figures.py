@@ -297,6 +297,8 @@ def test_a_table_with_the_tail_of_an_old_render_below_it_is_named():
     fresh = "| | L1 |\n|---|---:|\n| L1 | 47 |\n"
     assert check_figures.broken_tables("text\n\n" + fresh + "\nmore\n") == []
     assert check_figures.broken_tables("text\n\n" + fresh + "|---|---:|\n| L1 | 46 |\n") == [(3, 2)]
+    assert check_figures.broken_tables("| a | b |\n|:-|-:|\n| 1 | 2 |\n") == []  # short rules are rules
+    assert check_figures.broken_tables("```\n| not | a table |\n```\n") == []
 
 
 def test_the_figures_check_fails_a_figure_without_an_artefact_and_a_changed_one(tmp_path, monkeypatch):

@@ -22,7 +22,12 @@ from riskrank.serving.gateway.config import (
     upstream_from_command,
 )
 from riskrank.serving.gateway.policy import Policy, confirmation_refusal, decide
-from riskrank.serving.gateway.upstreams import UpstreamError, UpstreamManager, public_name
+from riskrank.serving.gateway.upstreams import (
+    UpstreamError,
+    UpstreamManager,
+    public_name,
+    public_names,
+)
 from riskrank.serving.mcp_compat import ServerTarget
 
 SECRETS = frozenset({"RISKRANK_TOKEN", "RISKRANK_ADMIN_TOKEN"})
@@ -169,6 +174,9 @@ def test_public_names():
     long = public_name("my.very-long_server_name_with_dots", "x" * 60)
     assert len(long) == 64 and long.startswith("my_very-long") and long != public_name("my.very-long_server_name_with_dots", "x" * 61)
     assert public_name("a", "get.thing") != public_name("a", "get_thing")  # cleaned names stay unique
+    names = public_names({"docs": ["read_file", "search", "read_file"], "scratch": ["read_file", "has space"]})
+    assert names == {("docs", "read_file"): "docs__read_file", ("docs", "search"): "search",
+                     ("scratch", "read_file"): "scratch__read_file", ("scratch", "has space"): public_name("scratch", "has space")}
 
 
 def test_collisions_are_namespaced_and_stable():

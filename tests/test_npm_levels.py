@@ -6,6 +6,7 @@ of the base model over 156 real tools: no npm or network needed)."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -82,3 +83,29 @@ def test_a_missing_vote_or_an_unreviewed_wide_span_is_named(tmp_path, rows):
         npm_levels.labels_from_votes(rows[:2], votes, {})
     with pytest.raises(DataError, match="gave no level"):
         npm_levels.labels_from_votes([rows[0], rows[2]], votes, {})
+
+
+def test_bad_labels_files_are_named_in_one_line(tmp_path, rows):
+    path = tmp_path / "labels.jsonl"
+    cases = {"": "no labelled tools", "[1, 2]\n": "labels.jsonl: line 1: not a JSON object",
+             json.dumps({**rows[0], "server": "left-pad"}) + "\n": "'left-pad' is not among the servers",
+             json.dumps(rows[0]) + "\n" + json.dumps(rows[0]) + "\n": "appears twice",
+             json.dumps({k: v for k, v in rows[0].items() if k != "votes"}) + "\n": "labels.jsonl: line 1: no votes",
+             json.dumps({**rows[0], "risk_level": 7}) + "\n": "risk_level 7 is not a level 1-5"}
+    for text, message in cases.items():
+        path.write_text(text, encoding="utf-8")
+        with pytest.raises(DataError, match=re.escape(message)):
+            npm_levels.load_labels(path)
+
+
+def test_a_vote_out_of_range_or_without_its_reason_is_refused(tmp_path, rows):
+    files = []
+    for n, (level, why) in enumerate(((1, "a"), (9, "b"), (1, ""))):
+        path = tmp_path / f"A{n}.json"
+        path.write_text(json.dumps({rows[0]["id"]: {"level": level, "why": why}}), encoding="utf-8")
+        files.append(path)
+    with pytest.raises(DataError, match="without its reason"):
+        npm_levels.labels_from_votes(rows[:1], files, {})
+    files[2].write_text(json.dumps({rows[0]["id"]: {"level": 1, "why": "c"}}), encoding="utf-8")
+    with pytest.raises(DataError, match="level 9 is not a level 1-5"):
+        npm_levels.labels_from_votes(rows[:1], files, {})

@@ -85,16 +85,18 @@ def _normalised(text: str) -> tuple[str, list[int]]:
     return "".join(chars), offsets
 
 
-_TABLE_RULE = re.compile(r"^\|(?:\s*:?-{3,}:?\s*\|)+\s*$")
+_TABLE_RULE = re.compile(r"^\|(?:\s*:?-+:?\s*\|)+\s*$")
 
 
 def broken_tables(text: str) -> list[tuple[int, int]]:
-    """(first line, separator rows) of each markdown table (a run of lines starting with ``|``)
-    that has other than one ``|---|`` row: two tables run together, or the tail of an old render
-    left below a new one."""
-    out, lines, i = [], text.split("\n"), 0
+    """(first line, separator rows) of each markdown table (a run of lines starting with ``|``,
+    outside fenced code) that has other than one ``|---|`` row: two tables run together, or the
+    tail of an old render, with its rule, left below a new one."""
+    out, lines, i, fenced = [], text.split("\n"), 0, False
     while i < len(lines):
-        if not lines[i].startswith("|"):
+        if lines[i].lstrip().startswith("```"):
+            fenced = not fenced
+        if fenced or not lines[i].startswith("|"):
             i += 1
             continue
         j = i

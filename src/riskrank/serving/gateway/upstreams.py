@@ -35,7 +35,7 @@ import hashlib
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +70,15 @@ def public_name(server: str, name: str) -> str:
         return raw
     digest = hashlib.sha256(raw.encode()).hexdigest()[:8]
     return _NOT_NAME.sub("_", raw)[: MAX_PUBLIC_NAME - 9] + "_" + digest
+
+
+def public_names(listed: Mapping[str, Iterable[str]]) -> dict[tuple[str, str], str]:
+    """(server, name) -> the name a gateway offers, for the names each server lists: its own
+    when no other server lists it and it is within :data:`MCP_NAME`, else :func:`public_name`."""
+    lists = {server: list(dict.fromkeys(names)) for server, names in listed.items()}
+    count = collections.Counter(n for names in lists.values() for n in names)
+    return {(server, n): (n if count[n] == 1 and MCP_NAME.match(n) else public_name(server, n))
+            for server, names in lists.items() for n in names}
 
 
 def leaf(exc: BaseException) -> BaseException:
@@ -358,13 +367,8 @@ class UpstreamManager:
         return [u.name for u in self.upstreams.values() if u.state == "starting"]
 
     def _names(self, attr: str) -> dict[tuple[str, str], str]:
-        """(server, name) -> public name, over every name each server has ever listed: its own
-        when no other server lists it and it is within :data:`MCP_NAME`, else an alias."""
-        count: collections.Counter[str] = collections.Counter()
-        for u in self.upstreams.values():
-            count.update(getattr(u, attr))
-        return {(u.name, n): (n if count[n] == 1 and MCP_NAME.match(n) else public_name(u.name, n))
-                for u in self.upstreams.values() for n in getattr(u, attr)}
+        """(server, name) -> public name (:func:`public_names`), over every name each server has ever listed."""
+        return public_names({u.name: getattr(u, attr) for u in self.upstreams.values()})
 
     def tools(self) -> list[tuple[str, Upstream, dict[str, Any]]]:
         """(public name, upstream, tools/list record) of every live tool, in config order."""
