@@ -65,9 +65,9 @@ def catalogue_options(f: Callable) -> Callable:
         click.option("--encoder", default=None, help="Encoder name or folder (must match the checkpoint's)."),
         click.option("--device", default="cpu", show_default=True, help="Encoder device (cpu, cuda)."),
         click.option("--encoder-backend", type=click.Choice(["auto", "numpy", "torch", "onnx"]), default="auto", show_default=True,
-                     help="Encoder forward pass: NumPy (no PyTorch import: starts in a fraction of a second), "
-                          "ONNX Runtime (exported once with PyTorch and cached) or PyTorch, all giving the same "
-                          "embeddings; auto = NumPy where it runs the model, else ONNX where it can, else PyTorch."),
+                     help="Encoder forward pass: ONNX Runtime (a graph riskrank writes from the model's own weights, "
+                          "cached), NumPy (no extra import) or PyTorch, all giving the same embeddings; auto = ONNX "
+                          "Runtime where it is installed and runs the model, else NumPy where it runs it, else PyTorch."),
         click.option("--threads", type=click.IntRange(1), default=1, show_default=True,
                      help="BLAS (scoring) and PyTorch threads per process (more help only very large registries); "
                           "ONNX Runtime's encoder uses its own (the cores, at most 4, parked when idle)."),

@@ -18,7 +18,7 @@ def check(ctx: CallContext) -> Verdict | None:
 
 def _used(ctx: CallContext) -> bool:
     p = ctx.policy
-    return p.scope != "off" or p.flow != "off" or p.confirm == "once_per_session"
+    return p.scope != "off" or p.flow != "off" or p.confirm != "every_call"
 
 
 GUARD = Guard("session", check, enabled=_used)
