@@ -1596,6 +1596,15 @@ claim("docs/session-guard.md", "and the guard lets {} %\nthrough",
 claim("docs/session-guard.md", "It asks as many questions as the per-call policy ({} against {} per task)",
       Json(SESSION).at("summary", "session_guard_audited", "confirmations_per_task", fmt=".2f"),
       Json(SESSION).at("summary", "per_call_audited", "confirmations_per_task", fmt=".2f"), timing=SESSION_RUN)
+READERS = Json("benchmarks/results/level_readers.json")
+claim(BM, "reaches weighted κ {} and the attention reader {};\non six groups of servers (the last layer costs some forty times more to fit) {}, {} and\n{} for the last layer, which also asks about more of the tools rated L1–L2 ({} % against\n{} %)",
+      READERS.at("leave_one_server_out", "shipped", "kappa_quadratic", fmt=".3f"),
+      READERS.at("leave_one_server_out", "attention", "kappa_quadratic", fmt=".3f"),
+      READERS.at("server_groups", "readers", "shipped", "kappa_quadratic", fmt=".3f"),
+      READERS.at("server_groups", "readers", "attention", "kappa_quadratic", fmt=".3f"),
+      READERS.at("server_groups", "readers", "last layer", "kappa_quadratic", fmt=".3f"),
+      pct(READERS.at("server_groups", "readers", "last layer", "low_asked"), ".1f"),
+      pct(READERS.at("server_groups", "readers", "shipped", "low_asked"), ".1f"))
 NPM_LEVELS = Json("benchmarks/results/npm_levels.json")
 claim("README.md", "on twelve real MCP servers from npm nobody on the project had read ({} tools, rated the\n  same way) at weighted κ {}, asking about {} % of the tools rated L1–L2",
       NPM_LEVELS.at("n_tools"), NPM_LEVELS.at("agreement", "kappa_quadratic", fmt=".3f"), pct(NPM_LEVELS.at("agreement", "low_asked"), ".1f"))
