@@ -147,6 +147,14 @@ def levels_with_openings(retriever: Any) -> np.ndarray:
     return np.asarray(retriever.level_model.predict(retriever.tool_emb, tools, ToolEvidence.of(tools)).levels, dtype=np.int64)
 
 
+def capability_floors(retriever: Any) -> np.ndarray:
+    """Each tool's capability floor as the served reading computes it (1: no dangerous capability)."""
+    from riskrank.levels import ToolEvidence, own_texts
+
+    read, openings = own_texts(list(retriever.registry))
+    return np.asarray(ToolEvidence.of(read, openings).floors, dtype=np.int64)
+
+
 def _rounded(row: dict[str, Any]) -> dict[str, Any]:
     """Floats to four places; an undefined one None."""
     return {k: ((round(v, 4) if np.isfinite(v) else None) if isinstance(v, float) else v) for k, v in row.items()}
@@ -167,7 +175,10 @@ def judge(tools: list[Any], keys: list[str], groups: list[str], labels: list[dic
     back-end, a server) and labels records, all in one order. The annotators' agreement per pair
     (the ceiling), the served levels against the resolved labels pooled and per group
     (``group_key`` names that table), with the shared openings read as each tool's, the
-    confusion matrix, the fifteen furthest apart with their evidence, and every tool's pair."""
+    confusion matrix, the capability floors against the labels (how many tools have one, how
+    many of those the labels reach, and each floor above its tool's label: a capability read
+    where the annotators see none), the fifteen furthest apart with their evidence, and every
+    tool's pair."""
     votes = {a: np.asarray([r["votes"][a] for r in labels]) for a in sorted(labels[0]["votes"])}
     gold = np.asarray([r["risk_level"] for r in labels], dtype=np.int64)
     retriever = retriever_of(tools)
@@ -176,6 +187,8 @@ def judge(tools: list[Any], keys: list[str], groups: list[str], labels: list[dic
     per_group = {g: _group_row(gold[m], pred[m]) for g in sorted(set(groups))
                  for m in [np.asarray([x == g for x in groups])]}
     moved = sorted(range(len(keys)), key=lambda i: (-abs(int(pred[i]) - int(gold[i])), keys[i]))[:15]
+    floors = capability_floors(retriever)
+    caps = retriever.tool_levels.capabilities
     return {
         "registry": registry, "n_tools": len(keys), "labels": labels_path,
         "annotators": {"pairs": [_rounded({k: v for k, v in p.items() if k != "confusion"}) for p in pairs],
@@ -187,6 +200,11 @@ def judge(tools: list[Any], keys: list[str], groups: list[str], labels: list[dic
         "agreement_with_openings": _rounded(agreement_row(gold, levels_with_openings(retriever))),
         group_key: per_group,
         "confusion": confusion(gold, pred),
+        "capability_floors": {
+            "tools_with_a_floor": int((floors > 1).sum()),
+            "floor_within_label": int(((floors > 1) & (floors <= gold)).sum()),
+            "floor_above_label": [{"tool": keys[i], "label": int(gold[i]), "floor": int(floors[i]), "capabilities": list(caps[i])}
+                                  for i in np.flatnonzero(floors > gold)]},
         "furthest": [{"tool": keys[i], "label": int(gold[i]), "served": int(pred[i]), "evidence": list(evidence[i])} for i in moved],
         "levels": {k: {"label": int(g), "served": int(p)} for k, g, p in zip(keys, gold, pred, strict=True)},
     }

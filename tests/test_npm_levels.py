@@ -71,6 +71,7 @@ def test_the_served_levels_are_todays(rows):
     fresh = npm_levels.report(rows)
     assert {k: v["served"] for k, v in fresh["levels"].items()} == {k: v["served"] for k, v in result["levels"].items()}
     assert fresh["agreement"] == result["agreement"] and fresh["confusion"] == result["confusion"]
+    assert fresh["capability_floors"] == result["capability_floors"]
 
 
 def test_a_missing_vote_or_an_unreviewed_wide_span_is_named(tmp_path, rows):

@@ -1606,6 +1606,9 @@ claim(BM, "reaches weighted κ {} and the attention reader {};\non six groups of
       pct(READERS.at("server_groups", "readers", "last layer", "low_asked"), ".1f"),
       pct(READERS.at("server_groups", "readers", "shipped", "low_asked"), ".1f"))
 NPM_LEVELS = Json("benchmarks/results/npm_levels.json")
+claim(BM, "capability floors are seldom read and seldom wrong: {} of these tools have one, and it stays\nwithin the annotators' level on {} (BFCL's multi-turn tools: {} and {};",
+      NPM_LEVELS.at("capability_floors", "tools_with_a_floor"), NPM_LEVELS.at("capability_floors", "floor_within_label"),
+      BFCL_LEVELS.at("capability_floors", "tools_with_a_floor"), BFCL_LEVELS.at("capability_floors", "floor_within_label"))
 claim("README.md", "on twelve real MCP servers from npm nobody on the project had read ({} tools, rated the\n  same way) at weighted κ {}, asking about {} % of the tools rated L1–L2",
       NPM_LEVELS.at("n_tools"), NPM_LEVELS.at("agreement", "kappa_quadratic", fmt=".3f"), pct(NPM_LEVELS.at("agreement", "low_asked"), ".1f"))
 claim(BM, "{} % of the tools the annotators rate L1–L2 would be asked about, and the model seldom\nsays L2 ({} of the {} tools rated L2; {} served L1, {} served L3)",
