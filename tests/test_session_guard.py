@@ -332,6 +332,8 @@ def test_session_guard_refuses_when_the_record_cannot_be_read():
         "session_unavailable")
     off = Policy(scope="off", flow="off", confirm="every_call")
     assert not session_guard.GUARD.enabled(ctx_of("note", V, policy=off))
+    # an approval covering the task lives in the record too: without it nothing is judged
+    assert session_guard.GUARD.enabled(ctx_of("note", V, policy=Policy(scope="off", flow="off", confirm="once_per_task")))
 
 
 def test_scope_guard_holds_a_risky_tool_outside_the_scope():
