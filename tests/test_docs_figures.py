@@ -328,6 +328,23 @@ def test_the_figures_check_fails_a_figure_without_an_artefact_and_a_changed_one(
     assert any(t.text == "12.5" and t.doc == doc for t in check_figures.check().unbacked)
 
 
+def test_rows_left_below_a_rendered_table_are_named(monkeypatch):
+    """A fresh render whose table goes on with older rows (no rule of their own) is a mismatch."""
+    import check_figures
+    import figures
+
+    doc = "docs/benchmarks.md"
+    table = "| level | n |\n|---|---:|\n| L1 | 47 |\n"
+    text = (ROOT / doc).read_text() + "\n\n" + table + "| L1 | 46 |\n"
+    real_read = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: text if self == ROOT / doc else real_read(self, *a, **k))
+    monkeypatch.setattr(figures, "CLAIMS", [])
+    monkeypatch.setattr(figures, "RENDERED", [figures.Block(doc, "a table", ("a.json",), lambda: table)])
+    assert any("table rows follow the rendered table" in m for m in check_figures.check().mismatches)
+    text = text.replace("| L1 | 46 |\n", "")
+    assert not any("follow the rendered" in m for m in check_figures.check().mismatches)
+
+
 def test_the_audit_agreement_table_is_its_artefact():
     """docs/audit.md's agreement table is benchmarks/results/audit_agreement.json rendered, with
     the paper's human audit from docs/paper-figures.json; the constant-L1 rows are the label shares."""

@@ -135,6 +135,8 @@ def check(verbose: bool = False) -> Report:
             continue
         while at >= 0:
             cover(block.doc, at, at + len(rendered), "rendered")
+            if rendered.rstrip().endswith("|") and text[at + len(rendered):].lstrip(" ").startswith("|"):
+                rep.mismatches.append(f"{block.doc}: {block.name}: table rows follow the rendered table (an older render left below it?)")
             at = text.find(rendered, at + 1)
         rep.mismatches += block.timing_problems(text)
 
