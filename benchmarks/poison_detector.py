@@ -29,6 +29,9 @@ judged on.
   connect: no word or text seen yet) and warm (the same list again: each text's spans are
   remembered), against the rules alone; the cross-server check at 1,000 to 10,000 tools.
   ``--cost-only --json FILE`` measures it again into an existing results file.
+- **Twelve npm servers nobody read** (``--unseen-servers-only --json FILE``, into an existing
+  results file): the 156 tools of ``corpora/rubric-levels/npm-servers.jsonl``, scanned as a
+  gateway over all twelve scans them, by the rules alone and with the shipped detector.
 """
 
 from __future__ import annotations
@@ -228,7 +231,19 @@ def main() -> None:
     ap.add_argument("--cost-only", action="store_true",
                     help="Only the cost, of the detector in --ship (with --json: written into that results file).")
     ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--unseen-servers-only", action="store_true",
+                    help="Only the scan of the twelve npm servers nobody read (corpora/rubric-levels/npm-servers.jsonl), "
+                         "rules alone and with the detector in --ship (with --json: written into that results file).")
     args = ap.parse_args()
+    if args.unseen_servers_only:
+        measured = unseen_servers(Path(args.ship or DETECTOR_DIR))
+        print(json.dumps({k: v for k, v in measured.items() if k != "flagged"}))
+        if args.json_out:
+            result = json.loads(Path(args.json_out).read_text(encoding="utf-8"))
+            result["npm_servers"] = measured
+            write_json(args.json_out, result)
+            print(f"wrote npm_servers into {args.json_out}")
+        return
     mcp = json.loads(tp.MCP_PATH.read_text(encoding="utf-8"))["tools"]
     mcp_tools = [{k: v for k, v in r.items() if k in ("name", "description", "inputSchema")} for r in mcp]
     if args.cost_only:
@@ -301,6 +316,25 @@ def main() -> None:
     if args.json_out:
         write_json(args.json_out, result)
         print(f"wrote {args.json_out}")
+
+
+NPM_SERVERS = Path(__file__).resolve().parents[1] / "corpora" / "rubric-levels" / "npm-servers.jsonl"
+
+
+def unseen_servers(detector_dir: Path) -> dict[str, Any]:
+    """The scan of the 156 tools of twelve npm MCP servers no rule or fit ever read (their
+    definitions kept with their rubric labels), as a gateway over all twelve scans them: the
+    rules alone, and with the detector."""
+    catalogue: dict[str, list[dict]] = defaultdict(list)
+    for line in NPM_SERVERS.read_text(encoding="utf-8").splitlines():
+        r = json.loads(line)
+        catalogue[r["server"]].append({"name": r["name"], "description": r["description"], "inputSchema": r["inputSchema"]})
+    out: dict[str, Any] = {"n": sum(len(v) for v in catalogue.values()), "servers": len(catalogue)}
+    for key, det in (("rules", None), ("detector", load_detector(detector_dir))):
+        scans = [(server, sc) for server, found in scan_catalogue(catalogue, det).items() for sc in found]
+        out[key] = {v: sum(sc.verdict == v for _, sc in scans) for v in ("clean", "suspicious", "poisoned")}
+        out.setdefault("flagged", {})[key] = [{"server": server, **sc.to_dict()} for server, sc in scans if sc.verdict != "clean"]
+    return out
 
 
 def _by_server(tools: list[dict]) -> dict[str, list[dict]]:
@@ -415,7 +449,13 @@ def doc_tables(r: dict[str, Any]) -> str:
     b, npm = r["benign_heldout"], r["npm"]
     lines += ["", f"Hand-written hard benign descriptions: {b['poisoned']} of {b['n']} poisoned, {b['suspicious']} suspicious. "
               f"The three npm reference servers: {npm['clean']} of {npm['n']} clean, {npm['suspicious']} suspicious, "
-              f"{npm['poisoned']} poisoned.", ""]
+              f"{npm['poisoned']} poisoned."]
+    if "npm_servers" in r:
+        u = r["npm_servers"]
+        lines[-1] += (f" Twelve npm servers nobody read ({u['n']} tools, `corpora/rubric-levels/npm-servers.jsonl`): the rules "
+                      f"alone {u['rules']['suspicious']} suspicious, {u['rules']['poisoned']} poisoned; with the detector "
+                      f"{u['detector']['suspicious']} suspicious, {u['detector']['poisoned']} poisoned.")
+    lines.append("")
     fps, misses = hardest(r)
     lines += ["| hardest false positives (held out) | verdict | score | span |", "|---|---|---:|---|"]
     for f in fps:

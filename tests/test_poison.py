@@ -297,3 +297,20 @@ def test_a_batch_scan_equals_scanning_one_by_one():
     one = [scan_tool(t, DEFAULT) for t in tools]
     assert scan_definitions(tools, DEFAULT) == one
     assert [s.verdict for s in one][1:] == ["poisoned", "poisoned"]
+
+
+def test_the_unseen_npm_servers_scan_is_todays():
+    """benchmarks/poison_detector.py --unseen-servers-only: the committed counts are what the rules
+    and the shipped detector say today about the twelve npm servers' 156 tools."""
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "benchmarks"))
+    import poison_detector
+
+    kept = json.loads((root / "benchmarks" / "results" / "poison_detector.json").read_text(encoding="utf-8"))["npm_servers"]
+    fresh = poison_detector.unseen_servers(poison_detector.DETECTOR_DIR)
+    assert fresh["n"] == 156 and fresh["servers"] == 12
+    assert {k: fresh[k] for k in ("rules", "detector")} == {k: kept[k] for k in ("rules", "detector")}
+    assert sum(fresh["rules"].values()) == sum(fresh["detector"].values()) == 156
