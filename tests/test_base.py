@@ -552,3 +552,22 @@ def test_levels_table_applies_the_rule_fixed_before_the_runs():
     md, verdicts = transfer_loco.levels_table(before, after)
     assert verdicts == {"bfcl|42": False, "apibank|42": True}  # 0.21 > 0.8 x 0.25; only the shared runs
     assert "5 → 1" in md and "0.550 / 0.100 → 0.640 / 0.190" in md and md.count("\n") == 3
+
+
+def test_levels_seed_table_counts_the_seeds_that_meet_the_rule():
+    """The served-levels runs over their seeds: per registry, the seeds meeting the rule and each
+    ratio's mean and range; the mean over registries of `core+graph` against the better baseline."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import transfer_loco
+
+    def run(cg: tuple[float, float]) -> dict:
+        m = {"bm25": (0.5, 0.3), "dense": (0.6, 0.25), "rel_only": (0.65, 0.24), "core+graph": cg}
+        return {"held_out": {"methods": {k: {"ndcg@5": a, "rvr@5": b} for k, (a, b) in m.items()}}}
+
+    after = {"runs": {"bfcl|42": run((0.64, 0.19)), "bfcl|123": run((0.60, 0.19)), "apibank|42": run((0.66, 0.21))}}
+    md, met = transfer_loco.levels_seed_table(after)
+    assert met == {"bfcl": [42], "apibank": []}  # 0.60 < 0.98 x 0.65; 0.21 > 0.8 x 0.25
+    assert "| bfcl | 42, 123 | 1 of 2 |" in md and "1.033 (1.000–1.067) ×" in md
+    assert "| mean over the registries | | | | 1.067 × (target 1.10 ×) | |" in md

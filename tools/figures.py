@@ -349,6 +349,8 @@ rendered("docs/base-model.md", "the encoder lever table", ["benchmarks/results/l
          lambda: _bench("transfer_loco").finetune_table(_load("benchmarks/results/loco.json"), _load("benchmarks/results/loco_finetuned.json"))[0])
 rendered("docs/base-model.md", "the served-levels penalty table", ["benchmarks/results/loco.json", "benchmarks/results/loco_levels.json"],
          lambda: _bench("transfer_loco").levels_table(_load("benchmarks/results/loco.json"), _load("benchmarks/results/loco_levels.json"))[0])
+rendered("docs/base-model.md", "the served-levels penalty over its seeds", ["benchmarks/results/loco_levels.json"],
+         lambda: _bench("transfer_loco").levels_seed_table(_load("benchmarks/results/loco_levels.json"))[0])
 rendered("docs/base-model.md", "the shipped-against-five-registries table", ["benchmarks/results/loco_shipped.json", "benchmarks/results/loco.json"],
          lambda: "\n\n".join(_bench("transfer_loco").shipped_table(_load("benchmarks/results/loco.json")["summary"],
                                                                     _load("benchmarks/results/loco_shipped.json"))))
