@@ -15,7 +15,7 @@ with the same other inputs (capabilities, text facts, words) and the same ordina
   states (cached; at serving one more transformer layer per tool, about a sixth of encoding it).
 
 Judged like the shipped model, on the MCP servers held out: each server's tools (leave one
-server out; the last-layer reader, some forty times dearer to fit, on six groups of servers
+server out; the last-layer reader, whose fits take several times longer, on six groups of servers
 drawn with seed 42) served by a reader fitted without them, the corpora sample and the attack
 set always in training, the shipped choice's thresholds and hint floors applied to every
 reader (nothing is tuned per reader: a reader that needs other thresholds to win would need

@@ -1599,7 +1599,7 @@ claim("docs/session-guard.md", "It asks as many questions as the per-call policy
       Json(SESSION).at("summary", "session_guard_audited", "confirmations_per_task", fmt=".2f"),
       Json(SESSION).at("summary", "per_call_audited", "confirmations_per_task", fmt=".2f"), timing=SESSION_RUN)
 READERS = Json("benchmarks/results/level_readers.json")
-claim(BM, "reaches weighted κ {} and the attention reader {};\non six groups of servers (the last layer costs some forty times more to fit) {}, {} and\n{} for the last layer, which also asks about more of the tools rated L1–L2 ({} % against\n{} %)",
+claim(BM, "reaches weighted κ {} and the attention reader {};\non six groups of servers (a last-layer fit takes about eight times an attention fit) {}, {} and\n{} for the last layer, which also asks about more of the tools rated L1–L2 ({} % against\n{} %)",
       READERS.at("leave_one_server_out", "shipped", "kappa_quadratic", fmt=".3f"),
       READERS.at("leave_one_server_out", "attention", "kappa_quadratic", fmt=".3f"),
       READERS.at("server_groups", "readers", "shipped", "kappa_quadratic", fmt=".3f"),
