@@ -234,12 +234,17 @@ def main() -> None:
     ap.add_argument("--unseen-servers-only", action="store_true",
                     help="Only the scan of the twelve npm servers nobody read (corpora/rubric-levels/npm-servers.jsonl), "
                          "rules alone and with the detector in --ship (with --json: written into that results file).")
+    ap.add_argument("--earlier-because", default=None,
+                    help="With --unseen-servers-only: keep the previous scan in npm_servers_earlier, with this reason.")
     args = ap.parse_args()
     if args.unseen_servers_only:
         measured = unseen_servers(Path(args.ship or DETECTOR_DIR))
         print(json.dumps({k: v for k, v in measured.items() if k != "flagged"}))
         if args.json_out:
             result = json.loads(Path(args.json_out).read_text(encoding="utf-8"))
+            if "npm_servers" in result and args.earlier_because:  # a run before a change: kept, with why it changed
+                result["npm_servers_earlier"] = [{**result["npm_servers"], "changed_after": args.earlier_because},
+                                                 *result.get("npm_servers_earlier", [])]
             result["npm_servers"] = measured
             write_json(args.json_out, result)
             print(f"wrote npm_servers into {args.json_out}")
@@ -455,6 +460,9 @@ def doc_tables(r: dict[str, Any]) -> str:
         lines[-1] += (f" Twelve npm servers nobody read ({u['n']} tools, `corpora/rubric-levels/npm-servers.jsonl`): the rules "
                       f"alone {u['rules']['suspicious']} suspicious, {u['rules']['poisoned']} poisoned; with the detector "
                       f"{u['detector']['suspicious']} suspicious, {u['detector']['poisoned']} poisoned.")
+        for e in r.get("npm_servers_earlier", []):
+            lines[-1] += (f" Before a change made after seeing it ({e['changed_after']}): the rules {e['rules']['suspicious']} "
+                          f"suspicious, with the detector {e['detector']['suspicious']} suspicious, {e['detector']['poisoned']} poisoned.")
     lines.append("")
     fps, misses = hardest(r)
     lines += ["| hardest false positives (held out) | verdict | score | span |", "|---|---|---:|---|"]

@@ -282,6 +282,16 @@ def test_naming_another_servers_tool_is_a_finding_and_following_it_is_poisoned()
     assert scans["notes"][0].verdict == "poisoned" and scans["filesystem"][0].verdict == "clean"
 
 
+def test_a_tools_own_parameter_named_in_its_words_is_not_another_servers_tool():
+    cat = {"postgres": [{"name": "query", "description": "Run a read-only SQL query."}],
+           "sentry": [{"name": "search_events", "description": "`query` can be natural language or search syntax.",
+                       "inputSchema": {"type": "object", "properties": {"query": {"type": "string"}}}},
+                      {"name": "search_issues", "description": "Pass the result on to `query`."}]}
+    found = cross_server_findings(cat)
+    assert ("sentry", "search_events") not in found  # its own parameter
+    assert [f.kind for f in found[("sentry", "search_issues")]] == ["reference"]  # no such parameter: still named
+
+
 def test_the_cross_server_check_reads_ten_thousand_tools():
     """Ten thousand tools over 50 servers, names unique: no finding, every name read (the
     benchmark times it; it is linear in names and text)."""

@@ -415,7 +415,7 @@ def cross_server_findings(catalogue: Mapping[str, Sequence[Mapping[str, Any]]],
       server's differently written tool name. One name served by two servers is not a
       finding: the gateway namespaces it, and real servers share names (``list_projects``);
     - ``reference``: a text that names another server's tool (quoted, or an identifier-like
-      name) and not one of its own server's; poisoned when the same text also claims or
+      name) and not one of its own server's tools or the tool's own parameters; poisoned when the same text also claims or
       follows it ("whenever", "instead", "replaces", "is used") or the detector flagged the
       same field (``scans``), suspicious alone."""
     out: dict[tuple[str, str], list[Finding]] = {}
@@ -444,13 +444,17 @@ def cross_server_findings(catalogue: Mapping[str, Sequence[Mapping[str, Any]]],
                 continue
             flagged = {f.field for f in (scans or {}).get((server, name), Scan(name, "clean", ())).findings
                        if f.kind == "directive"}
+            schema = t.get("inputSchema")
+            props = schema.get("properties") if isinstance(schema, Mapping) else None
+            # its own parameter named in its own words (`query`) is not another server's tool of that name
+            own_params = {name_fold(str(k)) for k in props} if isinstance(props, Mapping) else set()
             for field, text in texts_of(dict(t)):
                 if field == "name" or field.endswith("(name)"):
                     continue
                 for m in _NAMED.finditer(text):
                     word = next(g for g in m.groups() if g)
                     owners = folds.get(name_fold(word))
-                    if not owners or server in owners:
+                    if not owners or server in owners or name_fold(word) in own_params:
                         continue
                     other, theirs = next(iter(sorted(owners.items())))
                     near = text[max(0, m.start() - 120): m.end() + 120]
