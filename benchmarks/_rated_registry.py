@@ -124,6 +124,46 @@ def check_unique(keys: Sequence[str], where: str) -> None:
         raise DataError(f"{where}: {twice[0]!r} appears twice" + (f" (and {len(twice) - 1} more)" if len(twice) > 1 else ""))
 
 
+def span_rule_problem(row: dict[str, Any]) -> str | None:
+    """What is wrong with a labels record against the span rule (three annotators A-C, levels
+    1-5, each with its reason; span and level as :func:`riskrank.audit.resolve_votes` gives
+    them, a written review at span >= 2), None when nothing is."""
+    from riskrank.audit import resolve_votes
+
+    votes = list(row["votes"].values())
+    if sorted(row["votes"]) != ["A", "B", "C"] or not all(1 <= v <= 5 for v in votes):
+        return f"votes {row['votes']!r} are not three levels 1-5 from A, B and C"
+    if not all(str(row["why"].get(a, "")).strip() for a in row["votes"]):
+        return "a vote without its reason"
+    res = resolve_votes(votes, 3)
+    if row["span"] != res.span:
+        return f"span {row['span']} where the votes give {res.span}"
+    if res.level is None:
+        return None if row["resolution"] == "reviewed" and str(row.get("review", {}).get("note", "")).strip() else "span >= 2 without a review"
+    return None if (row["resolution"], row["risk_level"]) == (res.status, res.level) else "its level is not the votes' resolution"
+
+
+def card_statements(rows: list[dict[str, Any]]) -> list[str]:
+    """What a labels file's data card says of its votes (corpora/rubric-levels/README.md): the
+    pairwise κ, the spans and the resolved levels."""
+    votes = {a: np.asarray([r["votes"][a] for r in rows]) for a in "ABC"}
+    kappas = sorted(round(pair_stats(a, votes[a], b, votes[b], bootstrap=0).kappa, 3) for a, b in ("AB", "AC", "BC"))
+    counts = ", ".join(f"L{k} {sum(r['risk_level'] == k for r in rows)}" for k in range(1, 6))
+    return [f"Pairwise weighted κ {kappas[0]:.3f}, {kappas[1]:.3f} and {kappas[2]:.3f}",
+            f"{sum(r['span'] == 0 for r in rows)} unanimous, {sum(r['span'] == 1 for r in rows)} at span 1",
+            f"Resolved levels: {counts}."]
+
+
+def print_report(result: dict[str, Any], table: str, json_path: str | None) -> None:
+    """Print a report's two summary lines and its table; write the artefact to ``json_path``."""
+    from riskrank.fileio import write_json
+
+    print("\n".join(summary_lines(result)))
+    print(table)
+    if json_path:
+        write_json(json_path, result)
+
+
 def retriever_of(tools: list[Any]) -> Any:
     """The base model's retriever over the registry: what ``find_tools`` and the gateway read."""
     from riskrank.pipeline import RiskAwareRetriever

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from riskrank.errors import DataError
-from riskrank.fileio import write_json
 from riskrank.registry import make_tool
 
 HERE = Path(__file__).resolve().parent
@@ -109,10 +108,7 @@ def main() -> None:
         out = report(Path(args.data))
     except DataError as exc:
         raise SystemExit(f"bfcl_levels: {exc}") from None
-    print("\n".join(rated.summary_lines(out)))
-    print(doc_table(out))
-    if args.json:
-        write_json(args.json, out)
+    rated.print_report(out, doc_table(out), args.json)
 
 if __name__ == "__main__":
     main()

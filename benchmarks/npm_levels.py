@@ -188,10 +188,7 @@ def main() -> None:
         out = report(load_labels())
     except DataError as exc:
         raise SystemExit(f"npm_levels: {exc}") from None
-    print("\n".join(rated.summary_lines(out)))
-    print(doc_table(out))
-    if args.json:
-        write_json(args.json, out)
+    rated.print_report(out, doc_table(out), args.json)
 
 if __name__ == "__main__":
     main()
