@@ -119,6 +119,15 @@ TABLE = [
     ("wrap", "wrong value", ["wrap", "--client", "nosuch"], "'nosuch' is not one of"),
     ("unwrap", "unreadable", ["unwrap", "--yes", "--servers-dir", "list.json"], "list.json: not a directory"),
     ("unwrap", "wrong shape", ["unwrap", "--yes", "--servers-dir", "records"], "not a wrap record of this riskrank"),
+    ("levels review", "wrong shape", ["levels", "review", "strings.json"], "tools[0]: a tool definition is an object"),
+    ("levels review", "empty", ["levels", "review", "empty.json"], "empty.json"),
+    ("levels review", "unreadable", ["levels", "review", "binary.json"], "binary.json: not UTF-8 text"),
+    ("levels review", "wrong value", ["levels", "review", DEMO, "--out", "policy.json"], "policy.json: exists"),
+    ("levels review", "wrong shape", ["levels", "review", DEMO, "--policy", "list.json"], "the policy file must hold a JSON object"),
+    ("levels pin", "wrong shape", ["levels", "pin", "list.json", "--policy", "policy.json"], "list.json:1: a review line is an object"),
+    ("levels pin", "empty", ["levels", "pin", "empty.json", "--policy", "policy.json"], "nothing to pin"),
+    ("levels pin", "unreadable", ["levels", "pin", "binary.json", "--policy", "policy.json"], "binary.json: not UTF-8 text"),
+    ("levels pin", "missing", ["levels", "pin", "nowhere.jsonl", "--policy", "policy.json"], "does not exist"),
 ]
 
 

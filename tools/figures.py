@@ -327,6 +327,8 @@ rendered("docs/base-model.md", "the levels on BFCL's multi-turn tools", ["benchm
          lambda: _bench("bfcl_levels").doc_table(_load("benchmarks/results/bfcl_levels.json")))
 rendered("docs/base-model.md", "the levels on twelve MCP servers from npm", ["benchmarks/results/npm_levels.json"],
          lambda: _bench("npm_levels").doc_table(_load("benchmarks/results/npm_levels.json")))
+rendered("docs/base-model.md", "what a review by doubt buys", ["benchmarks/results/level_review.json"],
+         lambda: _bench("level_review").doc_table(_load("benchmarks/results/level_review.json")))
 SESSION = "benchmarks/results/session_replay.json"
 SESSION_RUN = Timing("2-core machine", "2026-12-06", SESSION)
 rendered("docs/session-guard.md", "the replay table", [SESSION],

@@ -76,8 +76,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int |
         fh.write(data)
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
+def atomic_write_text(path: str | os.PathLike[str], text: str, *, mode: int | None = None) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
 
 
 def read_regular_file(path: str | os.PathLike[str], *, max_bytes: int | None = None, timeout_s: float | None = None) -> bytes:

@@ -308,6 +308,9 @@ class ToolLevels:
     #: the dangerous capabilities the level model found per tool (``"destruction (T1485)"``);
     #: empty tuples where no level model read the tool
     capabilities: tuple[tuple[str, ...], ...] = ()
+    #: [N, 5] the level model's P(level = 1..5) per tool, a row of NaN where its level is not
+    #: the model's (pinned, audited); None without a level model
+    distribution: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.provenance)
@@ -325,7 +328,8 @@ class ToolLevels:
         """The same levels with more evidence per tool (the definition scan's findings, say):
         what moved or qualifies a level is said where the level is read."""
         return ToolLevels(self.levels.copy(), self.provenance,
-                          tuple((*ev, *more) for ev, more in zip(self.evidence, extra, strict=True)), self.capabilities)
+                          tuple((*ev, *more) for ev, more in zip(self.evidence, extra, strict=True)), self.capabilities,
+                          self.distribution)
 
     def capabilities_of(self, index: int) -> list[str]:
         """The capabilities found in tool ``index`` (empty without a level model)."""
@@ -334,7 +338,31 @@ class ToolLevels:
     def subset(self, indices: Sequence[int]) -> ToolLevels:
         idx = [int(i) for i in indices]
         caps = tuple(self.capabilities[i] for i in idx) if self.capabilities else ()
-        return ToolLevels(self.levels[idx].copy(), tuple(self.provenance[i] for i in idx), tuple(self.evidence[i] for i in idx), caps)
+        dist = self.distribution[idx].copy() if self.distribution is not None else None
+        return ToolLevels(self.levels[idx].copy(), tuple(self.provenance[i] for i in idx), tuple(self.evidence[i] for i in idx), caps,
+                          dist)
+
+    def doubt(self, confirm_level: int) -> np.ndarray:
+        """[N] the level model's probability that each tool's rubric level lies on the other side
+        of ``confirm_level`` from the level served: P(level < confirm_level) for a tool a call of
+        which would be asked about, P(level >= confirm_level) for one that would run without a
+        question. NaN where the level is not the model's (pinned, audited, no level model).
+
+        The model is right about most tools and unsure about some; an operator who checks the
+        most doubtful first fixes the most wrong questions per tool read (``riskrank levels
+        review``). A confident mistake has little doubt and is not found this way."""
+        if self.distribution is None:
+            return np.full(len(self), np.nan)
+        c = min(max(int(confirm_level), 1), 6)
+        at_or_above = self.distribution[:, c - 1:].sum(axis=1)
+        return np.where(self.levels >= c, 1.0 - at_or_above, at_or_above)
+
+    def review_order(self, confirm_level: int) -> list[int]:
+        """The tools whose level is the model's, most doubtful first (:meth:`doubt`; ties in
+        catalogue order): the order ``riskrank levels review`` asks an operator to check them."""
+        d = self.doubt(confirm_level)
+        idx = np.flatnonzero(np.isfinite(d))
+        return [int(i) for i in idx[np.argsort(-d[idx], kind="stable")]]
 
 
 def resolve_tool_levels(
@@ -390,7 +418,11 @@ def resolve_tool_levels(
         evidence.append(tuple(why))
     caps = () if prediction is None else tuple(
         tuple(f"{h.key} ({h.capability.technique[0]})" for h in hits) for hits in prediction.evidence.hits)
-    return ToolLevels(np.asarray(levels, dtype=np.int8), tuple(provenance), tuple(evidence), caps)
+    dist = None
+    if prediction is not None:
+        dist = np.asarray(prediction.probabilities, dtype=np.float64).copy()
+        dist[[p in ("policy", "audited") for p in provenance]] = np.nan
+    return ToolLevels(np.asarray(levels, dtype=np.int8), tuple(provenance), tuple(evidence), caps, dist)
 
 
 def _model_level(tool: Any, prediction: Any, i: int, trust_annotations: bool) -> tuple[int, str, list[str]]:

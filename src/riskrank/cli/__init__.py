@@ -20,7 +20,7 @@ import sys
 
 import click
 
-from riskrank.cli import audit, data, experiments, library, serving, state, trust, wrap
+from riskrank.cli import audit, data, experiments, levels, library, serving, state, trust, wrap
 from riskrank.cli.common import echo
 from riskrank.errors import RiskrankError
 
@@ -57,7 +57,7 @@ def main() -> None:
 for _command in (data.data, library.evaluate, library.compare, library.retrieve, library.train, library.graph, experiments.reproduce,
                  experiments.demo, audit.audit_command, audit.agreement_command, serving.serve_command,
                  serving.mcp_command, trust.pins_group, trust.scan_command, trust.clients_group, wrap.wrap_command,
-                 wrap.unwrap_command, wrap.policy_group):
+                 wrap.unwrap_command, wrap.policy_group, levels.levels_group):
     main.add_command(_command)
 main.add_command(state.state_group)
 

@@ -160,6 +160,50 @@ def _list_server(up: Any, startup_timeout: float) -> list[dict]:
         raise RiskrankError(f"{up.name!r} could not be listed: {why}") from None
 
 
+def listed_definitions(path: str, startup_timeout: float, *, command: str, no_start: bool = False,
+                       quiet: bool = False) -> tuple[list[dict], list[dict[str, Any]], list[str]]:
+    """(the tool definitions PATH holds or its servers list, each server's row, the servers
+    not listed with why). PATH is a static definitions file (:func:`_definitions`: nothing
+    runs) or an mcpServers file, whose servers are STARTED as the gateway starts them (each
+    plan printed on stderr first) and named ``server/tool``; with ``no_start`` nothing runs and
+    each plan is printed instead (on stdout unless ``quiet``)."""
+    from riskrank.fileio import loads_strict, read_regular_file
+    from riskrank.serving.gateway.config import load_servers
+
+    try:
+        data = loads_strict(read_regular_file(path, max_bytes=256 * 1024 * 1024).decode("utf-8"), path, RiskrankError)
+    except OSError as exc:
+        raise RiskrankError(f"{path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise RiskrankError(f"{path}: not UTF-8 text") from None
+    servers: list[dict[str, Any]] = []
+    unchecked: list[str] = []
+    if not (isinstance(data, dict) and ("mcpServers" in data or "servers" in data)):
+        return _definitions(data, path), servers, unchecked
+    tools: list[dict] = []
+    if not no_start:
+        from riskrank.serving import mcp_compat
+
+        mcp_compat.sdk_major()  # a missing extra is its own one line, before anything starts
+        mcp_compat.quiet_stdio_parse_errors()  # the SDKs' tracebacks for what a child prints: said once, here
+        mcp_compat.quiet_http_transport_errors()
+    for up in load_servers(path, offline=no_start):
+        row: dict[str, Any] = {**up.shown(), "started": not no_start}
+        servers.append(row)
+        if no_start:
+            unchecked.append(f"{up.name!r} (--no-start)")
+            if not quiet:
+                echo(f"would {up.plan()}")
+            continue
+        echo(f"riskrank {command}: {up.plan()}", err=True)  # before it runs: what runs is on screen
+        try:
+            tools += _list_server(up, startup_timeout)
+        except RiskrankError as exc:
+            row["error"] = str(exc)
+            unchecked.append(str(exc))
+    return tools, servers, unchecked
+
+
 @click.command("scan")
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.option("--no-start", is_flag=True,
@@ -201,43 +245,10 @@ def scan_command(path: str, no_start: bool, allow_unreachable: bool, as_json: bo
     from dataclasses import replace
     from types import SimpleNamespace
 
-    from riskrank.fileio import loads_strict, read_regular_file
     from riskrank.levels import own_capabilities
     from riskrank.scan import DEFAULT, VERDICTS, scan_catalogue
-    from riskrank.serving.gateway.config import load_servers
 
-    try:
-        data = loads_strict(read_regular_file(path, max_bytes=256 * 1024 * 1024).decode("utf-8"), path, RiskrankError)
-    except OSError as exc:
-        raise RiskrankError(f"{path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise RiskrankError(f"{path}: not UTF-8 text") from None
-    servers: list[dict[str, Any]] = []
-    unchecked: list[str] = []
-    if isinstance(data, dict) and ("mcpServers" in data or "servers" in data):
-        tools: list[dict] = []
-        if not no_start:
-            from riskrank.serving import mcp_compat
-
-            mcp_compat.sdk_major()  # a missing extra is its own one line, before anything starts
-            mcp_compat.quiet_stdio_parse_errors()  # the SDKs' tracebacks for what a child prints: said once, here
-            mcp_compat.quiet_http_transport_errors()
-        for up in load_servers(path, offline=no_start):
-            row: dict[str, Any] = {**up.shown(), "started": not no_start}
-            servers.append(row)
-            if no_start:
-                unchecked.append(f"{up.name!r} (--no-start)")
-                if not as_json:
-                    echo(f"would {up.plan()}")
-                continue
-            echo(f"riskrank scan: {up.plan()}", err=True)  # before it runs: what runs is on screen
-            try:
-                tools += _list_server(up, startup_timeout)
-            except RiskrankError as exc:
-                row["error"] = str(exc)
-                unchecked.append(str(exc))
-    else:
-        tools = _definitions(data, path)
+    tools, servers, unchecked = listed_definitions(path, startup_timeout, command="scan", no_start=no_start, quiet=as_json)
     if unchecked and not allow_unreachable and not no_start:
         raise RiskrankError(f"{'; '.join(unchecked)}; {'its' if len(unchecked) == 1 else 'their'} tools are not checked "
                             "(--allow-unreachable scans the others)")

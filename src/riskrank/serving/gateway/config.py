@@ -468,7 +468,12 @@ def load_policies(path: str | Path | None) -> Policies:
     (:data:`GATEWAY_WIDE`) may be set by the default policy only."""
     if path is None:
         return Policies({"default": Policy()})
-    data = _read_object(path, "policy")
+    return policies_from(_read_object(path, "policy"), path)
+
+
+def policies_from(data: dict[str, Any], path: str | Path) -> Policies:
+    """The policies of a policy document already read (:func:`load_policies`; ``path`` names
+    it in every error): what a command that edits the file checks before it writes."""
     if "policies" not in data:
         return Policies({"default": _policy(data, str(path))})
     extra = sorted(set(data) - {"policies", "default"})

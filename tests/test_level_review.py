@@ -1,0 +1,197 @@
+"""The operator's review of served levels: each tool's doubt, the review order, the review file
+``riskrank levels review`` writes (pins left out, nothing overwritten), the pins ``riskrank
+levels pin`` writes into a policy (ahead of its globs, checked before the file is replaced),
+and the committed artefact of what a review buys on the npm servers (recomputed from its
+records, and its served levels and doubts today's: the base model over 156 real tools)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import level_review  # noqa: E402
+import npm_levels  # noqa: E402
+from riskrank.cli import main  # noqa: E402
+from riskrank.errors import RiskrankError  # noqa: E402
+from riskrank.risk import ToolLevels  # noqa: E402
+
+ARTEFACT = ROOT / "benchmarks" / "results" / "level_review.json"
+
+
+def cli(*args: str) -> tuple[int, str]:
+    """(exit status, what was printed) as ``riskrank`` gives them: a RiskrankError is exit 2 and its line."""
+    res = CliRunner().invoke(main, list(args))
+    if isinstance(res.exception, RiskrankError):
+        return 2, str(res.exception)
+    return res.exit_code, res.output
+
+
+def _levels(levels: list[int], dist: list[list[float]] | None) -> ToolLevels:
+    n = len(levels)
+    return ToolLevels(np.asarray(levels, dtype=np.int8), ("predicted",) * n, ((),) * n, (),
+                      None if dist is None else np.asarray(dist, dtype=np.float64))
+
+
+def test_doubt_is_the_probability_of_the_other_side_of_the_confirm_line():
+    lv = _levels([3, 1, 4, 2], [[0.5, 0.2, 0.2, 0.1, 0.0],   # asked: P(< 3) = 0.7
+                                [0.9, 0.1, 0.0, 0.0, 0.0],   # unasked: P(>= 3) = 0
+                                [0.0, 0.0, 0.1, 0.6, 0.3],   # asked: P(< 3) = 0
+                                [0.1, 0.3, 0.3, 0.2, 0.1]])  # unasked: P(>= 3) = 0.6
+    assert np.allclose(lv.doubt(3), [0.7, 0.0, 0.0, 0.6])
+    assert lv.review_order(3) == [0, 3, 1, 2]  # ties keep catalogue order
+    assert np.allclose(lv.doubt(5), [0.0, 0.0, 0.3, 0.1])  # at confirm_level 5 tool 2 (L4) runs unasked: P(L5)
+    nan_row = _levels([3, 2], [[np.nan] * 5, [0.5, 0.5, 0.0, 0.0, 0.0]])  # a pinned tool: no doubt, not reviewed
+    assert np.isnan(nan_row.doubt(3)[0]) and nan_row.review_order(3) == [1]
+    assert np.isnan(_levels([3], None).doubt(3)).all() and _levels([3], None).review_order(3) == []
+    assert lv.subset([3, 0]).review_order(3) == [1, 0]
+
+
+def test_a_review_pins_the_first_tools_of_the_order_and_counts_the_errors():
+    recs = [{"tool": "a", "label": 1, "served": 3, "doubt": 0.9}, {"tool": "b", "label": 5, "served": 2, "doubt": 0.1},
+            {"tool": "c", "label": 2, "served": 4, "doubt": 0.5}, {"tool": "d", "label": 3, "served": 3, "doubt": None}]
+    level_review.FRACTIONS, saved = (0.25, 0.5), level_review.FRACTIONS
+    try:
+        out = level_review.simulate(recs)
+    finally:
+        level_review.FRACTIONS = saved
+    assert [(r["reviewed"], r["low_asked"], r["high_unasked"]) for r in out["rows"]] == [(0, 2, 1), (1, 1, 1), (2, 0, 1)]
+    assert out["unasked_high_ranks"] == [3]
+
+
+@pytest.fixture(scope="module")
+def artefact() -> dict:
+    return json.loads(ARTEFACT.read_text(encoding="utf-8"))
+
+
+def test_the_artefact_follows_from_its_records(artefact):
+    for reg in artefact["registries"].values():
+        fresh = level_review.simulate(reg["tools"])
+        assert {k: v for k, v in reg.items() if k != "tools"} == fresh
+
+
+def test_the_npm_records_are_todays_served_levels_and_doubts(artefact):
+    rows = npm_levels.load_labels()
+    fresh = level_review.registry_records(npm_levels.labelled_tools(rows), [r["id"] for r in rows], [r["risk_level"] for r in rows])
+    assert fresh == artefact["registries"]["npm"]["tools"]
+
+
+@pytest.fixture()
+def registry(tmp_path) -> Path:
+    tools = [{"name": "get_weather", "description": "Get the current weather for a city."},
+             {"name": "delete_repository", "description": "Permanently delete a GitHub repository and all its issues."},
+             {"name": "create_calendar_event", "description": "Add an event to the user's calendar."},
+             {"name": "list_iam_users", "description": "List the IAM users of a cloud account."}]
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps({"tools": tools}))
+    return path
+
+
+def test_review_writes_every_levelled_tool_most_doubtful_first_without_the_pinned(tmp_path, registry):
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"levels": {"list_iam_*": 2}}))
+    out = tmp_path / "review.jsonl"
+    code, printed = cli("levels", "review", str(registry), "--policy", str(policy), "--out", str(out), "--top", "2")
+    assert code == 0, printed
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert sorted(r["name"] for r in lines) == ["create_calendar_event", "delete_repository", "get_weather"]
+    assert [r["doubt"] for r in lines] == sorted((r["doubt"] for r in lines), reverse=True)
+    assert all(r["risk_level"] is None and len(r["distribution"]) == 5 and abs(sum(r["distribution"]) - 1) < 0.01 for r in lines)
+    assert all(r["asked"] == (r["served_level"] >= 3) for r in lines)
+    assert "4 tools; 3 levelled by the model" in printed and "1 pinned or audited" in printed
+    code, printed = cli("levels", "review", str(registry), "--out", str(out))
+    assert code == 2 and "exists" in printed and out.read_text().count("\n") == 3
+
+
+def test_pin_writes_the_decisions_ahead_of_the_policys_globs(tmp_path, registry):
+    out, policy = tmp_path / "review.jsonl", tmp_path / "policy.json"
+    assert cli("levels", "review", str(registry), "--out", str(out), "--top", "0")[0] == 0
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    for r in lines:
+        r["risk_level"] = {"get_weather": 1, "delete_repository": 4}.get(r["name"])
+    out.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    policy.write_text(json.dumps({"confirm_level": 3, "levels": {"*": 5, "get_weather": 3}}))
+    policy.chmod(0o640)
+    code, printed = cli("levels", "pin", str(out), "--policy", str(policy))
+    assert code == 0, printed
+    assert "pinned 2 tool level(s)" in printed and "1 replaced" in printed and "2 line(s)" in printed
+    doc = json.loads(policy.read_text())
+    assert dict(list(doc["levels"].items())[:2]) == {"get_weather": 1, "delete_repository": 4} and list(doc["levels"])[2:] == ["*"]
+    assert doc["confirm_level"] == 3 and policy.stat().st_mode & 0o777 == 0o640
+    from riskrank.serving.gateway.config import load_policy
+
+    p = load_policy(policy)
+    assert p.pinned_level("get_weather") == 1 and p.pinned_level("delete_repository") == 4 and p.pinned_level("x") == 5
+
+
+def test_pin_into_a_named_policy_or_a_new_file(tmp_path):
+    review = tmp_path / "r.jsonl"
+    review.write_text('{"name": "send_email", "risk_level": 3}\n{"name": "read_inbox", "risk_level": null}\n')
+    named = tmp_path / "named.json"
+    named.write_text(json.dumps({"policies": {"ops": {"max_level": 4}, "dev": {}}, "default": "ops"}))
+    assert cli("levels", "pin", str(review), "--policy", str(named), "--policy-name", "dev")[0] == 0
+    doc = json.loads(named.read_text())
+    assert doc["policies"]["dev"]["levels"] == {"send_email": 3} and "levels" not in doc["policies"]["ops"]
+    fresh = tmp_path / "new.json"
+    assert cli("levels", "pin", str(review), "--policy", str(fresh))[0] == 0
+    assert json.loads(fresh.read_text()) == {"levels": {"send_email": 3}}
+    code, printed = cli("levels", "pin", str(review), "--policy", str(named), "--policy-name", "nope")
+    assert code == 2 and "no policy 'nope'" in printed
+
+
+@pytest.mark.parametrize(("line", "says"), [
+    ('{"name": "x", "risk_level": 7}', "risk_level must be 1-5 or null"),
+    ('{"name": "x", "risk_level": true}', "risk_level must be 1-5 or null"),
+    ('{"risk_level": 2}', "a review line is an object with a \"name\""),
+    ('[1, 2]', "a review line is an object"),
+    ('{"name": "x*", "risk_level": 2}', "glob character"),
+    ('{"name": "x", "risk_level": 2}\n{"name": "x", "risk_level": 3}', "decided twice"),
+    ('{"name": "x", "risk_level": null}', "nothing to pin"),
+    ('{"name": "x", "risk_level": 2', "r.jsonl:1"),
+])
+def test_a_bad_review_file_is_named_and_the_policy_untouched(tmp_path, line, says):
+    review, policy = tmp_path / "r.jsonl", tmp_path / "policy.json"
+    review.write_text(line + "\n")
+    policy.write_text('{"max_level": 4}')
+    code, printed = cli("levels", "pin", str(review), "--policy", str(policy))
+    assert code == 2 and says in printed, printed
+    assert policy.read_text() == '{"max_level": 4}'
+
+
+def test_a_policy_the_gateway_would_refuse_is_left_as_it_is(tmp_path):
+    review, policy = tmp_path / "r.jsonl", tmp_path / "policy.json"
+    review.write_text('{"name": "x", "risk_level": 2}\n')
+    policy.write_text('{"max_level": 9}')
+    code, printed = cli("levels", "pin", str(review), "--policy", str(policy))
+    assert code == 2 and "max_level" in printed and policy.read_text() == '{"max_level": 9}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["policy.json", "r.jsonl"]  # no temporary file left
+
+
+def test_review_starts_the_servers_and_names_their_tools_as_the_gateway_offers_them(tmp_path):
+    """Two real MCP servers over stdio listing the same tools: each tool is reviewed under the
+    name the gateway offers (``server__tool``), and a pin of that name leaves it out."""
+    import subprocess
+
+    upstream = [sys.executable, str(Path(__file__).resolve().parent / "trust_upstream.py")]
+    servers = {"mcpServers": {name: {"command": upstream[0], "args": upstream[1:]} for name in ("notes", "backup")}}
+    (tmp_path / "servers.json").write_text(json.dumps(servers))
+    (tmp_path / "policy.json").write_text(json.dumps({"levels": {"backup__weather": 1}}))
+
+    def review(*more: str) -> subprocess.CompletedProcess:
+        argv = [sys.executable, "-c", "from riskrank.cli import entry; entry()", "levels", "review", str(tmp_path / "servers.json"), *more]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+
+    out = review("--out", "r.jsonl", "--top", "0")
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.count("riskrank levels review: start ") == 2 and "Traceback" not in out.stderr
+    names = {json.loads(x)["name"] for x in (tmp_path / "r.jsonl").read_text().splitlines()}
+    assert {"notes__weather", "backup__weather", "notes__list_notes", "backup__list_notes"} <= names
+    again = review("--policy", "policy.json", "--top", "0")
+    assert again.returncode == 0 and "1 pinned or audited" in again.stdout, again.stdout + again.stderr
