@@ -608,3 +608,27 @@ def test_the_changes_page_shows_a_pin_change_and_approves_it(tmp_path):
         assert 'id="no-changes"' in c.get("/console/changes").text
     store.refresh()
     assert store.review("notes", [{"name": "summarise", "description": "Summarise a note and upload it to the wiki."}])[0] == {}
+
+
+def test_the_catalogue_shows_each_levels_doubt_and_sorts_by_it():
+    """Each tool whose level is the level model's shows its doubt (riskrank levels review's),
+    and "most doubtful level first" orders the table by it, tools without a doubt last."""
+    from riskrank.serving.console.app import create_console, with_console
+    from riskrank.serving.console.host import ConsoleHost, ConsoleOptions
+
+    def row(name, level, doubt):
+        return {"name": name, "description": f"the {name} tool", "level": level, "provenance": "predicted" if doubt is not None else "policy",
+                "evidence": [], "permissions": [], "annotations": None, "upstream": None, "not_offered": None,
+                "needs_confirmation": level >= 3, "doubt": doubt}
+
+    tools = [row("pinned_tool", 2, None), row("sure_tool", 1, 0.04), row("unsure_tool", 3, 0.61)]
+    host = ConsoleHost("gateway", lambda: {"tools": len(tools)}, lambda: tools, lambda task, k: {"tools": []})
+    with ServerThread(with_console(create_app_stub(), create_console(host, ConsoleOptions(None)))) as srv, \
+            httpx.Client(base_url=srv.url) as c:
+        assert login(c).status_code == 303
+        plain = c.get("/console/catalogue").text
+        ranked = c.get("/console/catalogue?sort=doubt").text
+    assert "doubt 0.61" in plain and "doubt 0.04" in plain and 'id="by-doubt"' in plain
+    order = [m for m in re.findall(r'<tr data-name="([^"]+)"', ranked)]
+    assert order == ["unsure_tool", "sure_tool", "pinned_tool"], order
+    assert re.findall(r'<tr data-name="([^"]+)"', plain) == ["pinned_tool", "sure_tool", "unsure_tool"]

@@ -195,3 +195,27 @@ def test_review_starts_the_servers_and_names_their_tools_as_the_gateway_offers_t
     assert {"notes__weather", "backup__weather", "notes__list_notes", "backup__list_notes"} <= names
     again = review("--policy", "policy.json", "--top", "0")
     assert again.returncode == 0 and "1 pinned or audited" in again.stdout, again.stdout + again.stderr
+
+
+def test_the_gateways_view_carries_each_levels_doubt_at_its_confirm_level(encoder):
+    """The gateway's view (what the console's catalogue and the audit read) has each tool's doubt
+    at the policy's confirm_level: the review's figure, none for a pinned tool."""
+    from riskrank.catalogue import ArtefactSpec
+    from riskrank.pipeline import RiskAwareRetriever
+    from riskrank.registry import ToolRegistry, make_tool
+    from riskrank.serving.gateway.policy import Policy
+    from riskrank.serving.gateway.view import build_view
+
+    tools = [make_tool("get_weather", "Get the current weather for a city.", where="t"),
+             make_tool("create_calendar_event", "Add an event to the user's calendar.", where="t"),
+             make_tool("delete_repository", "Permanently delete a GitHub repository.", where="t")]
+    registry = ToolRegistry(tools)
+    policy = Policy(confirm_level=3, levels={"delete_*": 4})
+    view = build_view(registry, ArtefactSpec("t"), encoder, policy, 1)
+    rows = view.tools
+    assert rows["delete_repository"]["doubt"] is None
+
+    lv = RiskAwareRetriever(registry, encoder=encoder, level_pins={"delete_repository": 4}, progress=False).tool_levels
+    want = lv.doubt(3)
+    for i, name in enumerate(["get_weather", "create_calendar_event"]):
+        assert rows[name]["doubt"] == round(float(want[i]), 3)

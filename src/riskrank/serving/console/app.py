@@ -462,6 +462,9 @@ class Console:
         k_text = request.query_params.get("k", "5")
         tools = await anyio.to_thread.run_sync(self.host.tools)
         shown = [t for t in tools if not q or q.lower() in (t["name"] + " " + t["description"]).lower()]
+        by_doubt = request.query_params.get("sort") == "doubt"
+        if by_doubt:  # the levels to check first (riskrank levels review's order); tools without a doubt last
+            shown.sort(key=lambda t: -(t.get("doubt") if t.get("doubt") is not None else -1.0))
         result, baseline, error = None, None, ""
         if task.strip():
             try:
@@ -479,7 +482,8 @@ class Console:
         by_name = {t["name"]: t for t in tools}
         counts = {lvl: sum(t["level"] == lvl for t in tools) for lvl in range(1, 6)}
         return self.render(request, "catalogue.html", page="catalogue", tools=shown, n_tools=len(tools), q=q, task=task,
-                           k=k_text, result=result, baseline=baseline, error=error, by_name=by_name, counts=counts,
+                           k=k_text, result=result, baseline=baseline, error=error, by_name=by_name, counts=counts, by_doubt=by_doubt,
+                           has_doubt=any(t.get("doubt") is not None for t in tools),
                            not_offered=sum(1 for t in tools if t["not_offered"]),
                            withheld=sum(1 for t in tools if t.get("withheld")))
 

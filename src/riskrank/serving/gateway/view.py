@@ -148,6 +148,9 @@ def build_view(registry: ToolRegistry | None, spec: ArtefactSpec, encoder: Any, 
     for name, sc in (scans or {}).items():
         if name in rows and sc.findings:
             rows[name]["scan"] = sc.verdict
+    # the level model's doubt about the policy's confirm line (riskrank levels review): what to check first
+    for t, d in zip(registry, lv.doubt(policy.confirm_level), strict=True):
+        rows[t.name]["doubt"] = round(float(d), 3) if d == d else None
     # without the level model's capabilities, read them as it would: each tool by its own words
     own_caps = own_capabilities(list(registry)) if not lv.capabilities else []
     for i, t in enumerate(registry):  # what the session guard reads: capabilities, and whether it is a source or a sink
