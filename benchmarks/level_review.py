@@ -52,9 +52,7 @@ def simulate(tools: list[dict[str, Any]]) -> dict[str, Any]:
     what the artefact's figures are recomputed from."""
     gold = np.asarray([t["label"] for t in tools], dtype=np.int64)
     served = np.asarray([t["served"] for t in tools], dtype=np.int64)
-    doubt = np.asarray([np.nan if t["doubt"] is None else t["doubt"] for t in tools], dtype=np.float64)
-    finite = np.flatnonzero(np.isfinite(doubt))
-    order = [int(i) for i in finite[np.argsort(-doubt[finite], kind="stable")]]
+    order = review_order(tools)
     rng = np.random.default_rng(SEED)
     draws = [rng.permutation(len(tools)).tolist() for _ in range(RANDOM_DRAWS)]
     low0, high0 = errors(gold, served)
@@ -80,11 +78,31 @@ def registry_records(tools: list[Any], keys: list[str], labels: list[int]) -> li
             for i, (k, g) in enumerate(zip(keys, labels, strict=True))]
 
 
+def bfcl_records(data: Path) -> list[dict[str, Any]]:
+    """BFCL's multi-turn tools (``data``: the data directory) as :func:`registry_records`."""
+    tools, _, labels = bfcl_levels.labelled_tools(data, bfcl_levels.load_labels())
+    return registry_records(tools, [t.name for t in tools], [labels[t.name]["risk_level"] for t in tools])
+
+
+def review_order(records: list[dict[str, Any]]) -> list[int]:
+    """The records the model levelled, most doubtful first (ties in order): ``riskrank levels
+    review``'s order (:meth:`riskrank.risk.ToolLevels.review_order`) from the records' doubts."""
+    doubt = np.asarray([np.nan if t["doubt"] is None else t["doubt"] for t in records], dtype=np.float64)
+    finite = np.flatnonzero(np.isfinite(doubt))
+    return [int(i) for i in finite[np.argsort(-doubt[finite], kind="stable")]]
+
+
+def reviewed_pins(data: Path, fraction: float) -> dict[str, int]:
+    """name -> the annotators' level for the first ``fraction`` of BFCL's tools in the review
+    order: the pins an operator who read that many would write (``riskrank levels pin``)."""
+    recs = bfcl_records(data)
+    return {recs[i]["tool"]: recs[i]["label"] for i in review_order(recs)[:round(fraction * len(recs))]}
+
+
 def measure(data: Path) -> dict[str, Any]:
     rows = npm_levels.load_labels()
     npm = registry_records(npm_levels.labelled_tools(rows), [r["id"] for r in rows], [r["risk_level"] for r in rows])
-    tools, _, labels = bfcl_levels.labelled_tools(data, bfcl_levels.load_labels())
-    bfcl = registry_records(tools, [t.name for t in tools], [labels[t.name]["risk_level"] for t in tools])
+    bfcl = bfcl_records(data)
     out: dict[str, Any] = {"confirm_level": CONFIRM_LEVEL, "random_draws": RANDOM_DRAWS, "seed": SEED, "registries": {}}
     for name, recs in (("npm", npm), ("bfcl", bfcl)):
         out["registries"][name] = {**simulate(recs), "tools": recs}

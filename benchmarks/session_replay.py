@@ -44,6 +44,11 @@ gateway columns with the policy pinning each tool to the level three annotators 
 (``corpora/rubric-levels/bfcl-multi-turn.jsonl``, ``benchmarks/bfcl_levels.py``): what the
 guard does when the levels are right, and so which misses are the levels' and which the guard's.
 
+**With a fifth of the levels reviewed.** The ``*_reviewed`` columns pin only the levels an
+operator would have fixed after reading the most doubtful fifth of the tools in ``riskrank
+levels review``'s order (:func:`level_review.reviewed_pins`), each at the annotators' level:
+what the review buys in decisions, between the served levels and every level right.
+
 **Overhead.** The chain and the flow record, in process, over a stub upstream that answers at
 once, with 1,000 values recorded in the session: a sink call (the flow check reads every
 value), a source call (its answer read for values), and the same calls with the session guard
@@ -95,18 +100,31 @@ TITLES = {"passthrough": "plain pass-through proxy", "per_call": "today's per-ca
           "once_per_task_cover4": "session guard, `once_per_task`, `cover_level` 4"}
 #: The gateway columns again, with the annotators' levels pinned by the policy (module docstring).
 AUDITED = {f"{c}_audited": c for c in ("per_call", "session_guard", "once_per_task", "once_per_task_cover4")}
-ALL_COLUMNS = (*COLUMNS, *AUDITED)
+#: The gateway columns again, with the levels an operator fixed after reading the most doubtful
+#: fifth of the tools (``riskrank levels review``'s order) pinned by the policy (module docstring).
+REVIEWED = {f"{c}_reviewed": c for c in ("per_call", "session_guard")}
+REVIEW_FRACTION = 0.2
+ALL_COLUMNS = (*COLUMNS, *AUDITED, *REVIEWED)
 
 
-def column_policy(column: str) -> dict[str, Any] | None:
+def column_policy(column: str, data: Path | None = None) -> dict[str, Any] | None:
     """The policy file of ``column`` (None: no file, the defaults): an ``*_audited`` column's is
-    its gateway column's with ``levels`` pinning every tool to the annotators' level."""
-    if column not in AUDITED:
-        return POLICIES[column]
+    its gateway column's with ``levels`` pinning every tool to the annotators' level; a
+    ``*_reviewed`` column's pins only the first :data:`REVIEW_FRACTION` of the tools in
+    ``riskrank levels review``'s order (the served levels of BFCL's tools under ``data``) at
+    theirs: what an operator who read that many would pin."""
     import bfcl_levels
 
-    pins = {row["name"]: int(row["risk_level"]) for row in bfcl_levels.load_labels()}
-    return {**(POLICIES[AUDITED[column]] or {}), "levels": pins}
+    if column in AUDITED:
+        pins = {row["name"]: int(row["risk_level"]) for row in bfcl_levels.load_labels()}
+        return {**(POLICIES[AUDITED[column]] or {}), "levels": pins}
+    if column in REVIEWED:
+        import level_review
+
+        if data is None:
+            raise ValueError(f"{column}: the reviewed levels need the data directory")
+        return {**(POLICIES[REVIEWED[column]] or {}), "levels": level_review.reviewed_pins(data, REVIEW_FRACTION)}
+    return POLICIES[column]
 #: Results an attacker can write into: what others wrote (posts, comments, messages, tickets,
 #: a support reply), a file's content, a lookup on the web. The first such call of a task
 #: carries the planted instruction.
@@ -506,7 +524,7 @@ async def replay_column(column: str, data: Path, tasks: list[Task], attacks: lis
             await runs(open_direct)
         audit = []
     else:
-        with gateway_process(data, work, column_policy(column)) as url:
+        with gateway_process(data, work, column_policy(column, data)) as url:
             @contextlib.asynccontextmanager
             async def open_gateway(task: Task) -> Any:
                 target = mcp_compat.ServerTarget(url=url, headers={"X-Riskrank-Task": quote(" ".join(task.turns[0].split())[:4000], safe=" ")})
@@ -711,10 +729,25 @@ def doc_audited(result: dict[str, Any]) -> str:
     return head + body
 
 
+def doc_reviewed(result: dict[str, Any]) -> str:
+    """The gateway columns with the served levels, with a fifth of them reviewed, and with every
+    level the annotators'."""
+    s = result["summary"]
+    cols = [(c, r, a) for r, c in REVIEWED.items() for a, c2 in AUDITED.items() if c2 == c and {c, r, a} <= set(s)]
+    head = ("| | " + " | ".join(f"{TITLES[c]}: served levels | the most doubtful {100 * REVIEW_FRACTION:.0f} % reviewed | "
+                                  "annotators' levels" for c, _, _ in cols) + " |\n|---|" + "---:|---:|---:|" * len(cols) + "\n")
+    rows = [("utility", lambda c: pct(s[c]["utility"])),
+            ("confirmations per task", lambda c: f"{s[c]['confirmations_per_task']:.2f}"),
+            ("attack success", lambda c: pct(s[c]["attack_success"])),
+            ("attacks held", lambda c: pct(s[c]["attack_held"]))]
+    body = "".join(f"| {label} | " + " | ".join(f"{fn(c)} | {fn(r)} | {fn(a)}" for c, r, a in cols) + " |\n" for label, fn in rows)
+    return head + body
+
+
 def doc_questions(result: dict[str, Any]) -> str:
     """Where each gateway column's questions in the clean runs came from (per task)."""
     s = result["summary"]
-    cols = [c for c in ALL_COLUMNS if c in s and c != "passthrough" and "questions" in s[c]]
+    cols = [c for c in (*COLUMNS, *AUDITED) if c in s and c != "passthrough" and "questions" in s[c]]
     n = s["passthrough"]["tasks"]
 
     def per(c: str, key: str) -> str:
@@ -827,6 +860,8 @@ def main() -> None:
             print(doc_table(result))
         if set(COLUMNS[:1]) | set(AUDITED) <= set(result["summary"]):
             print(doc_audited(result))
+        if set(REVIEWED) <= set(result["summary"]):
+            print(doc_reviewed(result))
     result["overhead"] = overhead(args.overhead_values)
     print(doc_overhead(result))
     if args.json:

@@ -75,6 +75,22 @@ def test_an_audited_column_pins_every_tool_to_the_annotators_level():
     assert session_replay.column_policy("session_guard") is None  # the defaults: no policy file
 
 
+def test_a_reviewed_column_pins_the_first_fifth_of_the_review_order(bfcl):
+    """What an operator who read the most doubtful fifth of BFCL's tools would pin: those tools,
+    each at the annotators' level, and nothing else; the rest of the policy is its column's."""
+    import level_review
+
+    recs = level_review.bfcl_records(bfcl)
+    order = level_review.review_order(recs)
+    for column, base in session_replay.REVIEWED.items():
+        policy = session_replay.column_policy(column, bfcl)
+        assert len(policy["levels"]) == round(session_replay.REVIEW_FRACTION * len(recs)) == 26
+        assert policy["levels"] == {recs[i]["tool"]: recs[i]["label"] for i in order[:26]}
+        assert {k: v for k, v in policy.items() if k != "levels"} == (session_replay.POLICIES[base] or {})
+    with pytest.raises(ValueError, match="data directory"):
+        session_replay.column_policy("per_call_reviewed")
+
+
 @pytest.mark.slow
 def test_the_whole_replay_reproduces_the_committed_figures(bfcl):
     out = session_replay.replay(bfcl, None, session_replay.ALL_COLUMNS, echo=lambda m: None)

@@ -335,6 +335,8 @@ rendered("docs/session-guard.md", "the replay table", [SESSION],
          lambda: _bench("session_replay").doc_table(_load(SESSION)), SESSION_RUN)
 rendered("docs/session-guard.md", "the replay with the annotators' levels", [SESSION],
          lambda: _bench("session_replay").doc_audited(_load(SESSION)), SESSION_RUN)
+rendered("docs/session-guard.md", "the replay with a fifth of the levels reviewed", [SESSION],
+         lambda: _bench("session_replay").doc_reviewed(_load(SESSION)), SESSION_RUN)
 rendered("docs/session-guard.md", "where the questions come from", [SESSION],
          lambda: _bench("session_replay").doc_questions(_load(SESSION)), SESSION_RUN)
 rendered("docs/session-guard.md", "the attacks that ran, by sink", [SESSION],
