@@ -327,6 +327,9 @@ rendered("docs/base-model.md", "the levels on BFCL's multi-turn tools", ["benchm
          lambda: _bench("bfcl_levels").doc_table(_load("benchmarks/results/bfcl_levels.json")))
 rendered("docs/base-model.md", "the levels on twelve MCP servers from npm", ["benchmarks/results/npm_levels.json"],
          lambda: _bench("npm_levels").doc_table(_load("benchmarks/results/npm_levels.json")))
+rendered("docs/base-model.md", "late interaction over the frozen encoder's tokens", ["benchmarks/results/late_interaction.json"],
+         lambda: _bench("late_interaction").doc_table(_load("benchmarks/results/late_interaction.json")),
+         Timing("2-core machine", "2026-12-06", "benchmarks/results/late_interaction.json"))
 rendered("docs/base-model.md", "what a review by doubt buys", ["benchmarks/results/level_review.json"],
          lambda: _bench("level_review").doc_table(_load("benchmarks/results/level_review.json")))
 SESSION = "benchmarks/results/session_replay.json"
