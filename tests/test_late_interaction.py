@@ -10,7 +10,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-import late_interaction  # noqa: E402
+import late_interaction
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
