@@ -105,7 +105,7 @@ def test_review_writes_every_levelled_tool_most_doubtful_first_without_the_pinne
     assert [r["doubt"] for r in lines] == sorted((r["doubt"] for r in lines), reverse=True)
     assert all(r["risk_level"] is None and len(r["distribution"]) == 5 and abs(sum(r["distribution"]) - 1) < 0.01 for r in lines)
     assert all(r["asked"] == (r["served_level"] >= 3) for r in lines)
-    assert "4 tools; 3 levelled by the model" in printed and "1 pinned or audited" in printed
+    assert "4 tools; 3 to review" in printed and "left out: 1 pinned or audited" in printed
     code, printed = cli("levels", "review", str(registry), "--out", str(out))
     assert code == 2 and "exists" in printed and out.read_text().count("\n") == 3
 
@@ -117,18 +117,18 @@ def test_pin_writes_the_decisions_ahead_of_the_policys_globs(tmp_path, registry)
     for r in lines:
         r["risk_level"] = {"get_weather": 1, "delete_repository": 4}.get(r["name"])
     out.write_text("".join(json.dumps(r) + "\n" for r in lines))
-    policy.write_text(json.dumps({"confirm_level": 3, "levels": {"*": 5, "get_weather": 3}}))
+    policy.write_text(json.dumps({"confirm_level": 3, "levels": {"*_admin": 5, "get_weather": 3}}))
     policy.chmod(0o640)
     code, printed = cli("levels", "pin", str(out), "--policy", str(policy))
     assert code == 0, printed
     assert "pinned 2 tool level(s)" in printed and "1 replaced" in printed and "2 line(s)" in printed
     doc = json.loads(policy.read_text())
-    assert dict(list(doc["levels"].items())[:2]) == {"get_weather": 1, "delete_repository": 4} and list(doc["levels"])[2:] == ["*"]
+    assert dict(list(doc["levels"].items())[:2]) == {"get_weather": 1, "delete_repository": 4} and list(doc["levels"])[2:] == ["*_admin"]
     assert doc["confirm_level"] == 3 and policy.stat().st_mode & 0o777 == 0o640
     from riskrank.serving.gateway.config import load_policy
 
     p = load_policy(policy)
-    assert p.pinned_level("get_weather") == 1 and p.pinned_level("delete_repository") == 4 and p.pinned_level("x") == 5
+    assert p.pinned_level("get_weather") == 1 and p.pinned_level("delete_repository") == 4 and p.pinned_level("x_admin") == 5
 
 
 def test_pin_into_a_named_policy_or_a_new_file(tmp_path):
@@ -151,7 +151,7 @@ def test_pin_into_a_named_policy_or_a_new_file(tmp_path):
     ('{"name": "x", "risk_level": true}', "risk_level must be 1-5 or null"),
     ('{"risk_level": 2}', "a review line is an object with a \"name\""),
     ('[1, 2]', "a review line is an object"),
-    ('{"name": "x*", "risk_level": 2}', "glob character"),
+    ('{"name": "x*", "risk_level": 2}', "cannot be pinned by its exact name"),
     ('{"name": "x", "risk_level": 2}\n{"name": "x", "risk_level": 3}', "decided twice"),
     ('{"name": "x", "risk_level": null}', "nothing to pin"),
     ('{"name": "x", "risk_level": 2', "r.jsonl:1"),
@@ -194,7 +194,14 @@ def test_review_starts_the_servers_and_names_their_tools_as_the_gateway_offers_t
     names = {json.loads(x)["name"] for x in (tmp_path / "r.jsonl").read_text().splitlines()}
     assert {"notes__weather", "backup__weather", "notes__list_notes", "backup__list_notes"} <= names
     again = review("--policy", "policy.json", "--top", "0")
-    assert again.returncode == 0 and "1 pinned or audited" in again.stdout, again.stdout + again.stderr
+    assert again.returncode == 0 and "left out: 1 pinned or audited" in again.stdout, again.stdout + again.stderr
+    # a server whose every call is asked: its levels decide no question, so none is reviewed
+    (tmp_path / "untrusted.json").write_text(json.dumps({"untrusted": ["backup"], "max_level": 5}))
+    out = review("--policy", "untrusted.json", "--out", "u.jsonl", "--top", "0")
+    assert out.returncode == 0, out.stderr
+    names = {json.loads(x)["name"] for x in (tmp_path / "u.jsonl").read_text().splitlines()}
+    assert names and not any(n.startswith("backup__") for n in names)
+    assert f"{len([n for n in names])} to review" in out.stdout and "on a server whose every call is asked" in out.stdout
 
 
 def test_the_gateways_view_carries_each_levels_doubt_at_its_confirm_level(encoder):
@@ -219,3 +226,54 @@ def test_the_gateways_view_carries_each_levels_doubt_at_its_confirm_level(encode
     want = lv.doubt(3)
     for i, name in enumerate(["get_weather", "create_calendar_event"]):
         assert rows[name]["doubt"] == round(float(want[i]), 3)
+
+
+def test_review_keeps_audited_levels_and_leaves_out_what_the_policy_never_offers(tmp_path):
+    tools = [{"name": "list_items", "description": "List the items.", "risk_level": 1},
+             {"name": "wipe_disk", "description": "Erase every partition of a disk."},
+             {"name": "get_weather", "description": "Get the weather for a city."}]
+    (tmp_path / "tools.json").write_text(json.dumps({"tools": tools}))
+    (tmp_path / "policy.json").write_text(json.dumps({"max_level": 3}))
+    code, printed = cli("levels", "review", str(tmp_path / "tools.json"), "--policy", str(tmp_path / "policy.json"),
+                        "--out", str(tmp_path / "r.jsonl"))
+    assert code == 0, printed
+    names = [json.loads(x)["name"] for x in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert names == ["get_weather"], names  # list_items is audited, wipe_disk (L4 or more) above max_level 3
+    assert "left out: 1 pinned or audited, 1 never offered by the policy" in printed
+
+
+def test_pin_refuses_to_lower_a_floor_the_policys_own_glob_sets(tmp_path):
+    review, policy = tmp_path / "r.jsonl", tmp_path / "policy.json"
+    review.write_text('{"name": "delete_file", "risk_level": 2}\n{"name": "delete_all", "risk_level": 5}\n')
+    policy.write_text(json.dumps({"levels": {"*delete*": 5}}))
+    code, printed = cli("levels", "pin", str(review), "--policy", str(policy))
+    assert code == 2 and "delete_file at L2, where the policy's '*delete*' pins L5" in printed and "delete_all" not in printed
+    assert json.loads(policy.read_text()) == {"levels": {"*delete*": 5}}
+    assert cli("levels", "pin", str(review), "--policy", str(policy), "--override")[0] == 0
+    assert json.loads(policy.read_text())["levels"] == {"delete_file": 2, "delete_all": 5, "*delete*": 5}
+
+
+def test_pin_writes_through_a_symlink_and_refuses_a_read_only_file(tmp_path):
+    review = tmp_path / "r.jsonl"
+    review.write_bytes("\ufeff".encode() + b'{"name": "get_weather", "risk_level": 1}\n')  # a byte-order mark, as some editors save
+    real, link = tmp_path / "real.json", tmp_path / "link.json"
+    real.write_text('{"max_level": 4}')
+    link.symlink_to(real)
+    assert cli("levels", "pin", str(review), "--policy", str(link))[0] == 0
+    assert link.is_symlink() and json.loads(real.read_text()) == {"max_level": 4, "levels": {"get_weather": 1}}
+    real.chmod(0o444)
+    code, printed = cli("levels", "pin", str(review), "--policy", str(real))
+    assert code == 2 and "read-only (mode 0444)" in printed
+    code, printed = cli("levels", "pin", str(review), "--policy", str(tmp_path / "nowhere" / "p.json"))
+    assert code == 2 and "no such directory" in printed and not (tmp_path / "nowhere").exists()
+    code, printed = cli("levels", "pin", str(review), "--policy", str(tmp_path / "new.json"))
+    assert code == 0 and "created" in printed
+
+
+def test_a_name_the_policy_cannot_pin_is_named_at_its_line(tmp_path):
+    review, policy = tmp_path / "r.jsonl", tmp_path / "policy.json"
+    review.write_text('{"name": "ok_tool", "risk_level": 1}\n{"name": "two words", "risk_level": 2}\n')
+    policy.write_text("{}")
+    code, printed = cli("levels", "pin", str(review), "--policy", str(policy))
+    assert code == 2 and "r.jsonl:2" in printed and "cannot be pinned by its exact name" in printed
+    assert policy.read_text() == "{}"

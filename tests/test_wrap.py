@@ -429,7 +429,10 @@ def test_a_client_that_saves_while_wrap_writes_keeps_its_save(home, monkeypatch,
             files["claude-desktop"].write_text(CLAUDE_DESKTOP + " ")  # the client saves after wrap read the file
         return real(path, **kw)
 
+    from riskrank import fileio
+
     monkeypatch.setattr(wrap, "read_regular_file", client_saves_meanwhile)
+    monkeypatch.setattr(fileio, "read_regular_file", client_saves_meanwhile)  # the check before the replace reads there
     code, _, err = riskrank(monkeypatch, capfd, "wrap", "--yes", "--client", "claude-desktop", *CMD)
     assert code == 2 and "changed while riskrank was writing; nothing of it was changed" in err
     assert files["claude-desktop"].read_text() == CLAUDE_DESKTOP + " "

@@ -80,6 +80,21 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, *, mode: int | No
     atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
 
 
+def replace_if_unchanged(path: str | os.PathLike[str], expected: bytes, new: bytes, mode: int, changed: Exception,
+                         *, max_bytes: int = 64 * 1024 * 1024) -> None:
+    """Replace a user's file (through a symlink, its target) with ``new``, atomically, only if
+    it still holds ``expected`` (else raise ``changed``: whoever saved it meanwhile keeps their
+    save); its owner is kept where this process may keep it."""
+    real = Path(path).resolve()
+    st = os.stat(real)
+    if read_regular_file(real, max_bytes=max_bytes, timeout_s=10) != expected:
+        raise changed
+    atomic_write_bytes(real, new, mode=mode)
+    if (st.st_uid, st.st_gid) != (os.getuid(), os.getgid()):
+        with contextlib.suppress(OSError):  # only root may give a file away; anyone else wrote their own file
+            os.chown(real, st.st_uid, st.st_gid)
+
+
 def read_regular_file(path: str | os.PathLike[str], *, max_bytes: int | None = None, timeout_s: float | None = None) -> bytes:
     """The bytes of a regular file, refusing anything that could block or never end: the file
     is opened non-blocking (a FIFO nobody writes to cannot wedge the reader), must be a regular

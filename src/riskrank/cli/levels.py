@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any
 
 import click
@@ -23,6 +24,8 @@ from riskrank.fileio import show
 #: Characters of a description a review line carries (enough to decide; the full text is the server's).
 REVIEW_CHARS = 400
 _GLOB = frozenset("*?[")
+#: A name the policy's ``levels`` take as an exact glob (printable, no spaces; the policy's own rule).
+_PINNABLE = re.compile(r"^[!-~\u00a1-\uffff]{1,200}$")
 
 
 @click.group("levels")
@@ -36,50 +39,63 @@ def levels_group() -> None:
     """
 
 
-def _served_names(tools: list[dict], from_servers: bool) -> list[str]:
-    """The names a gateway offers (:func:`riskrank.serving.gateway.upstreams.public_names`) for
-    an mcpServers file's ``server/tool`` listing; a static file's names as they are."""
+def served_registry(path: str, tools: list[dict], from_servers: bool) -> tuple[Any, dict[str, str | None], dict[str, str]]:
+    """(the registry as the gateway would serve PATH's tools, name -> its server or None, tools
+    left out with why). An mcpServers file's ``server/tool`` listing is served as the gateway
+    serves it (:func:`riskrank.serving.gateway.upstreams.public_names`, a missing description
+    filled, each record checked on its own); a static file is read as a registry (its audited
+    levels are audited)."""
+    from riskrank.registry import ToolRegistry
+
     if not from_servers:
-        return [t["name"] for t in tools]
+        registry = ToolRegistry.load(path)
+        return registry, {t.name: None for t in registry}, {}
     from riskrank.serving.gateway.upstreams import public_names
+    from riskrank.serving.gateway.view import record_registry, served_record
 
     split = [tuple(t["name"].split("/", 1)) for t in tools]
     listed: dict[str, list[str]] = {}
     for server, name in split:
         listed.setdefault(server, []).append(name)
     names = public_names(listed)
-    return [names[server, name] for server, name in split]
+    records = [served_record({**t, "name": name}, names[server, name]) for (server, name), t in zip(split, tools, strict=True)]
+    registry, skipped = record_registry(records, path)
+    if registry is None:
+        raise RiskrankError(f"{path}: no tool could be served ({'; '.join(f'{n}: {why}' for n, why in skipped.items())})")
+    return registry, {names[k]: k[0] for k in split}, skipped
 
 
-def review_rows(tools: list[dict], names: list[str], policy: Any) -> list[dict[str, Any]]:
-    """One review row per tool whose level is the level model's, most doubtful first: the
-    name served, the level, whether a call would be asked about, the doubt, the model's
-    distribution, the evidence, and ``risk_level: null`` for the operator to set. Levels are
-    resolved as the gateway resolves them (the policy's pins first; the base model)."""
-    from riskrank.pipeline import RiskAwareRetriever
-    from riskrank.registry import ToolRegistry, make_tool
+def review_rows(registry: Any, servers: dict[str, str | None], policy: Any) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """(one review row per tool whose level is the level model's and decides a question, most
+    doubtful first: the name served, the level, whether a call would be asked about, the
+    doubt, the model's distribution, the evidence, and ``risk_level: null`` for the operator to
+    set; what was left out, counted: pinned or audited, never offered by the policy, on a
+    server whose every call is asked). Levels are resolved as the gateway resolves them
+    (:func:`riskrank.catalogue.audit_tools`: the policy's pins first; the base model)."""
+    from riskrank.catalogue import ArtefactSpec, audit_tools
 
-    made = []
-    for name, t in zip(names, tools, strict=True):
-        schema = t.get("inputSchema") if isinstance(t.get("inputSchema"), dict) else t.get("parameters")
-        made.append(make_tool(name, t.get("description") or "", parameters=schema,
-                              annotations=t.get("annotations") if isinstance(t.get("annotations"), dict) else None,
-                              where=f"tool {show(name)}"))
-    registry = ToolRegistry(made)
     pins = {t.name: lvl for t in registry if (lvl := policy.pinned_level(t.name)) is not None}
-    levels = RiskAwareRetriever(registry, level_pins=pins, progress=False).tool_levels
+    levels = audit_tools(ArtefactSpec(registry.source), None, registry, pins).levels
     if levels.distribution is None:
         raise RiskrankError("no level model is installed with this riskrank, so there is no doubt to order the review by")
     doubt = levels.doubt(policy.confirm_level)
+    left = {"pinned or audited": 0, "never offered by the policy": 0, "on a server whose every call is asked": 0}
     rows = []
     for i in levels.review_order(policy.confirm_level):
-        t = registry.tools[i]
-        rows.append({"name": t.name, "served_level": int(levels.levels[i]), "provenance": levels.provenance[i],
-                     "asked": bool(policy.needs_confirmation(int(levels.levels[i]))), "doubt": round(float(doubt[i]), 3),
+        t, level = registry.tools[i], int(levels.levels[i])
+        if policy.refusal(t.name, level) is not None:
+            left["never offered by the policy"] += 1
+            continue
+        if policy.untrusted_server(servers.get(t.name)):
+            left["on a server whose every call is asked"] += 1
+            continue
+        rows.append({"name": t.name, "server": servers.get(t.name), "served_level": level, "provenance": levels.provenance[i],
+                     "asked": bool(policy.needs_confirmation(level, servers.get(t.name))), "doubt": round(float(doubt[i]), 3),
                      "distribution": [round(float(p), 3) for p in levels.distribution[i]],
                      "capabilities": levels.capabilities_of(i), "evidence": list(levels.evidence[i]),
                      "description": (t.description or "")[:REVIEW_CHARS], "risk_level": None, "note": None})
-    return rows
+    left["pinned or audited"] = sum(p in ("policy", "audited") for p in levels.provenance)
+    return rows, left
 
 
 @levels_group.command("review")
@@ -87,6 +103,7 @@ def review_rows(tools: list[dict], names: list[str], policy: Any) -> list[dict[s
 @click.option("--policy", "policy_file", type=click.Path(dir_okay=False, exists=True), default=None,
               help="The gateway's policy file: its pins are kept out of the review and its confirm_level decides "
                    "what 'asked' means [default: the default policy].")
+@click.option("--policy-name", default=None, help="In a file of named policies, the one to review under [default: its default].")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
               help="Write the review file (JSON lines, most doubtful first; every tool the model levelled).")
 @click.option("--force", is_flag=True, help="Replace an existing --out file (its decisions are lost).")
@@ -95,8 +112,8 @@ def review_rows(tools: list[dict], names: list[str], policy: Any) -> list[dict[s
               help="For an mcpServers file: seconds each server has to start and list its tools.")
 @click.option("--allow-unreachable", is_flag=True,
               help="A server that could not be listed is a warning and the others are reviewed; without it, an error.")
-def review_command(path: str, policy_file: str | None, out: str | None, force: bool, top: int, startup_timeout: float,
-                   allow_unreachable: bool) -> None:
+def review_command(path: str, policy_file: str | None, policy_name: str | None, out: str | None, force: bool, top: int,
+                   startup_timeout: float, allow_unreachable: bool) -> None:
     """The levels riskrank would serve for PATH's tools, the most doubtful first.
 
     PATH is an mcpServers file, whose servers this command STARTS as the gateway does (each
@@ -106,36 +123,55 @@ def review_command(path: str, policy_file: str | None, out: str | None, force: b
     of the policy's confirm_level from the level served: a call that would be asked about but
     probably should not be, or one that would run unasked but probably should be asked about.
     Checking the most doubtful first fixes the most wrong questions per tool read; a confident
-    mistake has little doubt and is found by reading, not by this order. Pinned and audited
-    tools are left out."""
+    mistake has little doubt and is found by reading, not by this order. Left out: pinned and
+    audited tools, tools the policy never offers, and the tools of a server whose every call
+    is asked (``untrusted``): their level decides no question."""
     from riskrank.cli.trust import listed_definitions
     from riskrank.fileio import atomic_write_text
-    from riskrank.serving.gateway.config import load_policy
+    from riskrank.serving.gateway.config import load_policies
 
-    if out is not None and os.path.exists(out) and not force:
+    if out is not None and os.path.lexists(out) and not force:
         raise RiskrankError(f"{out}: exists (a review file's decisions would be lost); pin it first, or pass --force")
-    policy = load_policy(policy_file)
+    policy = load_policies(_regular(policy_file)).get(policy_name) if policy_file else load_policies(None).get(policy_name)
     tools, servers, unchecked = listed_definitions(path, startup_timeout, command="levels review")
     if unchecked and not allow_unreachable:
         raise RiskrankError(f"{'; '.join(unchecked)}; {'its' if len(unchecked) == 1 else 'their'} tools are not reviewed "
                             "(--allow-unreachable reviews the others)")
+    if unchecked and out is not None:
+        raise RiskrankError(f"{'; '.join(unchecked)}: a review file written without its tools could name the others as the "
+                            "gateway will not (a name two servers list is offered as server__name); review without --out, or "
+                            "when every server lists")
     for line in unchecked:
         echo(f"warning: {line}; not reviewed (--allow-unreachable)", err=True)
     if not tools:
         raise RiskrankError(f"{path}: no tools were listed: nothing to review")
-    rows = review_rows(tools, _served_names(tools, bool(servers)), policy)
+    registry, by_server, skipped = served_registry(path, tools, bool(servers))
+    for name, why in skipped.items():
+        echo(f"warning: {name}: not served, not reviewed ({why})", err=True)
+    rows, left = review_rows(registry, by_server, policy)
     if out is not None:
         atomic_write_text(out, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    if policy.confirm_level <= 1:
+        echo("note: confirm_level is 1, so every call is asked about and no level decides a question: every doubt is 0",
+             err=True)
     asked = sum(r["asked"] for r in rows)
     for n, r in enumerate(rows[:top], 1):
         caps = f"  [{', '.join(r['capabilities'])}]" if r["capabilities"] else ""
         echo(f"{n:>3}. {r['name']}  L{r['served_level']} {'asked' if r['asked'] else 'unasked'}  doubt {r['doubt']:.2f}  "
              f"P(L1..L5) {' '.join(f'{p:.2f}' for p in r['distribution'])}{caps}")
-        echo(f"     {(r['description'] or '(no description)').splitlines()[0][:110]}")
-    echo(f"{len(tools)} tools; {len(rows)} levelled by the model ({asked} asked about at confirm_level "
-         f"{policy.confirm_level}), {len(tools) - len(rows)} pinned or audited"
+        lines = (r["description"] or "").strip().splitlines()
+        echo(f"     {lines[0][:110] if lines else '(no description)'}")
+    echo(f"{len(registry)} tools; {len(rows)} to review ({asked} asked about at confirm_level {policy.confirm_level}); left out: "
+         + ", ".join(f"{n} {what}" for what, n in left.items())
          + (f"; review file {out}: set \"risk_level\" (1-5) on the lines you check, then riskrank levels pin {out} "
             "--policy POLICY" if out else ""))
+
+
+def _regular(path: str) -> str:
+    """``path`` when it is a regular file (a FIFO or a device as a policy would block or never end)."""
+    if not os.path.isfile(path):
+        raise RiskrankError(f"{path}: not a regular file")
+    return path
 
 
 def read_decisions(path: str) -> tuple[dict[str, int], int]:
@@ -145,7 +181,7 @@ def read_decisions(path: str) -> tuple[dict[str, int], int]:
     from riskrank.fileio import loads_strict, read_regular_file
 
     try:
-        text = read_regular_file(path, max_bytes=64 * 1024 * 1024).decode("utf-8")
+        text = read_regular_file(path, max_bytes=64 * 1024 * 1024).decode("utf-8-sig")
     except OSError as exc:
         raise RiskrankError(f"{path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
@@ -164,8 +200,9 @@ def read_decisions(path: str) -> tuple[dict[str, int], int]:
             continue
         if isinstance(level, bool) or not isinstance(level, int) or not 1 <= level <= 5:
             raise RiskrankError(f"{path}:{n}: {rec['name']}: risk_level must be 1-5 or null, not {show(level)}")
-        if _GLOB & set(rec["name"]):
-            raise RiskrankError(f"{path}:{n}: {rec['name']!r} holds a glob character (* ? [): pin it in the policy by hand")
+        if _GLOB & set(rec["name"]) or not _PINNABLE.match(rec["name"]):
+            raise RiskrankError(f"{path}:{n}: {show(rec['name'])} cannot be pinned by its exact name (a glob character * ? [, "
+                                "a space or a character that is not printable): pin it in the policy by hand with a glob")
         if decided.get(rec["name"], level) != level:
             raise RiskrankError(f"{path}:{n}: {rec['name']} is decided twice, at L{decided[rec['name']]} and L{level}")
         decided[rec["name"]] = level
@@ -193,33 +230,93 @@ def pinned_policy(data: dict[str, Any], decided: dict[str, int], policy_name: st
     return doc, replaced
 
 
+def lowered_floors(data: dict[str, Any], decided: dict[str, int], policy_name: str | None) -> list[str]:
+    """The decisions that would pin a tool below the level one of the policy's own globs pins
+    it at (``*delete*: 5``): a floor the operator set, which an exact pin ahead of it overrides."""
+    import fnmatch
+
+    if "policies" in data:
+        body = (data.get("policies") or {}).get(policy_name or data.get("default")) or {}
+    else:
+        body = data
+    globs = {g: v for g, v in (body.get("levels") or {}).items() if _GLOB & set(g)}
+    out = []
+    for name, level in decided.items():
+        floor = next(((g, v) for g, v in globs.items() if fnmatch.fnmatchcase(name, g)), None)
+        if floor is not None and isinstance(floor[1], int) and level < floor[1]:
+            out.append(f"{name} at L{level}, where the policy's {floor[0]!r} pins L{floor[1]}")
+    return out
+
+
 @levels_group.command("pin")
 @click.argument("review_file", type=click.Path(dir_okay=False, exists=True))
 @click.option("--policy", "policy_file", type=click.Path(dir_okay=False), required=True,
               help="The gateway's policy file to pin the decided levels in (created when missing).")
 @click.option("--policy-name", default=None, help="In a file of named policies, the one to pin in [default: its default].")
-def pin_command(review_file: str, policy_file: str, policy_name: str | None) -> None:
+@click.option("--override", is_flag=True,
+              help="Pin a decided level even below what one of the policy's own globs pins that tool at.")
+def pin_command(review_file: str, policy_file: str, policy_name: str | None, override: bool) -> None:
     """Pin the levels decided in REVIEW_FILE (``riskrank levels review --out``) in the policy.
 
     Each line whose ``risk_level`` is set (1-5) becomes a pin of that exact tool name in the
     policy's ``levels``, ahead of the policy's own globs (the first match wins); the gateway
     serves it with provenance ``policy`` from its next start or reload. Lines left null are
-    skipped. The policy file is checked as the gateway reads it before it replaces the old
-    one (written atomically); nothing is written when it would not load."""
-    from riskrank.fileio import atomic_write_text, loads_strict, read_regular_file
-    from riskrank.serving.gateway.config import load_policies, policies_from
+    skipped. A decision below the level one of the policy's own globs pins (``"*delete*": 5``:
+    a floor you set) is refused unless --override. The policy file (through a symlink, its
+    target) is checked as the gateway reads it before it replaces the old one, atomically,
+    with its mode and owner kept, and only if nobody changed it meanwhile; nothing is written
+    when it would not load. A policy file that does not exist is created (and said)."""
+    from pathlib import Path
+
+    from riskrank.fileio import (
+        atomic_write_text,
+        loads_strict,
+        read_regular_file,
+        replace_if_unchanged,
+    )
+    from riskrank.serving.gateway.config import policies_from
 
     decided, undecided = read_decisions(review_file)
     if not decided:
         raise RiskrankError(f"{review_file}: no line has a risk_level set (1-5): nothing to pin")
+    target = Path(policy_file)
+    exists = os.path.lexists(target)
     data: dict[str, Any] = {}
-    mode = None
-    if os.path.exists(policy_file):
-        load_policies(policy_file)  # a file the gateway would refuse is said as it is, before anything changes
-        data = loads_strict(read_regular_file(policy_file).decode("utf-8-sig"), policy_file, RiskrankError)
-        mode = os.stat(policy_file).st_mode & 0o777
+    raw = b""
+    if exists:
+        real = target.resolve()
+        if not real.is_file():
+            raise RiskrankError(f"{policy_file}: not a regular file (a policy file is a JSON object in a file)")
+        mode = real.stat().st_mode & 0o777
+        if not mode & 0o222 or not os.access(real, os.W_OK):  # a file made read-only stays so, even for root
+            raise RiskrankError(f"{policy_file}: read-only (mode {mode:04o}) or not writable by this user; nothing was changed")
+        try:
+            raw = read_regular_file(real, max_bytes=16 * 1024 * 1024, timeout_s=10)
+        except OSError as exc:
+            raise RiskrankError(f"{policy_file}: {exc.strerror or exc}") from None
+        try:
+            data = loads_strict(raw.decode("utf-8-sig"), policy_file, RiskrankError)
+        except UnicodeDecodeError:
+            raise RiskrankError(f"{policy_file}: not UTF-8 text") from None
+        if not isinstance(data, dict):
+            raise RiskrankError(f"{policy_file}: the policy file must hold a JSON object")
+        policies_from(data, policy_file)  # a file the gateway would refuse is said as it is, before anything changes
+    elif not target.parent.is_dir():
+        raise RiskrankError(f"{policy_file}: no such directory {str(target.parent)!r}; nothing was written")
+    lowered = lowered_floors(data, decided, policy_name)
+    if lowered and not override:
+        raise RiskrankError(f"{policy_file}: would lower a level the policy's own glob sets: {'; '.join(lowered[:3])}"
+                            + (f" (and {len(lowered) - 3} more)" if len(lowered) > 3 else "")
+                            + "; nothing was written (--override pins them anyway)")
     doc, replaced = pinned_policy(data, decided, policy_name, policy_file)
     policies_from(doc, policy_file)  # the new document as the gateway will read it; nothing is written if it would not load
-    atomic_write_text(policy_file, json.dumps(doc, indent=2, ensure_ascii=False) + "\n", mode=mode)
+    text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+    if exists:
+        replace_if_unchanged(target, raw, text.encode("utf-8"), mode,
+                             RiskrankError(f"{policy_file}: changed while riskrank was writing; nothing of it was changed, run "
+                                           "the command again"))
+    else:
+        atomic_write_text(target, text)
+        echo(f"created {policy_file}")
     echo(f"pinned {len(decided)} tool level(s) in {policy_file}" + (f" ({replaced} replaced an earlier pin)" if replaced else "")
          + (f"; {undecided} line(s) of {review_file} left undecided" if undecided else ""))

@@ -31,7 +31,12 @@ from pathlib import Path, PureWindowsPath
 from typing import Any
 
 from riskrank.errors import RiskrankError
-from riskrank.fileio import atomic_write_bytes, loads_strict, read_regular_file
+from riskrank.fileio import (
+    atomic_write_bytes,
+    loads_strict,
+    read_regular_file,
+    replace_if_unchanged,
+)
 from riskrank.serving.auth import ADMIN_TOKEN_ENV, TOKEN_ENV
 from riskrank.serving.gateway.config import ConfigError, check_server_entry
 
@@ -540,10 +545,8 @@ def servers_file_bytes(section: SectionPlan) -> bytes:
 def _replace(path: Path, expected: bytes, new: bytes, mode: int) -> None:
     """Replace the client file (through a symlink, its target) with ``new``, only if it still
     holds ``expected``: a client that saved the file meanwhile keeps its save."""
-    real = path.resolve()
-    if read_regular_file(real, max_bytes=MAX_CONFIG_BYTES, timeout_s=10) != expected:
-        raise WrapError(f"{path}: changed while riskrank was writing; nothing of it was changed, run the command again")
-    atomic_write_bytes(real, new, mode=mode)
+    replace_if_unchanged(path, expected, new, mode, WrapError(f"{path}: changed while riskrank was writing; nothing of it was "
+                                                               "changed, run the command again"), max_bytes=MAX_CONFIG_BYTES)
 
 
 # -- unwrapping ------------------------------------------------------------------------------------

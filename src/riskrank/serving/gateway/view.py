@@ -148,9 +148,13 @@ def build_view(registry: ToolRegistry | None, spec: ArtefactSpec, encoder: Any, 
     for name, sc in (scans or {}).items():
         if name in rows and sc.findings:
             rows[name]["scan"] = sc.verdict
-    # the level model's doubt about the policy's confirm line (riskrank levels review): what to check first
+    # the level model's doubt about the policy's confirm line (riskrank levels review): what to
+    # check first; none where the level decides no question (never offered, or every call of
+    # its server asked)
     for t, d in zip(registry, lv.doubt(policy.confirm_level), strict=True):
-        rows[t.name]["doubt"] = round(float(d), 3) if d == d else None
+        row = rows[t.name]
+        moot = row["not_offered"] is not None or policy.untrusted_server(row["upstream"])
+        row["doubt"] = round(float(d), 3) if d == d and not moot else None
     # without the level model's capabilities, read them as it would: each tool by its own words
     own_caps = own_capabilities(list(registry)) if not lv.capabilities else []
     for i, t in enumerate(registry):  # what the session guard reads: capabilities, and whether it is a source or a sink
@@ -231,9 +235,15 @@ def upstream_records(manager: UpstreamManager) -> tuple[list[dict[str, Any]], di
     its name's words (MCP makes description optional; riskrank ranks on it)."""
     records, routes = [], {}
     for public, up, tool in manager.tools():
-        rec = {**tool, "name": public}
-        if not str(rec.get("description") or "").strip():
-            rec["description"] = rec.get("title") or (rec.get("annotations") or {}).get("title") or split_name(tool["name"])
-        records.append(rec)
+        records.append(served_record(tool, public))
         routes[public] = (up.name, tool["name"])
     return records, routes
+
+
+def served_record(tool: dict[str, Any], public: str) -> dict[str, Any]:
+    """A server's ``tools/list`` record as the gateway serves it: under its public name, and
+    with its title or its own name's words where it has no description."""
+    rec = {**tool, "name": public}
+    if not str(rec.get("description") or "").strip():
+        rec["description"] = rec.get("title") or (rec.get("annotations") or {}).get("title") or split_name(str(tool.get("name") or ""))
+    return rec
