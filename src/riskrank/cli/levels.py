@@ -259,8 +259,9 @@ def pin_command(review_file: str, policy_file: str, policy_name: str | None, ove
     """Pin the levels decided in REVIEW_FILE (``riskrank levels review --out``) in the policy.
 
     Each line whose ``risk_level`` is set (1-5) becomes a pin of that exact tool name in the
-    policy's ``levels``, ahead of the policy's own globs (the first match wins); the gateway
-    serves it with provenance ``policy`` from its next start or reload. Lines left null are
+    policy's ``levels``, ahead of the policy's own globs (the first match wins); a gateway
+    started with the policy serves it with provenance ``policy`` (one already running reads
+    its policy file when it starts: restart it). Lines left null are
     skipped. A decision below the level one of the policy's own globs pins (``"*delete*": 5``:
     a floor you set) is refused unless --override. The policy file (through a symlink, its
     target) is checked as the gateway reads it before it replaces the old one, atomically,
