@@ -102,3 +102,20 @@ def demo_registry(announce: bool = False) -> str:
     if announce:
         log("no --registry: serving the bundled demo registry")
     return str(demo_registry_path())
+
+
+def read_user_file(path: str | Any, *, max_bytes: int, encoding: str = "utf-8", timeout_s: float | None = None) -> tuple[bytes, str]:
+    """(the bytes, the text) of a file a user named, read as a regular file (a FIFO or a device
+    is refused, not waited on) of at most ``max_bytes``; what cannot be read or decoded is one
+    :class:`~riskrank.errors.RiskrankError` line naming the file."""
+    from riskrank.errors import RiskrankError
+    from riskrank.fileio import read_regular_file
+
+    try:
+        raw = read_regular_file(path, max_bytes=max_bytes, timeout_s=timeout_s)
+    except OSError as exc:
+        raise RiskrankError(f"{path}: {exc.strerror or exc}") from None
+    try:
+        return raw, raw.decode(encoding)
+    except UnicodeDecodeError:
+        raise RiskrankError(f"{path}: not UTF-8 text") from None

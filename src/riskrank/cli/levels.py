@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from riskrank.cli.common import echo
+from riskrank.cli.common import echo, read_user_file
 from riskrank.errors import RiskrankError
 from riskrank.fileio import show
 
@@ -178,14 +178,9 @@ def read_decisions(path: str) -> tuple[dict[str, int], int]:
     """(name -> the level decided, lines left undecided) of a review file; a line that is not
     an object with a ``name`` and a ``risk_level`` of null or 1-5, or a name given twice with
     two levels, is an error naming its line."""
-    from riskrank.fileio import loads_strict, read_regular_file
+    from riskrank.fileio import loads_strict
 
-    try:
-        text = read_regular_file(path, max_bytes=64 * 1024 * 1024).decode("utf-8-sig")
-    except OSError as exc:
-        raise RiskrankError(f"{path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise RiskrankError(f"{path}: not UTF-8 text") from None
+    text = read_user_file(path, max_bytes=64 * 1024 * 1024, encoding="utf-8-sig")[1]
     decided: dict[str, int] = {}
     undecided = 0
     for n, line in enumerate(text.splitlines(), 1):
@@ -272,7 +267,6 @@ def pin_command(review_file: str, policy_file: str, policy_name: str | None, ove
     from riskrank.fileio import (
         atomic_write_text,
         loads_strict,
-        read_regular_file,
         replace_if_unchanged,
     )
     from riskrank.serving.gateway.config import policies_from
@@ -291,14 +285,8 @@ def pin_command(review_file: str, policy_file: str, policy_name: str | None, ove
         mode = real.stat().st_mode & 0o777
         if not mode & 0o222 or not os.access(real, os.W_OK):  # a file made read-only stays so, even for root
             raise RiskrankError(f"{policy_file}: read-only (mode {mode:04o}) or not writable by this user; nothing was changed")
-        try:
-            raw = read_regular_file(real, max_bytes=16 * 1024 * 1024, timeout_s=10)
-        except OSError as exc:
-            raise RiskrankError(f"{policy_file}: {exc.strerror or exc}") from None
-        try:
-            data = loads_strict(raw.decode("utf-8-sig"), policy_file, RiskrankError)
-        except UnicodeDecodeError:
-            raise RiskrankError(f"{policy_file}: not UTF-8 text") from None
+        raw, current = read_user_file(policy_file, max_bytes=16 * 1024 * 1024, encoding="utf-8-sig", timeout_s=10)
+        data = loads_strict(current, policy_file, RiskrankError)
         if not isinstance(data, dict):
             raise RiskrankError(f"{policy_file}: the policy file must hold a JSON object")
         policies_from(data, policy_file)  # a file the gateway would refuse is said as it is, before anything changes

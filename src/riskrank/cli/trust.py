@@ -167,15 +167,11 @@ def listed_definitions(path: str, startup_timeout: float, *, command: str, no_st
     runs) or an mcpServers file, whose servers are STARTED as the gateway starts them (each
     plan printed on stderr first) and named ``server/tool``; with ``no_start`` nothing runs and
     each plan is printed instead (on stdout unless ``quiet``)."""
-    from riskrank.fileio import loads_strict, read_regular_file
+    from riskrank.cli.common import read_user_file
+    from riskrank.fileio import loads_strict
     from riskrank.serving.gateway.config import load_servers
 
-    try:
-        data = loads_strict(read_regular_file(path, max_bytes=256 * 1024 * 1024).decode("utf-8"), path, RiskrankError)
-    except OSError as exc:
-        raise RiskrankError(f"{path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise RiskrankError(f"{path}: not UTF-8 text") from None
+    data = loads_strict(read_user_file(path, max_bytes=256 * 1024 * 1024)[1], path, RiskrankError)
     servers: list[dict[str, Any]] = []
     unchecked: list[str] = []
     if not (isinstance(data, dict) and ("mcpServers" in data or "servers" in data)):
