@@ -69,26 +69,30 @@ def token_vectors(enc: Encoder, texts: list[str], batch: int = 64) -> list[np.nd
 
 
 class TokenStore:
-    """Every tool's token vectors in one [total tokens, dim] float16 matrix, with each tool's start."""
+    """Every tool's token vectors in one [total tokens, dim] float16 matrix; tool i's rows are
+    ``bounds[i]:bounds[i + 1]``."""
 
-    def __init__(self, vectors: list[np.ndarray]) -> None:
-        self.matrix = np.concatenate(vectors)
-        self.starts = np.cumsum([0] + [len(v) for v in vectors[:-1]])
-        self.n = len(vectors)
+    def __init__(self, matrix: np.ndarray, lengths: np.ndarray | list[int]) -> None:
+        self.matrix = matrix
+        self.bounds = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        self.n = len(lengths)
+
+    @classmethod
+    def of(cls, vectors: list[np.ndarray]) -> TokenStore:
+        return cls(np.concatenate(vectors), [len(v) for v in vectors])
 
     def maxsim(self, query: np.ndarray, tools: np.ndarray | None = None) -> np.ndarray:
         """MaxSim of one query ([q, dim]) against every tool (or the ``tools`` given), in chunks."""
         q = query.astype(np.float32)
+        bounds = self.bounds
         if tools is not None:
-            bounds = np.append(self.starts, len(self.matrix))
             return np.asarray([(q @ self.matrix[bounds[t]:bounds[t + 1]].astype(np.float32).T).max(axis=1).mean() for t in tools])
         out = np.empty(self.n, dtype=np.float32)
-        bounds = np.append(self.starts, len(self.matrix))
         for lo in range(0, self.n, CHUNK):
             hi = min(lo + CHUNK, self.n)
             block = self.matrix[bounds[lo]:bounds[hi]].astype(np.float32)
             sim = q @ block.T  # [q, tokens of the chunk]
-            best = np.maximum.reduceat(sim, self.starts[lo:hi] - bounds[lo], axis=1)
+            best = np.maximum.reduceat(sim, bounds[lo:hi] - bounds[lo], axis=1)
             out[lo:hi] = best.mean(axis=0)
         return out
 
@@ -111,7 +115,7 @@ def registry_result(name: str, split: str, data: str | None, enc: Encoder) -> tu
     cos = enc.encode(texts, desc="queries") @ enc.encode(tool_texts, desc="tools").T
     lexical = LexicalIndex.from_registry(reg).evidence(texts)
     bm25, named = lexical.bm25, lexical.named  # a tool the task names is ranked first by every method, as riskrank ranks
-    store = TokenStore(token_vectors(enc, tool_texts))
+    store = TokenStore.of(token_vectors(enc, tool_texts))
     qtok = token_vectors(enc, texts)
     t0 = time.perf_counter()
     ms = np.stack([store.maxsim(q) for q in qtok])
@@ -136,13 +140,8 @@ def registry_result(name: str, split: str, data: str | None, enc: Encoder) -> tu
 def scale_cost(store: TokenStore, queries: list[np.ndarray]) -> dict[str, Any]:
     """The token store and a full MaxSim scan at :data:`SCALE` tools (``store``'s tools repeated)."""
     reps = -(-SCALE // store.n)
-    big = TokenStore.__new__(TokenStore)
-    big.matrix = np.tile(store.matrix, (reps, 1))
-    lens = np.diff(np.append(store.starts, len(store.matrix)))
-    all_lens = np.tile(lens, reps)[:SCALE]
-    big.matrix = big.matrix[: int(all_lens.sum())]
-    big.starts = np.cumsum(np.concatenate([[0], all_lens[:-1]]))
-    big.n = SCALE
+    lengths = np.tile(np.diff(store.bounds), reps)[:SCALE]
+    big = TokenStore(np.tile(store.matrix, (reps, 1))[: int(lengths.sum())], lengths)
     times = []
     for q in queries:
         t0 = time.perf_counter()

@@ -23,7 +23,7 @@ def test_maxsim_in_chunks_is_the_mean_of_each_query_tokens_best_cosine(monkeypat
     query = _unit(rng.normal(size=(4, 8)))
     naive = np.asarray([(query.astype(np.float32) @ t.astype(np.float32).T).max(axis=1).mean() for t in tools])
     monkeypatch.setattr(late_interaction, "CHUNK", 3)  # tools split over four chunks, one of two tools
-    store = late_interaction.TokenStore(tools)
+    store = late_interaction.TokenStore.of(tools)
     assert np.allclose(store.maxsim(query), naive, atol=1e-5)
     picked = np.asarray([7, 0, 10])
     assert np.allclose(store.maxsim(query, picked), naive[picked], atol=1e-5)
