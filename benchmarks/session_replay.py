@@ -113,9 +113,9 @@ def column_policy(column: str, data: Path | None = None) -> dict[str, Any] | Non
     ``*_reviewed`` column's pins only the first :data:`REVIEW_FRACTION` of the tools in
     ``riskrank levels review``'s order (the served levels of BFCL's tools under ``data``) at
     theirs: what an operator who read that many would pin."""
-    import bfcl_levels
-
     if column in AUDITED:
+        import bfcl_levels
+
         pins = {row["name"]: int(row["risk_level"]) for row in bfcl_levels.load_labels()}
         return {**(POLICIES[AUDITED[column]] or {}), "levels": pins}
     if column in REVIEWED:
