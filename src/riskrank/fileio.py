@@ -50,12 +50,15 @@ DIR_MODE = 0o777 & ~_umask()
 
 
 @contextlib.contextmanager
-def atomic_writer(path: str | os.PathLike[str], *, suffix: str = ".tmp", mode: int | None = None) -> Iterator[IO[bytes]]:
+def atomic_writer(path: str | os.PathLike[str], *, suffix: str = ".tmp", mode: int | None = None,
+                  exclusive: bool = False) -> Iterator[IO[bytes]]:
     """A binary file handle whose contents replace ``path`` when the block ends without an
     error (fsync, then ``os.replace``); on any error, including one raised by the caller to
     reject what it wrote, the temporary file (``.NAME.*SUFFIX`` beside ``path``) is removed
     and ``path`` is untouched. ``mode``: the file's permissions instead of :data:`FILE_MODE`
-    (a user's file rewritten in place keeps its own; a file holding secrets gets ``0o600``)."""
+    (a user's file rewritten in place keeps its own; a file holding secrets gets ``0o600``).
+    ``exclusive``: create ``path``, never replace it (``FileExistsError`` if someone created it
+    meanwhile: the new file is linked in, not renamed over)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
@@ -65,7 +68,11 @@ def atomic_writer(path: str | os.PathLike[str], *, suffix: str = ".tmp", mode: i
             fh.flush()
             os.fsync(fh.fileno())
             os.fchmod(fh.fileno(), FILE_MODE if mode is None else mode)
-        os.replace(tmp, path)
+        if exclusive:
+            os.link(tmp, path)
+            Path(tmp).unlink()
+        else:
+            os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -76,8 +83,9 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int |
         fh.write(data)
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str, *, mode: int | None = None) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
+def atomic_write_text(path: str | os.PathLike[str], text: str, *, mode: int | None = None, exclusive: bool = False) -> None:
+    with atomic_writer(path, mode=mode, exclusive=exclusive) as fh:
+        fh.write(text.encode("utf-8"))
 
 
 def replace_if_unchanged(path: str | os.PathLike[str], expected: bytes, new: bytes, mode: int, changed: Exception,

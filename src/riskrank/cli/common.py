@@ -109,12 +109,14 @@ def read_user_file(path: str | Any, *, max_bytes: int, encoding: str = "utf-8", 
     is refused, not waited on) of at most ``max_bytes``; what cannot be read or decoded is one
     :class:`~riskrank.errors.RiskrankError` line naming the file."""
     from riskrank.errors import RiskrankError
-    from riskrank.fileio import read_regular_file
+    from riskrank.fileio import UnsafeFileError, read_regular_file
 
     try:
         raw = read_regular_file(path, max_bytes=max_bytes, timeout_s=timeout_s)
     except OSError as exc:
         raise RiskrankError(f"{path}: {exc.strerror or exc}") from None
+    except UnsafeFileError as exc:
+        raise RiskrankError(f"{path}: {exc}") from None
     try:
         return raw, raw.decode(encoding)
     except UnicodeDecodeError:

@@ -200,6 +200,25 @@ def listed_definitions(path: str, startup_timeout: float, *, command: str, no_st
     return tools, servers, unchecked
 
 
+def scan_listed(tools: list[dict], from_servers: bool, learned: bool) -> list:
+    """Each listed definition's scan (:class:`riskrank.scan.Scan`, named as listed), the
+    servers read against each other too: an mcpServers file's tools are ``server/tool``; a
+    static file's records may name their ``server``, else they are one server's."""
+    from dataclasses import replace
+
+    from riskrank.scan import DEFAULT, scan_catalogue
+
+    def split(t: dict) -> tuple[str, str]:
+        return tuple(t["name"].split("/", 1)) if from_servers else (str(t.get("server") or ""), t["name"])  # type: ignore[return-value]
+
+    catalogue: dict[str, list[dict]] = {}
+    for t in tools:
+        server, own = split(t)
+        catalogue.setdefault(server, []).append({**t, "name": own})
+    scanned = {server: iter(found) for server, found in scan_catalogue(catalogue, DEFAULT if learned else None).items()}
+    return [replace(next(scanned[split(t)[0]]), name=t["name"]) for t in tools]
+
+
 @click.command("scan")
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.option("--no-start", is_flag=True,
@@ -238,11 +257,10 @@ def scan_command(path: str, no_start: bool, allow_unreachable: bool, as_json: bo
     checked and none is poisoned, 1 when one is poisoned, 2 on bad input or when a server
     could not be checked (it failed to list, or --no-start left it unstarted) unless
     --allow-unreachable."""
-    from dataclasses import replace
     from types import SimpleNamespace
 
     from riskrank.levels import own_capabilities
-    from riskrank.scan import DEFAULT, VERDICTS, scan_catalogue
+    from riskrank.scan import VERDICTS
 
     tools, servers, unchecked = listed_definitions(path, startup_timeout, command="scan", no_start=no_start, quiet=as_json)
     if unchecked and not allow_unreachable and not no_start:
@@ -250,17 +268,7 @@ def scan_command(path: str, no_start: bool, allow_unreachable: bool, as_json: bo
                             "(--allow-unreachable scans the others)")
     for line in unchecked if not no_start else []:
         echo(f"warning: {line}; not checked (--allow-unreachable)", err=True)
-    # Across servers too: an mcpServers file's tools are server/tool; a static file's records
-    # may name their server ("server"), else they are one server's.
-    catalogue: dict[str, list[dict]] = {}
-    for t in tools:
-        server, own = t["name"].split("/", 1) if servers else (str(t.get("server") or ""), t["name"])
-        catalogue.setdefault(server, []).append({**t, "name": own})
-    scanned = {server: iter(found) for server, found in scan_catalogue(catalogue, DEFAULT if learned else None).items()}
-    scans = []
-    for t in tools:
-        server = t["name"].split("/", 1)[0] if servers else str(t.get("server") or "")
-        scans.append(replace(next(scanned[server]), name=t["name"]))
+    scans = scan_listed(tools, bool(servers), learned)
     counts = {v: sum(s.verdict == v for s in scans) for v in VERDICTS}
     # what each tool can do, whatever its text says to the model: evidence for its level, not a verdict
     # read per server, each tool by its own words (an opening the server's tools share is the server's)
