@@ -13,7 +13,7 @@ from riskrank.serving.gateway.config import load_policies
 from riskrank.serving.gateway.policy import Policy
 
 TEAM = {"default": "read-only", "policies": {
-    "read-only": {"max_level": 2, "levels": {"restart_*": 3}, "first_seen": "quarantine"},
+    "read-only": {"max_level": 2, "levels": {"restart_*": 3}, "first_seen": "quarantine", "learned_scan": True},
     "on-call": {"max_level": 4, "exposure_ttl_s": 600, "client_choices": {"lambda": [0, 0.5], "mode": ["dense+rule"]},
                 "call_timeouts": {"restart_*": 30}, "preset": "untrusted"}}}
 
@@ -35,10 +35,10 @@ def test_named_policies_are_printed_resolved_and_read_back_the_same(tmp_path, mo
     keys = set(Policy().to_dict())
     read_only, on_call = resolved["policies"]["read-only"], resolved["policies"]["on-call"]
     # every key with its default filled in; the gateway-wide trust settings in the default policy only
-    assert set(read_only) == keys and set(on_call) == keys - {"on_poisoned", "on_suspicious", "first_seen"}
+    assert set(read_only) == keys and set(on_call) == keys - {"on_poisoned", "on_suspicious", "first_seen", "learned_scan"}
     # cover_level resolved: one below max_level unless the file says
     assert read_only == {**Policy().to_dict(), "max_level": 2, "cover_level": 1, "levels": {"restart_*": 3},
-                         "first_seen": "quarantine"}
+                         "first_seen": "quarantine", "learned_scan": True}
     assert on_call["untrusted"] == ["*"] and on_call["client_choices"] == {"lambda": [0.0, 0.5], "mode": ["dense+rule"]}
     assert on_call["confirm_level"] == 3 and on_call["call_timeouts"] == {"restart_*": 30.0}
     again = tmp_path / "resolved.json"

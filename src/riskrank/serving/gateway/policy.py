@@ -179,7 +179,7 @@ class Policy:
                 "client_choices": {k: list(v) for k, v in self.client_choices.items()}, "levels": dict(self.levels),
                 "untrusted": list(self.untrusted), "call_timeouts": dict(self.call_timeouts),
                 "on_poisoned": self.on_poisoned, "on_suspicious": self.on_suspicious, "first_seen": self.first_seen,
-                "scope": self.scope, "drift_level": self.drift_level, "flow": self.flow, "confirm": self.confirm, "cover_level": self.approval_ceiling, "sources": self.sources.to_dict(),
+                "learned_scan": self.learned_scan, "scope": self.scope, "drift_level": self.drift_level, "flow": self.flow, "confirm": self.confirm, "cover_level": self.approval_ceiling, "sources": self.sources.to_dict(),
                 "trusted_sources": self.trusted_sources.to_dict(), "sinks": self.sinks.to_dict(),
                 "trusted_sinks": self.trusted_sinks.to_dict()}
 
