@@ -229,18 +229,19 @@ def run(seeds: list[int], held_out: list[str], out: Path, epochs: int, max_queri
                   f"kept core+graph {lever['kept_weight_1']['core+graph']['ndcg@5']:.3f} ({row['seconds']}s)", flush=True)
 
 
-def run_shipped(held_out: list[str], out: Path, max_eval: int | None) -> None:
+def run_shipped(held_out: list[str], out: Path, max_eval: int | None, enc: Any = None) -> None:
     """The shipped riskrank-base (trained on UltraTool and Seal-Tools only) on the held-out
     registries, as served (its level model for unaudited tools), on the same queries and
     metrics as the leave-one-corpus-out builds: the model a union build would replace. On
-    UltraTool and Seal-Tools it is not held out (it trained on their queries)."""
+    UltraTool and Seal-Tools it is not held out (it trained on their queries). ``enc``: the
+    encoder it runs on (another forward pass of the same model; default: the served one)."""
     from riskrank.base import default_checkpoint
     from riskrank.checkpoint import load_checkpoint
     from riskrank.datasets import load_benchmark
     from riskrank.encoder import Encoder
     from riskrank.training.base_model import REPORT_MODES, evaluate_modes, summarise
 
-    enc = Encoder(progress=False)
+    enc = enc or Encoder(progress=False)
     ck = load_checkpoint(default_checkpoint(), encoder_identity=enc.identity)
     done = json.loads(out.read_text()) if out.exists() else {"runs": {}}
     done["caps"] = {"max_eval_queries": max_eval, "eval_sample_seed": EVAL_SAMPLE_SEED, "model": "riskrank-base as shipped",
