@@ -892,7 +892,7 @@ claim("docs/session-guard.md", "with {} values already recorded in the session",
       timing=SESSION_RUN)
 claim("docs/session-guard.md", "a session keeps its latest {} values",
       Source("riskrank.serving.gateway.session").at("MAX_FLOW_VALUES", ","))
-claim("docs/session-guard.md", "this process's memory (the latest {} sessions)",
+claim("docs/session-guard.md", "this process's memory (the latest {} sessions written",
       Source("riskrank.serving.gateway.session").at("MAX_SESSIONS", ","))
 claim("docs/trust.md", "**Benign**: the {} real tools of", TRUST.at("benign", "n", fmt=","))
 POISON_TRAIN = Source("riskrank.training.poison")

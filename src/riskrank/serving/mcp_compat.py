@@ -398,14 +398,14 @@ def notification_method(message: Any) -> str | None:
 class Handlers:
     """What a server answers, in wire dicts, independent of the SDK's major.
     ``call_tool(name, arguments, call)`` gets a :class:`CallCtx`; a handler left None is not
-    advertised. ``read_resource`` and ``get_prompt`` raise :class:`LookupError` for an
-    unknown URI or name."""
+    advertised. ``read_resource(uri, session_key)`` is told whose read it is; it and
+    ``get_prompt`` raise :class:`LookupError` for an unknown URI or name."""
 
     list_tools: Callable[[], Awaitable[list[Json]]]
     call_tool: Callable[[str, Json, CallCtx], Awaitable[Any]]
     list_resources: Callable[[], Awaitable[list[Json]]] | None = None
     list_resource_templates: Callable[[], Awaitable[list[Json]]] | None = None
-    read_resource: Callable[[str], Awaitable[Json]] | None = None
+    read_resource: Callable[[str, str], Awaitable[Json]] | None = None
     list_prompts: Callable[[], Awaitable[list[Json]]] | None = None
     get_prompt: Callable[[str, dict[str, str] | None], Awaitable[Json]] | None = None
 
@@ -761,14 +761,16 @@ def _passthrough(h: Handlers) -> list[tuple[str, Any, Any, Any]]:
     return [row for row in table if row[1] is not None]
 
 
-def _handler(fn: Any, res_cls: Any, how: Any, params_of: Callable[[Any], Any]) -> Any:
+def _handler(fn: Any, res_cls: Any, how: Any, params_of: Callable[[Any], Any], key_of: Callable[[Any], str] | None = None) -> Any:
     """A ``(ctx, request) -> result`` handler for one pass-through row of :func:`_passthrough`
-    (``params_of`` reads the params from what the SDK hands over)."""
+    (``params_of`` reads the params from what the SDK hands over; ``key_of``, where given,
+    whose call it is (:func:`_session_key`), passed last: a resource read is a session's read)."""
     async def handler(ctx: Any, request: Any) -> Any:
         if isinstance(how, str):
             return res_cls.model_validate({how: await fn()})
         try:
-            return res_cls.model_validate(await fn(*how(params_of(request))))
+            args = how(params_of(request)) + ((key_of(ctx),) if key_of is not None else ())
+            return res_cls.model_validate(await fn(*args))
         except LookupError as exc:
             raise _not_found(exc) from None
     return handler
@@ -799,8 +801,11 @@ def _build_v2(name: str, version: str, instructions: str | None, h: Handlers, ti
             return ir.result
 
     kw: Json = {"on_list_tools": on_list_tools, "on_call_tool": on_call_tool}
+    def key_v2(ctx: Any) -> str:
+        return _session_key(ctx.request, ctx.protocol_version in MODERN_PROTOCOLS)
+
     for kind, fn, res_cls, how in _passthrough(h):
-        kw[f"on_{kind}"] = _handler(fn, res_cls, how, lambda params: params)
+        kw[f"on_{kind}"] = _handler(fn, res_cls, how, lambda params: params, key_v2 if kind == "read_resource" else None)
     return Server(name, version=version, title=title, instructions=instructions, **kw)
 
 
@@ -832,8 +837,11 @@ def _build_v1(name: str, version: str, instructions: str | None, h: Handlers) ->
 
     requests = {"list_resources": t.ListResourcesRequest, "list_resource_templates": t.ListResourceTemplatesRequest,
                 "read_resource": t.ReadResourceRequest, "list_prompts": t.ListPromptsRequest, "get_prompt": t.GetPromptRequest}
+    def key_v1(ctx: Any) -> str:
+        return _session_key(server.request_context.request, False)
+
     for kind, fn, res_cls, how in _passthrough(h):
-        handler = _handler(fn, res_cls, how, lambda req: req.params)
+        handler = _handler(fn, res_cls, how, lambda req: req.params, key_v1 if kind == "read_resource" else None)
 
         async def wrapped(req: Any, handler: Any = handler) -> Any:
             return t.ServerResult(await handler(None, req))

@@ -79,7 +79,7 @@ from riskrank.serving.gateway.session import (
 )
 from riskrank.serving.gateway.store import STATE_UNAVAILABLE, StateUnavailable, unavailable_message
 from riskrank.serving.gateway.upstreams import UpstreamManager, describe
-from riskrank.serving.gateway.values import bounded, candidates, result_text
+from riskrank.serving.gateway.values import bounded, candidates, result_text, unencodable
 from riskrank.serving.gateway.view import (
     View,
     build_view,
@@ -379,6 +379,8 @@ class Gateway:
         started = time.perf_counter()
         client = (_caller(call) or {}).get("name")
         task = arguments.get("task")
+        if unencodable(arguments):
+            return _refusal("invalid_request", _UNENCODABLE.format(what="find_tools"))
         with tracing.root("find_tools", getattr(call, "traceparent", None), **{
                 "riskrank.client": client, "riskrank.tool": "find_tools",
                 "riskrank.task.bytes": len(task.encode()) if isinstance(task, str) else None}) as span:
@@ -608,6 +610,8 @@ class Gateway:
         if extra or not isinstance(name, str) or not (args is None or isinstance(args, dict)):
             why = f"unknown argument(s) {extra}" if extra else "name must be a string and arguments an object"
             return _refusal("invalid_request", f"call_tool takes name (a string) and arguments (an object): {why}")
+        if unencodable(arguments):
+            return _refusal("invalid_request", _UNENCODABLE.format(what="call_tool"))
         key = call.session_key
         _, policy, view = self.served(_caller(call))
         try:
@@ -896,13 +900,26 @@ class Gateway:
     async def list_resource_templates(self) -> list[dict[str, Any]]:
         return self.manager.templates() if self.manager else []
 
-    async def read_resource(self, uri: str) -> dict[str, Any]:
+    async def read_resource(self, uri: str, session_key: str = "stdio") -> dict[str, Any]:
+        """A resource of an upstream, passed through; its text is an untrusted read of the
+        session like a source tool's answer (its values join the flow record and earlier
+        approvals stop holding), unless the policy trusts that server's sources."""
         up = self.manager.resource_owner(uri) if self.manager else None
         if up is None or up.session is None:
             raise LookupError(f"unknown resource {uri!r} (no running upstream server lists it)")
+        rec = {"tool": "resources/read", "upstream": up.name, "session": session_key}
         with contextlib.suppress(AuditLogError):
-            await self.audit.append(tool="resources/read", decision="allowed", code="passthrough", reason=uri, upstream=up.name)
-        return mcp_compat.wire(await up.session.read_resource(_any_url(uri)))
+            await self.audit.append(**rec, decision="allowed", code="passthrough", reason=uri)
+        result = await up.session.read_resource(_any_url(uri))
+        wired = result if isinstance(result, dict) else mcp_compat.wire(result)
+        if self.policy.flow != "off" and not self.policy.trusted_sources.matches("resources/read", up.name):
+            items = [c for c in wired.get("contents") or [] if isinstance(c, dict)]
+            as_result = {"content": [{"type": "text", "text": str(c["text"])} if "text" in c else {"type": "blob"} for c in items]}
+            try:
+                await self._record_flow(session_key, f"resources/read {uri}"[:200], as_result, rec)
+            except SessionError as exc:  # its values cannot be recorded: not handed on, as a tool's answer
+                raise LookupError(f"resource {uri!r} was read but the session's record cannot be written ({exc})") from None
+        return wired
 
     async def list_prompts(self) -> list[dict[str, Any]]:
         if not self.manager:
@@ -925,6 +942,10 @@ class Gateway:
                 self.list_resources, self.list_resource_templates, self.read_resource)
             h.list_prompts, h.get_prompt = self.list_prompts, self.get_prompt
         return h
+
+
+_UNENCODABLE = ("{what}: a string in the request holds a lone surrogate (\\ud800-\\udfff alone), which is not Unicode "
+                "text; nothing was done")
 
 
 # -- running it ---------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import hashlib
 import json
 import re
 import time
@@ -33,7 +34,7 @@ from riskrank.capabilities import ACT_VERBS, name_reads
 from riskrank.errors import RiskrankError
 from riskrank.risk import normalise_text, split_name
 from riskrank.serving.gateway.policy import Policy
-from riskrank.serving.gateway.values import KINDS, Value, fold
+from riskrank.serving.gateway.values import KINDS, Value, candidates, unescape, within
 
 #: Values a session's flow record keeps; beyond it the oldest are forgotten (and counted).
 MAX_FLOW_VALUES = 2000
@@ -100,6 +101,13 @@ def _reads_others(name: str, description: str) -> str | None:
     return None
 
 
+def only_reads(name: str) -> bool:
+    """Whether a tool's name says it only reads (:func:`riskrank.capabilities.name_reads`) with
+    no word that acts anywhere in it: ``get_and_delete_messages`` and ``search_and_replace``
+    act, whatever their first word."""
+    return name_reads(name) and not set(normalise_text(split_name(name)).split()) & ACT_VERBS
+
+
 def tool_roles(name: str, description: str, schema: Mapping[str, Any] | None, annotations: Mapping[str, Any] | None,
                capabilities: Iterable[str], upstream: str | None, policy: Policy) -> tuple[str | None, str | None]:
     """(why the tool is an untrusted source, why it is a sink); None where it is not one.
@@ -122,7 +130,7 @@ def tool_roles(name: str, description: str, schema: Mapping[str, Any] | None, an
         source = _reads_others(name, description)
     caps = [c for c in capabilities if c in SINK_CAPABILITIES]
     # a name that reads (get_order_details, list_bookings) uses these words as nouns
-    verbs = [] if name_reads(name) else sorted(set(normalise_text(split_name(name)).split()) & SINK_VERBS)
+    verbs = [] if only_reads(name) else sorted(set(normalise_text(split_name(name)).split()) & SINK_VERBS)
     if policy.trusted_sinks.matches(name, upstream):
         sink = None
     elif policy.sinks.matches(name, upstream):
@@ -171,22 +179,89 @@ MAX_KIND_CHARS = 300
 def confirmation_kind(tool: str, arguments: Mapping[str, Any], schema: Mapping[str, Any] | None) -> str:
     """What one approval covers under ``"confirm": "once_per_session"``: the tool with the
     values of its switches, the arguments that choose what the call does rather than what it
-    works on: a boolean, or a string the tool's schema lists in an ``enum``. Approving
-    ``lockDoors(unlock=false)`` is not approving ``unlock=true``, nor ``ls`` approving ``ls(a=true)``;
-    the paths, texts and amounts a call works on are the flow guard's (values first seen in an
-    untrusted result are asked about whatever was approved)."""
-    props = (schema or {}).get("properties") if isinstance(schema, Mapping) else None
-    props = props if isinstance(props, Mapping) else {}
-
-    def switch(key: str, value: Any) -> bool:
-        spec = props.get(key)
-        return isinstance(value, bool) or (isinstance(value, str) and isinstance(spec, Mapping)
-                                           and isinstance(spec.get("enum"), list) and value in spec["enum"])
-
-    switches = sorted((str(k), v) for k, v in arguments.items() if switch(str(k), v))
+    works on: a boolean, or a value the tool's schema lists as a choice (an ``enum`` or a
+    ``const``, of strings or numbers, directly, through a ``$ref`` to the schema's own
+    definitions, or among the options of ``anyOf``/``oneOf``, as pydantic writes an ``Enum`` or
+    an ``Optional[Literal]``), in a nested object too, and a list of such choices. Approving
+    ``lockDoors(unlock=false)`` is not approving ``unlock=true``, nor ``ls`` approving
+    ``ls(a=true)``; the paths, texts and amounts a call works on are the flow guard's (values
+    first seen in an untrusted result are asked about whatever was approved). Keys are quoted
+    when they are not plain names, and a kind longer than :data:`MAX_KIND_CHARS` ends in the
+    sha256 of the whole, so two different choices never read as one."""
+    root = schema if isinstance(schema, Mapping) else {}
+    switches: list[tuple[str, Any]] = []
+    _switches(arguments, root, root, "", switches, 0)
     if not switches:
         return tool
-    return (tool + "(" + ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in switches) + ")")[:MAX_KIND_CHARS]
+    parts = ", ".join(f"{k if _PLAIN_KEY.match(k) else json.dumps(k, ensure_ascii=False)}={json.dumps(v, ensure_ascii=False)}"
+                      for k, v in sorted(switches, key=lambda kv: kv[0]))
+    kind = f"{tool}({parts})"
+    if len(kind) > MAX_KIND_CHARS:
+        kind = kind[: MAX_KIND_CHARS - 18] + "…#" + hashlib.sha256(kind.encode("utf-8", "replace")).hexdigest()[:16]
+    return kind
+
+
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][\w.-]{0,63}$")
+
+
+def _resolved(spec: Any, root: Mapping[str, Any], depth: int = 0) -> Mapping[str, Any]:
+    """A property's schema with a local ``$ref`` (``#/$defs/X``, ``#/definitions/X``) followed."""
+    while isinstance(spec, Mapping) and isinstance(spec.get("$ref"), str) and depth < 8:
+        ref = spec["$ref"]
+        node: Any = root
+        for part in ref.removeprefix("#/").split("/") if ref.startswith("#/") else [None]:
+            node = node.get(part) if isinstance(node, Mapping) and part is not None else None
+        spec, depth = node, depth + 1
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def _choices(spec: Mapping[str, Any], root: Mapping[str, Any], depth: int = 0) -> list[Any]:
+    """The values a schema lists as choices (``enum``, ``const``, and those of its options)."""
+    out = list(spec["enum"]) if isinstance(spec.get("enum"), list) else []
+    if "const" in spec:
+        out.append(spec["const"])
+    for key in ("anyOf", "oneOf", "allOf"):
+        if isinstance(spec.get(key), list) and depth < 4:
+            for option in spec[key]:
+                out += _choices(_resolved(option, root), root, depth + 1)
+    return out
+
+
+def _object_properties(spec: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, Any]:
+    props = spec.get("properties")
+    if isinstance(props, Mapping):
+        return props
+    for key in ("anyOf", "oneOf", "allOf"):
+        for option in spec.get(key) or []:
+            found = _resolved(option, root).get("properties")
+            if isinstance(found, Mapping):
+                return found
+    return {}
+
+
+def _switches(arguments: Mapping[str, Any], spec: Mapping[str, Any], root: Mapping[str, Any], prefix: str,
+              out: list[tuple[str, Any]], depth: int) -> None:
+    """The switches among ``arguments`` (an object the schema ``spec`` describes), dotted keys."""
+    props = _object_properties(spec, root)
+    for k, v in arguments.items():
+        key, prop = prefix + str(k), _resolved(props.get(k), root)
+        choices = _choices(prop, root) if prop else []
+        if isinstance(v, bool) or _listed(v, choices):
+            out.append((key, v))
+        elif isinstance(v, Mapping) and depth < 4:
+            _switches(v, prop, root, key + ".", out, depth + 1)
+        elif isinstance(v, list) and v and prop:
+            items = _resolved(prop.get("items"), root)
+            item_choices = _choices(items, root) if items else []
+            if all(isinstance(x, bool) or _listed(x, item_choices) for x in v):
+                out.append((key, v))
+
+
+def _listed(x: Any, choices: list[Any]) -> bool:
+    """Whether ``x`` (a string or a number, not a boolean) is one of ``choices``."""
+    if isinstance(x, bool) or not isinstance(x, str | int | float):
+        return False
+    return any(not isinstance(c, bool) and isinstance(c, str) == isinstance(x, str) and c == x for c in choices)
 
 
 def flow_to_list(f: Flow) -> list[Any]:
@@ -241,9 +316,18 @@ class SessionRecord:
         approvals hold, first seen first."""
         if not self.flows or not folded_arguments:
             return []
-        own = "|".join(fold(t) for t in (self.anchor or "", *self.user_turns))
+        present = [f for f in self.flows if f.folded in folded_arguments]
+        if not present:
+            return []
+        words = [t for t in (self.anchor or "", *self.user_turns) if t]
+        own_values = {v.folded for t in words for v in candidates(t)}
+        own_text = "\n".join(unescape(t).casefold() for t in words)
+        hits = [f for f in present if f.folded not in own_values and not within(f.shown, own_text)]
+        # a host found inside an address or a URL the call carries says nothing more than it:
+        # the whole value is the hit (or the user's approval), not its domain
         cleared = set(self.cleared)
-        return [f for f in self.flows if f.folded in folded_arguments and f.folded not in own and f.folded not in cleared]
+        return [f for f in hits if f.folded not in cleared
+                and not any(f.folded in g.folded and len(g.folded) > len(f.folded) for g in present)]
 
     def confirmed_since_read(self, kind: str) -> bool:
         """Whether the user approved a call of ``kind`` (:func:`confirmation_kind`; a tool's

@@ -3,7 +3,10 @@
 An injected instruction works by making the agent put the attacker's choice into a call: the
 recipient of a message, the URL of an upload, the account of a payment, the path of a file to
 delete. Such a choice is a *value* the agent copies from what it read. :func:`candidates`
-finds them in a result: e-mail addresses, URLs and domains, IBAN-like account numbers, file
+finds them in a result (its invisible characters and markup tags dropped first, so that
+``USR\u200b042`` or ``USR<b></b>042`` is ``USR042``): e-mail addresses, URLs and domains (a
+URL's or an address's host also on its own: ``https://evil.example/drop`` gives
+``evil.example``), IBAN-like account numbers, file
 paths and names, phone numbers, street addresses (``1428 Elm Street, Springfield``), ``@handles``, long identifiers (six characters or more with a
 digit: ``USR042``, ``acct-993812``) and quoted recipients (``to "Mallory"``). Numbers alone
 (an amount, a short id) and plain words are not values: they are what every task is made of,
@@ -30,7 +33,7 @@ import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 from riskrank.names import skeleton
 
@@ -44,7 +47,7 @@ SCAN_CHARS = 256 * 1024
 MAX_PER_RESULT = 256
 
 #: What each kind of value is called in a confirmation ("recipient 'x@evil.example' ...").
-KINDS = {"email": "e-mail address", "url": "URL", "iban": "account number", "path": "path", "phone": "phone number",
+KINDS = {"email": "e-mail address", "url": "URL", "domain": "domain", "iban": "account number", "path": "path", "phone": "phone number",
          "address": "address", "handle": "handle", "identifier": "identifier", "recipient": "recipient"}
 #: What ends a street address's name (``Elm Street``, ``5th Ave``).
 _STREET = (r"(?:Street|St|Avenue|Ave|Road|Rd|Boulevard|Blvd|Lane|Ln|Drive|Dr|Way|Court|Ct|Place|Pl|Square|Sq|Terrace|"
@@ -66,6 +69,8 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
                              r"[\"'\u201c\u2018]([^\"'\u201d\u2019\n]{2,64})[\"'\u201d\u2019]", re.IGNORECASE)),
 )
 _NOT_ALNUM = re.compile(r"[\W_]+")
+#: A markup tag (``<b>``, ``</span>``, ``<br/>``): not text. ``<x@evil.example>`` is no tag.
+_TAG = re.compile(r"</?[A-Za-z][A-Za-z0-9-]{0,30}(?:\s[^<>]{0,200})?/?>")
 
 
 def unescape(text: str) -> str:
@@ -103,16 +108,44 @@ class Value:
 def candidates(text: str) -> list[Value]:
     """The candidate values of ``text`` in order of first appearance, one per folded form,
     folded ones shorter than :data:`MIN_VALUE_CHARS` left out."""
-    plain = unescape(text)
+    plain = _TAG.sub("", "".join(c for c in unescape(text) if unicodedata.category(c) != "Cf"))
     found: dict[str, tuple[int, Value]] = {}
+
+    def add(kind: str, raw: str, at: int) -> None:
+        folded = _folded(raw)[:MAX_VALUE_CHARS]
+        if len(folded) >= MIN_VALUE_CHARS and folded not in found:
+            found[folded] = (at, Value(kind, raw[:MAX_VALUE_CHARS], folded))
+
     for kind, rx in _PATTERNS:
         for m in rx.finditer(plain):
             raw = (m.group(1) if m.groups() else m.group(0)).strip().rstrip(".,;:!?")
-            folded = _folded(raw)[:MAX_VALUE_CHARS]
-            if len(folded) < MIN_VALUE_CHARS or folded in found:
-                continue
-            found[folded] = (m.start(), Value(kind, raw[:MAX_VALUE_CHARS], folded))
+            add(kind, raw, m.start())
+            if (host := _host(kind, raw)) is not None:
+                add("domain", host, m.start())
     return [v for _, v in sorted(found.values(), key=lambda p: p[0])]
+
+
+def _host(kind: str, raw: str) -> str | None:
+    """The host of a URL (the real one after any ``user@``) or of an e-mail address, ``www.``
+    left out: the attacker's domain, whatever path or mailbox the agent puts before or after it."""
+    if kind == "email":
+        host = raw.rsplit("@", 1)[1]
+    elif kind == "url":
+        try:
+            host = urlsplit(raw if "://" in raw else "http://" + raw).hostname or ""
+        except ValueError:
+            return None
+    else:
+        return None
+    host = host.lower().removeprefix("www.")
+    return host if "." in host else None
+
+
+def within(value: str, text: str) -> bool:
+    """Whether ``value`` occurs in ``text`` (already unescaped and case-folded) as a whole: not
+    inside a longer address, number or name (``alice@corp.co`` is not in ``alice@corp.com``)."""
+    v = unescape(value).casefold().strip()
+    return bool(v) and re.search(r"(?<![\w@.+-])" + re.escape(v) + r"(?![\w@+-]|[.-]\w)", text) is not None
 
 
 def _strings(value: Any) -> Iterator[str]:
@@ -126,16 +159,28 @@ def _strings(value: Any) -> Iterator[str]:
             continue
         elif isinstance(node, int | float):
             yield str(node)
-        elif isinstance(node, dict):
-            stack.extend(reversed(list(node.values())))
+        elif isinstance(node, dict):  # keys too: {"x@evil.example": "Auditor"} names a recipient
+            stack.extend(reversed([v for kv in node.items() for v in kv]))
         elif isinstance(node, list):
             stack.extend(reversed(node))
 
 
+def unencodable(value: Any) -> bool:
+    """Whether a JSON value holds a string (or a key) UTF-8 cannot encode: a lone surrogate,
+    which some JSON parsers let through and no digest, log line or upstream can take."""
+    for s in _strings(value):
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+    return False
+
+
 def folded_arguments(arguments: dict[str, Any]) -> str:
     """The folded text a call's argument values are matched in: each string folded on its own,
-    joined by ``|`` (never part of a folded value, so no value spans two arguments)."""
-    return "|".join(fold(s) for s in _strings(arguments))
+    joined by ``|`` (never part of a folded value, so no value spans two arguments); the keys of
+    an object inside an argument are read too, the argument names (the schema's) are not."""
+    return "|".join(fold(s) for v in arguments.values() for s in _strings(v))
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from riskrank.capabilities import name_reads
+from riskrank.fileio import terminal_safe
 from riskrank.serving.gateway.guards.chain import HOLD, CallContext, Guard, Verdict
+from riskrank.serving.gateway.session import only_reads
 
 if TYPE_CHECKING:
     from riskrank.serving.gateway.policy import Policy
@@ -25,13 +26,16 @@ def risky(view: View, policy: Policy, tool: str) -> bool:
     level = view.levels.get(tool, (None, None))[0]
     if bool(view.tools.get(tool, {}).get("sink")) or (level is not None and level >= policy.confirm_level):
         return True
-    return level is not None and level >= policy.drift_level and not name_reads(tool)
+    return level is not None and level >= policy.drift_level and not only_reads(tool)
 
 
 def quoted(text: str | None, limit: int = 200) -> str:
-    """A task as a confirmation quotes it: in single quotes, cut with an ellipsis."""
+    """A task as a confirmation quotes it: in single quotes, cut with an ellipsis; a quote or a
+    backslash inside it escaped and invisible or bidi characters shown as ``\\uXXXX``, so the
+    agent's words cannot close the quote and write the rest of the question themselves."""
     text = " ".join((text or "").split())
-    return "'" + (text if len(text) <= limit else text[: limit - 1] + "…") + "'"
+    text = text if len(text) <= limit else text[: limit - 1] + "…"
+    return "'" + terminal_safe(text.replace("\\", "\\\\").replace("'", "\\'")) + "'"
 
 
 def check(ctx: CallContext) -> Verdict | None:
