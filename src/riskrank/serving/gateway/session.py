@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import hashlib
 import json
 import re
@@ -264,6 +265,13 @@ def _listed(x: Any, choices: list[Any]) -> bool:
     return any(not isinstance(c, bool) and isinstance(c, str) == isinstance(x, str) and c == x for c in choices)
 
 
+@functools.lru_cache(maxsize=1024)
+def _users_own(words: tuple[str, ...]) -> tuple[frozenset[str], str]:
+    """(the folded values of the user's own words, those words unescaped and case-folded):
+    read once per session's words, not at every call."""
+    return frozenset(v.folded for t in words for v in candidates(t)), "\n".join(unescape(t).casefold() for t in words)
+
+
 def flow_to_list(f: Flow) -> list[Any]:
     return [f.folded, f.shown, f.kind, f.tool, f.at]
 
@@ -319,9 +327,7 @@ class SessionRecord:
         present = [f for f in self.flows if f.folded in folded_arguments]
         if not present:
             return []
-        words = [t for t in (self.anchor or "", *self.user_turns) if t]
-        own_values = {v.folded for t in words for v in candidates(t)}
-        own_text = "\n".join(unescape(t).casefold() for t in words)
+        own_values, own_text = _users_own(tuple(t for t in (self.anchor or "", *self.user_turns) if t))
         hits = [f for f in present if f.folded not in own_values and not within(f.shown, own_text)]
         # a host found inside an address or a URL the call carries says nothing more than it:
         # the whole value is the hit (or the user's approval), not its domain
