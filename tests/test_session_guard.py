@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import anyio
 import pytest
 
+from riskrank.capabilities import name_only_reads as only_reads
 from riskrank.capabilities import name_reads
 from riskrank.catalogue import ArtefactSpec
 from riskrank.encoder import make_encoder
@@ -52,7 +53,6 @@ from riskrank.serving.gateway.session import (
     SessionError,
     SessionRecord,
     confirmation_kind,
-    only_reads,
     tool_roles,
 )
 from riskrank.serving.gateway.store import open_store

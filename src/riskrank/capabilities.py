@@ -443,6 +443,14 @@ def name_reads(name: str) -> bool:
     return words[0] in READ_VERBS or (bool(set(words) & READ_VERBS) and not set(words) & ACT_VERBS)
 
 
+def name_only_reads(name: str) -> bool:
+    """Whether a tool's name reads (:func:`name_reads`) with no word that acts anywhere in it:
+    ``get_and_delete_messages`` and ``search_and_replace`` act, whatever their first word. What
+    the gateway's session guard asks before it lets a tool pass as one that only reads."""
+    words = set(normalise_text(split_name(name)).split())
+    return bool(words & READ_VERBS) and not words & ACT_VERBS
+
+
 def detect_capabilities(name: str, description: str, schema: Mapping[str, Any] | None = None) -> list[CapabilityHit]:
     """The dangerous capabilities a tool's definition shows, most severe first, each with the
     words that show it; a capability implied by a more severe one found is left out."""

@@ -83,12 +83,23 @@ def _representatives() -> dict[str, str]:
 
 
 @lru_cache(maxsize=1)
+def _invisible_table() -> dict[int, None]:
+    """The code points of :data:`_INVISIBLE_RANGES`, each to nothing (a ``str.translate`` table)."""
+    return {cp: None for lo, hi in _INVISIBLE_RANGES for cp in range(lo, hi + 1)}
+
+
+def without_invisible(text: str) -> str:
+    """``text`` without the characters that render as nothing (zero-width characters, the soft
+    hyphen, bidi controls, variation selectors, tag characters); spaces stay."""
+    return text.translate(_invisible_table())
+
+
+@lru_cache(maxsize=1)
 def _skeleton_table() -> dict[int, str | None]:
     """:func:`skeleton`'s per-character step as one ``str.translate`` table: each confusable
     to its representative, each invisible character (:func:`is_invisible`) to nothing."""
     table: dict[int, str | None] = {ord(c): r for c, r in _representatives().items()}
-    for lo, hi in _INVISIBLE_RANGES:
-        table.update(dict.fromkeys(range(lo, hi + 1)))
+    table.update(_invisible_table())
     table.update(dict.fromkeys(SPACE_SEPARATORS))
     return table
 

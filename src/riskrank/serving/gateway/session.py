@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from riskrank.capabilities import ACT_VERBS, name_reads
+from riskrank.capabilities import ACT_VERBS, name_only_reads, name_reads
 from riskrank.errors import RiskrankError
 from riskrank.risk import normalise_text, split_name
 from riskrank.serving.gateway.policy import Policy
@@ -102,13 +102,6 @@ def _reads_others(name: str, description: str) -> str | None:
     return None
 
 
-def only_reads(name: str) -> bool:
-    """Whether a tool's name says it only reads (:func:`riskrank.capabilities.name_reads`) with
-    no word that acts anywhere in it: ``get_and_delete_messages`` and ``search_and_replace``
-    act, whatever their first word."""
-    return name_reads(name) and not set(normalise_text(split_name(name)).split()) & ACT_VERBS
-
-
 def tool_roles(name: str, description: str, schema: Mapping[str, Any] | None, annotations: Mapping[str, Any] | None,
                capabilities: Iterable[str], upstream: str | None, policy: Policy) -> tuple[str | None, str | None]:
     """(why the tool is an untrusted source, why it is a sink); None where it is not one.
@@ -131,7 +124,7 @@ def tool_roles(name: str, description: str, schema: Mapping[str, Any] | None, an
         source = _reads_others(name, description)
     caps = [c for c in capabilities if c in SINK_CAPABILITIES]
     # a name that reads (get_order_details, list_bookings) uses these words as nouns
-    verbs = [] if only_reads(name) else sorted(set(normalise_text(split_name(name)).split()) & SINK_VERBS)
+    verbs = [] if name_only_reads(name) else sorted(set(normalise_text(split_name(name)).split()) & SINK_VERBS)
     if policy.trusted_sinks.matches(name, upstream):
         sink = None
     elif policy.sinks.matches(name, upstream):

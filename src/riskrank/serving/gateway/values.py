@@ -25,7 +25,6 @@ Standard library only (and :mod:`riskrank.names`).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import html
 import json
@@ -36,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from riskrank.names import skeleton
+from riskrank.names import skeleton, without_invisible
 
 #: A folded value shorter than this is not recorded: it would occur in arguments by chance.
 MIN_VALUE_CHARS = 6
@@ -111,7 +110,7 @@ def candidates(text: str) -> list[Value]:
     folded ones shorter than :data:`MIN_VALUE_CHARS` left out."""
     plain = unescape(text)
     if not plain.isascii():  # zero-width characters, soft hyphens, bidi controls (ASCII has none)
-        plain = _format_characters().sub("", plain)
+        plain = without_invisible(plain)
     if "<" in plain:
         plain = _TAG.sub("", plain)
     found: dict[str, tuple[int, Value]] = {}
@@ -128,14 +127,6 @@ def candidates(text: str) -> list[Value]:
             if (host := _host(kind, raw)) is not None:
                 add("domain", host, m.start())
     return [v for _, v in sorted(found.values(), key=lambda p: p[0])]
-
-
-@functools.cache
-def _format_characters() -> re.Pattern[str]:
-    """Unicode's format characters (category Cf: zero-width characters, the soft hyphen, bidi
-    controls, tag characters) a value can hide behind; built on first use (a scan of every code
-    point, about 0.2 s, that a gateway whose results are ASCII never pays)."""
-    return re.compile("[" + "".join(re.escape(chr(c)) for c in range(0x110000) if unicodedata.category(chr(c)) == "Cf") + "]")
 
 
 def _host(kind: str, raw: str) -> str | None:

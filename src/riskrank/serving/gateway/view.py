@@ -11,6 +11,7 @@ import collections
 from dataclasses import dataclass, field
 from typing import Any
 
+from riskrank.capabilities import name_only_reads
 from riskrank.catalogue import ArtefactSpec, Catalogue, audit_tools, load_catalogue
 from riskrank.errors import RegistryError
 from riskrank.levels import own_capabilities
@@ -20,7 +21,7 @@ from riskrank.risk import split_name
 from riskrank.scan import Scan
 from riskrank.serving.gateway.config import Policies
 from riskrank.serving.gateway.policy import Policy
-from riskrank.serving.gateway.session import only_reads, tool_roles
+from riskrank.serving.gateway.session import tool_roles
 from riskrank.serving.gateway.upstreams import UpstreamManager
 from riskrank.timeline import mark
 
@@ -168,7 +169,7 @@ def build_view(registry: ToolRegistry | None, spec: ArtefactSpec, encoder: Any, 
         # whose arguments the flow guard checks: a sink, and any tool whose name does not say it only
         # reads (a level read too low must not let an attacker's path or account through), unless trusted
         row["flow_checked"] = row["sink"] is not None or not (policy.trusted_sinks.matches(t.name, row["upstream"])
-                                                              or only_reads(t.name))
+                                                              or name_only_reads(t.name))
         # confirmed at every call whatever the session: an untrusted server's tools, a scan verdict the policy confirms
         row["confirm_every_call"] = policy.untrusted_server(row["upstream"]) or _scan_confirms(policy, (scans or {}).get(t.name))
     for name, row in rows.items():

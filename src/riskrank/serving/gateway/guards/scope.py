@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from riskrank.capabilities import name_only_reads
 from riskrank.fileio import terminal_safe
 from riskrank.serving.gateway.guards.chain import HOLD, CallContext, Guard, Verdict
-from riskrank.serving.gateway.session import only_reads
 
 if TYPE_CHECKING:
     from riskrank.serving.gateway.policy import Policy
@@ -26,7 +26,7 @@ def risky(view: View, policy: Policy, tool: str) -> bool:
     level = view.levels.get(tool, (None, None))[0]
     if bool(view.tools.get(tool, {}).get("sink")) or (level is not None and level >= policy.confirm_level):
         return True
-    return level is not None and level >= policy.drift_level and not only_reads(tool)
+    return level is not None and level >= policy.drift_level and not name_only_reads(tool)
 
 
 def quoted(text: str | None, limit: int = 200) -> str:
