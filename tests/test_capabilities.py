@@ -103,3 +103,38 @@ def test_scan_reads_each_tool_by_its_own_words(tmp_path) -> None:
     whole = [detect_capabilities(n, pre + d) for n, d in own.items()]
     assert all(any(h.key == "host_execution" for h in hits) for hits in whole)  # read whole, every tool runs commands
     assert own_capabilities([make_tool(n, pre + d, where="t") for n, d in own.items()])[0] == []
+
+
+def test_one_scan_for_all_capabilities_drops_no_hit() -> None:
+    """detect_capabilities skips a capability's own patterns where the union of them all finds
+    nothing: on every real MCP tool it finds what a scan per capability finds."""
+    from riskrank.capabilities import (
+        _ANYWHERE,
+        _RAW,
+        _SCOPED,
+        _SUBSUMES,
+        CAPABILITIES,
+        _first,
+        _strip_tool_names,
+        detect_capabilities,
+        name_reads,
+        scoped_text,
+    )
+    from riskrank.datasets.rubric import load_mcp_set
+    from riskrank.risk import normalise_text, split_name
+
+    found = 0
+    for t in load_mcp_set().tools:
+        d = t.description or ""
+        scoped, whole, raw = scoped_text(t.name, d, t.parameters), normalise_text(split_name(t.name) + " " + _strip_tool_names(d)), d.lower()
+        each = set()
+        for cap in CAPABILITIES:
+            quote = None if name_reads(t.name) and cap.acts else _first(_SCOPED[cap.key], scoped)
+            quote = quote or (_first(_ANYWHERE[cap.key], whole) if cap.key in _ANYWHERE else None)
+            quote = quote or (_RAW[cap.key].search(raw) if cap.key in _RAW else None)
+            if quote:
+                each.add(cap.key)
+        each -= {mild for severe, mild in _SUBSUMES.items() if severe in each}
+        assert {h.key for h in detect_capabilities(t.name, d, t.parameters)} == each, t.name
+        found += bool(each)
+    assert found > 100
