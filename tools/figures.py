@@ -1645,6 +1645,15 @@ claim(BM, "reaches weighted κ {} and the attention reader {};\non six groups of
       READERS.at("server_groups", "readers", "last layer", "kappa_quadratic", fmt=".3f"),
       pct(READERS.at("server_groups", "readers", "last layer", "low_asked"), ".1f"),
       pct(READERS.at("server_groups", "readers", "shipped", "low_asked"), ".1f"))
+CURVE = Json("benchmarks/results/level_curve.json")
+claim(BM, "Fitted on a random quarter of the\ntraining tools, the shipped reader reaches weighted κ {} and {} (two draws); on a half\n{} and {}; on three quarters {} and {}; on all of them {}.",
+      *(CURVE.at("curve", i, "all", "kappa_quadratic", fmt=".3f") for i in range(7)))
+claim(BM, "the name's words as a vector\nof their own {}, the name's character 3–5-grams {}, the levels of the ten nearest\ntraining tools {}, gradient-boosted trees averaged with the linear model {} (it asks about\n{} % of the tools rated L1–L2, against {} %)",
+      *(CURVE.at("variants", v, "all", "kappa_quadratic", fmt=".3f") for v in ("name words", "name characters", "neighbours", "boosted trees")),
+      pct(CURVE.at("variants", "boosted trees", "all", "low_asked"), ".1f"), pct(CURVE.at("variants", "shipped", "all", "low_asked"), ".1f"))
+claim(BM, "on the {} servers never read the shipped reader reaches {} and the\nfour {}, {}, {} and {}.",
+      CURVE.at("unread_servers").map(len, ""),
+      *(CURVE.at("variants", v, "never read", "kappa_quadratic", fmt=".3f") for v in ("shipped", "name words", "name characters", "neighbours", "boosted trees")))
 NPM_LEVELS = Json("benchmarks/results/npm_levels.json")
 claim(BM, "capability floors are seldom read and seldom wrong: {} of these tools have one, and it stays\nwithin the annotators' level on {} (BFCL's multi-turn tools: {} and {};",
       NPM_LEVELS.at("capability_floors", "tools_with_a_floor"), NPM_LEVELS.at("capability_floors", "floor_within_label"),
