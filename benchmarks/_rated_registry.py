@@ -164,11 +164,12 @@ def print_report(result: dict[str, Any], table: str, json_path: str | None) -> N
         write_json(json_path, result)
 
 
-def retriever_of(tools: list[Any]) -> Any:
-    """The base model's retriever over the registry: what ``find_tools`` and the gateway read."""
+def retriever_of(tools: list[Any], groups: list[str] | None = None) -> Any:
+    """The base model's retriever over the registry: what ``find_tools`` and the gateway read
+    (``groups``: each tool's server, as a gateway over them counts shared openings)."""
     from riskrank.pipeline import RiskAwareRetriever
 
-    return RiskAwareRetriever(ToolRegistry(tools))
+    return RiskAwareRetriever(ToolRegistry(tools), tool_groups=groups)
 
 
 def served_levels(retriever: Any) -> tuple[np.ndarray, list[tuple[str, ...]]]:
@@ -191,7 +192,7 @@ def capability_floors(retriever: Any) -> np.ndarray:
     """Each tool's capability floor as the served reading computes it (1: no dangerous capability)."""
     from riskrank.levels import ToolEvidence, own_texts
 
-    read, openings = own_texts(list(retriever.registry))
+    read, openings = own_texts(list(retriever.registry), retriever.tool_groups)
     return np.asarray(ToolEvidence.of(read, openings).floors, dtype=np.int64)
 
 
@@ -221,7 +222,7 @@ def judge(tools: list[Any], keys: list[str], groups: list[str], labels: list[dic
     tool's pair."""
     votes = {a: np.asarray([r["votes"][a] for r in labels]) for a in sorted(labels[0]["votes"])}
     gold = np.asarray([r["risk_level"] for r in labels], dtype=np.int64)
-    retriever = retriever_of(tools)
+    retriever = retriever_of(tools, groups)
     pred, evidence = served_levels(retriever)
     pairs = [pair_stats(a, votes[a], b, votes[b], bootstrap=0).to_dict() for i, a in enumerate(votes) for b in list(votes)[i + 1:]]
     per_group = {g: _group_row(gold[m], pred[m]) for g in sorted(set(groups))

@@ -71,9 +71,10 @@ def simulate(tools: list[dict[str, Any]]) -> dict[str, Any]:
             "unasked_high_ranks": missed}
 
 
-def registry_records(tools: list[Any], keys: list[str], labels: list[int]) -> list[dict[str, Any]]:
-    """Each tool's key, label, served level and doubt, as riskrank serves the registry."""
-    levels = rated.retriever_of(tools).tool_levels
+def registry_records(tools: list[Any], keys: list[str], labels: list[int], groups: list[str]) -> list[dict[str, Any]]:
+    """Each tool's key, label, served level and doubt, as riskrank serves the registry (``groups``:
+    each tool's server)."""
+    levels = rated.retriever_of(tools, groups).tool_levels
     doubt = levels.doubt(CONFIRM_LEVEL)
     return [{"tool": k, "label": int(g), "served": int(levels.levels[i]),
              "doubt": None if not np.isfinite(doubt[i]) else round(float(doubt[i]), 4)}
@@ -82,8 +83,8 @@ def registry_records(tools: list[Any], keys: list[str], labels: list[int]) -> li
 
 def bfcl_records(data: Path) -> list[dict[str, Any]]:
     """BFCL's multi-turn tools (``data``: the data directory) as :func:`registry_records`."""
-    tools, _, labels = bfcl_levels.labelled_tools(data, bfcl_levels.load_labels())
-    return registry_records(tools, [t.name for t in tools], [labels[t.name]["risk_level"] for t in tools])
+    tools, envs, labels = bfcl_levels.labelled_tools(data, bfcl_levels.load_labels())
+    return registry_records(tools, [t.name for t in tools], [labels[t.name]["risk_level"] for t in tools], envs)
 
 
 def review_order(records: list[dict[str, Any]]) -> list[int]:
@@ -103,7 +104,8 @@ def reviewed_pins(data: Path, fraction: float) -> dict[str, int]:
 
 def measure(data: Path) -> dict[str, Any]:
     rows = npm_levels.load_labels()
-    npm = registry_records(npm_levels.labelled_tools(rows), [r["id"] for r in rows], [r["risk_level"] for r in rows])
+    npm = registry_records(npm_levels.labelled_tools(rows), [r["id"] for r in rows], [r["risk_level"] for r in rows],
+                           [r["server"] for r in rows])
     bfcl = bfcl_records(data)
     out: dict[str, Any] = {"confirm_level": CONFIRM_LEVEL, "random_draws": RANDOM_DRAWS, "seed": SEED, "registries": {}}
     for name, recs in (("npm", npm), ("bfcl", bfcl)):

@@ -65,6 +65,6 @@ def bfcl(data_dir) -> Path:
 def test_every_label_names_the_description_read_and_the_served_levels_are_todays(bfcl):
     tools, envs, _labels = bfcl_levels.labelled_tools(bfcl, bfcl_levels.load_labels())
     assert len(tools) == 128 and len(set(envs)) == 8
-    served, _ = rated.served_levels(rated.retriever_of(tools))
+    served, _ = rated.served_levels(rated.retriever_of(tools, envs))
     result = json.loads(ARTEFACT.read_text(encoding="utf-8"))
     assert {t.name: int(s) for t, s in zip(tools, served, strict=True)} == {n: v["served"] for n, v in result["levels"].items()}

@@ -80,7 +80,8 @@ def test_the_artefact_follows_from_its_records(artefact):
 
 def test_the_npm_records_are_todays_served_levels_and_doubts(artefact):
     rows = npm_levels.load_labels()
-    fresh = level_review.registry_records(npm_levels.labelled_tools(rows), [r["id"] for r in rows], [r["risk_level"] for r in rows])
+    fresh = level_review.registry_records(npm_levels.labelled_tools(rows), [r["id"] for r in rows], [r["risk_level"] for r in rows],
+                                          [r["server"] for r in rows])
     assert fresh == artefact["registries"]["npm"]["tools"]
 
 
@@ -337,3 +338,25 @@ def test_a_name_the_policy_cannot_pin_is_named_at_its_line(tmp_path):
     code, printed = cli("levels", "pin", str(review), "--policy", str(policy))
     assert code == 2 and "r.jsonl:2" in printed and "cannot be pinned by its exact name" in printed
     assert policy.read_text() == "{}"
+
+
+def test_one_servers_descriptions_do_not_change_how_anothers_are_read(encoder):
+    """The gateway counts an opening its tools' descriptions share within one server: two tools
+    of one server and one of another that open alike are each read by their whole description
+    (a server cannot strip another's words by copying them); three of one server share it."""
+    from riskrank.catalogue import ArtefactSpec
+    from riskrank.registry import ToolRegistry, make_tool
+    from riskrank.serving.gateway.policy import Policy
+    from riskrank.serving.gateway.view import build_view
+
+    pre = "Executes arbitrary shell commands on the host. "
+    registry = ToolRegistry([make_tool(f"run_{i}", pre + f"Variant number {i} of the runner.", where="t") for i in range(3)])
+    shared = "shared by other tools"
+
+    def evidence(servers: list[str]) -> list[str]:
+        routes = {f"run_{i}": (s, f"run_{i}") for i, s in enumerate(servers)}
+        view = build_view(registry, ArtefactSpec("t"), encoder, Policy(max_level=5), 1, routes=routes)
+        return [" ".join(view.tools[f"run_{i}"]["evidence"]) for i in range(3)]
+
+    assert not any(shared in e for e in evidence(["a", "a", "b"]))
+    assert all(shared in e for e in evidence(["a", "a", "a"]))

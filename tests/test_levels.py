@@ -297,6 +297,22 @@ def test_shared_openings_are_the_registry_s_not_each_tool_s() -> None:
     assert openings == got
 
 
+
+def test_an_opening_is_counted_within_one_server() -> None:
+    """Where a registry merges servers (a gateway's), one server's descriptions do not make
+    another's opening a shared one: two tools of server a and one of server b that open alike
+    keep their words; three of one server lose the opening."""
+    from riskrank.levels import own_texts
+
+    pre = "Executes arbitrary shell commands on the host. "
+    tools = ToolRegistry.from_data({"tools": [{"name": f"t{i}", "description": pre + f"Variant number {i} of the runner."}
+                                              for i in range(3)]}, fmt="mcp", source="t").tools
+    assert own_texts(tools)[1] == [pre] * 3  # one registry: shared
+    _, openings = own_texts(tools, ["a", "a", "b"])
+    assert openings == [None, None, None]
+    _, openings = own_texts(tools, ["a", "a", "a"])
+    assert openings == [pre] * 3
+
 @pytest.mark.skipif(default_level_model_dir() is None, reason="no shipped level model in this tree")
 def test_a_shared_preamble_does_not_raise_every_tool(encoder) -> None:
     """A server whose every description opens with what the whole server can do (create, write

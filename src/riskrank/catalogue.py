@@ -18,7 +18,7 @@ import collections
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -280,14 +280,16 @@ def level_model_arg(value: str | None) -> str | None:
     return None if value is None or value == "none" else value
 
 
-def audit_tools(spec: ArtefactSpec, encoder: Any, registry: ToolRegistry, level_pins: dict[str, int] | None = None) -> ToolAudit:
+def audit_tools(spec: ArtefactSpec, encoder: Any, registry: ToolRegistry, level_pins: dict[str, int] | None = None,
+                groups: Sequence[str] | None = None) -> ToolAudit:
     """Resolve every tool's level once (:attr:`riskrank.pipeline.RiskAwareRetriever.tool_levels`:
     the operator's ``level_pins`` first, audits, the spec's checkpoint or the base model's risk
-    head with keywords and MCP hints, the spec's fill), as :class:`ToolAudit`."""
+    head with keywords and MCP hints, the spec's fill), as :class:`ToolAudit`. ``groups``: each
+    tool's server, where the registry merges several."""
     from riskrank.base import resolve_checkpoint
 
     path, note = resolve_checkpoint(spec.checkpoint, getattr(encoder, "identity", None))
-    r = _retriever(spec, encoder, registry, path, level_pins=level_pins)
+    r = _retriever(spec, encoder, registry, path, level_pins=level_pins, tool_groups=groups)
     return ToolAudit(registry, r.tool_levels, r.tool_emb, r.checkpoint, note)
 
 

@@ -132,19 +132,29 @@ def shared_openings(descriptions: Sequence[str]) -> list[str | None]:
     return out
 
 
-def own_texts(tools: Sequence[Any]) -> tuple[list[Any], list[str | None]]:
+def own_texts(tools: Sequence[Any], groups: Sequence[str] | None = None) -> tuple[list[Any], list[str | None]]:
     """(the tools as the level model reads them, the shared opening taken from each or None):
-    a tool without a shared opening is returned as it is."""
-    openings = shared_openings([t.description or "" for t in tools])
+    a tool without a shared opening is returned as it is. ``groups`` (one per tool: its server)
+    counts an opening among the tools of one group only, so that one server's descriptions
+    never change how another server's tools are read; without it, ``tools`` are one registry."""
+    if groups is None:
+        openings = shared_openings([t.description or "" for t in tools])
+    else:
+        openings: list[str | None] = [None] * len(tools)
+        by_group: dict[str, list[int]] = {}
+        for i, g in enumerate(groups):
+            by_group.setdefault(g, []).append(i)
+        for idx in by_group.values():
+            for i, o in zip(idx, shared_openings([tools[i].description or "" for i in idx]), strict=True):
+                openings[i] = o
     read = [t if o is None else _with_description(t, t.description[len(o):].strip()) for t, o in zip(tools, openings, strict=True)]
     return read, openings
 
 
-def own_capabilities(tools: Sequence[Any]) -> list[list[CapabilityHit]]:
+def own_capabilities(tools: Sequence[Any], groups: Sequence[str] | None = None) -> list[list[CapabilityHit]]:
     """Each tool's capabilities as the level model reads them: from its own words, without the
-    opening it shares with other tools of its registry (``tools`` are one registry's, or one
-    server's)."""
-    return [list(hits) for hits in ToolEvidence.of(*own_texts(tools)).hits]
+    opening it shares with other tools of its registry (or of its group: :func:`own_texts`)."""
+    return [list(hits) for hits in ToolEvidence.of(*own_texts(tools, groups)).hits]
 
 
 def _with_description(tool: Any, description: str) -> Any:

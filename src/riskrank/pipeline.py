@@ -157,11 +157,12 @@ class BatchRanking:
 
 
 def served_level_prediction(level_model: LevelModel, encoder: Encoder, tool_emb: np.ndarray, tools: Sequence[Tool],
-                            tool_template: str = DEFAULT_TOOL_TEMPLATE) -> LevelPrediction:
+                            tool_template: str = DEFAULT_TOOL_TEMPLATE, groups: Sequence[str] | None = None) -> LevelPrediction:
     """The level model's reading of a registry's ``tools`` as riskrank serves it, each tool
     without the opening sentences it shares with others (:func:`riskrank.levels.own_texts`; only
-    those tools are encoded again): what a retriever's levels and the base build's choices read."""
-    read, openings = own_texts(list(tools))
+    those tools are encoded again; ``groups``: each tool's server, where an opening is counted):
+    what a retriever's levels and the base build's choices read."""
+    read, openings = own_texts(list(tools), groups)
     emb = tool_emb
     changed = [i for i, o in enumerate(openings) if o is not None]
     if changed:
@@ -179,7 +180,8 @@ class RiskAwareRetriever:
     ``checkpoint``: omitted, the base model where the encoder is its encoder (else no heads,
     and :attr:`checkpoint_note` says why); ``"riskrank-base"`` the base model or an error; a
     path or :class:`~riskrank.checkpoint.Checkpoint` that one; None or ``"none"`` no heads
-    (the encoder-only modes).
+    (the encoder-only modes). ``tool_groups``: each tool's server, where the registry merges
+    several (a gateway's): an opening its descriptions share is counted within one server.
     """
 
     def __init__(
@@ -209,6 +211,7 @@ class RiskAwareRetriever:
         pin_named: bool = True,
         fill_levels: str = "none",
         level_pins: dict[str, int] | None = None,
+        tool_groups: Sequence[str] | None = None,
         tool_levels: ToolLevels | None = None,
         level_model: LevelModel | str | None = BASE_AUTO,
     ) -> None:
@@ -288,6 +291,9 @@ class RiskAwareRetriever:
             raise RiskrankError(f"fill_levels must be one of {', '.join(FILL_LEVELS)}, got {fill_levels!r}")
         self.fill_levels = fill_levels
         self.level_pins = dict(level_pins or {})
+        if tool_groups is not None and len(tool_groups) != len(self.registry):
+            raise RiskrankError(f"tool_groups names {len(tool_groups)} groups for {len(self.registry)} tools")
+        self.tool_groups = list(tool_groups) if tool_groups is not None else None
         if tool_levels is not None and len(tool_levels) != len(registry):
             raise RiskrankError(f"tool_levels has {len(tool_levels)} entries for {len(registry)} tools")
         self._tool_levels: ToolLevels | None = tool_levels
@@ -445,7 +451,7 @@ class RiskAwareRetriever:
         if self._tool_levels is None:
             # the level model's reading, else a risk head that has learned, else no learned level
             prediction = (served_level_prediction(self.level_model, self.encoder, self.tool_emb, list(self.registry),
-                                                  self.tool_template) if self.level_model is not None else None)
+                                                  self.tool_template, self.tool_groups) if self.level_model is not None else None)
             score = self.scorer.level_score if prediction is None and self.scorer is not None and self.risk_head_learned else None
             self._tool_levels = resolve_tool_levels(
                 self.registry, head_levels=level_from_score(score) if score is not None else None, head_scores=score,

@@ -80,7 +80,7 @@ def review_rows(registry: Any, servers: dict[str, str | None], policy: Any, *, v
 
     pins = {t.name: lvl for t in registry if (lvl := policy.pinned_level(t.name)) is not None}
     spec = ArtefactSpec(registry.source, trust_annotations=trust_annotations, level_model=level_model)
-    levels = audit_tools(spec, None, registry, pins).levels
+    levels = audit_tools(spec, None, registry, pins, [servers.get(t.name) or "" for t in registry]).levels
     if levels.distribution is None:
         raise RiskrankError("no level model serves these levels (none installed, or --level-model none), so there is no "
                             "doubt to order the review by")

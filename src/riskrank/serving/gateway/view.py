@@ -124,7 +124,9 @@ def build_view(registry: ToolRegistry | None, spec: ArtefactSpec, encoder: Any, 
     if registry is None:  # no tool left to serve: an empty catalogue, each withdrawn tool with its reason
         return View(None, generation, {}, routes or {}, {}, skipped or {}, {}, withdrawn or {}, held or {}, withheld_tools=withheld)
     pins = {t.name: lvl for t in registry if (lvl := policy.pinned_level(t.name)) is not None}
-    audit = audit_tools(spec, encoder, registry, pins)
+    # each tool's server: a description opening shared by one server's tools is counted there only
+    groups = [(routes or {}).get(t.name, ("", t.name))[0] or "" for t in registry]
+    audit = audit_tools(spec, encoder, registry, pins, groups)
     # The scan's findings join each tool's evidence where its level is read (find_tools, the
     # call-time check, the audit log, the console); the policy decides what the verdict does.
     found = {name: [f"scan {f.verdict}: {f.kind} in {f.field}: {f.evidence}" for f in sc.findings]
@@ -156,7 +158,7 @@ def build_view(registry: ToolRegistry | None, spec: ArtefactSpec, encoder: Any, 
         moot = row["not_offered"] is not None or policy.untrusted_server(row["upstream"])
         row["doubt"] = round(float(d), 3) if d == d and not moot else None
     # without the level model's capabilities, read them as it would: each tool by its own words
-    own_caps = own_capabilities(list(registry)) if not lv.capabilities else []
+    own_caps = own_capabilities(list(registry), groups) if not lv.capabilities else []
     for i, t in enumerate(registry):  # what the session guard reads: capabilities, and whether it is a source or a sink
         row = rows[t.name]
         # the level model's capabilities where it served the levels ("outbound_send (T1567)": the
