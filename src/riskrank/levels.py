@@ -42,6 +42,7 @@ import numpy as np
 from riskrank.capabilities import (
     ACT_VERBS,
     CAPABILITY_KEYS,
+    MAX_CHARS,
     READ_VERBS,
     CapabilityHit,
     capability_floor,
@@ -172,6 +173,8 @@ class ToolEvidence:
     facts: np.ndarray  # [N, len(TEXT_FEATURES)] 0/1
     #: The registry's shared opening taken from each tool's description before reading it (None: none).
     openings: tuple[str | None, ...] = ()
+    #: Each description's length in characters (a long one is read in part: :meth:`LevelPrediction.explain` says so).
+    lengths: tuple[int, ...] = ()
 
     @classmethod
     def of(cls, tools: Sequence[Any], openings: Sequence[str | None] | None = None) -> ToolEvidence:
@@ -179,7 +182,7 @@ class ToolEvidence:
         to read each without its registry's shared opening)."""
         hits = tuple(tuple(detect_capabilities(t.name, t.description, getattr(t, "parameters", None))) for t in tools)
         facts = np.asarray([text_facts(t.name, t.description) for t in tools], dtype=np.float32).reshape(len(tools), len(TEXT_FEATURES))
-        return cls(hits, facts, tuple(openings) if openings is not None else ())
+        return cls(hits, facts, tuple(openings) if openings is not None else (), tuple(len(t.description or "") for t in tools))
 
     @property
     def capability_matrix(self) -> np.ndarray:
@@ -298,6 +301,10 @@ class LevelPrediction:
         if opening:
             quote = opening if len(opening) <= 80 else opening[:77] + "..."
             why.append(f"its opening {quote!r} is shared by other tools of the registry: read as the registry's, not as this tool's")
+        n = self.evidence.lengths[i] if i < len(self.evidence.lengths) else 0
+        if n > MAX_CHARS:
+            why.append(f"the description is {n:,} characters: read in part (the capability patterns its first {MAX_CHARS:,}, "
+                       f"the words its first {WORD_CHARS:,}, the encoder its first tokens)")
         why += [h.evidence() for h in self.evidence.hits[i]]
         if self.floors[i] > self.model_levels[i]:
             why.append(f"capability floor raises L{int(self.model_levels[i])} to L{int(self.floors[i])}")

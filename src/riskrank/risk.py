@@ -444,7 +444,10 @@ def _model_level(tool: Any, prediction: Any, i: int, trust_annotations: bool) ->
             why.append(f"mcp: {says} raises the level to L{floor}")
         elif present:
             why.append(f"mcp: {says} (the level is already L{level})")
-    if ann.get("readOnlyHint") is True:
+    if ann.get("readOnlyHint") is True and ann.get("destructiveHint") is True:
+        # a server that calls one tool both read-only and destructive has said nothing a level can rest on
+        why.append("mcp: readOnlyHint contradicted by the tool's own destructiveHint, ignored")
+    elif ann.get("readOnlyHint") is True:
         level, source = _read_only_hint(tool, level, source, why, max(_READ_ONLY_CAP, int(prediction.floors[i])), trust_annotations)
     return level, source, why
 
@@ -460,6 +463,8 @@ def _read_only_hint(tool: Any, level: int, source: str, why: list[str], cap: int
     elif level > cap:
         why.append(f"mcp: readOnlyHint (trusted) caps the level at L{cap}" + (" (the capability floor)" if cap > _READ_ONLY_CAP else ""))
         return cap, "annotation"
+    elif level > _READ_ONLY_CAP:
+        why.append(f"mcp: readOnlyHint (trusted) lowers nothing: the tool's capabilities put it at L{cap} or above")
     else:
         why.append("mcp: readOnlyHint (trusted; agrees)")
     return level, source

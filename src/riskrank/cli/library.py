@@ -217,7 +217,8 @@ def retrieve(task: str | None, registry: str | None, checkpoint: str | None, k: 
 
 
 #: What the level columns of :func:`show_result` mean (they may differ: only ``level`` is enforced).
-LEVEL_LEGEND = ("levels: level = the tool's one level, what the rule filter and a gateway enforce (provenance: its source);\n"
+LEVEL_LEGEND = ("levels: level = the tool's one level, what the rule filter enforces and a gateway with no pins for it "
+                "(provenance: its source; a policy's pins come first: riskrank levels review shows them);\n"
                 "        audited = the registry's own; predicted = the risk head's (the keywords' where it has not learned), "
                 "evidence only; - = none")
 
