@@ -144,10 +144,10 @@ _WORD = re.compile(r"[^\W_]+|[^\w\s]|_")
 _FENCE = re.compile(r"```.*?(?:```|\Z)", re.DOTALL)
 #: Where a span ends: after a sentence's end mark, at a line break, at ``;``; but not before a
 #: lowercase letter (a soft-wrapped line, "e.g. this", an ellipsis inside quotes go on).
-_BREAK = re.compile(r"(?<=[.!?\u3002\uff01\uff1f])[\"'\u201d\u2019)\]]*\s+(?![a-z\s])|\s*\n\s*(?![a-z\s])|;\s+")
+_BREAK = re.compile(r"(?<=[.!?\u3002\uff01\uff1f])[\"'\u201d\u2019)\]]*\s+(?![a-z\s])|(?<!\s)\s*\n\s*(?![a-z\s])|;\s+")
 _INVISIBLE = re.compile("[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
                         "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\U000e0000-\U000e0fff]")
-_EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.\w")
+_EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+\.\w")
 _LABEL = re.compile(r"^\W*\w+(?:\s+\w+){0,2}\s*:")
 
 
@@ -599,12 +599,24 @@ class PoisonDetector:
               params: Sequence[Sequence[str]] = ()) -> list[SpanScore]:
         """Every span of each (text, owner) that scores at least ``min_score``, with its score;
         ``names`` are the owners' tool names, ``params`` their parameters' (:func:`own_names`). A field over 256 KB is read in pieces of its own
-        (a 1 MB description costs time in proportion, and one batch's memory stays bounded)."""
+        (a 1 MB description costs time in proportion, and one batch's memory stays bounded); the
+        other fields are scored in batches of about that many characters, each owner's fields in
+        one batch (a span is read against its tool's other spans), so that a listing of many
+        fields costs memory in proportion to a batch, not to the listing."""
         out: list[SpanScore] = []
         cue_names = list(self.featuriser.lexicons)
         batch: list[tuple[str, int]] = []
         index: list[int] = []
         step = 64 * PIECE_SPANS
+        size = 0
+
+        def flush() -> None:
+            nonlocal batch, index, size
+            if batch:
+                sp = self.featuriser.featurise(batch, names, params)
+                out.extend(self._collect(sp, self.scores_of(sp), index, cue_names, 0, min_score))
+            batch, index, size = [], [], 0
+
         for i, (text, own) in enumerate(texts):
             if len(text) > step:
                 text = normalise(text[:MAX_FIELD_CHARS])
@@ -612,11 +624,12 @@ class PoisonDetector:
                     sp = self.featuriser.featurise([(text[off: off + step], own)], names, params)
                     out += self._collect(sp, self.scores_of(sp), [i], cue_names, off, min_score)
                 continue
+            if size > step and batch[-1][1] != own:
+                flush()
             batch.append((text, own))
             index.append(i)
-        if batch:
-            sp = self.featuriser.featurise(batch, names, params)
-            out += self._collect(sp, self.scores_of(sp), index, cue_names, 0, min_score)
+            size += len(text)
+        flush()
         return out
 
     def _collect(self, sp: Spans, scores: np.ndarray, index: list[int], names: list[str], offset: int,

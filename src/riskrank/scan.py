@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import itertools
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -157,10 +158,17 @@ class Scan:
         return "; ".join(parts) + more
 
 
+#: How deep the input schema is read; a part nested deeper is named (``FIELD(deeper than 32)``, no text).
+MAX_DEPTH = 32
+_TOO_DEEP = f"(deeper than {MAX_DEPTH})"
+
+
 def texts_of(tool: dict[str, Any]) -> Iterator[tuple[str, str]]:
     """(field, text) for every text of a tool definition the model reads: the name, title,
     description, the annotations' title, and in the input schema every key (parameter names
-    too), title, description, default, enum and example, at any depth."""
+    too), title, description, default, enum and example, to :data:`MAX_DEPTH` levels; each part
+    nested deeper is yielded as ``(FIELD(deeper than 32), "")`` so that a scan can say what it
+    did not read."""
     for key in ("name", "title", "description"):
         if isinstance(tool.get(key), str):
             yield key, tool[key]
@@ -171,7 +179,9 @@ def texts_of(tool: dict[str, Any]) -> Iterator[tuple[str, str]]:
     stack: list[tuple[str, Any, int]] = [("inputSchema", schema, 0)]
     while stack:
         where, node, depth = stack.pop()
-        if depth > 32:
+        if depth > MAX_DEPTH:
+            if node or node == 0:
+                yield where + _TOO_DEEP, ""
             continue
         if isinstance(node, str):
             yield where, node
@@ -212,12 +222,14 @@ def _as_text(raw: bytes) -> str | None:
 
 def decoded_blobs(text: str) -> list[tuple[str, int, str]]:
     """(encoding, offset, decoded text) for each base64 (standard or URL-safe) or hex run of
-    ``text`` that decodes to text; decoded once (what it decodes to is not searched again)."""
+    ``text`` that decodes to text; decoded once (what it decodes to is not searched again). Past
+    :data:`MAX_BLOBS` of them, one ``("more", offset, "")`` says where decoding stopped."""
     out: list[tuple[str, int, str]] = []
     if len(text) < 24:
         return out
     for m in _RUN.finditer(text):
         if len(out) >= MAX_BLOBS:
+            out.append(("more", m.start(), ""))  # the blobs past the bound are not decoded: the scan says so
             break
         start, run = m.start(), m.group()[:MAX_BLOB_CHARS]
         if start and (text[start - 1].isalnum() or text[start - 1] in "=+/_-"):
@@ -252,6 +264,25 @@ def readable(text: str, field: str) -> list[tuple[str, str]]:
         out.append((field + "(hidden)", hidden))
     for name, offset, decoded in decoded_blobs(out[0][1][: MAX_FIELD_CHARS * 4]):
         out.append((f"{field}({name}@{offset})", decoded))
+    return out
+
+
+def _unread(field: str, text: str, parts: Sequence[tuple[str, str]]) -> list[Finding]:
+    """What the scan of one text did not read, as findings (suspicious: nothing was seen, and
+    nothing can be said): a part nested too deep, blobs past :data:`MAX_BLOBS`, the text past
+    the rules' bound."""
+    out = []
+    if field.endswith(_TOO_DEEP):
+        out.append(Finding("unread", "suspicious", field[: -len(_TOO_DEEP)],
+                           f"nested deeper than {MAX_DEPTH} levels: not read"))
+    for where, part in parts:
+        if where.endswith(")") and "(more@" in where and not part:
+            offset = where.rsplit("@", 1)[1][:-1]
+            out.append(Finding("unread", "suspicious", field,
+                               f"more than {MAX_BLOBS} encoded blobs: those from character {offset} on were not decoded"))
+    if len(text) > MAX_FIELD_CHARS * 4:
+        out.append(Finding("unread", "suspicious", field,
+                           f"the rules read its first {MAX_FIELD_CHARS * 4:,} of {len(text):,} characters"))
     return out
 
 
@@ -355,7 +386,7 @@ def scan_definitions(tools: Sequence[dict[str, Any]], detector: Any = None) -> l
         mine: list[Finding] = []
         for field, text in texts_of(tool):
             parts = readable(text, field)
-            mine += _rules_over(text, field, parts)
+            mine += _rules_over(text, field, parts) + _unread(field, text, parts)
             if det is not None:
                 items += [(f, t, i) for f, t, _ in texts_for(parts)]
         found.append(mine)
@@ -419,22 +450,39 @@ def cross_server_findings(catalogue: Mapping[str, Sequence[Mapping[str, Any]]],
       follows it ("whenever", "instead", "replaces", "is used") or the detector flagged the
       same field (``scans``), suspicious alone."""
     out: dict[tuple[str, str], list[Finding]] = {}
-    folds: dict[str, dict[str, str]] = {}  # fold -> server -> name
+    folds: dict[str, dict[str, str]] = {}  # fold -> server -> a name (for references)
+    listed: dict[str, set[tuple[str, str]]] = {}  # fold -> every (server, name): a server listing the real name too hides nothing
     for server, tools in catalogue.items():
         for t in tools:
             name = t.get("name")
             if isinstance(name, str) and name:
-                folds.setdefault(name_fold(name), {}).setdefault(server, name)
-    for by_server in folds.values():
-        if len(by_server) < 2 or len(set(by_server.values())) < 2:
+                f = name_fold(name)
+                folds.setdefault(f, {}).setdefault(server, name)
+                listed.setdefault(f, set()).add((server, name))
+    for pairs in listed.values():
+        if len({s for s, _ in pairs}) < 2 or len({n for _, n in pairs}) < 2:
             continue
-        for server, name in by_server.items():
-            for other, theirs in by_server.items():
-                if other != server and theirs != name:
-                    out.setdefault((server, name), []).append(Finding(
-                        "lookalike", "poisoned", "name",
-                        f"{name!r} looks like {theirs!r} of server {other!r} (one name after NFKC, case folding and "
-                        "confusables)"))
+        # each (server, name) against the others' names, in time linear in the pairs: the first
+        # other name written differently on another server is named, the rest counted
+        by_name: dict[str, list[str]] = {}
+        per_server: dict[str, int] = {}
+        for s, n in sorted(pairs):
+            by_name.setdefault(n, []).append(s)
+            per_server[s] = per_server.get(s, 0) + 1
+        names = sorted(by_name)
+        elsewhere: dict[str, list[str]] = {}  # server -> the first two names another server lists
+        for server, name in sorted(pairs):
+            others = len(pairs) - len(by_name[name]) - per_server[server] + 1
+            if others < 1:
+                continue
+            if server not in elsewhere:
+                elsewhere[server] = list(itertools.islice((n for n in names if any(x != server for x in by_name[n][:2])), 2))
+            theirs = next(n for n in elsewhere[server] if n != name)
+            other = next(x for x in by_name[theirs][:2] if x != server)
+            more = f"; and {others - 1} more on other servers" if others > 1 else ""
+            out.setdefault((server, name), []).append(Finding(
+                "lookalike", "poisoned", "name",
+                f"{name!r} looks like {theirs!r} of server {other!r} (one name after NFKC, case folding and confusables{more})"))
     if len(catalogue) < 2:
         return out
     for server, tools in catalogue.items():
