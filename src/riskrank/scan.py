@@ -437,6 +437,17 @@ def name_fold(name: str) -> str:
     return skeleton(plain)
 
 
+def name_folds(name: str) -> tuple[str, ...]:
+    """Every way ``name`` can look (:func:`name_fold`, and its skeleton read with no ASCII
+    look-alike, where they differ): a capital I is an l in ``read_fiIe`` and an i in ``getItem``,
+    so ``getItem`` meets both ``getltem`` and ``getіtem`` (a Cyrillic і) or ``GETITEM``."""
+    from riskrank.names import skeleton
+
+    first = name_fold(name)
+    plain = name.casefold() if name.isascii() else skeleton(name)
+    return (first,) if plain == first else (first, plain)
+
+
 def cross_server_findings(catalogue: Mapping[str, Sequence[Mapping[str, Any]]],
                           scans: Mapping[tuple[str, str], Scan] | None = None) -> dict[tuple[str, str], list[Finding]]:
     """(server, tool name) -> findings across servers, in time linear in the catalogue's names
@@ -456,9 +467,9 @@ def cross_server_findings(catalogue: Mapping[str, Sequence[Mapping[str, Any]]],
         for t in tools:
             name = t.get("name")
             if isinstance(name, str) and name:
-                f = name_fold(name)
-                folds.setdefault(f, {}).setdefault(server, name)
-                listed.setdefault(f, set()).add((server, name))
+                for f in name_folds(name):
+                    folds.setdefault(f, {}).setdefault(server, name)
+                    listed.setdefault(f, set()).add((server, name))
     for pairs in listed.values():
         if len({s for s, _ in pairs}) < 2 or len({n for _, n in pairs}) < 2:
             continue
@@ -480,6 +491,8 @@ def cross_server_findings(catalogue: Mapping[str, Sequence[Mapping[str, Any]]],
             theirs = next(n for n in elsewhere[server] if n != name)
             other = next(x for x in by_name[theirs][:2] if x != server)
             more = f"; and {others - 1} more on other servers" if others > 1 else ""
+            if any(f.kind == "lookalike" for f in out.get((server, name), ())):
+                continue  # found under its other way of looking: one finding says it
             out.setdefault((server, name), []).append(Finding(
                 "lookalike", "poisoned", "name",
                 f"{name!r} looks like {theirs!r} of server {other!r} (one name after NFKC, case folding and confusables{more})"))
@@ -499,6 +512,9 @@ def cross_server_findings(catalogue: Mapping[str, Sequence[Mapping[str, Any]]],
             for field, text in texts_of(dict(t)):
                 if field == "name" or field.endswith("(name)"):
                     continue
+                # one finding per field: the first reference that claims or follows another server's
+                # tool, else the first that names one (a harmless mention first hides no claim after it)
+                said: Finding | None = None
                 for m in _NAMED.finditer(text):
                     word = next(g for g in m.groups() if g)
                     owners = folds.get(name_fold(word))
@@ -507,11 +523,14 @@ def cross_server_findings(catalogue: Mapping[str, Sequence[Mapping[str, Any]]],
                     other, theirs = next(iter(sorted(owners.items())))
                     near = text[max(0, m.start() - 120): m.end() + 120]
                     claim = _TRIGGER.search(near) is not None or field in flagged
-                    out.setdefault((server, name), []).append(Finding(
-                        "reference", "poisoned" if claim else "suspicious", field,
-                        f"names {theirs!r} of server {other!r}" + (" and claims or follows it" if claim else "")
-                        + f": {_quote(text, m.start(), m.end())}"))
-                    break  # one reference per field is enough to say
+                    if claim or said is None:
+                        said = Finding("reference", "poisoned" if claim else "suspicious", field,
+                                       f"names {theirs!r} of server {other!r}" + (" and claims or follows it" if claim else "")
+                                       + f": {_quote(text, m.start(), m.end())}")
+                    if claim:
+                        break
+                if said is not None:
+                    out.setdefault((server, name), []).append(said)
     return out
 
 
