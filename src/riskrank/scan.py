@@ -161,6 +161,12 @@ class Scan:
 #: How deep the input schema is read; a part nested deeper is named (``FIELD(deeper than 32)``, no text).
 MAX_DEPTH = 32
 _TOO_DEEP = f"(deeper than {MAX_DEPTH})"
+_NOT_TEXT = "(not text)"
+#: The schema keywords whose keys a schema's author names (as ``properties``): read as text.
+_NAMED_KEYS = (".properties", ".$defs", ".definitions", ".patternProperties", ".dependentRequired", ".dependentSchemas")
+#: Where a definition holds schemas, read in this order (``parameters`` and ``input_schema``
+#: are other formats' names for the input schema).
+SCHEMA_KEYS = ("inputSchema", "input_schema", "parameters", "outputSchema")
 
 
 def texts_of(tool: dict[str, Any]) -> Iterator[tuple[str, str]]:
@@ -168,15 +174,23 @@ def texts_of(tool: dict[str, Any]) -> Iterator[tuple[str, str]]:
     description, the annotations' title, and in the input schema every key (parameter names
     too), title, description, default, enum and example, to :data:`MAX_DEPTH` levels; each part
     nested deeper is yielded as ``(FIELD(deeper than 32), "")`` so that a scan can say what it
-    did not read."""
+    did not read; a name, title or description that is not a string, as ``(FIELD(not text), "")``.
+    Every schema of :data:`SCHEMA_KEYS` is read (the input schema's field names start
+    ``inputSchema``, whatever the format calls it)."""
     for key in ("name", "title", "description"):
         if isinstance(tool.get(key), str):
             yield key, tool[key]
+        elif tool.get(key) is not None:
+            yield key + _NOT_TEXT, ""
     ann = tool.get("annotations")
     if isinstance(ann, dict) and isinstance(ann.get("title"), str):
         yield "annotations.title", ann["title"]
-    schema = tool.get("inputSchema", tool.get("input_schema", tool.get("parameters")))
-    stack: list[tuple[str, Any, int]] = [("inputSchema", schema, 0)]
+    elif isinstance(ann, dict) and ann.get("title") is not None:
+        yield "annotations.title" + _NOT_TEXT, ""
+    stack: list[tuple[str, Any, int]] = []
+    for key in reversed(SCHEMA_KEYS):  # popped in SCHEMA_KEYS's order
+        if tool.get(key) is not None:
+            stack.append(("outputSchema" if key == "outputSchema" else "inputSchema", tool[key], 0))
     while stack:
         where, node, depth = stack.pop()
         if depth > MAX_DEPTH:
@@ -187,7 +201,7 @@ def texts_of(tool: dict[str, Any]) -> Iterator[tuple[str, str]]:
             yield where, node
         elif isinstance(node, dict):
             for k, v in node.items():
-                if isinstance(k, str) and where.endswith(".properties"):
+                if isinstance(k, str) and where.endswith(_NAMED_KEYS):
                     yield f"{where}.{k}(name)", re.sub(r"(?<=[a-z])(?=[A-Z])|[_\-.]+", " ", k)
                 stack.append((f"{where}.{k}", v, depth + 1))
         elif isinstance(node, list):
@@ -272,6 +286,8 @@ def _unread(field: str, text: str, parts: Sequence[tuple[str, str]]) -> list[Fin
     nothing can be said): a part nested too deep, blobs past :data:`MAX_BLOBS`, the text past
     the rules' bound."""
     out = []
+    if field.endswith(_NOT_TEXT):
+        out.append(Finding("unread", "suspicious", field[: -len(_NOT_TEXT)], "not a string: not read"))
     if field.endswith(_TOO_DEEP):
         out.append(Finding("unread", "suspicious", field[: -len(_TOO_DEEP)],
                            f"nested deeper than {MAX_DEPTH} levels: not read"))
