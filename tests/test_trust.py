@@ -419,6 +419,29 @@ def test_scan_says_what_it_starts_and_a_server_that_cannot_be_listed_is_exit_2(t
     assert "1 server(s) not checked" in out.stdout
 
 
+
+def test_scan_names_a_tool_record_off_mcps_schema_a_duplicate_name_and_reads_a_byte_order_mark(tmp_path):
+    """A server that answers in JSON-RPC with a tool record MCP's schema refuses is named for
+    that (not 'not MCP JSON-RPC'); a name listed twice is a finding on both (a gateway withdraws
+    that server's list); a file saved with a byte-order mark is read."""
+    server = tmp_path / "srv.py"
+    server.write_text(
+        "import sys, json\n"
+        "for line in sys.stdin:\n"
+        "    m = json.loads(line)\n"
+        "    if 'id' not in m: continue\n"
+        "    r = {'protocolVersion': m['params']['protocolVersion'], 'capabilities': {'tools': {}}, 'serverInfo': {'name': 's', 'version': '1'}} "
+        "if m['method'] == 'initialize' else {'tools': [{'name': 'a', 'description': 123, 'inputSchema': {'type': 'object'}}]}\n"
+        "    print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': r}), flush=True)\n")
+    (tmp_path / "s.json").write_text(json.dumps({"mcpServers": {"s": {"command": sys.executable, "args": [str(server)]}}}))
+    out = _scan(str(tmp_path / "s.json"))
+    assert out.returncode == 2 and "not in MCP's schema" in out.stderr and "tools.0.description" in out.stderr, out.stderr
+    listing = {"tools": [{"name": "a", "description": "Add two numbers."}, {"name": "a", "description": "Subtract."},
+                         {"name": "b", "description": "Multiply."}]}
+    (tmp_path / "dup.json").write_bytes(b"\xef\xbb\xbf" + json.dumps(listing).encode())
+    out = _scan(str(tmp_path / "dup.json"))
+    assert out.returncode == 0 and out.stdout.count("duplicate in name") == 2 and "1 clean, 2 suspicious" in out.stdout, out
+
 @pytest.mark.parametrize(("content", "message"), [
     (["read_file", "write_file"], "tools[0]: a tool definition is an object with a \"name\" string"),
     ([], "holds no tool definitions"),

@@ -171,7 +171,7 @@ def listed_definitions(path: str, startup_timeout: float, *, command: str, no_st
     from riskrank.fileio import loads_strict
     from riskrank.serving.gateway.config import load_servers
 
-    data = loads_strict(read_user_file(path, max_bytes=256 * 1024 * 1024)[1], path, RiskrankError)
+    data = loads_strict(read_user_file(path, max_bytes=256 * 1024 * 1024, encoding="utf-8-sig")[1], path, RiskrankError)
     servers: list[dict[str, Any]] = []
     unchecked: list[str] = []
     if not (isinstance(data, dict) and ("mcpServers" in data or "servers" in data)):
@@ -204,9 +204,10 @@ def scan_listed(tools: list[dict], from_servers: bool, learned: bool) -> list:
     """Each listed definition's scan (:class:`riskrank.scan.Scan`, named as listed), the
     servers read against each other too: an mcpServers file's tools are ``server/tool``; a
     static file's records may name their ``server``, else they are one server's."""
+    from collections import Counter
     from dataclasses import replace
 
-    from riskrank.scan import DEFAULT, scan_catalogue
+    from riskrank.scan import DEFAULT, Finding, scan_catalogue, with_findings
 
     def split(t: dict) -> tuple[str, str]:
         return tuple(t["name"].split("/", 1)) if from_servers else (str(t.get("server") or ""), t["name"])  # type: ignore[return-value]
@@ -216,7 +217,13 @@ def scan_listed(tools: list[dict], from_servers: bool, learned: bool) -> list:
         server, own = split(t)
         catalogue.setdefault(server, []).append({**t, "name": own})
     scanned = {server: iter(found) for server, found in scan_catalogue(catalogue, DEFAULT if learned else None).items()}
-    return [replace(next(scanned[split(t)[0]]), name=t["name"]) for t in tools]
+    # a server that lists one name twice has its whole list withdrawn by a gateway (which of the two is meant cannot be known)
+    twice = Counter(split(t) for t in tools)
+    return [with_findings(replace(next(scanned[split(t)[0]]), name=t["name"]),
+                          [Finding("duplicate", "suspicious", "name",
+                                   f"its server lists {split(t)[1]!r} {twice[split(t)]} times: a gateway withdraws that "
+                                   "server's whole list")] if twice[split(t)] > 1 else [])
+            for t in tools]
 
 
 @click.command("scan")

@@ -96,7 +96,12 @@ def describe(exc: BaseException) -> str:
     if isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError | anyio.EndOfStream | EOFError) \
             or str(exc) == "Connection closed":
         return "the connection closed (did the process exit?)"
-    if type(exc).__name__ == "ValidationError":  # pydantic: stdout that is not JSON-RPC
+    if type(exc).__name__ == "ValidationError":  # pydantic: a message that is not JSON-RPC, or an answer off MCP's schema
+        first = next(iter(getattr(exc, "errors", list)() or []), {})
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        if "JSONRPC" not in str(getattr(exc, "title", "JSONRPC")) and where:
+            return (f"it answered in JSON-RPC, but not in MCP's schema: {getattr(exc, 'title', 'the result')} "
+                    f"{where}: {str(first.get('msg', 'invalid'))[:120]}")
         return "its stdout is not MCP JSON-RPC (is it an MCP server?)"
     status = getattr(getattr(exc, "response", None), "status_code", None)
     if type(exc).__name__ == "HTTPStatusError" and isinstance(status, int):
