@@ -983,12 +983,16 @@ class _Catalogues:
         policy's ``learned_scan`` adds the detector (a scan is remembered under that choice)."""
         learned = self.policy.learned_scan
         keys = [("learned:" if learned else "rules:") + json.dumps(r, sort_keys=True, default=str) for r in records]
-        todo = {k: r for k, r in zip(keys, records, strict=True) if k not in self.scans}
+        # read from a local map: the catalogue's build scans in a worker thread while a call may scan one record
+        known = {k: got for k in keys if (got := self.scans.get(k)) is not None}
+        todo = {k: r for k, r in zip(keys, records, strict=True) if k not in known}
         if todo:
-            if len(self.scans) + len(todo) > 20_000:
+            fresh = dict(zip(todo, scan_definitions(list(todo.values()), DEFAULT if learned else None), strict=True))
+            if len(self.scans) + len(fresh) > 20_000:
                 self.scans.clear()
-            self.scans.update(zip(todo, scan_definitions(list(todo.values()), DEFAULT if learned else None), strict=True))
-        return [self.scans[k] for k in keys]
+            self.scans.update(fresh)
+            known.update(fresh)
+        return [known[k] for k in keys]
 
     def trust(self, up_name: str, mine: list[dict[str, Any]], routes: dict[str, tuple[str, str]],
               cross: dict[tuple[str, str], list[Finding]] | None = None) -> tuple[dict[str, tuple[str, str]], dict[str, Scan]]:
@@ -1051,7 +1055,8 @@ class _Catalogues:
         served = {up.name: [{**r, "name": routes[r["name"]][1]} for r in records
                             if routes[r["name"]][0] == up.name and r["name"] not in withdrawn] for up in self.manager.live()}
         flat = [(s, r) for s, rs in served.items() for r in rs]
-        first = self._scan_many([r for _, r in flat])
+        # in a worker thread: a long listing, or the learned detector, does not hold up the event loop
+        first = await anyio.to_thread.run_sync(self._scan_many, [r for _, r in flat])
         cross = cross_server_findings(served, {(s, r["name"]): sc for (s, r), sc in zip(flat, first, strict=True)})
         for up in self.manager.live():
             mine = [r for r in records if routes[r["name"]][0] == up.name and r["name"] not in withdrawn]
