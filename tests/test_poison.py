@@ -324,6 +324,10 @@ def test_a_capital_i_is_read_both_ways_and_a_harmless_mention_hides_no_claim():
     found = cross_server_findings(cat)
     assert {("fs", "getItem"), ("x", "get\u0406tem"), ("y", "GETITEM")} <= set(found)
     assert all(len(found[k]) == 1 for k in [("fs", "getItem"), ("x", "get\u0406tem"), ("y", "GETITEM")])
+    # every look-alike counted once, whichever way it looks alike
+    three = cross_server_findings({"a": [{"name": "getItem"}], "b": [{"name": "GETITEM"}], "c": [{"name": "getltem"}]})
+    assert "and 1 more on other servers" in three[("a", "getItem")][0].evidence
+    assert "more on other servers" not in three[("b", "GETITEM")][0].evidence
     assert [f.verdict for f in found[("y", "notes")]] == ["poisoned"]
 
 

@@ -302,9 +302,9 @@ class LevelPrediction:
             quote = opening if len(opening) <= 80 else opening[:77] + "..."
             why.append(f"its opening {quote!r} is shared by other tools of the registry: read as the registry's, not as this tool's")
         n = self.evidence.lengths[i] if i < len(self.evidence.lengths) else 0
-        if n > MAX_CHARS:
-            why.append(f"the description is {n:,} characters: read in part (the capability patterns its first {MAX_CHARS:,}, "
-                       f"the words its first {WORD_CHARS:,}, the encoder its first tokens)")
+        if n > WORD_CHARS:
+            parts = [f"the words its first {WORD_CHARS:,}"] + ([f"the capability patterns its first {MAX_CHARS:,}"] if n > MAX_CHARS else [])
+            why.append(f"the description is {n:,} characters: read in part ({', '.join(parts)}; the encoder its first tokens)")
         why += [h.evidence() for h in self.evidence.hits[i]]
         if self.floors[i] > self.model_levels[i]:
             why.append(f"capability floor raises L{int(self.model_levels[i])} to L{int(self.floors[i])}")

@@ -292,7 +292,7 @@ def _unread(field: str, text: str, parts: Sequence[tuple[str, str]]) -> list[Fin
         out.append(Finding("unread", "suspicious", field[: -len(_TOO_DEEP)],
                            f"nested deeper than {MAX_DEPTH} levels: not read"))
     for where, part in parts:
-        if where.endswith(")") and "(more@" in where and not part:
+        if where.startswith(field + "(more@") and not part:
             offset = where.rsplit("@", 1)[1][:-1]
             out.append(Finding("unread", "suspicious", field,
                                f"more than {MAX_BLOBS} encoded blobs: those from character {offset} on were not decoded"))
@@ -390,8 +390,8 @@ def scan_definitions(tools: Sequence[dict[str, Any]], detector: Any = None) -> l
     """Scan tool definitions (MCP ``tools/list`` records, or any registry records): the rules
     over every text, and the learned detector (``detector``: None, the default, for the rules
     alone; :data:`DEFAULT` for the shipped one; or a :class:`riskrank.poison.PoisonDetector`)
-    over every text the model reads, what tag characters spell and what blobs decode to
-    included. The detector reads the whole list in one batch (its cost is per span, not per
+    over the texts of the name, title, description and input schema (not the output schema's),
+    what tag characters spell and what blobs decode to included. The detector reads the whole list in one batch (its cost is per span, not per
     call)."""
     det = _resolve(detector)
     if det is not None:
@@ -486,32 +486,57 @@ def cross_server_findings(catalogue: Mapping[str, Sequence[Mapping[str, Any]]],
                 for f in name_folds(name):
                     folds.setdefault(f, {}).setdefault(server, name)
                     listed.setdefault(f, set()).add((server, name))
+    def others(pairs: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """Each (server, name) -> how many (server, name) of ``pairs`` are on another server
+        under another name (inclusion and exclusion: linear in the pairs)."""
+        per_name: dict[str, int] = {}
+        per_server: dict[str, int] = {}
+        for s, n in pairs:
+            per_name[n] = per_name.get(n, 0) + 1
+            per_server[s] = per_server.get(s, 0) + 1
+        return {(s, n): len(pairs) - per_name[n] - per_server[s] + 1 for s, n in pairs}
+
+    # each (server, name) against the others' names: the first other name written differently
+    # on another server is named, every other one counted once, whichever way it looks alike
+    named: dict[tuple[str, str], tuple[str, str]] = {}
+    count: dict[tuple[str, str], int] = {}
     for pairs in listed.values():
         if len({s for s, _ in pairs}) < 2 or len({n for _, n in pairs}) < 2:
             continue
-        # each (server, name) against the others' names, in time linear in the pairs: the first
-        # other name written differently on another server is named, the rest counted
         by_name: dict[str, list[str]] = {}
-        per_server: dict[str, int] = {}
         for s, n in sorted(pairs):
             by_name.setdefault(n, []).append(s)
-            per_server[s] = per_server.get(s, 0) + 1
         names = sorted(by_name)
         elsewhere: dict[str, list[str]] = {}  # server -> the first two names another server lists
-        for server, name in sorted(pairs):
-            others = len(pairs) - len(by_name[name]) - per_server[server] + 1
-            if others < 1:
+        for (server, name), k in others(pairs).items():
+            if k < 1:
                 continue
-            if server not in elsewhere:
-                elsewhere[server] = list(itertools.islice((n for n in names if any(x != server for x in by_name[n][:2])), 2))
-            theirs = next(n for n in elsewhere[server] if n != name)
-            other = next(x for x in by_name[theirs][:2] if x != server)
-            more = f"; and {others - 1} more on other servers" if others > 1 else ""
-            if any(f.kind == "lookalike" for f in out.get((server, name), ())):
-                continue  # found under its other way of looking: one finding says it
-            out.setdefault((server, name), []).append(Finding(
-                "lookalike", "poisoned", "name",
-                f"{name!r} looks like {theirs!r} of server {other!r} (one name after NFKC, case folding and confusables{more})"))
+            count[server, name] = count.get((server, name), 0) + k
+            if (server, name) not in named:
+                if server not in elsewhere:
+                    elsewhere[server] = list(itertools.islice((n for n in names if any(x != server for x in by_name[n][:2])), 2))
+                theirs = next(n for n in elsewhere[server] if n != name)
+                named[server, name] = (theirs, next(x for x in by_name[theirs][:2] if x != server))
+    # a pair met under both ways a name looks (both its folds) was counted twice above: once less
+    both: dict[frozenset[str], set[tuple[str, str]]] = {}
+    for key in count:
+        ways = name_folds(key[1])
+        if len(ways) == 2:
+            both.setdefault(frozenset(ways), set())
+    for pairs in listed.values():
+        for s, n in pairs:
+            ways = frozenset(name_folds(n))
+            if ways in both:
+                both[ways].add((s, n))
+    for pairs in both.values():
+        for key, k in others(pairs).items():
+            if key in count:
+                count[key] -= max(k, 0)
+    for (server, name), (theirs, other) in sorted(named.items()):
+        more = f"; and {count[server, name] - 1} more on other servers" if count[server, name] > 1 else ""
+        out.setdefault((server, name), []).append(Finding(
+            "lookalike", "poisoned", "name",
+            f"{name!r} looks like {theirs!r} of server {other!r} (one name after NFKC, case folding and confusables{more})"))
     if len(catalogue) < 2:
         return out
     for server, tools in catalogue.items():

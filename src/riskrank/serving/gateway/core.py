@@ -1037,10 +1037,15 @@ class _Catalogues:
 
         generation = self.manager.generation
         records, routes = upstream_records(self.manager)
+        # One snapshot of the live servers for the whole build: the scan below yields the event
+        # loop, and a server that drops out meanwhile must not leave tools that skipped its checks.
+        live = list(self.manager.live())
+        names = {up.name for up in live}
+        records = [r for r in records if routes[r["name"]][0] in names]
         # Each server's list is checked on its own: one that cannot be built (two tools with
         # one name, say) withdraws that server's tools, not the others'.
         withdrawn: dict[str, str] = {}
-        for up in self.manager.live():
+        for up in live:
             mine = [r for r in records if routes[r["name"]][0] == up.name]
             try:
                 record_registry(mine, up.name)
@@ -1053,12 +1058,12 @@ class _Catalogues:
         # Across servers: a look-alike of another server's tool name, a text naming another
         # server's tool (the definitions' own scans are remembered, so this costs no re-scan).
         served = {up.name: [{**r, "name": routes[r["name"]][1]} for r in records
-                            if routes[r["name"]][0] == up.name and r["name"] not in withdrawn] for up in self.manager.live()}
+                            if routes[r["name"]][0] == up.name and r["name"] not in withdrawn] for up in live}
         flat = [(s, r) for s, rs in served.items() for r in rs]
         # in a worker thread: a long listing, or the learned detector, does not hold up the event loop
         first = await anyio.to_thread.run_sync(self._scan_many, [r for _, r in flat])
         cross = cross_server_findings(served, {(s, r["name"]): sc for (s, r), sc in zip(flat, first, strict=True)})
-        for up in self.manager.live():
+        for up in live:
             mine = [r for r in records if routes[r["name"]][0] == up.name and r["name"] not in withdrawn]
             kept, up_scans = self.trust(up.name, mine, routes, cross)
             scans.update(up_scans)
@@ -1066,7 +1071,7 @@ class _Catalogues:
                 withdrawn[name], held[name] = why, code
         withheld_records = {r["name"]: r for r in records if r["name"] in withdrawn}
         records = [r for r in records if r["name"] not in withdrawn]
-        source = "upstreams: " + ", ".join(u.name for u in self.manager.live())
+        source = "upstreams: " + ", ".join(u.name for u in live)
         registry, skipped = record_registry(records, source)
         return await anyio.to_thread.run_sync(lambda: build_views(registry, self.spec, self.encoder, self.policies, generation,
                                                                  routes=routes, skipped=skipped, withdrawn=withdrawn,
