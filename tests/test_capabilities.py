@@ -114,6 +114,7 @@ def test_one_scan_for_all_capabilities_drops_no_hit() -> None:
         _SCOPED,
         _SUBSUMES,
         CAPABILITIES,
+        Clauses,
         _first,
         _strip_tool_names,
         detect_capabilities,
@@ -121,12 +122,12 @@ def test_one_scan_for_all_capabilities_drops_no_hit() -> None:
         scoped_text,
     )
     from riskrank.datasets.rubric import load_mcp_set
-    from riskrank.risk import normalise_text, split_name
+    from riskrank.risk import split_name
 
     found = 0
     for t in load_mcp_set().tools:
         d = t.description or ""
-        scoped, whole, raw = scoped_text(t.name, d, t.parameters), normalise_text(split_name(t.name) + " " + _strip_tool_names(d)), d.lower()
+        scoped, whole, raw = scoped_text(t.name, d, t.parameters), Clauses.of(split_name(t.name) + " " + _strip_tool_names(d)), d.lower()
         each = set()
         for cap in CAPABILITIES:
             quote = None if name_reads(t.name) and cap.acts else _first(_SCOPED[cap.key], scoped)
@@ -138,3 +139,15 @@ def test_one_scan_for_all_capabilities_drops_no_hit() -> None:
         assert {h.key for h in detect_capabilities(t.name, d, t.parameters)} == each, t.name
         found += bool(each)
     assert found > 100
+
+
+@pytest.mark.parametrize(("name", "description", "capability"), [
+    ("host_runner", "No sandbox. Executes arbitrary shell commands on the host.", "host_execution"),
+    ("clean_folder", "No undo: deletes every file in the folder", "mass_destruction"),
+])
+def test_a_negation_counts_only_in_its_own_clause(name, description, capability) -> None:
+    """"No sandbox." negates nothing in the sentence after it; "does not delete" still negates."""
+    from riskrank.capabilities import detect_capabilities
+
+    assert capability in [h.key for h in detect_capabilities(name, description)]
+    assert detect_capabilities("list_users", "Lists users. Does not delete anything.") == []

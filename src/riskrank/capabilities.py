@@ -405,17 +405,46 @@ def parameter_names(schema: Mapping[str, Any] | None) -> list[str]:
     return [str(k) for k in list(props or {})[:64]]
 
 
-def scoped_text(name: str, description: str, schema: Mapping[str, Any] | None = None) -> str:
+#: Where a clause ends, for the negation check: a sentence's or clause's mark before a space or
+#: the end, or a line break.
+_CLAUSE_END = re.compile(r"[.!?;:]+(?=\s|$)|\n")
+
+
+class Clauses(str):
+    """A normalised text (:func:`riskrank.risk.normalise_text`: what the patterns read, matched
+    as before) that knows where each of its clauses starts, so that a negation counts only in
+    the clause of the match it negates ("No sandbox. Executes arbitrary shell commands" negates
+    nothing)."""
+
+    starts: tuple[int, ...]
+
+    @classmethod
+    def of(cls, *parts: str) -> Clauses:
+        """The clauses of ``parts`` (each split further at its clause ends), normalised and
+        joined by one space: the same string as normalising their concatenation."""
+        pieces = [c for p in parts for c in (normalise_text(x) for x in _CLAUSE_END.split(p)) if c]
+        out = cls(" ".join(pieces))
+        starts, at = [], 0
+        for c in pieces:
+            starts.append(at)
+            at += len(c) + 1
+        out.starts = tuple(starts)
+        return out
+
+
+def scoped_text(name: str, description: str, schema: Mapping[str, Any] | None = None) -> Clauses:
     """What the scoped patterns read: the name's words, the description's first two sentences
-    and the parameter names, normalised (``params`` marks where the names start)."""
+    and the parameter names, normalised (``params`` marks where the names start), with its
+    clauses' starts (:class:`Clauses`)."""
     # another tool named in the text (``use get_connection_string``) is not this tool's action
     description = _strip_tool_names(description[:MAX_CHARS])
     sentences = [s for s in _SENTENCE.split(description.strip()) if s.strip()][:2]
     params = parameter_names(schema)
-    text = split_name(name) + " . " + " . ".join(sentences)
+    # the name runs into the first clause, as the words run on in the normalised text
+    parts = [split_name(name) + " " + (sentences[0] if sentences else ""), *sentences[1:]]
     if params:
-        text += " . params " + " ".join(split_name(p) for p in params)
-    return normalise_text(text)
+        parts.append("params " + " ".join(split_name(p) for p in params))
+    return Clauses.of(*parts)
 
 
 def _negated(text: str, start: int, end: int) -> bool:
@@ -423,7 +452,11 @@ def _negated(text: str, start: int, end: int) -> bool:
     # the few words before the match, from a bounded slice (splitting the whole prefix of a long
     # description for every match made this the scan's hot spot); a word cut by the slice is dropped
     lo = max(0, start - 32 * _NEGATION_WINDOW)
-    before = text[lo:start].split()[1 if lo > 0 else 0:][-_NEGATION_WINDOW:]
+    clause = max((c for c in getattr(text, "starts", ()) if c <= start), default=0)
+    if clause > lo:  # the match's own clause only
+        before = text[clause:start].split()[-_NEGATION_WINDOW:]
+    else:
+        before = text[lo:start].split()[1 if lo > 0 else 0:][-_NEGATION_WINDOW:]
     inside = text[start:end].split()[:-1]
     return any(w in _NEGATIONS for w in before + inside)
 
@@ -466,7 +499,7 @@ def detect_capabilities(name: str, description: str, schema: Mapping[str, Any] |
     """The dangerous capabilities a tool's definition shows, most severe first, each with the
     words that show it; a capability implied by a more severe one found is left out."""
     scoped = scoped_text(name, description or "", schema)
-    whole = normalise_text(split_name(name) + " " + _strip_tool_names((description or "")[:MAX_CHARS]))
+    whole = Clauses.of(split_name(name) + " " + _strip_tool_names((description or "")[:MAX_CHARS]))
     raw = (description or "")[:MAX_CHARS].lower()
     in_scoped, in_whole, in_raw = (_any_of(k).search(t) is not None for k, t in (("scoped", scoped), ("anywhere", whole), ("raw", raw)))
     if not (in_scoped or in_whole or in_raw):
