@@ -240,7 +240,9 @@ def test_info_counts_the_served_levels_by_provenance(tmp_path):
 @pytest.mark.parametrize("body,status,code", [
     ({"task": "x" * 4001}, 422, "task_too_long"),
     ({"task": "   "}, 422, "task_empty"),
-    ({"task": ""}, 422, "invalid_request"),
+    ({"task": ""}, 422, "task_empty"),
+    ({"task": "\u200b\u200b"}, 422, "task_empty"),
+    ({"task": "\u0000"}, 422, "task_empty"),
     ({}, 422, "invalid_request"),
     ({"task": 42}, 422, "invalid_request"),
     ({"task": "ok", "k": 0}, 422, "k_out_of_range"),
@@ -270,6 +272,8 @@ def test_request_limits(client, body, status, code):
     (b"task=x", "application/x-www-form-urlencoded", 415, "unsupported_media_type"),
     (b'{"task": "x"}', "text/plain", 415, "unsupported_media_type"),
     (b'{"task": "x", "lambda": 1e999}', "application/json", 422, "lambda_out_of_range"),
+    (b'{"task": "x", "k": NaN}', "application/json", 422, "k_out_of_range"),
+    (b'{"task": "x", "k": Infinity}', "application/json", 422, "k_out_of_range"),
 ])
 def test_malformed_bodies(client, raw, ctype, status, code):
     error(client.post("/v1/retrieve", headers={**AUTH, "content-type": ctype}, content=raw), status, code)
@@ -561,7 +565,7 @@ def test_reload_reads_only_regular_files_under_the_allowed_directories(reload_se
     link.symlink_to(outside)
     messages = set()
     for path in (outside, tmp / "missing.json", allowed / "missing.json", allowed / "sub", fifo, link,
-                 "/dev/zero", "/proc/self/environ", "/etc", "../../../../etc/passwd"):
+                 "/dev/zero", "/proc/self/environ", "/etc", "../../../../etc/passwd", str(allowed / "x") + "\x00"):
         err = error(_reload(c, path), 422, "reload_not_allowed")
         messages.add(err["message"].replace(str(path), "PATH"))
     # one message for all of them: a caller cannot tell which paths exist
@@ -570,6 +574,21 @@ def test_reload_reads_only_regular_files_under_the_allowed_directories(reload_se
     # a later reload is not wedged by the FIFO
     good = write_mcp_registry(allowed / "good.json")
     assert _reload(c, good).json()["generation"] == 2
+
+
+def test_a_checkpoint_whose_file_links_out_of_the_allowed_folders_is_refused_and_null_drops_heads(reload_server):
+    """A checkpoint folder under --reload-dir whose file is a link to a file outside it is not
+    read (the same refusal as a path outside); "checkpoint": null serves no heads, as documented."""
+    c, allowed, tmp = reload_server
+    (tmp / "secret.json").write_text('{"a": 1}')
+    ck = allowed / "ck"
+    ck.mkdir()
+    (ck / "checkpoint.json").symlink_to(tmp / "secret.json")
+    err = error(c.post("/v1/admin/reload", headers=ADMIN, json={"checkpoint": str(ck)}), 422, "reload_not_allowed")
+    assert "secret" not in err["message"] and '"a"' not in err["message"]
+    r = c.post("/v1/admin/reload", headers=ADMIN, json={"registry": str(write_mcp_registry(allowed / "r.json")), "checkpoint": None})
+    assert r.status_code == 200, r.text
+    assert c.get("/v1/info", headers=AUTH).json()["checkpoint"] is None
 
 
 def test_reload_size_cap_and_no_contents_in_errors(reload_server):
@@ -652,3 +671,39 @@ def test_openapi_declares_every_status_with_a_typed_body():
     info = schema["components"]["schemas"]["Info"]
     assert {"n_tools", "mode", "modes", "lambda", "limits", "trust_annotations"} <= set(info["properties"])
     assert ops[("/v1/admin/reload", "post")]["security"] == [{"admin": []}]
+
+
+def test_a_token_file_is_read_by_its_first_line(tmp_path):
+    """A token file may carry notes after the token (a rotation date, say): its first line is the token."""
+    from riskrank.serving.auth import read_token
+
+    f = tmp_path / "tok"
+    f.write_text(TOKEN + "\n# rotated 2026-12-06\n")
+    assert read_token(str(f), None) == TOKEN
+
+
+def test_a_request_that_timed_out_keeps_its_slot_until_its_work_ends():
+    """--max-inflight counts work, not waiting requests: a request that timed out leaves its
+    thread running in the encoder, and that thread holds its slot until it finishes."""
+    svc = LiveCatalogue.from_spec(ArtefactSpec(DEMO), HashEncoder())
+    inner = svc.encoder.inner
+    app = create_app(svc, limits=Limits(timeout_s=0.3, max_inflight=1), token=TOKEN)
+    state = app.fastapi.state.riskrank
+    with ServerThread(app) as s, httpx.Client(base_url=s.url, timeout=30) as c:
+        inner.gate = threading.Event()
+        try:
+            error(c.post("/v1/retrieve", headers=AUTH, json={"task": "slow one"}), 504, "timeout")
+            assert state.inflight == 1  # its thread still works
+            error(c.post("/v1/retrieve", headers=AUTH, json={"task": "another"}), 503, "overloaded")
+        finally:
+            inner.gate.set()
+        wait_for(lambda: state.inflight == 0)
+        assert c.post("/v1/retrieve", headers=AUTH, json={"task": "after"}).status_code == 200
+
+
+def test_an_alpha_no_stage_reads_is_said_in_the_notes(client):
+    """alpha asked for in a mode without the graph stage: the result says it was ignored."""
+    body = client.post("/v1/retrieve", headers=AUTH, json={"task": "read a file", "mode": "dense", "alpha": 0.5}).json()
+    assert any("alpha 0.5 was asked" in n for n in body["notes"]), body["notes"]
+    plain = client.post("/v1/retrieve", headers=AUTH, json={"task": "read a file", "mode": "dense"}).json()
+    assert not any("alpha" in n for n in plain["notes"])

@@ -343,6 +343,8 @@ class ReloadPolicy:
     timeout_s: float = 30.0
 
     def _allowed(self, path: str) -> Path | None:
+        if "\x00" in path:  # no file has such a name (and the OS refuses it with an exception)
+            return None
         real = Path(os.path.realpath(path))
         if str(real) in {os.path.realpath(p) for p in self.pinned}:
             return real
@@ -378,6 +380,12 @@ class ReloadPolicy:
         real = self._allowed(path)
         if real is None or not real.is_dir():
             raise self._refuse("checkpoint", path)
+        if str(real) in {os.path.realpath(p) for p in self.pinned}:
+            return  # the operator's own, served at start
+        # a file inside an allowed folder that links out of the allowed folders is not read
+        for member in real.iterdir():
+            if self._allowed(str(member)) is None:
+                raise self._refuse("checkpoint", path)
 
 
 class LiveCatalogue:

@@ -835,6 +835,9 @@ class RiskAwareRetriever:
         predicted = self.predicted_levels
         resolved = self.tool_levels
         note = self.level_note() if stages.rule and source == "predicted" else None
+        # a smoothing weight asked for where no graph stage runs: said, not silently dropped
+        ignored = f"alpha {alpha:g} was asked, but mode {mode_name} has no graph stage: ignored" \
+            if alpha is not None and not stages.graph else None
         out = []
         for qi, task in enumerate(tasks):
             tools, below = [], []
@@ -859,6 +862,8 @@ class RiskAwareRetriever:
                                   fill=call.fill, min_score=floor, below_min_score=below, k=k, settings=call)
             if note:
                 res.notes.append(note)
+            if ignored:
+                res.notes.append(ignored)
             if batch.filters is not None:
                 fr = batch.filters[qi]
                 top = set(int(i) for i in fr.top_k[:k])

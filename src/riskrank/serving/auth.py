@@ -78,7 +78,8 @@ def read_token(token_file: str | None, env: str | None) -> str | None:
     if token_file:
         path = Path(token_file)
         try:
-            value = path.read_text(encoding="utf-8").strip()
+            lines = path.read_text(encoding="utf-8-sig").strip().splitlines()
+            value = lines[0].strip() if lines else ""  # the first line: a file may carry notes after it
         except (OSError, UnicodeDecodeError) as exc:
             raise RiskrankError(f"cannot read the token file {path}: {exc}") from None
         source = str(path)

@@ -34,6 +34,8 @@ and dependencies from real annotations.
 """
 
 import logging
+import math
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, replace
@@ -41,6 +43,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from riskrank._version import __version__
+from riskrank.base import NO_CHECKPOINT
 from riskrank.catalogue import FILL_LEVELS, PROVENANCE, Catalogue, LiveCatalogue
 from riskrank.errors import RiskrankError, error_body
 from riskrank.extras import requires
@@ -346,6 +349,19 @@ class HttpState:
         self.live = live
         self.limits = limits
         self.inflight = 0
+        self._lock = threading.Lock()
+
+    def claim(self) -> bool:
+        """Take a slot for one request's work (False: every slot is taken)."""
+        with self._lock:
+            if self.inflight >= self.limits.max_inflight:
+                return False
+            self.inflight += 1
+            return True
+
+    def release(self) -> None:
+        with self._lock:
+            self.inflight -= 1
 
 
 async def get_state(request: Request) -> HttpState:
@@ -441,21 +457,36 @@ async def retrieve(req: RetrieveRequest, cat: Active, state: State) -> Any:
         check_k(req.k, limits)
     check_lambda(req.lam, limits)
     cat.check_request(req.mode, req.risk_source)
-    if state.inflight >= limits.max_inflight:
+    if not state.claim():
         raise ApiError(503, "overloaded", f"more than {limits.max_inflight} requests in flight; retry later", {"retry-after": "1"})
-    state.inflight += 1
     t0 = time.perf_counter()
-    try:
-        def work() -> dict[str, Any]:
-            return retrieve_dict(cat, req.task, req.k, lam=req.lam, mode=req.mode, alpha=req.alpha, risk_source=req.risk_source)
+    # The slot is held until the work itself ends: a request that timed out leaves its thread
+    # running, and that thread still counts against --max-inflight. Whoever comes first (the
+    # thread starting, or the request giving up before it started) decides who releases it.
+    owner: list[str] = []
+    owner_lock = threading.Lock()
 
+    def work() -> dict[str, Any] | None:
+        with owner_lock:
+            if owner:  # given up before it started: released already
+                return None
+            owner.append("thread")
         try:
-            with anyio.fail_after(limits.timeout_s):
-                out = await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
-        except TimeoutError:
+            return retrieve_dict(cat, req.task, req.k, lam=req.lam, mode=req.mode, alpha=req.alpha, risk_source=req.risk_source)
+        finally:
+            state.release()
+
+    try:
+        with anyio.fail_after(limits.timeout_s):
+            out = await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+    except BaseException as exc:
+        with owner_lock:
+            if not owner:
+                owner.append("request")
+                state.release()
+        if isinstance(exc, TimeoutError):
             raise ApiError(504, "timeout", f"the request took longer than {limits.timeout_s:g} s") from None
-    finally:
-        state.inflight -= 1
+        raise
     return JSONResponse(out, headers={"server-timing": f"retrieve;dur={(time.perf_counter() - t0) * 1000:.2f}"})
 
 
@@ -482,11 +513,11 @@ async def reload(cur: Active, state: State, req: Annotated[ReloadRequest | None,
     live = state.live
     req = req or ReloadRequest()  # no body: re-read the current artefacts
     given = req.model_fields_set
-    spec = replace(
-        cur.spec,
-        **{name: getattr(req, name) for name in ("registry", "checkpoint", "mode", "risk_source", "fill_levels", "trust_annotations")
-           if name in given and (getattr(req, name) is not None or name in ("checkpoint", "mode"))},
-    )
+    changes = {name: getattr(req, name) for name in ("registry", "checkpoint", "mode", "risk_source", "fill_levels", "trust_annotations")
+               if name in given and (getattr(req, name) is not None or name in ("checkpoint", "mode"))}
+    if "checkpoint" in given and req.checkpoint is None:  # null drops the heads, as the schema says (None in a spec: the base model)
+        changes["checkpoint"] = NO_CHECKPOINT
+    spec = replace(cur.spec, **changes)
     if not live.begin_reload():
         raise ApiError(409, "reload_in_progress", "a reload is already running")
     future = asyncio.get_running_loop().run_in_executor(None, live.reload, spec)
@@ -498,7 +529,14 @@ async def reload(cur: Active, state: State, req: Annotated[ReloadRequest | None,
     except BaseException as exc:
         body = error_body(exc)
         body["error"]["message"] = f"reload failed, generation {cur.generation} still serving: {body['error']['message']}"
-        return JSONResponse(body, status_code=500 if body["error"]["code"] == "internal_error" else 422)
+        internal = body["error"]["code"] == "internal_error"
+        log = logging.getLogger("riskrank.server")
+        if internal:  # the message points to the server log: the traceback is there
+            log.error("reload failed, generation %s still serving", cur.generation, exc_info=exc)
+        else:
+            log.warning("%s", body["error"]["message"])
+        return JSONResponse(body, status_code=500 if internal else 422)
+    logging.getLogger("riskrank.server").info("reloaded: generation %s serving", new.generation)
     return {"status": "reloaded", **new.summary()}
 
 
@@ -529,6 +567,11 @@ def validation_error(errors: Sequence[dict]) -> ApiError:
         return ApiError(422, "unknown_field", f"unknown field {where!r}")
     if fieldname in _FIELD_CODES and kind in _RANGE_ERRORS:
         return ApiError(422, f"{_FIELD_CODES[fieldname]}_out_of_range", message)
+    if fieldname == "task" and kind == "string_too_short":
+        return ApiError(422, "task_empty", "task: the task text is empty")
+    bad = err.get("input")
+    if fieldname == "k" and isinstance(bad, float) and not math.isfinite(bad):
+        return ApiError(422, "k_out_of_range", f"k: must be between 1 and {MAX_K}, got {bad}")
     if fieldname == "mode" and kind == "literal_error":
         return ApiError(422, "invalid_mode", message)
     if fieldname == "risk_source" and kind == "literal_error":

@@ -52,7 +52,7 @@ def check_task(task: Any, limits: Limits) -> str:
         raise ApiError(422, "invalid_request", "task: must be a string")
     if len(task) > limits.max_task_chars:
         raise ApiError(422, "task_too_long", f"task: at most {limits.max_task_chars} characters")
-    if not task.strip():
+    if not any(c.isprintable() and not c.isspace() for c in task):  # blank, or only invisible or control characters
         raise ApiError(422, "task_empty", "task: the task text is empty")
     return task
 
