@@ -500,3 +500,27 @@ def test_cli_incomplete_audit_exits_1(tmp_path, monkeypatch, capsys):
     code, _, err = _cli(monkeypatch, capsys, "audit", "--registry", str(reg), "-a", "openai:m", "--out", str(tmp_path / "l.json"))
     assert code == 1 and "1 tool(s) lack a vote" in err
     assert json.loads((tmp_path / "l.json").read_text())["b"]["resolution"] == INCOMPLETE
+
+
+def test_a_review_file_it_cannot_read_is_left_as_it_is_and_each_file_is_its_own(tmp_path, monkeypatch, capsys):
+    """A typo in one decision of the review file: the rerun is refused with the line named, and
+    the file (with every decision typed into it) is left as it was; --votes naming the input
+    registry is refused before anything is written; a vote-log line too deep or with a number
+    too long to read is skipped, not a traceback."""
+    reg = tmp_path / "reg.json"
+    reg.write_text(json.dumps({"tools": [{"name": f"t{i}", "description": d} for i, d in
+                                         enumerate(["Delete every record of the database.", "Read a note.", "Send an email."])]}))
+    code, _, err = _cli(monkeypatch, capsys, "audit", "--registry", str(reg), "-a", "keyword", "--votes", str(reg),
+                        "--out", str(tmp_path / "l.json"))
+    assert code == 2 and "--votes and --registry name one file" in err and json.loads(reg.read_text())["tools"]
+    review = tmp_path / "l.review.jsonl"
+    review.write_text('{"name": "t0", "risk_level": 6}\n')
+    before = review.read_text()
+    code, _, err = _cli(monkeypatch, capsys, "audit", "--registry", str(reg), "-a", "keyword", "--out", str(tmp_path / "l.json"))
+    assert code == 2 and "line 1" in err and "left as it is" in err and review.read_text() == before
+    review.unlink()
+    log = next(tmp_path.glob("l.votes*"))
+    with log.open("a") as fh:
+        fh.write("[" * 100_000 + "]" * 100_000 + "\n" + "9" * 5000 + "\n")
+    code, _, err = _cli(monkeypatch, capsys, "audit", "--registry", str(reg), "-a", "keyword", "--out", str(tmp_path / "l.json"))
+    assert code == 0 and "Traceback" not in err, err

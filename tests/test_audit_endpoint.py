@@ -365,3 +365,16 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def test_a_hostile_answer_is_bounded_and_cannot_crash_the_run():
+    """An answer with a lone surrogate is re-asked as sendable text (it crashed the re-ask),
+    and a huge one is kept as evidence in part, its length said (it made the label file too
+    big to load)."""
+    tools = _tools(2)
+    script = {"tool_0": ["text:\ud800 2", "text:2"], "tool_1": ["text:" + "x" * 100_000, "text:3"]}
+    with FakeEndpoint(script) as ep:
+        got = dict(_annotator(ep.url).annotate(tools))
+    assert isinstance(got[0], Vote) and got[0].level == 2
+    assert isinstance(got[1], Vote) and got[1].level == 3
+    assert len(got[1].evidence) < 1000 and "100,000 characters" in got[1].evidence

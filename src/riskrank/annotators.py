@@ -48,6 +48,20 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 ENV_BASE_URL = "OPENAI_BASE_URL"
 ENV_API_KEY = "OPENAI_API_KEY"
 
+#: The most of an endpoint's answer sent back in the re-ask; the most kept as evidence.
+MAX_ANSWER_CHARS = 2000
+SHOWN_ANSWER_CHARS = 200
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _shown(answer: str | None) -> str:
+    """An answer as evidence: quoted, at most SHOWN_ANSWER_CHARS of it (an endpoint's 5 MB
+    answer would make the label file too big to load), its length said where cut."""
+    if answer is None or len(answer) <= SHOWN_ANSWER_CHARS:
+        return repr(answer)
+    return f"{answer[:SHOWN_ANSWER_CHARS]!r}... ({len(answer):,} characters)"
+
+
 #: Sent after a malformed answer (the one re-ask of the protocol).
 REASK_PROMPT = "Your answer was not a single integer. Return only one integer in {1,2,3,4,5}."
 
@@ -355,14 +369,16 @@ class OpenAIAnnotator(Annotator):
             level = parse_level(answer)
             if level is None:
                 self._count("reasks")
-                messages += [{"role": "assistant", "content": answer or ""}, {"role": "user", "content": REASK_PROMPT}]
+                # what it said, sent back as text that can be sent (no lone surrogate) and bounded
+                said = _SURROGATE.sub("\ufffd", (answer or "")[:MAX_ANSWER_CHARS])
+                messages += [{"role": "assistant", "content": said}, {"role": "user", "content": REASK_PROMPT}]
                 second = self.complete(messages)
                 level = parse_level(second)
                 if level is None:
                     self._count("failures")
-                    return Failure(f"malformed answers {answer!r} and {second!r}")
-                return Vote(level, f"answer {answer!r}, re-asked: {second!r}")
-            return Vote(level, f"answer {answer!r}")
+                    return Failure(f"malformed answers {_shown(answer)} and {_shown(second)}")
+                return Vote(level, f"answer {_shown(answer)}, re-asked: {_shown(second)}")
+            return Vote(level, f"answer {_shown(answer)}")
         except _Transient as exc:
             self._count("failures")
             return Failure(str(exc))

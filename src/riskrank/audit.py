@@ -124,7 +124,7 @@ class VoteLog:
                     break  # a torn tail (only when read without the lock)
                 try:
                     rec = json.loads(line)
-                except (json.JSONDecodeError, UnicodeDecodeError):
+                except (ValueError, UnicodeDecodeError, RecursionError):  # not JSON, too deep, a number too long
                     self.skipped_lines += 1
                     continue
                 if not (isinstance(rec, dict) and {"annotator", "config", "tool", "key"} <= rec.keys()):
@@ -362,13 +362,15 @@ def read_review(path: Any) -> list[dict[str, Any]]:
 
 def write_review(path: str | Path, queue: list[dict[str, Any]]) -> None:
     """Write the review queue, keeping decisions a reviewer already typed into the existing
-    file for the same tool and votes. An empty queue removes a stale file."""
+    file for the same tool and votes. An empty queue removes a stale file. An existing file
+    that cannot be read (a typo in a decision) is refused, not overwritten: the decisions
+    typed into it would be lost."""
     path = Path(path)
     if path.exists():
         try:
             old = {r["name"]: r for r in read_review(path)}
-        except AuditError:
-            old = {}
+        except AuditError as exc:
+            raise AuditError(f"{exc}; the review file is left as it is (correct the line, then run again)") from None
         for entry in queue:
             prev = old.get(entry["name"])
             if prev and prev.get("votes") == entry["votes"]:

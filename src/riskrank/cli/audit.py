@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 
 import click
@@ -91,6 +92,13 @@ def audit_command(registry: str | None, fmt: str, dataset: str | None, data_dir:
     log_default, review_default = default_side_paths(out_path)
     log_path = Path(votes_path) if votes_path else log_default
     review_path = Path(review) if review else review_default
+    # each file the audit writes is its own: the vote log, the review file, the labels, the input
+    given = {"--votes": log_path, "--review": review_path, "--out": out_path, **({"--registry": Path(registry)} if registry else {})}
+    real = {flag: os.path.realpath(p) for flag, p in given.items()}
+    for i, (a, ra) in enumerate(real.items()):
+        for b, rb in list(real.items())[i + 1:]:
+            if ra == rb:
+                raise RiskrankError(f"{a} and {b} name one file ({given[a]}); the audit writes each to a file of its own")
     opts = {"base_url": base_url, "api_key": api_key, "timeout": timeout, "retries": retries, "backoff": backoff,
             "rate_limit": rate_limit, "workers": workers}
     anns = [annotator_kinds.make_annotator(a, benchmark=bench, encoder=encoder, openai_options=opts,
@@ -105,8 +113,8 @@ def audit_command(registry: str | None, fmt: str, dataset: str | None, data_dir:
         with contextlib.suppress(AuditError):
             previous = read_json_file(out_path, "label file")
     labels, queue = build_labels(reg, run, previous=previous if isinstance(previous, dict) else None, source=source)
+    write_review(review_path, queue)  # first: a review file it cannot read is refused before anything is written
     write_json(out_path, labels, ensure_ascii=False)
-    write_review(review_path, queue)
 
     n = len(labels)
     by = {s: sum(1 for r in labels.values() if r["resolution"] == s) for s in (SINGLE, AGREED, MEDIAN, REVIEWED, PENDING, INCOMPLETE)}
