@@ -258,6 +258,8 @@ def test_make_annotator_specs():
         make_annotator("head:crossfit", encoder=ArrayEncoder({"x": np.ones(3)}))
     with pytest.raises(AnnotatorError, match="http"):
         make_annotator("openai:m@ftp://x")
+    # a model name may hold '@' (Vertex-style versions): only a URL after the last '@' is the base URL
+    assert make_annotator("openai:claude-3-5-sonnet@20240620").model == "claude-3-5-sonnet@20240620"
 
 
 def _tiny_training(n_tools: int = 24, n_queries: int = 30, dim: int = 8, seed: int = 0):

@@ -246,7 +246,7 @@ def test_download_template_from_env(
 def test_download_corrupt_never_lands(server: tuple[Path, str], tmp_path: Path) -> None:
     root, template = server
     good = _entry(UT, "data/English-dataset/test.json", GOOD)
-    _write(root, good, b"tampered upstream content\n")
+    _write(root, good, bytes(reversed(GOOD)))  # tampered, the same length (a longer one is cut off by size first)
     dest = tmp_path / "data"
 
     with pytest.raises(DataError, match=r"UltraTool/data/English-dataset/test\.json: sha256"):
@@ -266,6 +266,18 @@ def test_download_corrupt_never_lands(server: tuple[Path, str], tmp_path: Path) 
     report = fetch("upstream", dest, manifest=[good], upstream_url_template=template)
     assert report.items == [(good.rel_path, "present")]
     assert existing.read_bytes() == GOOD
+
+
+def test_a_mirror_sending_more_than_the_file_is_cut_off(server: tuple[Path, str], tmp_path: Path) -> None:
+    """A mirror that sends more bytes than the manifest names (an endless answer fills the
+    disk) is stopped there, and nothing lands."""
+    root, template = server
+    good = _entry(UT, "data/English-dataset/test.json", GOOD)
+    _write(root, good, GOOD + b"x" * 100_000)
+    dest = tmp_path / "data"
+    with pytest.raises(DataError, match="sent more than the manifest's"):
+        fetch("upstream", dest, manifest=[good], upstream_url_template=template, progress=False)
+    assert not (dest / good.rel_path).exists() and not _leftovers(dest)
 
 
 def test_download_required_404_is_error(server: tuple[Path, str], tmp_path: Path) -> None:

@@ -428,7 +428,10 @@ def make_annotator(spec: str, *, benchmark: Any = None, encoder: Any = None, ope
     if kind == "keyword" and not arg:
         return KeywordAnnotator()
     if kind == "openai" and arg:
-        model, _, url = arg.partition("@")
+        # the base URL follows the last '@' when it is one (a model name may hold '@': claude-3-5-sonnet@20240620)
+        model, at, url = arg.rpartition("@")
+        if not at or "://" not in url:
+            model, url = arg, ""
         opts = dict(openai_options or {})
         if url:
             opts["base_url"] = url

@@ -87,7 +87,7 @@ class VoteLog:
             pass
         except OSError:
             fh.close()
-            raise AuditError(f"{self.path}: another audit is writing this vote log; wait for it or use --votes") from None
+            raise AuditError(f"{self.path}: another audit is writing this vote log; wait for it, or give this run its own --out (its vote log and review file follow it)") from None
         fh.seek(0, os.SEEK_END)
         size = fh.tell()
         if size:

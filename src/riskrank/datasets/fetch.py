@@ -373,6 +373,8 @@ def _write_verified(
         for chunk in chunks:
             h.update(chunk)
             size += len(chunk)
+            if entry.bytes is not None and size > entry.bytes:  # a mirror sending more than the file: stop, do not fill the disk
+                raise DataError(f"{entry.rel_path}: {origin} sent more than the manifest's {entry.bytes:,} bytes; not written")
             fh.write(chunk)
         digest = h.hexdigest()
         if entry.sha256 is not None and digest != entry.sha256:
