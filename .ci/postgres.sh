@@ -58,13 +58,17 @@ if [ ! -f "$data/PG_VERSION" ]; then
     "${as[@]}" "$bin/initdb" -D "$data" -U postgres -A trust -E UTF8 --locale=C --no-sync >"$dir/initdb.log" 2>&1 \
         || { cat "$dir/initdb.log" >&2; exit 1; }
 fi
-# A port nothing listens on (kept in DIR/port, so a restart keeps the URL).
-if [ -f "$dir/port" ]; then
-    port="$(cat "$dir/port")"
-else
+# A port nothing listens on (kept in DIR/port, so a restart keeps the URL), below the
+# kernel's ephemeral range: a port above it may be the local end of some connection (free to
+# a connect test, taken to a bind).
+low=32768
+if [ -r /proc/sys/net/ipv4/ip_local_port_range ]; then read -r low _ </proc/sys/net/ipv4/ip_local_port_range; fi
+span=$((low - 10000))
+[ "$span" -ge 1000 ] || span=20000
+pick_port() {
     port=""
     for _ in $(seq 50); do
-        candidate=$((20000 + RANDOM % 40000))
+        candidate=$((10000 + RANDOM % span))
         if ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then
             port="$candidate"
             break
@@ -72,9 +76,26 @@ else
     done
     [ -n "$port" ] || { echo "postgres.sh: no free loopback port found" >&2; exit 1; }
     echo "$port" >"$dir/port"
+}
+fresh=0
+if [ -f "$dir/port" ]; then
+    port="$(cat "$dir/port")"
+else
+    pick_port
+    fresh=1
 fi
-echo "postgres.sh: starting PostgreSQL $(cat "$data/PG_VERSION") on 127.0.0.1:$port" >&2
-"${as[@]}" "$bin/pg_ctl" -D "$data" -l "$dir/server.log" -w -t 60 \
-    -o "-p $port -k '$dir' -c listen_addresses=127.0.0.1 -c max_connections=200" start >&2 \
-    || { tail -n 20 "$dir/server.log" >&2; exit 1; }
+# A freshly picked port taken between the test and the bind: pick another (a restart keeps its port).
+for attempt in 1 2 3 4 5; do
+    echo "postgres.sh: starting PostgreSQL $(cat "$data/PG_VERSION") on 127.0.0.1:$port" >&2
+    if "${as[@]}" "$bin/pg_ctl" -D "$data" -l "$dir/server.log" -w -t 60 \
+        -o "-p $port -k '$dir' -c listen_addresses=127.0.0.1 -c max_connections=200" start >&2; then
+        break
+    fi
+    if [ "$fresh" = 1 ] && [ "$attempt" -lt 5 ] && grep -q "Address already in use" "$dir/server.log"; then
+        pick_port
+        continue
+    fi
+    tail -n 20 "$dir/server.log" >&2
+    exit 1
+done
 echo "postgresql://postgres@127.0.0.1:$port/postgres"
