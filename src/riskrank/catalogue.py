@@ -342,11 +342,15 @@ class ReloadPolicy:
     max_bytes: int = 256 * 1024 * 1024
     timeout_s: float = 30.0
 
+    def _pinned(self, real: Path) -> bool:
+        """Whether ``real`` (resolved) is one of the artefacts the server started with."""
+        return str(real) in {os.path.realpath(p) for p in self.pinned}
+
     def _allowed(self, path: str) -> Path | None:
         if "\x00" in path:  # no file has such a name (and the OS refuses it with an exception)
             return None
         real = Path(os.path.realpath(path))
-        if str(real) in {os.path.realpath(p) for p in self.pinned}:
+        if self._pinned(real):
             return real
         for d in self.dirs:
             root = Path(os.path.realpath(d))
@@ -380,7 +384,7 @@ class ReloadPolicy:
         real = self._allowed(path)
         if real is None or not real.is_dir():
             raise self._refuse("checkpoint", path)
-        if str(real) in {os.path.realpath(p) for p in self.pinned}:
+        if self._pinned(real):
             return  # the operator's own, served at start
         # a file inside an allowed folder that links out of the allowed folders is not read
         for member in real.iterdir():

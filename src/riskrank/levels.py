@@ -138,16 +138,13 @@ def own_texts(tools: Sequence[Any], groups: Sequence[str] | None = None) -> tupl
     a tool without a shared opening is returned as it is. ``groups`` (one per tool: its server)
     counts an opening among the tools of one group only, so that one server's descriptions
     never change how another server's tools are read; without it, ``tools`` are one registry."""
-    if groups is None:
-        openings = shared_openings([t.description or "" for t in tools])
-    else:
-        openings: list[str | None] = [None] * len(tools)
-        by_group: dict[str, list[int]] = {}
-        for i, g in enumerate(groups):
-            by_group.setdefault(g, []).append(i)
-        for idx in by_group.values():
-            for i, o in zip(idx, shared_openings([tools[i].description or "" for i in idx]), strict=True):
-                openings[i] = o
+    openings: list[str | None] = [None] * len(tools)
+    by_group: dict[str, list[int]] = {}
+    for i, g in enumerate(groups if groups is not None else [""] * len(tools)):
+        by_group.setdefault(g, []).append(i)
+    for idx in by_group.values():
+        for i, o in zip(idx, shared_openings([tools[i].description or "" for i in idx]), strict=True):
+            openings[i] = o
     read = [t if o is None else _with_description(t, t.description[len(o):].strip()) for t, o in zip(tools, openings, strict=True)]
     return read, openings
 

@@ -218,12 +218,13 @@ def scan_listed(tools: list[dict], from_servers: bool, learned: bool) -> list:
         catalogue.setdefault(server, []).append({**t, "name": own})
     scanned = {server: iter(found) for server, found in scan_catalogue(catalogue, DEFAULT if learned else None).items()}
     # a server that lists one name twice has its whole list withdrawn by a gateway (which of the two is meant cannot be known)
-    twice = Counter(split(t) for t in tools)
-    return [with_findings(replace(next(scanned[split(t)[0]]), name=t["name"]),
+    keys = [split(t) for t in tools]
+    twice = Counter(keys)
+    return [with_findings(replace(next(scanned[key[0]]), name=t["name"]),
                           [Finding("duplicate", "suspicious", "name",
-                                   f"its server lists {split(t)[1]!r} {twice[split(t)]} times: a gateway withdraws that "
-                                   "server's whole list")] if twice[split(t)] > 1 else [])
-            for t in tools]
+                                   f"its server lists {key[1]!r} {twice[key]} times: a gateway withdraws that "
+                                   "server's whole list")] if twice[key] > 1 else [])
+            for t, key in zip(tools, keys, strict=True)]
 
 
 @click.command("scan")
@@ -282,13 +283,7 @@ def scan_command(path: str, no_start: bool, allow_unreachable: bool, as_json: bo
     shaped = [SimpleNamespace(name=str(t.get("name") or ""), description=str(t.get("description") or ""),
                               parameters=t.get("inputSchema") if isinstance(t.get("inputSchema"), dict) else t.get("parameters"))
               for t in tools]
-    by_server: dict[str, list[int]] = {}
-    for i, t in enumerate(tools):
-        by_server.setdefault(t["name"].split("/", 1)[0] if servers else str(t.get("server") or ""), []).append(i)
-    caps: list[list] = [[] for _ in tools]
-    for idx in by_server.values():
-        for i, hits in zip(idx, own_capabilities([shaped[i] for i in idx]), strict=True):
-            caps[i] = hits
+    caps = own_capabilities(shaped, [t["name"].split("/", 1)[0] if servers else str(t.get("server") or "") for t in tools])
     if as_json:
         rows = [{**s.to_dict(), "capabilities": [h.to_dict() for h in hits]} for s, hits in zip(scans, caps, strict=True)]
         echo(json.dumps({"source": path, "tools": rows, "counts": counts,
