@@ -171,6 +171,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--threads", type=int, default=None, help="torch threads in the server.")
     p.add_argument("--encoder-backend", default=None, choices=["auto", "numpy", "torch", "onnx"],
                    help="The server's encoder forward pass [default: the server's, auto].")
+    p.add_argument("--query-weights", default=None, choices=["int8", "float32"],
+                   help="The weights the server encodes tasks with [default: the server's, int8].")
     p.add_argument("--clients", default="1,8", help="Comma-separated concurrency levels.")
     p.add_argument("--requests", type=int, default=200, help="Timed requests per level.")
     p.add_argument("--warmup", type=int, default=20)
@@ -191,7 +193,7 @@ def main(argv: list[str] | None = None) -> dict:
     cmd = [sys.executable, "-c", "from riskrank.cli import entry; entry()", "serve", "--registry", registry,
            "--host", "127.0.0.1", "--port", str(port), "--insecure", "--log-level", "warning"]
     for flag, value in (("--checkpoint", args.checkpoint), ("--mode", args.mode), ("--encoder", args.encoder), ("--threads", args.threads),
-                        ("--encoder-backend", args.encoder_backend)):
+                        ("--encoder-backend", args.encoder_backend), ("--query-weights", args.query_weights)):
         if value is not None:
             cmd += [flag, str(value)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -237,8 +239,9 @@ def main(argv: list[str] | None = None) -> dict:
     }
     out = {"registry": registry, "n_tools": info["n_tools"], "mode": args.request_mode or info["mode"], "queries": args.queries,
            "checkpoint": info.get("checkpoint"), "base_model": info.get("base_model"),
-           "encoder": info["encoder"], "k": args.k, "environment": env_info, "results": results}
+           "encoder": info["encoder"], "query_encoder": info.get("query_encoder"), "k": args.k, "environment": env_info, "results": results}
     print(f"POST /v1/retrieve over loopback: {info['n_tools']} tools, mode {out['mode']}, k {args.k}, encoder {info['encoder']}"
+          + (f", tasks by {info['query_encoder']}" if info.get("query_encoder") not in (None, info["encoder"]) else "")
           + (", the base model" if info.get("base_model") else f", checkpoint {info.get('checkpoint')}" if info.get("checkpoint") else ""))
     print(f"{env_info['cpus']} CPUs, load average {env_info['load_avg_before'][0]} -> {env_info['load_avg_after'][0]}; "
           f"server ready in {env_info['server_startup_s']} s; queries: {args.queries} texts, each new to the cache")

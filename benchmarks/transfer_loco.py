@@ -129,19 +129,20 @@ def finetuned_encoder(sources: list, held_out: str, seed: int, max_queries: int 
                  **(finetune_info(folder) or {})}
 
 
-def held_out_inputs(bench: Any, split: str, max_eval: int | None, enc: Any) -> tuple[
+def held_out_inputs(bench: Any, split: str, max_eval: int | None, enc: Any, query_enc: Any = None) -> tuple[
         list[str], list[np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
     """What every evaluation here ranks on a held-out registry, built one way so the builds and
     the shipped model are judged on the same queries: the seeded sample of ``split`` (texts and
-    gold), the registry's and the queries' embeddings under ``enc``, and the levels risk is
-    measured by (audited, else the keyword annotator's)."""
+    gold), the registry's and the queries' embeddings under ``enc`` (the queries' under
+    ``query_enc`` where given), and the levels risk is measured by (audited, else the keyword
+    annotator's)."""
     from riskrank.training.base_model import reference_levels
 
     qs = bench.splits[split]
     keep = eval_sample(len(qs), max_eval)
     texts, gold = [qs.texts[i] for i in keep], [np.asarray(qs.gold[i]) for i in keep]
     reg = bench.registry
-    return (texts, gold, enc.encode(reg.texts(), desc="tools"), enc.encode(texts, desc="queries"),
+    return (texts, gold, enc.encode(reg.texts(), desc="tools"), (query_enc or enc).encode(texts, desc="queries"),
             reference_levels(reg))
 
 
@@ -229,12 +230,13 @@ def run(seeds: list[int], held_out: list[str], out: Path, epochs: int, max_queri
                   f"kept core+graph {lever['kept_weight_1']['core+graph']['ndcg@5']:.3f} ({row['seconds']}s)", flush=True)
 
 
-def run_shipped(held_out: list[str], out: Path, max_eval: int | None, enc: Any = None) -> None:
+def run_shipped(held_out: list[str], out: Path, max_eval: int | None, enc: Any = None, query_enc: Any = None) -> None:
     """The shipped riskrank-base (trained on UltraTool and Seal-Tools only) on the held-out
     registries, as served (its level model for unaudited tools), on the same queries and
     metrics as the leave-one-corpus-out builds: the model a union build would replace. On
     UltraTool and Seal-Tools it is not held out (it trained on their queries). ``enc``: the
-    encoder it runs on (another forward pass of the same model; default: the served one)."""
+    encoder it runs on (another forward pass of the same model; default: the served one);
+    ``query_enc``: the queries' forward pass where it is not ``enc``'s."""
     from riskrank.base import default_checkpoint
     from riskrank.checkpoint import load_checkpoint
     from riskrank.datasets import load_benchmark
@@ -250,7 +252,7 @@ def run_shipped(held_out: list[str], out: Path, max_eval: int | None, enc: Any =
         t0 = time.perf_counter()
         bench = load_benchmark(name)
         reg = bench.registry
-        texts, gold, emb, q_emb, ref = held_out_inputs(bench, REGISTRIES.get(name, "test"), max_eval, enc)
+        texts, gold, emb, q_emb, ref = held_out_inputs(bench, REGISTRIES.get(name, "test"), max_eval, enc, query_enc)
         pq = evaluate_modes(ck, reg, emb, q_emb, texts, gold, enc, modes=(*REPORT_MODES, *CONTEXT_MODES), reference_levels=ref)
         done["runs"][f"{name}|shipped"] = {"held_out": {"name": name, "n_evaluated": len(texts), "methods": summarise(pq),
                                                         "need": need_auc(ck, reg, emb, q_emb, texts, gold, enc, levels=ref)},

@@ -373,3 +373,89 @@ def test_cache_that_cannot_be_written_warns_once_and_still_reads(tmp_path, caplo
         enc.encode(["move a file"])
     assert caplog.text.count("cannot be written") == 1  # said once
     np.testing.assert_array_equal(enc.encode(["read a file"]), first)  # reading still works
+
+
+def test_int8_weights_encode_close_to_float32_under_their_own_identity(tmp_path, caplog):
+    """The int8 query encoder: the same model with its weight products quantised (cached
+    beside the float32 graph), embeddings at a cosine of about 0.99 to the float32 ones, never
+    sharing cached embeddings with them; a damaged int8 file is rebuilt; what cannot run it
+    says so."""
+    f32 = Encoder(None, cache_dir=tmp_path, progress=False)
+    i8 = Encoder(None, cache_dir=tmp_path, progress=False, weights="int8")
+    assert i8.identity == f32.identity + "+int8-v1" and i8.weights == "int8"
+    a, b = f32.encode(MIXED), i8.encode(MIXED)
+    assert i8.backend == "onnx" and i8._model is None
+    cos = (a * b).sum(axis=1)
+    # close (the lowest: the one-letter text "x"), and really another pass
+    assert np.median(cos) >= 0.99 and cos.min() >= 0.97 and not np.allclose(a, b, atol=1e-4)
+    quantised = list((tmp_path / "onnx").glob("bert-*-int8-v*.onnx"))
+    assert len(quantised) == 1 and "pre-processing" not in caplog.text
+    size = quantised[0].stat().st_size
+    for damage in (b"not a model", next((tmp_path / "onnx").glob("bert-????????????????.onnx")).read_bytes()):
+        quantised[0].write_bytes(damage)  # garbage, or the float32 graph under the int8 name: rebuilt
+        again = Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, weights="int8")
+        np.testing.assert_allclose(again.encode(MIXED[:2]), b[:2], atol=1e-5)
+        assert quantised[0].stat().st_size == size
+    with pytest.raises(RiskrankError, match="int8 encoder weights run on ONNX Runtime, not the numpy backend"):
+        Encoder(None, backend="numpy", weights="int8")
+    with pytest.raises(RiskrankError, match="unknown encoder weights 'int4'"):
+        Encoder(None, weights="int4")
+    with pytest.raises(RiskrankError, match=r"int8 encoder weights cannot run .*CPU"):
+        Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, device="cuda", weights="int8").encode(["x"])
+
+
+def test_a_server_encodes_tasks_with_int8_and_tools_with_float32(tmp_path, monkeypatch, caplog):
+    """make_encoder(query_weights="int8"): live tasks (store=False) go through the int8 pass,
+    a registry's tools (store=True) through the float32 one the heads were trained on; where
+    int8 cannot run, a warning and float32 for both."""
+    from riskrank.encoder import encode_tools, make_encoder
+
+    monkeypatch.setenv("RISKRANK_CACHE", str(tmp_path))
+    enc = make_encoder(None, query_weights="int8")
+    assert enc.identity == enc.inner.identity and enc.query.weights == "int8"
+    tools = encode_tools(enc, TEXTS)
+    task = enc.encode(["delete a file from the disk"])
+    np.testing.assert_allclose(tools, enc.inner.encode(TEXTS), atol=1e-6)
+    np.testing.assert_allclose(task, enc.query.encode(["delete a file from the disk"]), atol=1e-6)
+    assert 0.98 <= float(task[0] @ tools[0]) < 1 - 1e-4
+    with caplog.at_level("WARNING", logger="riskrank.encoder"):
+        plain = make_encoder(None, backend="numpy", query_weights="int8")
+    assert plain.query is plain.inner
+    assert "tasks are encoded with float32 weights, not int8: --encoder-backend numpy was asked for" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="riskrank.encoder"):  # an encoder object: its own pass, said
+        given = make_encoder(ArrayEncoder({"x": np.ones(4, np.float32)}), query_weights="int8")
+    assert given.query is given.inner and "not to array-encoder" in caplog.text
+    default = make_encoder(None)  # the library's default: one float32 pass for both
+    assert default.query is default.inner
+
+
+def test_an_int8_embedding_does_not_depend_on_the_texts_beside_it(tmp_path):
+    """Dynamic quantisation scales activations by the whole batch's range: the int8 pass
+    encodes one text at a time, so a task's embedding is the same alone and under load."""
+    i8 = Encoder(None, cache_dir=tmp_path, use_cache=False, progress=False, weights="int8")
+    together = i8.encode(MIXED)
+    alone = np.stack([i8.encode([t])[0] for t in MIXED])
+    np.testing.assert_array_equal(together, alone)
+
+
+def test_a_model_the_int8_pass_cannot_run_serves_its_tasks_in_float32(tmp_path, monkeypatch, caplog):
+    """A local model the int8 pass does not run (here: CLS pooling) must not stop a server
+    whose default is int8 tasks: when the pass loads (warm, or the first task), one warning
+    naming why, and float32 for the tasks."""
+    from riskrank.encoder import _bundled_path, make_encoder
+
+    monkeypatch.setenv("RISKRANK_CACHE", str(tmp_path))
+    folder = tmp_path / "cls-model"
+    shutil.copytree(_bundled_path(), folder)
+    pool = folder / "1_Pooling" / "config.json"
+    cfg = json.loads(pool.read_text())
+    pool.write_text(json.dumps({**cfg, "pooling_mode_mean_tokens": False, "pooling_mode_cls_token": True}))
+    with caplog.at_level("WARNING", logger="riskrank.encoder"):
+        enc = make_encoder(str(folder), query_weights="int8")
+        assert enc.query is not enc.inner and not caplog.text  # nothing loaded before a server answers
+        with pytest.warns(UserWarning, match="using PyTorch"):  # the float32 pass of a CLS model
+            enc.warm()
+    assert enc.query is enc.inner
+    assert "tasks are encoded with float32 weights, not int8: int8 encoder weights cannot run" in caplog.text
+    assert "pooling" in caplog.text

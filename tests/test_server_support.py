@@ -197,7 +197,7 @@ def run_cli_with_hash_encoder(argv: list[str]) -> None:
     import riskrank.encoder
     from riskrank.cli import run
 
-    def make(encoder=None, device="cpu", threads=None, backend="torch"):
+    def make(encoder=None, device="cpu", threads=None, backend="torch", query_weights="float32"):
         return riskrank.encoder.BatchingEncoder(HashEncoder())
 
     riskrank.encoder.make_encoder = make

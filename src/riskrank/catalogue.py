@@ -232,6 +232,7 @@ class Catalogue:
             "alpha": call.alpha,
             "defaults": call.to_dict(),
             "encoder": r.encoder.identity,
+            "query_encoder": getattr(getattr(r.encoder, "query", r.encoder), "identity", r.encoder.identity),
             "trust_annotations": r.trust_annotations,
             "loaded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.loaded_at)),
             "load_seconds": round(self.load_seconds, 3),

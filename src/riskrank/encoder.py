@@ -290,16 +290,28 @@ class Encoder:
         device: str = "cpu",
         progress: bool = True,
         backend: str = "auto",
+        weights: str = "float32",
     ) -> None:
+        from riskrank.numpy_encoder import INT8_VERSION, WEIGHTS
+
         if backend not in BACKENDS:
             raise RiskrankError(f"unknown encoder backend {backend!r}; choose from {', '.join(BACKENDS)}")
+        if weights not in WEIGHTS:
+            raise RiskrankError(f"unknown encoder weights {weights!r}; choose from {', '.join(WEIGHTS)}")
+        if weights != "float32" and backend not in ("auto", "onnx"):
+            raise RiskrankError(f"int8 encoder weights run on ONNX Runtime, not the {backend} backend")
+        #: ``float32`` (the model's own weights) or ``int8`` (ONNX Runtime, weight products
+        #: quantised: :class:`riskrank.numpy_encoder.OnnxBertEncoder`); another identity (with
+        #: the int8 pass's version), so the two never share cached embeddings.
+        self.weights = weights
+        self._suffix = "" if weights == "float32" else f"+{weights}-v{INT8_VERSION}"
         #: The forward pass asked for; once resolved (first encode or :meth:`warm`), the one run.
         self.backend = backend
         self._onnx = None
         self._numpy: Any = None
         self._cache_dir = Path(cache_dir or default_cache_dir())
         self.display_name, self.folder = resolve_model(name_or_path)
-        self.identity = model_identity(self.display_name, self.folder)
+        self.identity = model_identity(self.display_name, self.folder) + self._suffix
         self.batch_size = batch_size
         self.device = device
         self.progress = progress
@@ -449,20 +461,26 @@ class Encoder:
                     raise UnsupportedModel("it runs a local model folder on the CPU" if self.device == "cpu"
                                            else f"it runs on the CPU, not {self.device!r}")
                 fwd, kind = None, "numpy"
+                if self.weights != "float32" and not _has_onnxruntime():
+                    raise RiskrankError(f"{self.weights} encoder weights need ONNX Runtime: pip install 'riskrank[onnx]'")
                 if self.backend in ("auto", "onnx") and _has_onnxruntime():
                     try:
-                        fwd, kind = OnnxBertEncoder(self.folder, self.identity, self._cache_dir), "onnx"
+                        fwd, kind = OnnxBertEncoder(self.folder, self.identity.removesuffix(self._suffix), self._cache_dir,
+                                                    weights=self.weights), "onnx"
                     except UnsupportedModel:
                         raise
                     except Exception as exc:  # any build/load failure: NumPy serves (auto), or the error (onnx)
-                        if self.backend == "onnx":
-                            raise RiskrankError(f"the onnx encoder backend failed: {exc}") from None
+                        if self.backend == "onnx" or self.weights != "float32":
+                            what = "onnx encoder backend" if self.weights == "float32" else f"{self.weights} onnx encoder"
+                            raise RiskrankError(f"the {what} failed: {exc}") from None
                         warnings.warn(f"encoder: using NumPy, not ONNX Runtime ({exc})", stacklevel=2)
                 if fwd is None:
                     if self.backend == "onnx":
                         return None  # not installed: the exported graph, which says so
                     fwd = NumpyEncoder(self.folder)
             except UnsupportedModel as exc:
+                if self.weights != "float32":
+                    raise RiskrankError(f"{self.weights} encoder weights cannot run {self.display_name}: {exc}") from None
                 if self.backend == "numpy":
                     raise RiskrankError(f"the numpy encoder backend cannot run {self.display_name}: {exc}") from None
                 return None  # auto/onnx: the exported graph or PyTorch
@@ -569,13 +587,18 @@ class BatchingEncoder:
     :class:`Encoder` for the retriever (``encode``, ``identity``, ``dim``,
     ``display_name``)."""
 
-    def __init__(self, encoder: Any, max_batch: int = 64) -> None:
+    def __init__(self, encoder: Any, max_batch: int = 64, query_encoder: Any = None) -> None:
         from riskrank.batching import Batcher
 
         self.inner = encoder
+        #: The forward pass of live tasks (``store=False``), where it is not ``encoder``'s: the
+        #: same model with int8 weights (:func:`make_encoder`). Tools, whose embeddings the
+        #: heads and the level model read, are always encoded by ``encoder``.
+        self.query = query_encoder if query_encoder is not None else encoder
+        self._query_checked = self.query is encoder
         # Live queries are read from the embedding cache but not added to it: a long-running
         # server would otherwise grow the shared cache without bound.
-        self._encode_kw = {"store": False} if "store" in inspect.signature(encoder.encode).parameters else {}
+        self._encode_kw = {"store": False} if "store" in inspect.signature(self.query.encode).parameters else {}
         self.identity = encoder.identity
         self.display_name = getattr(encoder, "display_name", encoder.identity)
         self.max_batch = max_batch
@@ -587,10 +610,25 @@ class BatchingEncoder:
         return self.inner.dim
 
     def warm(self) -> None:
-        """Load the model now (a cache hit never loads it, so the first new query would)."""
-        if hasattr(self.inner, "warm"):
-            with self._batcher.lock:
-                self.inner.warm()
+        """Load the tasks' model now (a cache hit never loads it, so the first new task would)."""
+        with self._batcher.lock:
+            self._check_query()
+            # the tasks' pass only: tools found in the embedding cache never load the tools'
+            # pass, and a new tool loads it when it comes (a start waits for one model, not two)
+            if hasattr(self.query, "warm"):
+                self.query.warm()
+
+    def _check_query(self) -> None:
+        """Load the tasks' own pass once; where it cannot run this model (a pooling or an
+        architecture the int8 graph does not cover), one warning and the tools' pass for tasks."""
+        if self._query_checked:
+            return
+        self._query_checked = True
+        try:
+            self.query.torch_free_backend()
+        except RiskrankError as exc:
+            _log.warning(FALLBACK, getattr(self.query, "weights", "its own"), exc)
+            self.query = self.inner
 
     def encode(self, texts: Sequence[str], *, desc: str = "encoding", store: bool = False) -> Any:
         """``store=False`` (live tasks): batched with concurrent requests, read from the
@@ -602,7 +640,8 @@ class BatchingEncoder:
 
     def _encode_group(self, key: Any, requests: Sequence[list[str]]) -> list[np.ndarray]:
         """Every request's texts through the model in one call, split back per request."""
-        vecs = self.inner.encode([t for texts in requests for t in texts], **self._encode_kw)
+        self._check_query()
+        vecs = self.query.encode([t for texts in requests for t in texts], **self._encode_kw)
         out, start = [], 0
         for texts in requests:
             out.append(np.ascontiguousarray(vecs[start : start + len(texts)]))
@@ -648,12 +687,41 @@ def limit_threads(threads: int) -> None:
     threadpool_limits(threads)
 
 
-def make_encoder(encoder: Any = None, device: str = "cpu", threads: int | None = None, backend: str = "auto") -> BatchingEncoder:
+def make_encoder(encoder: Any = None, device: str = "cpu", threads: int | None = None, backend: str = "auto",
+                 query_weights: str = "float32") -> BatchingEncoder:
     """A :class:`BatchingEncoder` over ``encoder`` (an Encoder-like object, or a name/folder);
     ``threads``: see :func:`limit_threads`; ``backend``: the encoder's forward pass
-    (:data:`BACKENDS`; ``auto`` runs NumPy where it can: no PyTorch import, the same embeddings)."""
+    (:data:`BACKENDS`; ``auto`` runs NumPy where it can: no PyTorch import, the same embeddings).
+    ``query_weights="int8"``: live tasks are encoded by the same model with int8 weight
+    products (tools stay float32), where ONNX Runtime runs the model on the CPU; elsewhere a
+    warning says so and tasks are encoded in float32."""
     if threads is not None:
         limit_threads(threads)
     if encoder is None or isinstance(encoder, str):
-        encoder = Encoder(encoder, device=device, progress=False, backend=backend)
+        name = encoder
+        encoder = Encoder(name, device=device, progress=False, backend=backend)
+        return BatchingEncoder(encoder, query_encoder=_query_encoder(name, encoder, device, backend, query_weights))
+    if query_weights != "float32":
+        _log.warning("riskrank: %s query weights apply to an encoder riskrank builds from a name or folder, not to %s; "
+                     "tasks are encoded by it", query_weights, getattr(encoder, "identity", type(encoder).__name__))
     return encoder if isinstance(encoder, BatchingEncoder) else BatchingEncoder(encoder)
+
+
+FALLBACK = "riskrank: tasks are encoded with float32 weights, not %s: %s"
+
+
+def _query_encoder(name: str | None, encoder: Encoder, device: str, backend: str, weights: str) -> Encoder | None:
+    """The tasks' forward pass with ``weights``, or None, with a warning naming why, where it
+    cannot run: tasks are then encoded by ``encoder``. A model the int8 pass turns out not to
+    run is found when the pass loads (:meth:`BatchingEncoder.warm` or the first task), not
+    here: a server answers before it loads its encoder."""
+    if weights == "float32":
+        return None
+    why = ("it needs ONNX Runtime (pip install 'riskrank[onnx]')" if not _has_onnxruntime()
+           else f"--encoder-backend {backend} was asked for" if backend not in ("auto", "onnx")
+           else f"it runs on the CPU, not {device!r}" if device != "cpu"
+           else f"{encoder.display_name} is not a local model folder" if encoder.folder is None else None)
+    if why is None:
+        return Encoder(name, device=device, progress=False, backend=backend, weights=weights)
+    _log.warning(FALLBACK, weights, why)
+    return None

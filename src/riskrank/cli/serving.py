@@ -68,6 +68,10 @@ def catalogue_options(f: Callable) -> Callable:
                      help="Encoder forward pass: ONNX Runtime (a graph riskrank writes from the model's own weights, "
                           "cached), NumPy (no extra import) or PyTorch, all giving the same embeddings; auto = ONNX "
                           "Runtime where it is installed and runs the model, else NumPy where it runs it, else PyTorch."),
+        click.option("--query-weights", type=click.Choice(["int8", "float32"]), default="int8", show_default=True,
+                     help="Weights the tasks are encoded with: int8 (the same model's weight products quantised, "
+                          "on ONNX Runtime: a task encoded about twice as fast; tools are always encoded in float32; "
+                          "float32 where ONNX Runtime cannot run the model) or float32 (docs/serving.md)."),
         click.option("--threads", type=click.IntRange(1), default=1, show_default=True,
                      help="BLAS (scoring) and PyTorch threads per process (more help only very large registries); "
                           "ONNX Runtime's encoder uses its own (the cores, at most 4, parked when idle)."),
@@ -153,7 +157,7 @@ def console_setup(console: bool, host: str, admin_token: str | None, labels: str
               help="Write the OpenAPI schema to FILE and exit.")
 @console_options
 def serve_command(registry: str | None, checkpoint: str | None, mode: str | None, risk_source: str, fill_levels: str,
-                  encoder: str | None, device: str, encoder_backend: str, threads: int | None, candidates: int | None,
+                  encoder: str | None, device: str, encoder_backend: str, query_weights: str, threads: int | None, candidates: int | None,
                   first_stage: str, trust_annotations: bool, level_model: str, fill: str, min_score: str | None, host: str, port: int,
                   token_file: str | None, token_env: str, insecure: bool, admin_token_file: str | None,
                   reload_dirs: tuple[str, ...], max_registry_bytes: int, max_body_bytes: int, max_task_chars: int,
@@ -197,7 +201,7 @@ def serve_command(registry: str | None, checkpoint: str | None, mode: str | None
                         level_model=level_model)
     log(f"loading {spec.registry}" + (f" with checkpoint {checkpoint}" if checkpoint else ""))
     live = LiveCatalogue.from_spec(spec, encoder, reload_dirs=reload_dirs, max_registry_bytes=max_registry_bytes,
-                                   device=device, threads=threads, backend=encoder_backend)
+                                   device=device, threads=threads, backend=encoder_backend, query_weights=query_weights)
     mark("catalogue loaded (levels, embeddings, indexes, probe query)")
     live.encoder.warm()
     mark("encoder loaded")
@@ -212,6 +216,7 @@ def serve_command(registry: str | None, checkpoint: str | None, mode: str | None
     backend = getattr(live.encoder.inner, "backend", None)
     log(f"serving {s['n_tools']} tools, mode {s['mode']} (modes: {', '.join(s['modes'])}), encoder {s['encoder']}"
         + (f" ({ {'onnx': 'ONNX Runtime', 'numpy': 'NumPy'}.get(backend, 'PyTorch') })" if backend else "")
+        + (", tasks on int8 weights" if s.get("query_encoder") not in (None, s["encoder"]) else "")
         + (f", first stage {s['first_stage']} top-{s['candidates']}" if s.get("candidates") else ""))
     log(f"listening on http://{url_host}:{bound[1]}  auth: {auth}; admin endpoints: "
         + ("on (admin token" + (f", reloads from {', '.join(reload_dirs)})" if reload_dirs else ", reloads re-read the served artefacts)")
@@ -329,7 +334,7 @@ def parse_min_score(value: str | None) -> float | None:
                    f"(${ADMIN_TOKEN_ENV} or --admin-token-file; loopback only without one; needs the ops extra; "
                    "docs/serving.md).")
 def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, risk_source: str, fill_levels: str,
-                encoder: str | None, device: str, encoder_backend: str, threads: int | None, candidates: int | None,
+                encoder: str | None, device: str, encoder_backend: str, query_weights: str, threads: int | None, candidates: int | None,
                 first_stage: str, trust_annotations: bool, level_model: str, fill: str, min_score: str | None, config_file: str | None,
                 upstream: str | None, policy_file: str | None, audit_log: str | None, forward: bool | None,
                 startup_timeout: float, k: int, transport: str, host: str, port: int, token_file: str | None,
@@ -507,7 +512,7 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
             console_opts = dataclasses.replace(console_opts, pin_key=pin_key)
     elif pin_key is not None:
         raise RiskrankError("--pin-key signs the pins of --state-dir or --state: give one of them")
-    enc = make_encoder(encoder, device=device, threads=threads, backend=encoder_backend)
+    enc = make_encoder(encoder, device=device, threads=threads, backend=encoder_backend, query_weights=query_weights)
     try:
         anyio.run(lambda: run(spec, enc, upstreams=upstreams or None, policies=policies, clients=clients,
                               audit_log=audit_log, forward=gateway_forwards, k=k, transport=transport, sock=sock,

@@ -283,6 +283,9 @@ class CatalogueSummary(BaseModel):
     alpha: float = Field(description="The alpha a retrieve with no overrides runs.")
     defaults: CallSettings | None = Field(None, description="Everything a retrieve with no overrides runs with.")
     encoder: str
+    query_encoder: str | None = Field(None, description="The identity of the forward pass that encodes tasks: the encoder's "
+                                                        "own, or with `--query-weights int8` its identity with '+int8-v1' (the int8 "
+                                                        "pass's version).")
     trust_annotations: bool
     loaded_at: str
     load_seconds: float
