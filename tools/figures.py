@@ -1655,11 +1655,13 @@ claim("docs/session-guard.md", "per-call policy letting {} % of the attacks thro
       pct(SESSION_STEPS.at("runs", "before_drift_level", "summary", "session_guard", "attack_success"), "g"))
 claim("docs/session-guard.md", "`drift_level` alone brought the\n  guard to {} %",
       pct(SESSION_STEPS.at("runs", "drift_level_only", "summary", "session_guard", "attack_success"), "g"))
-claim("docs/session-guard.md", "added {} ms there at a load of {} and\n{} ms at {}; this one adds {} ms at {}",
+claim("docs/session-guard.md", "added {} ms there at a load of {},\n{} ms at {} and {} ms at {}; this one adds {} ms at {}",
       SESSION_STEPS.at("runs", "before_audited_columns", "overhead", "sqlite/added_source_ms", fmt=".3f"),
       load_of(SESSION_STEPS, "runs", "before_audited_columns"),
       SESSION_STEPS.at("runs", "before_talks_to_and_addresses", "overhead", "sqlite/added_source_ms", fmt=".3f"),
       load_of(SESSION_STEPS, "runs", "before_talks_to_and_addresses"),
+      SESSION_STEPS.at("runs", "before_int8_tasks", "overhead", "sqlite/added_source_ms", fmt=".3f"),
+      load_of(SESSION_STEPS, "runs", "before_int8_tasks"),
       Json(SESSION).at("overhead", "sqlite/added_source_ms", fmt=".3f"), load_of(Json(SESSION)), timing=SESSION_RUN)
 BFCL_LEVELS = Json("benchmarks/results/bfcl_levels.json")
 claim("docs/session-guard.md", "with the annotators' levels the questions\nfall from {} to {} per task, {}x the per-call policy's, still above half, while the\nattacks run unasked rise from {} % to {} %",
