@@ -159,6 +159,26 @@ def test_what_the_featuriser_remembers_is_bounded_and_changes_nothing(monkeypatc
     assert len(feat._memo) == 1  # over the bound again: cleared before this text was read
 
 
+def test_a_names_vector_is_the_mean_of_its_words_pieces_and_names_are_split_once():
+    """The owners' name vectors (one sparse product) against the mean taken name by name; a
+    name with no word is zeros; a catalogue's names are split into words once, not per batch."""
+    from riskrank.poison import WordTable
+
+    det = default_detector()
+    feat = det.featuriser
+    names = ["readMediaFile", "list_directory", "---", "get-env.v2", "listDirectory"]
+    spans = feat.featurise([("Read a media file from the disk.", 0), ("List every file in a folder.", 1)], names)
+    table = WordTable(det.arrays["topic.table"])
+    got = table.name_means(feat, spans)
+    sums, counts = table.rows(feat)
+    for i, rows in enumerate(spans.name_words):
+        want = sums[rows].sum(0) / counts[rows].sum() if rows else np.zeros(sums.shape[1], np.float32)
+        np.testing.assert_allclose(got[i], want, rtol=1e-6, atol=1e-7)
+    assert not spans.name_words[2] and not got[2].any()
+    assert feat._name_words("readMediaFile") == ["read", "media", "file"] == feat._name_words("read_media_file")
+    assert feat._name_words("readMediaFile") is feat._name_words("readMediaFile")  # remembered
+
+
 def test_thresholds_come_from_validation_scores_alone():
     scores = np.linspace(0, 1, 1001)
     t = tp.threshold_at(scores, 0.01)

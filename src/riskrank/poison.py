@@ -141,6 +141,8 @@ WHY = (
 )
 
 _WORD = re.compile(r"[^\W_]+|[^\w\s]|_")
+#: Where a tool name splits into words: a lower-to-upper case change, underscores, dashes, dots.
+_NAME_SPLIT = re.compile(r"(?<=[a-z])(?=[A-Z])|[_\-.]+")
 _FENCE = re.compile(r"```.*?(?:```|\Z)", re.DOTALL)
 #: Where a span ends: after a sentence's end mark, at a line break, at ``;``; but not before a
 #: lowercase letter (a soft-wrapped line, "e.g. this", an ellipsis inside quotes go on).
@@ -325,6 +327,7 @@ class Featuriser:
         #: (see :meth:`_read`), up to :data:`MEMO_CHARS` characters of text
         self._memo: dict[tuple[str, str, frozenset[str]], tuple[str, list[tuple[int, int, list[str], tuple[float, ...]]]]] = {}
         self._memo_chars = 0
+        self._names: dict[str, list[str]] = {}
         self._reset()
 
     def _reset(self) -> None:
@@ -377,9 +380,8 @@ class Featuriser:
         owner: list[int] = []
         where: list[tuple[int, int, int]] = []
         shown_texts: list[str] = []
-        findall = _WORD.findall
         tool_names = [str(n).casefold() for n in names]
-        name_lists = [findall(re.sub(r"(?<=[a-z])(?=[A-Z])|[_\-.]+", " ", str(n)).casefold()) for n in names]
+        name_lists = [self._name_words(str(n)) for n in names]
         name_sets = [frozenset(ws) for ws in name_lists]
         own_params = [frozenset(x for x in p if len(x) >= 3) for p in params]
         memo = self._memo
@@ -404,7 +406,7 @@ class Featuriser:
                 looks.append(look)
                 owner.append(own)
                 where.append((ti, a, b))
-        new = {w for w in words if w not in self.index} | {w for ws in name_lists for w in ws if w not in self.index}
+        new = set(words).union(*name_lists).difference(self.index)
         if new:
             self._add(sorted(new))
         index = self.index
@@ -413,6 +415,16 @@ class Featuriser:
                      looks=np.asarray(looks, np.float32).reshape(len(nwords), N_LOOKS),
                      owner=np.asarray(owner, np.int64), name_words=[[index[w] for w in ws] for ws in name_lists],
                      where=where, texts=shown_texts)
+
+    def _name_words(self, name: str) -> list[str]:
+        """A tool name's words (``readMediaFile``, ``read_media_file``: read, media, file),
+        remembered: a catalogue's names are read again at every batch of its texts."""
+        got = self._names.get(name)
+        if got is None:
+            if len(self._names) >= MAX_WORDS:
+                self._names.clear()
+            got = self._names[name] = _WORD.findall(_NAME_SPLIT.sub(" ", name).casefold())
+        return got
 
     @staticmethod
     def _read(text: str, me: str, mine: frozenset[str], name_words: frozenset[str] = frozenset()
@@ -499,13 +511,17 @@ class WordTable:
         return np.asarray(words @ sums) / (words @ counts)[:, None]
 
     def name_means(self, feat: Featuriser, spans: Spans) -> np.ndarray:
-        """The mean piece row of each owner's name (zeros for a name with no word)."""
+        """The mean piece row of each owner's name (zeros for a name with no word), summed as
+        one sparse product (a catalogue has a name per tool)."""
+        from scipy.sparse import csr_matrix
+
         sums, counts = self.rows(feat)
-        out = np.zeros((len(spans.name_words), self.table.shape[1]), np.float32)
-        for i, rows in enumerate(spans.name_words):
-            if rows:
-                out[i] = sums[rows].sum(0) / counts[rows].sum()
-        return out
+        rows = spans.name_words
+        flat = np.fromiter((r for rs in rows for r in rs), np.int64)
+        starts = np.concatenate([[0], np.cumsum([len(rs) for rs in rows], dtype=np.int64)])
+        words = csr_matrix((np.ones(len(flat), np.float32), flat, starts), shape=(len(rows), len(counts)))
+        n = words @ counts
+        return (np.asarray(words @ sums) / np.maximum(n, 1)[:, None]).astype(np.float32)
 
 
 def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -271,8 +271,9 @@ def readable(text: str, field: str) -> list[tuple[str, str]]:
     """(field, text) for what the model can read in one text: the text without tag characters,
     what its tag characters spell (``field(hidden)``) and what its base64 or hex blobs decode to
     (``field(base64@OFFSET)``, ``field(hex@OFFSET)``)."""
-    out = [(field, _TAGS.sub("", text) if _ANY_INVISIBLE.search(text) else text)]
-    tags = _TAGS.findall(text[: MAX_FIELD_CHARS * 4]) if _ANY_INVISIBLE.search(text) else []
+    invisible = _ANY_INVISIBLE.search(text) is not None
+    out = [(field, _TAGS.sub("", text) if invisible else text)]
+    tags = _TAGS.findall(text[: MAX_FIELD_CHARS * 4]) if invisible else []
     hidden = "".join(chr(ord(c) - 0xE0000) for c in tags)
     if hidden.strip():
         out.append((field + "(hidden)", hidden))
