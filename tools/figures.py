@@ -767,6 +767,8 @@ def sqw_p50(row: int, weights: str) -> V:
     return V(lambda: statistics.median(r[weights]["results"][row]["p50_ms"] for r in SQW.data["rounds"]), SQW.path, ".1f")
 
 
+claim("docs/serving.md", "the load check\n(a cosine of at least {} to the float32 pass on probe texts)",
+      Source("riskrank.numpy_encoder").at("MIN_INT8_COSINE", ".2f"))
 SQW_TIMING = Timing("2-core x86_64 machine", "2026-12-06", "benchmarks/results/serve_query_weights.json")
 claim("docs/serving.md", "p50 of `POST /v1/retrieve` fell from {} ms to {} ms at one client and from {} ms to {} ms at eight",
       sqw_p50(0, "float32"), sqw_p50(0, "int8"), sqw_p50(2, "float32"), sqw_p50(2, "int8"), timing=SQW_TIMING)
