@@ -192,8 +192,8 @@ MAX_GRAPH_DIFF = 1e-4
 #: whose BLAS sums in another order; held by ``tests/test_encoder.py``; the docs quote it.
 EMBEDDING_TOLERANCE = 3e-7
 #: The encoder's weights as served: ``float32`` (the model's own), or ``int8``: the weight
-#: products quantised per channel (:meth:`OnnxBertEncoder._quantise`), a query about three
-#: times cheaper to encode at a cosine of about 0.99 to the float32 embedding.
+#: products quantised per channel (:meth:`OnnxBertEncoder._quantise`), a query encoded at
+#: about half the cost, at a cosine of about 0.99 to the float32 embedding.
 WEIGHTS = ("float32", "int8")
 #: The lowest cosine between an int8 embedding and the float32 one accepted on the probe texts.
 MIN_INT8_COSINE = 0.98
@@ -315,13 +315,13 @@ class OnnxBertEncoder(NumpyEncoder):
             return super().encode(texts, batch_size, desc)
         with self._lock:
             encs = self.tokenizer.encode_batch(list(texts))
+            if self._pool is None and len(encs) > 1:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._pool = ThreadPoolExecutor(max_workers=PARALLEL_RUNS, thread_name_prefix="riskrank-int8")
         out = np.empty((len(encs), self.dim), np.float32)
         if not encs:
             return out
-        if self._pool is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._pool = ThreadPoolExecutor(max_workers=PARALLEL_RUNS, thread_name_prefix="riskrank-int8")
         rows = self._pool.map(self._one, encs) if len(encs) > 1 else map(self._one, encs)
         if desc:
             from tqdm.auto import tqdm
