@@ -38,9 +38,11 @@ ENV PATH=/opt/riskrank/bin:$PATH \
     PYTHONUNBUFFERED=1
 USER riskrank
 WORKDIR /var/lib/riskrank
-# Rank once at build time: proves the model loads offline, and leaves the encoder's ONNX graph in
-# the cache, so the first start does not build it.
-RUN riskrank retrieve "read a text file" -k 3 >/dev/null
+# Rank once at build time: proves the model loads offline, and leaves the encoder's ONNX graphs in
+# the cache (the float32 one the tools are encoded with, the int8 one the servers encode tasks
+# with), so the first start builds neither.
+RUN riskrank retrieve "read a text file" -k 3 >/dev/null \
+ && python3 -c "from riskrank.encoder import make_encoder; make_encoder(query_weights='int8').warm()"
 EXPOSE 8080
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s \
     CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('RISKRANK_PORT', '8080'), timeout=4)"]
