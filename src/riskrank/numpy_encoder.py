@@ -262,6 +262,7 @@ class OnnxBertEncoder(NumpyEncoder):
         activations by activations, stay float32; GELU fused), cached beside the float32 graph.
         A file that does not load or whose embeddings fall below :data:`MIN_INT8_COSINE` of
         the float32 (NumPy) pass ``ref`` is rebuilt once, then refused."""
+        import contextlib
         import tempfile
 
         from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -269,8 +270,8 @@ class OnnxBertEncoder(NumpyEncoder):
         from riskrank.fileio import atomic_write_bytes
 
         path = self.path.with_name(f"{self.path.stem}-int8-v{INT8_VERSION}.onnx")
-        self._bytes = None
         for attempt in (0, 1):
+            data = None
             if not path.is_file() or attempt:
                 with tempfile.TemporaryDirectory(prefix="riskrank-int8-") as tmp:
                     source = Path(tmp) / "float32.onnx"
@@ -286,14 +287,14 @@ class OnnxBertEncoder(NumpyEncoder):
                     finally:
                         logging.getLogger().removeFilter(quiet)
                     data = out.read_bytes()
-                try:
+                with contextlib.suppress(OSError):  # a cache that cannot be written: quantised at each start
                     atomic_write_bytes(path, data)
-                except OSError:  # a cache that cannot be written: quantised at each start
-                    self._bytes = data
             self.path = path
             try:
-                if not _quantised(self._bytes if self._bytes is not None else path.read_bytes()):
+                data = data if data is not None else path.read_bytes()
+                if not _quantised(data):
                     raise RiskrankError("it has no int8 products")  # e.g. a float32 graph under this name
+                self._bytes = data  # the session loads the bytes just checked: the file is read once
                 self.session = self._session(threads)
                 cosine = float((self.encode(_PROBE) * ref).sum(axis=1).min())
             except Exception as exc:  # an unreadable or foreign file: rebuilt once
