@@ -116,6 +116,7 @@ def test_one_scan_for_all_capabilities_drops_no_hit() -> None:
         CAPABILITIES,
         Clauses,
         _first,
+        _first_sentences,
         _strip_tool_names,
         detect_capabilities,
         name_reads,
@@ -130,7 +131,10 @@ def test_one_scan_for_all_capabilities_drops_no_hit() -> None:
         scoped, whole, raw = scoped_text(t.name, d, t.parameters), Clauses.of(split_name(t.name) + " " + _strip_tool_names(d)), d.lower()
         each = set()
         for cap in CAPABILITIES:
-            quote = None if name_reads(t.name) and cap.acts else _first(_SCOPED[cap.key], scoped)
+            if name_reads(t.name) and cap.acts:  # an action only where the description opens with it
+                quote = _SCOPED[cap.key].match(Clauses.of(next(iter(_first_sentences(d)), "")))
+            else:
+                quote = _first(_SCOPED[cap.key], scoped)
             quote = quote or (_first(_ANYWHERE[cap.key], whole) if cap.key in _ANYWHERE else None)
             quote = quote or (_RAW[cap.key].search(raw) if cap.key in _RAW else None)
             if quote:
@@ -151,3 +155,29 @@ def test_a_negation_counts_only_in_its_own_clause(name, description, capability)
 
     assert capability in [h.key for h in detect_capabilities(name, description)]
     assert detect_capabilities("list_users", "Lists users. Does not delete anything.") == []
+
+
+@pytest.mark.parametrize(("name", "description", "capability"), [
+    ("list_files", "Deletes files older than a day.", "destruction"),
+    ("view_page", "Run the given shell command on the host.", "host_execution"),
+])
+def test_a_name_that_reads_takes_the_action_its_description_opens_with(name, description, capability) -> None:
+    """A read name (``list_``, ``view_``) does not hide what the description's first words say the
+    tool does; the actions named later ("the resources a plan would delete") stay a report's."""
+    from riskrank.capabilities import detect_capabilities
+
+    assert capability in [h.key for h in detect_capabilities(name, description)]
+    assert detect_capabilities("get_plan", "Returns the resources a plan would delete.") == []
+    assert detect_capabilities("list_files", "Lists the files of a folder. It deletes nothing.") == []
+
+
+def test_a_match_never_splices_two_sentences_or_the_parameter_names() -> None:
+    """A verb of one sentence and an object of the next (or of a parameter's name) are not one act."""
+    from riskrank.capabilities import detect_capabilities
+
+    params = {"type": "object", "properties": {"access_token": {"type": "string"}}}
+    assert detect_capabilities("fetch_invoice", "Retrieve the invoice for a booking", params) == []
+    assert detect_capabilities("lint_ssh_config", "Checks the config for syntax errors. Only the config file is read; "
+                                                  "private keys are not opened.") == []
+    # inside one sentence the same words still count
+    assert [h.key for h in detect_capabilities("fetch_token", "Retrieve the access token for a booking")] == ["credential_access"]

@@ -26,6 +26,7 @@ features and applies the floors after it.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 from collections.abc import Mapping, Sequence
@@ -432,13 +433,18 @@ class Clauses(str):
         return out
 
 
+def _first_sentences(description: str) -> list[str]:
+    """The description's first two sentences, another tool named in them (``use
+    get_connection_string``) taken out: it is not this tool's action."""
+    description = _strip_tool_names(description[:MAX_CHARS])
+    return [s for s in _SENTENCE.split(description.strip()) if s.strip()][:2]
+
+
 def scoped_text(name: str, description: str, schema: Mapping[str, Any] | None = None) -> Clauses:
     """What the scoped patterns read: the name's words, the description's first two sentences
     and the parameter names, normalised (``params`` marks where the names start), with its
     clauses' starts (:class:`Clauses`)."""
-    # another tool named in the text (``use get_connection_string``) is not this tool's action
-    description = _strip_tool_names(description[:MAX_CHARS])
-    sentences = [s for s in _SENTENCE.split(description.strip()) if s.strip()][:2]
+    sentences = _first_sentences(description)
     params = parameter_names(schema)
     # the name runs into the first clause, as the words run on in the normalised text
     parts = [split_name(name) + " " + (sentences[0] if sentences else ""), *sentences[1:]]
@@ -462,9 +468,26 @@ def _negated(text: str, start: int, end: int) -> bool:
 
 
 def _first(rx: re.Pattern[str], text: str) -> str | None:
+    """The first match not negated, read clause by clause (:class:`Clauses`): a match never runs
+    from one sentence into the next or into the parameter names, whose words it would splice
+    ("retrieve the invoice for a booking" + "access token")."""
+    starts = getattr(text, "starts", ())
     for m in rx.finditer(text):
+        at = bisect.bisect_right(starts, m.start())  # the clause after the match's own
+        if at < len(starts) and starts[at] < m.end():  # it runs on: read clause by clause from its own (rare)
+            return _first_by_clause(rx, text, max(at - 1, 0))
         if not _negated(text, m.start(), m.end()):
             return m.group(0).strip()
+    return None
+
+
+def _first_by_clause(rx: re.Pattern[str], text: Clauses, first: int) -> str | None:
+    """:func:`_first` from clause ``first`` on, each clause searched on its own."""
+    starts = text.starts
+    for lo, hi in zip(starts[first:], (*(s - 1 for s in starts[first + 1:]), len(text)), strict=True):
+        for m in rx.finditer(text, lo, hi):
+            if not _negated(text, m.start(), m.end()):
+                return m.group(0).strip()
     return None
 
 
@@ -505,9 +528,19 @@ def detect_capabilities(name: str, description: str, schema: Mapping[str, Any] |
     if not (in_scoped or in_whole or in_raw):
         return []
     reads = name_reads(name)
+    # A name that reads takes an action only from a description that opens with it ("Deletes
+    # files older than a day" under ``list_files``): what such a tool's description says later
+    # names the actions it reports on ("the resources a plan would delete").
+    lead = Clauses.of(next(iter(_first_sentences(description or "")), "")) if reads and in_scoped else ""
     hits = {}
     for cap in CAPABILITIES:
-        quote = None if not in_scoped or (reads and cap.acts) else _first(_SCOPED[cap.key], scoped)
+        if not in_scoped:
+            quote = None
+        elif reads and cap.acts:
+            m = _SCOPED[cap.key].match(lead)
+            quote = m.group(0).strip() if m else None
+        else:
+            quote = _first(_SCOPED[cap.key], scoped)
         if quote is None and in_whole and cap.key in _ANYWHERE:
             quote = _first(_ANYWHERE[cap.key], whole)
         if quote is None and in_raw and cap.key in _RAW:
