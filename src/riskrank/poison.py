@@ -219,6 +219,7 @@ def normalise(text: str) -> str:
     return re.sub(r"[^\W_]+", fold, text)
 
 
+@lru_cache(maxsize=1 << 14)  # a catalogue's field names repeat (``inputSchema.properties.path.description``)
 def field_kind(field: str) -> str | None:
     """The kind of a definition's field (:func:`riskrank.scan.texts_of` names them), or None
     for what the detector does not read (names, types, ``required`` lists, schema keywords)."""
@@ -299,6 +300,41 @@ class Spans:
 N_LOOKS = 13
 
 
+@dataclass(slots=True)
+class _Read:
+    """One text as :meth:`Featuriser.featurise` reads it (remembered per text): the text as read,
+    each span's (start, end), how many words each has and how each looks, as arrays, and the
+    words' rows with the generation that numbered them. A batch of texts read before is then a
+    few concatenations, not a Python loop over its spans and words. The words themselves are
+    kept only until they are numbered (``fresh``): a new generation reads them again from the
+    text, so the memory holds no string per word."""
+
+    text: str
+    where: list[tuple[int, int]]
+    nwords: np.ndarray
+    looks: np.ndarray
+    fresh: list[str] | None
+    rows: tuple[int, np.ndarray] | None = None
+
+    @classmethod
+    def of(cls, text: str, read: list[tuple[int, int, list[str], tuple[float, ...]]]) -> _Read:
+        if not read:
+            return cls(text, [], _NO_WORDS, _NO_LOOKS, [])
+        return cls(text, [(a, b) for a, b, _, _ in read], np.asarray([len(found) for _, _, found, _ in read], np.int64),
+                   np.asarray([look for _, _, _, look in read], np.float32).reshape(len(read), N_LOOKS),
+                   [w for _, _, found, _ in read for w in found])
+
+    def words(self) -> list[str]:
+        """The spans' words back to back, as :meth:`Featuriser._read` found them."""
+        if self.fresh is not None:
+            return self.fresh
+        return [w for a, b in self.where for w in _WORD.findall(self.text[a:b].casefold())]
+
+
+_NO_WORDS = np.zeros(0, np.int64)
+_NO_LOOKS = np.zeros((0, N_LOOKS), np.float32)
+
+
 class Featuriser:
     """Text -> :class:`Spans`: the tokenizer of the bundled encoder (each word split into pieces
     once and remembered as a row), the cue words and the span features."""
@@ -325,9 +361,10 @@ class Featuriser:
         self._lock = threading.Lock()
         #: (text, tool name, parameter names) -> the text as read, its spans, words and looks
         #: (see :meth:`_read`), up to :data:`MEMO_CHARS` characters of text
-        self._memo: dict[tuple[str, str, frozenset[str]], tuple[str, list[tuple[int, int, list[str], tuple[float, ...]]]]] = {}
+        self._memo: dict[tuple[str, str, frozenset[str]], _Read] = {}
         self._memo_chars = 0
         self._names: dict[str, list[str]] = {}
+        self._params: dict[tuple[str, ...], frozenset[str]] = {}
         self._reset()
 
     def _reset(self) -> None:
@@ -336,6 +373,8 @@ class Featuriser:
         self.pieces: list[list[int]] = []
         self._bits: list[int] = []
         self._bits_arr = np.zeros(0, np.int64)
+        #: tool name -> its words' rows, in this generation
+        self._name_rows: dict[str, list[int]] = {}
         self.generation = getattr(self, "generation", -1) + 1
 
     @property
@@ -373,48 +412,61 @@ class Featuriser:
         if len(self.index) >= MAX_WORDS:
             with self._lock:
                 self._reset()
-        words: list[str] = []
-        starts: list[int] = []
-        nwords: list[int] = []
-        looks: list[tuple[float, ...]] = []
+        reads: list[_Read] = []
         owner: list[int] = []
-        where: list[tuple[int, int, int]] = []
-        shown_texts: list[str] = []
-        tool_names = [str(n).casefold() for n in names]
-        name_lists = [self._name_words(str(n)) for n in names]
-        name_sets = [frozenset(ws) for ws in name_lists]
-        own_params = [frozenset(x for x in p if len(x) >= 3) for p in params]
+        keys = [str(n) for n in names]
+        tool_names = [n.casefold() for n in keys]
+        name_lists = [self._name_words(n) for n in keys]
+        own_params = [self._own_params(p) for p in params]
         memo = self._memo
         if self._memo_chars > MEMO_CHARS:
             memo.clear()
             self._memo_chars = 0
-        for ti, (raw, own) in enumerate(texts):
+        for raw, own in texts:
             me = tool_names[own] if own < len(tool_names) else ""
             mine = own_params[own] if own < len(own_params) else frozenset()
             key = (raw, me, mine)
             got = memo.get(key)
             if got is None:
                 text = normalise(raw[:MAX_FIELD_CHARS])
-                got = memo[key] = (text, self._read(text, me, mine, name_sets[own] if own < len(name_sets) else frozenset()))
+                got = memo[key] = _Read.of(text, self._read(text, me, mine, frozenset(name_lists[own]) if own < len(name_lists) else frozenset()))
                 self._memo_chars += len(raw)
-            text, read = got
-            shown_texts.append(text)
-            for a, b, found, look in read:
-                starts.append(len(words))
-                nwords.append(len(found))
-                words += found
-                looks.append(look)
-                owner.append(own)
-                where.append((ti, a, b))
-        new = set(words).union(*name_lists).difference(self.index)
+            reads.append(got)
+            owner.append(own)
+        # a text whose rows were numbered in this generation has every word in the index already
+        generation = self.generation
+        stale = [r for r in reads if r.rows is None or r.rows[0] != generation]
+        words = [r.words() for r in stale]
+        new = set().union(*words, *name_lists).difference(self.index)
         if new:
             self._add(sorted(new))
         index = self.index
-        return Spans(words=np.asarray(list(map(index.__getitem__, words)), np.int64),
-                     starts=np.asarray(starts, np.int64), nwords=np.asarray(nwords, np.int64),
-                     looks=np.asarray(looks, np.float32).reshape(len(nwords), N_LOOKS),
-                     owner=np.asarray(owner, np.int64), name_words=[[index[w] for w in ws] for ws in name_lists],
-                     where=where, texts=shown_texts)
+        for r, found in zip(stale, words, strict=True):
+            r.rows, r.fresh = (generation, np.fromiter(map(index.__getitem__, found), np.int64, len(found))), None
+        name_rows = self._name_rows
+        if len(name_rows) >= MAX_WORDS:
+            name_rows.clear()
+        for n, ws in zip(keys, name_lists, strict=True):
+            if n not in name_rows:
+                name_rows[n] = [index[w] for w in ws]
+        nwords = np.concatenate([_NO_WORDS, *(r.nwords for r in reads)])
+        return Spans(words=np.concatenate([_NO_WORDS, *(r.rows[1] for r in reads if r.rows is not None)]),
+                     starts=np.cumsum(nwords) - nwords, nwords=nwords,
+                     looks=np.concatenate([_NO_LOOKS, *(r.looks for r in reads)]),
+                     owner=np.repeat(np.asarray(owner, np.int64), [len(r.where) for r in reads]),
+                     name_words=[name_rows[n] for n in keys],
+                     where=[(ti, a, b) for ti, r in enumerate(reads) for a, b in r.where], texts=[r.text for r in reads])
+
+    def _own_params(self, params: Sequence[str]) -> frozenset[str]:
+        """The parameter names a span of a tool is read against (three characters or more),
+        remembered per tool: a catalogue's are asked for again at every batch of its texts."""
+        key = tuple(params)
+        got = self._params.get(key)
+        if got is None:
+            if len(self._params) >= MAX_WORDS:
+                self._params.clear()
+            got = self._params[key] = frozenset(x for x in key if len(x) >= 3)
+        return got
 
     def _name_words(self, name: str) -> list[str]:
         """A tool name's words (``readMediaFile``, ``read_media_file``: read, media, file),
@@ -524,6 +576,24 @@ class WordTable:
         return (np.asarray(words @ sums) / np.maximum(n, 1)[:, None]).astype(np.float32)
 
 
+#: Rows per block of :func:`_product`: 256 rows by the shipped detector's at most 18 inputs by
+#: its 32 hidden units is under the 65536 x 4 multiply-adds up to which OpenBLAS computes a
+#: product on the calling thread.
+PRODUCT_ROWS = 256
+
+
+def _product(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``x @ w`` for a batch of spans (x) and a small weight matrix (w), in blocks of
+    :data:`PRODUCT_ROWS` rows. A product over a whole batch wakes OpenBLAS's worker threads,
+    which then spin for a while beside the Python work that follows: on a machine whose other
+    core was busy, the warm scan took two to three times as long. Each row's result is the
+    same bits in any block (tests/test_scan_fast_paths.py); no block is a single row, which NumPy
+    would send to another BLAS routine."""
+    n = len(x)
+    cuts = list(range(PRODUCT_ROWS, n - 1, PRODUCT_ROWS))
+    return np.concatenate([x[i:j] @ w for i, j in zip([0, *cuts], [*cuts, n], strict=True)]) if cuts else x @ w
+
+
 def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1) + 1e-9)
 
@@ -606,8 +676,10 @@ class PoisonDetector:
         cues, first = feat.cues(spans)
         span = np.hstack([spans.looks, placement(self._topic, feat, spans, cues)])
         h = self._token.mean(feat, spans)
-        h += cues @ a["cues.weight"] + first @ a["first.weight"] + span @ a["span.weight"] + a["l1.bias"]
+        h += _product(cues, a["cues.weight"]) + _product(first, a["first.weight"]) + _product(span, a["span.weight"]) + a["l1.bias"]
         np.maximum(h, 0, out=h)
+        # whole: OpenBLAS keeps a matrix-vector product of some 15,000 spans or fewer on this
+        # thread, and past that how it splits one can move a score's last bit
         z = h @ a["l2.weight"] + a["l2.bias"][0]
         return (1.0 / (1.0 + np.exp(-np.clip(z, -60, 60)))).astype(np.float32)
 
