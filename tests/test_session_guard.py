@@ -49,6 +49,7 @@ from riskrank.serving.gateway.policy import Globs, Policy
 from riskrank.serving.gateway.session import (
     MAX_FLOW_VALUES,
     Exposure,
+    Flow,
     SessionBook,
     SessionError,
     SessionRecord,
@@ -60,6 +61,7 @@ from riskrank.serving.gateway.upstreams import UpstreamManager
 from riskrank.serving.gateway.values import (
     MAX_PER_RESULT,
     SCAN_CHARS,
+    Value,
     bounded,
     candidates,
     fold,
@@ -98,6 +100,41 @@ def test_candidate_values_of_a_result():
     folded = {v.folded for v in candidates(text)}
     assert "500" not in folded and "7" not in folded  # a short number or amount is no value: it would match anything
     assert all(len(v.folded) >= 6 for v in candidates(text))
+
+
+def _plain_candidates(text: str) -> list[tuple[str, str, str]]:
+    """:func:`candidates` as first written (every pattern scanned, every match folded afresh):
+    the reference its skipped scans and remembered folds are held to."""
+    from riskrank.serving.gateway import values as v
+
+    plain = v.unescape(text)
+    plain = v.without_invisible(plain) if not plain.isascii() else plain
+    plain = v._TAG.sub("", plain) if "<" in plain else plain
+    found: dict[str, tuple[int, tuple[str, str, str]]] = {}
+    for kind, rx in v._PATTERNS:
+        for m in rx.finditer(plain):
+            raw = (m.group(1) if m.groups() else m.group(0)).strip().rstrip(".,;:!?")
+            for k, r in ((kind, raw), ("domain", v._host(kind, raw))):
+                folded = v._folded(r)[:v.MAX_VALUE_CHARS] if r is not None else ""
+                if len(folded) >= v.MIN_VALUE_CHARS and folded not in found:
+                    found[folded] = (m.start(), (k, r[:v.MAX_VALUE_CHARS], folded))
+    return [x for _, x in sorted(found.values(), key=lambda p: p[0])]
+
+
+def test_candidates_equal_the_plain_scan():
+    """Texts made of every kind of value, escapes, look-alikes, quotes and markup, with and
+    without the characters a pattern needs, twice each (the second time from remembered folds)."""
+    import random
+
+    rng = random.Random(7)
+    bits = ["x@evil.example", "X%40Evil.Example", "https://evil.example/drop?a=1", "www.corp.example/x", "ftp://files.x/y",
+            "DE89 3704 0044 0532 0130 00", "/etc/passwd", "report.pdf", "+1 (555) 123-4567", "1428 Elm Street, Springfield",
+            "@mallory", "USR042", "acct-993812", 'send to "Mallory"', "to \u201cEve\u201d", "payee: 'Bob Smith'", "hello",
+            "\u200b", "<b>", "</b>", "ｘ@evil.example", "&#64;", "%40", "\n", " ", ".", "1234567", "@", "'", '"', "dеlеtе",
+            "www", "://", "a" * 300 + ".example/" + "b" * 300]
+    texts = ["".join(rng.choice(bits) + rng.choice(["", " ", "\n"]) for _ in range(rng.randint(0, 20))) for _ in range(1500)]
+    for text in texts + texts:
+        assert [(v.kind, v.shown, v.folded) for v in candidates(text)] == _plain_candidates(text), text
 
 
 def test_results_are_read_bounded():
@@ -189,6 +226,32 @@ def test_the_first_task_stands_and_values_are_bounded():
     assert full.forgotten == len(values) - MAX_FLOW_VALUES and full.flows[-1].folded == values[-1].folded
     again = full.with_values(values[-5:], "other", 4.0)
     assert again.flows == full.flows and again.reads == full.reads + 1  # a value keeps its first provenance
+
+
+def test_with_values_equals_the_plain_record():
+    """The folded values a record hands to the next (:meth:`SessionRecord.with_values`) against
+    a pass over every value each time, across the bound; a record stored with a value twice
+    (which no gateway writes) falls back to the pass."""
+    import random
+
+    rng = random.Random(3)
+
+    def plain(r: SessionRecord, values, tool: str, at: float) -> SessionRecord:
+        known = {f.folded for f in r.flows}
+        new = {v.folded: Flow(v.folded, v.shown, v.kind, tool, at) for v in values if v.folded not in known}
+        flows = [*r.flows, *new.values()]
+        over = max(0, len(flows) - MAX_FLOW_VALUES)
+        return replace(r, flows=tuple(flows[over:]), forgotten=r.forgotten + over, reads=r.reads + 1)
+
+    fast = slow = SessionRecord()
+    twice = Flow("usr000001", "USR000001", "identifier", "t", 0.0)
+    for i in range(2 * MAX_FLOW_VALUES):
+        if i == MAX_FLOW_VALUES:  # read back from a store holding one value twice
+            fast = slow = SessionRecord.from_dict(replace(slow, flows=(twice, *slow.flows[2 - MAX_FLOW_VALUES:], twice)).to_dict())
+            assert len(fast._known) < len(fast.flows) == MAX_FLOW_VALUES
+        values = [Value("identifier", f"USR{n:06d}", f"usr{n:06d}") for n in rng.sample(range(2600), rng.randint(0, 6))]
+        fast, slow = fast.with_values(values, "t", float(i)), plain(slow, values, "t", float(i))
+        assert fast == slow and fast._known == {f.folded for f in fast.flows}
 
 
 def test_flow_hits_leave_out_the_task_and_the_users_approvals():

@@ -342,15 +342,27 @@ class SessionRecord:
         return replace(self, anchor=task[:MAX_ANCHOR_CHARS], anchor_from=source, anchor_at=at,
                        scope=tuple(sorted(set(scope)))[:MAX_SCOPE])
 
+    @functools.cached_property
+    def _known(self) -> frozenset[str]:
+        """The folded values of :attr:`flows`: built once for a record read from the store, then
+        handed from each record to the next by :meth:`with_values` (a set's copy with the new
+        values, not a pass over every recorded value at each untrusted read)."""
+        return frozenset(f.folded for f in self.flows)
+
     def with_values(self, values: Iterable[Value], tool: str, at: float) -> SessionRecord:
         """The record after one untrusted result of ``tool`` was read: its ``values`` added (a
         value already recorded keeps its first provenance; the oldest are forgotten beyond
         :data:`MAX_FLOW_VALUES`), and one more read (earlier approvals stop holding)."""
-        known = {f.folded for f in self.flows}
+        known = self._known
         new = {v.folded: Flow(v.folded, v.shown, v.kind, tool, at) for v in values if v.folded not in known}
-        flows = [*self.flows, *new.values()]
+        flows = self.flows + tuple(new.values()) if new else self.flows
         over = max(0, len(flows) - MAX_FLOW_VALUES)
-        return replace(self, flows=tuple(flows[over:]), forgotten=self.forgotten + over, reads=self.reads + 1)
+        out = replace(self, flows=flows[over:] if over else flows, forgotten=self.forgotten + over, reads=self.reads + 1)
+        if len(known) == len(self.flows):  # no value twice (always, but for a record stored so): the set is exact
+            kept = known.union(new) if new else known
+            # cached_property's own slot (the record is frozen; the set is too, so sharing it is safe)
+            out.__dict__["_known"] = kept.difference(f.folded for f in flows[:over]) if over else kept
+        return out
 
     def with_user_turn(self, text: str, scope: Iterable[str]) -> SessionRecord:
         """The record with one more of the user's own turns (the host's word for it) and the

@@ -25,6 +25,7 @@ Standard library only (and :mod:`riskrank.names`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import html
 import json
@@ -68,6 +69,10 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("recipient", re.compile(r"\b(?:to|for|recipient|receiver|user|username|account|payee)\s*[:=]?\s*"
                              r"[\"'\u201c\u2018]([^\"'\u201d\u2019\n]{2,64})[\"'\u201d\u2019]", re.IGNORECASE)),
 )
+#: What a text must hold for a pattern to match in it (any one of them; empty: no test): a
+#: cheap ``in`` that spares the regular expression's scan of a text it cannot match.
+_NEEDS = {"email": ("@",), "handle": ("@",), "url": ("://", "www."), "recipient": ("\"", "'", "\u201c", "\u2018")}
+_PATTERNS_NEED = tuple((kind, rx, _NEEDS.get(kind, ())) for kind, rx in _PATTERNS)
 _NOT_ALNUM = re.compile(r"[\W_]+")
 #: A markup tag (``<b>``, ``</span>``, ``<br/>``): not text. ``<x@evil.example>`` is no tag.
 _TAG = re.compile(r"</?[A-Za-z][A-Za-z0-9-]{0,30}(?:\s[^<>]{0,200})?/?>")
@@ -95,6 +100,23 @@ def _folded(plain: str) -> str:
     return _NOT_ALNUM.sub("", skeleton(plain))
 
 
+#: The longest match whose folded form is remembered (:func:`_folded_match`).
+_CACHED_CHARS = 256
+
+
+@functools.lru_cache(maxsize=8192)
+def _folded_cached(raw: str) -> str:
+    return _folded(raw)[:MAX_VALUE_CHARS]
+
+
+def _folded_match(raw: str) -> str:
+    """A match's folded form, cut to :data:`MAX_VALUE_CHARS`: remembered for short matches,
+    since a source's answers repeat the same addresses, hosts and links (the same inbox read
+    again, one domain behind every address) and folding is most of the scan's cost per value.
+    A long match (a URL can be any length) is folded every time, so the cache stays small."""
+    return _folded_cached(raw) if len(raw) <= _CACHED_CHARS else _folded(raw)[:MAX_VALUE_CHARS]
+
+
 @dataclass(frozen=True)
 class Value:
     """One candidate value: its ``kind`` (a key of :data:`KINDS`), as the result wrote it
@@ -116,15 +138,19 @@ def candidates(text: str) -> list[Value]:
     found: dict[str, tuple[int, Value]] = {}
 
     def add(kind: str, raw: str, at: int) -> None:
-        folded = _folded(raw)[:MAX_VALUE_CHARS]
+        folded = _folded_match(raw)
         if len(folded) >= MIN_VALUE_CHARS and folded not in found:
             found[folded] = (at, Value(kind, raw[:MAX_VALUE_CHARS], folded))
 
-    for kind, rx in _PATTERNS:
+    for kind, rx, needs in _PATTERNS_NEED:
+        if needs and not any(n in plain for n in needs):
+            continue  # the pattern cannot match: its scan is skipped, nothing else changes
+        group = 1 if rx.groups else 0
+        hosts = kind in ("email", "url")
         for m in rx.finditer(plain):
-            raw = (m.group(1) if m.groups() else m.group(0)).strip().rstrip(".,;:!?")
+            raw = m.group(group).strip().rstrip(".,;:!?")
             add(kind, raw, m.start())
-            if (host := _host(kind, raw)) is not None:
+            if hosts and (host := _host(kind, raw)) is not None:
                 add("domain", host, m.start())
     return [v for _, v in sorted(found.values(), key=lambda p: p[0])]
 
