@@ -1687,6 +1687,11 @@ claim("docs/session-guard.md", "per-call policy letting {} % of the attacks thro
       pct(SESSION_STEPS.at("runs", "before_drift_level", "summary", "session_guard", "attack_success"), "g"))
 claim("docs/session-guard.md", "`drift_level` alone brought the\n  guard to {} %",
       pct(SESSION_STEPS.at("runs", "drift_level_only", "summary", "session_guard", "attack_success"), "g"))
+OVERHEAD = Json("benchmarks/results/session_overhead.json")
+claim("docs/session-guard.md", "loads\n{} to {}), the guard added {}, {} and {} ms to an untrusted source's call in memory\nand {}, {} and {} ms with SQLite",
+      load_of(OVERHEAD, "runs", 0), load_of(OVERHEAD, "runs", 2).map(lambda x: f"{float(x):.2f}"),
+      *(OVERHEAD.at("runs", i, "overhead", "memory/added_source_ms", fmt=".3f") for i in range(3)),
+      *(OVERHEAD.at("runs", i, "overhead", "sqlite/added_source_ms", fmt=".3f") for i in range(3)))
 claim("docs/session-guard.md", "added {} ms there at a load of {},\n{} ms at {} and {} ms at {}; this one adds {} ms at {}",
       SESSION_STEPS.at("runs", "before_audited_columns", "overhead", "sqlite/added_source_ms", fmt=".3f"),
       load_of(SESSION_STEPS, "runs", "before_audited_columns"),
