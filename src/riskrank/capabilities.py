@@ -16,9 +16,9 @@ credentials, surveillance, covert exfiltration, intrusion, disabling defences, p
 also looked for in the whole description, since nobody writes them by accident. A match preceded
 by a negation ("does not delete") does not count, and a match stays inside one clause (a verb of
 one sentence and an object of the next, or of a parameter's name, are not one act). A name that
-says the tool reads (``get_``, ``list_``) keeps the actions its description names for a report,
-but not the one the description opens with ("Deletes files older than a day"). Texts are bounded (:data:`MAX_CHARS`), so a
-100 kB description costs what a short one does.
+says the tool reads (``get_``, ``list_``) takes no action its description names for a report,
+but does take the one the description opens with ("Deletes files older than a day"). Texts are
+bounded (:data:`MAX_CHARS`), so a 100 kB description costs what a short one does.
 
 The patterns were written from the rubric's anchors (docs/audit.md), ATT&CK's technique names
 and the verbs and objects of tool APIs in general, and are judged on MCP servers whose tools
