@@ -113,3 +113,110 @@ def test_a_featuriser_that_remembers_reads_as_a_fresh_one(monkeypatch):
         warm.featuriser.featurise(batch, names, params)
     assert warm.featuriser.generation >= 2
     assert read(warm, warm.featuriser.featurise(items, names, params)) == want
+
+
+#: The detector's patterns as first written (poison.py spells them to start where a match can
+#: start, with possessive runs, or with ASCII classes on ASCII text).
+PLAIN_SHOUT = re.compile(r"\b[A-Z]{4,}\b")
+PLAIN_CAMEL = re.compile(r"[a-z][A-Z]")
+PLAIN_IDENT = re.compile(r"`([^`\s]{2,64})`|\b([A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+|[a-z]+(?:[A-Z][a-z0-9]+)+)\b")
+
+
+def odd_texts(n: int, seed: int) -> list[str]:
+    """Short texts of the characters at the patterns' edges: capitals, underscores, backticks,
+    digits, accents, look-alike Cyrillic letters, other scripts, invisible and fullwidth forms."""
+    rng = random.Random(seed)
+    alphabet = "aAbZz_` 1.-:\n\téÉßΩаеорсіѕ天\u200b\ufeffＡｂ()'"
+    return ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) for _ in range(n)]
+
+
+def test_the_detector_s_patterns_find_what_their_plain_spellings_find(texts):
+    from riskrank import poison as rp
+
+    for t in [*texts, *odd_texts(20000, 1), "ABCD", "xABCD", "ABCDé", "éABCD", "_ABCD_", "a_b_", "`ab`c", "aBc_d"]:
+        assert (PLAIN_SHOUT.search(t) is None) == (rp._SHOUT.search(t) is None), t
+        assert (PLAIN_CAMEL.search(t) is None) == (rp._CAMEL.search(t) is None), t
+        assert [m.groups() for m in PLAIN_IDENT.finditer(t)] == [m.groups() for m in rp._IDENT.finditer(t)], t
+        if t.isascii():
+            assert rp._WORD_ASCII.findall(t.casefold()) == rp._WORD.findall(t.casefold()), t
+    for c in map(chr, range(128)):  # each ASCII character, alone and between letters
+        assert rp._WORD_ASCII.findall(f"a{c}b {c}") == rp._WORD.findall(f"a{c}b {c}"), repr(c)
+
+
+def test_normalise_folds_as_a_fold_of_every_word(texts):
+    """Folding only the words beyond ASCII is folding every word (ASCII ones fold to themselves)."""
+    import unicodedata
+
+    from riskrank import poison as rp
+    from riskrank.names import _representatives
+
+    def plain(text: str) -> str:
+        if text.isascii():
+            return text
+        text = rp._INVISIBLE.sub("", unicodedata.normalize("NFKC", text))
+        if text.isascii():
+            return text
+        rep = _representatives()
+
+        def fold(m: re.Match[str]) -> str:
+            w = m.group()
+            if w.isascii() or not any("a" <= c.lower() <= "z" for c in w):
+                return w
+            return "".join(rep.get(c, c) if not c.isascii() else c for c in w)
+
+        return re.sub(r"[^\W_]+", fold, text)
+
+    for t in [*texts, *odd_texts(20000, 2), "іgnore all", "Rеad thе filе", "Café crème", "天気 ok", "a_é_b"]:
+        assert rp.normalise(t) == plain(t), t
+
+
+def test_words_split_by_the_wordpiece_model_alone_split_as_the_tokenizer_splits_them(texts):
+    from riskrank import poison as rp
+
+    feat = rp.load_detector(rp.DETECTOR_DIR).featuriser
+    words = sorted({w for t in texts for w in rp._WORD.findall(rp.normalise(t).casefold())} - set(feat.vocab))
+    words += ["a" * 99, "a" * 100, "a" * 101, "12345678901234567890", "Upper", "café", "天気"]
+    want = {w: e.ids for w, e in zip(words, feat.tokenizer.encode_batch(words, add_special_tokens=False), strict=True)}
+    assert len(words) > 1000 and feat._split(words) == want
+
+
+PLAIN_BREAK = re.compile(r"(?<=[.!?\u3002\uff01\uff1f])[\"'\u201d\u2019)\]]*\s+(?![a-z\s])|(?<!\s)\s*\n\s*(?![a-z\s])|;\s+")
+
+
+def test_spans_break_where_the_plain_pattern_breaks(texts):
+    """The span break, spelt to start at a match's first character, finds the plain pattern's
+    matches, from the start of a text and from inside it (lookbehinds then see before it)."""
+    from riskrank import poison as rp
+
+    rng = random.Random(3)
+    alphabet = ".!?\u3002\uff01\uff1f\"'\u201d\u2019)]; \n\t\r\x1caZb\u00a0\u2028é"
+    odd = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(30000)]
+    for t in [*texts, *odd]:
+        for a, b in ((0, len(t)), (3, max(len(t) - 2, 0))):
+            assert [m.span() for m in rp._BREAK.finditer(t, a, b)] == [m.span() for m in PLAIN_BREAK.finditer(t, a, b)], (t, a, b)
+
+
+def test_segment_sums_add_each_row_in_order_as_the_sparse_product_did():
+    from riskrank.poison import _segment_counts, _segment_sums
+
+    rng = np.random.default_rng(0)
+    table = (rng.standard_normal((500, 32)) * 10.0 ** rng.uniform(-4, 4, (500, 1))).astype(np.float32)
+    counts = rng.integers(1, 6, 500).astype(np.float32)
+    for lengths in (np.zeros(0, np.int64), np.array([0, 0]), np.array([3]), rng.integers(0, 60, 400), rng.integers(3, 200, 50)):
+        rows = rng.integers(0, 500, int(lengths.sum()))
+        want = np.zeros((len(lengths), 32), np.float32)
+        n = np.zeros(len(lengths), np.float32)
+        i = 0
+        for s, length in enumerate(lengths):
+            for r in rows[i: i + length]:
+                want[s] += table[r]
+                n[s] += counts[r]
+            i += length
+        got = _segment_sums(table, rows, lengths)
+        assert got.dtype == np.float32 and np.array_equal(got.view(np.uint32), want.view(np.uint32))
+        assert np.array_equal(_segment_counts(counts, rows, lengths), n)
+        if len(rows):
+            sparse = pytest.importorskip("scipy.sparse")
+            words = sparse.csr_matrix((np.ones(len(rows), np.float32), rows, np.concatenate([[0], np.cumsum(lengths)])),
+                                      shape=(len(lengths), 500))
+            assert np.array_equal(np.asarray(words @ table).view(np.uint32), got.view(np.uint32))

@@ -52,6 +52,7 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -146,9 +147,18 @@ _NAME_SPLIT = re.compile(r"(?<=[a-z])(?=[A-Z])|[_\-.]+")
 _FENCE = re.compile(r"```.*?(?:```|\Z)", re.DOTALL)
 #: Where a span ends: after a sentence's end mark, at a line break, at ``;``; but not before a
 #: lowercase letter (a soft-wrapped line, "e.g. this", an ellipsis inside quotes go on).
-_BREAK = re.compile(r"(?<=[.!?\u3002\uff01\uff1f])[\"'\u201d\u2019)\]]*\s+(?![a-z\s])|(?<!\s)\s*\n\s*(?![a-z\s])|;\s+")
+#: Written plainly: ``(?<=[.!?。！？])["'”’)\]]*\s+(?![a-z\s])|(?<!\s)\s*\n\s*(?![a-z\s])|;\s+``.
+#: Spelt here to consume a match's first character (a space, ``;`` or a closing mark) before
+#: the lookbehinds, so that the regex engine skips at C speed to where a match can start
+#: instead of trying all three alternatives at every character (some 1.8 times faster; the
+#: same matches: tests/test_scan_fast_paths.py).
+_BREAK = re.compile(r"[\s;\"'\u201d\u2019)\]](?:(?<=[.!?\u3002\uff01\uff1f][\"'\u201d\u2019)\]])[\"'\u201d\u2019)\]]*\s+(?![a-z\s])"
+                    r"|(?<=[.!?\u3002\uff01\uff1f]\s)\s*(?![a-z\s])|(?<!\s\s)(?<=\s)(?:(?<=\n)\s*|\s*\n\s*)(?![a-z\s])|(?<=;)\s+)")
 _INVISIBLE = re.compile("[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
                         "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\U000e0000-\U000e0fff]")
+#: A word (a run of ``[^\W_]``, whole) holding a character beyond ASCII: the only words
+#: :func:`normalise` may fold (a callback per ASCII word cost most of its time).
+_NON_ASCII_WORD = re.compile(r"(?<![^\W_])[^\W_]*[^\W_\x00-\x7f][^\W_]*")
 _EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+\.\w")
 _LABEL = re.compile(r"^\W*\w+(?:\s+\w+){0,2}\s*:")
 
@@ -208,15 +218,15 @@ def normalise(text: str) -> str:
         return text
     from riskrank.names import _representatives
 
-    rep = _representatives()
-
     def fold(m: re.Match[str]) -> str:
         w = m.group()
         if w.isascii() or not any("a" <= c.lower() <= "z" for c in w):
             return w  # a word of one other script (French, German, Chinese) stays as written
+        # the table is built on first need (some 30 ms a process): most catalogues never need it
+        rep = _representatives()
         return "".join(rep.get(c, c) if not c.isascii() else c for c in w)
 
-    return re.sub(r"[^\W_]+", fold, text)
+    return _NON_ASCII_WORD.sub(fold, text)
 
 
 @lru_cache(maxsize=1 << 14)  # a catalogue's field names repeat (``inputSchema.properties.path.description``)
@@ -238,13 +248,22 @@ def field_kind(field: str) -> str | None:
     return None
 
 
-_SHOUT = re.compile(r"\b[A-Z]{4,}\b")
+#: A word in capitals (``\b[A-Z]{4,}\b``), spelt to start at a capital: the regex engine then skips
+#: to the next capital at C speed instead of testing a word boundary at every character.
+_SHOUT = re.compile(r"[A-Z](?<!\w[A-Z])[A-Z]{3,}(?!\w)")
 #: The tool named as itself ("this tool", "this endpoint"): a definition describing its own use.
 _SELF = re.compile(r"\bthis\s+(?:tool|function|endpoint|command|api|method|operation|action|resource|server|plugin)\b")
 #: An identifier: snake_case, camelCase or in backticks (a tool's or parameter's name).
-_IDENT = re.compile(r"`([^`\s]{2,64})`|\b([A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+|[a-z]+(?:[A-Z][a-z0-9]+)+)\b")
+#: (Possessive runs: what follows each run cannot be a character it gave back, so backtracking
+#: into it never finds a match; without it every word is tried again one letter shorter.)
+_IDENT = re.compile(r"`([^`\s]{2,64})`|\b([A-Za-z][A-Za-z0-9]*+(?:_[A-Za-z0-9]++)+|[a-z]++(?:[A-Z][a-z0-9]++)+)\b")
 _TOKEN = re.compile(r"\w+")
-_CAMEL = re.compile(r"[a-z][A-Z]")
+#: A lower-to-upper case change (``[a-z][A-Z]``), spelt to start at the (rarer) capital.
+_CAMEL = re.compile(r"[A-Z](?<=[a-z][A-Z])")
+#: :data:`_WORD` on ASCII text, its classes spelt as the ASCII ranges they are there (``\w`` is
+#: ``[a-zA-Z0-9_]``, ``\s`` is ``[\t-\r\x1c-\x1f ]``): a range is one table lookup a character,
+#: a Unicode category several (tests/test_scan_fast_paths.py checks every ASCII character).
+_WORD_ASCII = re.compile(r"[a-zA-Z0-9]+|[^a-zA-Z0-9_\t-\r\x1c-\x1f ]|_")
 
 
 def own_names(tool: dict[str, Any]) -> tuple[str, ...]:
@@ -267,12 +286,16 @@ def _names(shown: str, low: str, me: str, mine: frozenset[str]) -> tuple[bool, b
     another identifier (substring tests first: most spans name nothing)."""
     hits = [p for p in mine if p in low]
     named = me != "" and me in low
-    tokens = set(_TOKEN.findall(low)) if (hits or named) else set()
-    idents = {(m.group(1) or m.group(2)).casefold() for m in _IDENT.finditer(shown)} if (
-        "_" in shown or "`" in shown or _CAMEL.search(shown) is not None) else set()
-    return (("this " in low and _SELF.search(low) is not None) or (named and me in tokens),
-            any(p in tokens for p in hits),
-            any(i not in mine and i != me and i.strip("()") not in mine for i in idents))
+    self_ref = "this " in low and _SELF.search(low) is not None
+    param = False
+    if hits or named:
+        tokens = set(_TOKEN.findall(low))
+        self_ref = self_ref or (named and me in tokens)
+        param = any(p in tokens for p in hits)
+    foreign = ("_" in shown or "`" in shown or _CAMEL.search(shown) is not None) and any(
+        i not in mine and i != me and i.strip("()") not in mine
+        for i in ((m.group(1) or m.group(2)).casefold() for m in _IDENT.finditer(shown)))  # stops at the first
+    return self_ref, param, foreign
 
 
 @dataclass
@@ -387,15 +410,27 @@ class Featuriser:
     def _add(self, words: Iterable[str]) -> None:
         with self._lock:
             todo = [w for w in dict.fromkeys(words) if w not in self.index]
-            rare = [w for w in todo if w not in self.vocab]  # split into pieces in one batch
-            split = dict(zip(rare, (e.ids for e in self.tokenizer.encode_batch(rare, add_special_tokens=False)),
-                             strict=True)) if rare else {}
+            rare = [w for w in todo if w not in self.vocab]
+            split = self._split(rare)
             unk = [self.vocab.get("[UNK]", 100)]
             for w in todo:
                 ids = [self.vocab[w]] if w in self.vocab else split[w]
                 self.index[w] = len(self.pieces)
                 self.pieces.append(ids or unk)
                 self._bits.append(self._cue.get(w, 0))
+
+    def _split(self, words: list[str]) -> dict[str, list[int]]:
+        """Each word's word pieces. A word of lower-case ASCII letters and digits is one pre-token
+        that the normaliser leaves as it is, so the WordPiece model alone splits it as the whole
+        pipeline would (some three times faster than ``encode_batch``: no normalising, no offsets,
+        no ``Encoding`` per word; tests/test_scan_fast_paths.py checks it on a corpus's words);
+        the others (accents, other scripts) go through the pipeline in one batch."""
+        model = self.tokenizer.model
+        out = {w: [t.id for t in model.tokenize(w)] for w in words if w.isascii() and w.isalnum() and w == w.lower()}
+        rest = [w for w in words if w not in out]
+        if rest:
+            out.update(zip(rest, (e.ids for e in self.tokenizer.encode_batch(rest, add_special_tokens=False)), strict=True))
+        return out
 
     def bits(self) -> np.ndarray:
         """Each word row's cue bits (the last bit: an opener)."""
@@ -441,8 +476,12 @@ class Featuriser:
         if new:
             self._add(sorted(new))
         index = self.index
+        # one conversion for the batch, sliced per text (a conversion per text costs more)
+        rows = np.fromiter(map(index.__getitem__, chain.from_iterable(words)), np.int64, sum(map(len, words)))
+        start = 0
         for r, found in zip(stale, words, strict=True):
-            r.rows, r.fresh = (generation, np.fromiter(map(index.__getitem__, found), np.int64, len(found))), None
+            r.rows, r.fresh = (generation, rows[start: start + len(found)]), None
+            start += len(found)
         name_rows = self._name_rows
         if len(name_rows) >= MAX_WORDS:
             name_rows.clear()
@@ -485,7 +524,7 @@ class Featuriser:
         (in words: ``name_words``) with parameters ``mine`` (remembered per text: a catalogue
         listed again costs lookups). A span whose words are all its tool's name's ("Read Media
         File" for ``read_media_file``) only names the tool and is not scored."""
-        findall, shout, label = _WORD.findall, _SHOUT.search, _LABEL.match
+        findall, shout, label = (_WORD_ASCII if text.isascii() else _WORD).findall, _SHOUT.search, _LABEL.match
         out = []
         for a, b in spans_of(text):
             shown = text[a:b]
@@ -493,11 +532,12 @@ class Featuriser:
             found = findall(low)
             n = len(found)
             if n < MIN_SPAN_WORDS or (n < 4 * MIN_SPAN_WORDS and (
-                    sum(w[0].isalnum() for w in found) < MIN_SPAN_WORDS
-                    or (name_words and name_words.issuperset(w for w in found if w[0].isalnum())))):
+                    sum(map(str.isalnum, found)) < MIN_SPAN_WORDS  # a word is all letters and digits or one mark
+                    or (name_words and name_words.issuperset(filter(str.isalnum, found))))):
                 continue
+            end = shown.rstrip()[-1:]
             out.append((a, b, found, (
-                shown.rstrip().endswith("?"),
+                end == "?",
                 "http" in low or "www." in low,
                 "@" in low and _EMAIL.search(low) is not None,
                 "~/" in low or "/etc/" in low or "/." in low or "\\." in low,
@@ -505,8 +545,8 @@ class Featuriser:
                 "`" in low or "'" in low or '"' in low,
                 math.log1p(n) / 4.0,
                 shout(shown) is not None,
-                label(shown) is not None,
-                shown.rstrip().endswith(":"),
+                ":" in shown and label(shown) is not None,
+                end == ":",
                 *_names(shown, low, me, mine),
             )))
         return out
@@ -553,27 +593,45 @@ class WordTable:
         """The mean of the table's rows over each span's word pieces: [len(spans), width]."""
         if len(spans) == 0:
             return np.zeros((0, self.table.shape[1]), np.float32)
-        from scipy.sparse import csr_matrix
-
         sums, counts = self.rows(feat)
-        # spans x word rows, one entry per word: a sparse product sums each span's rows without
-        # gathering them into one large array first (several times faster than reduceat)
-        n = len(spans.words)
-        words = csr_matrix((np.ones(n, np.float32), spans.words, np.append(spans.starts, n)), shape=(len(spans), len(counts)))
-        return np.asarray(words @ sums) / (words @ counts)[:, None]
+        return _segment_sums(sums, spans.words, spans.nwords) / _segment_counts(counts, spans.words, spans.nwords)[:, None]
 
     def name_means(self, feat: Featuriser, spans: Spans) -> np.ndarray:
-        """The mean piece row of each owner's name (zeros for a name with no word), summed as
-        one sparse product (a catalogue has a name per tool)."""
-        from scipy.sparse import csr_matrix
-
+        """The mean piece row of each owner's name (zeros for a name with no word)."""
         sums, counts = self.rows(feat)
         rows = spans.name_words
         flat = np.fromiter((r for rs in rows for r in rs), np.int64)
-        starts = np.concatenate([[0], np.cumsum([len(rs) for rs in rows], dtype=np.int64)])
-        words = csr_matrix((np.ones(len(flat), np.float32), flat, starts), shape=(len(rows), len(counts)))
-        n = words @ counts
-        return (np.asarray(words @ sums) / np.maximum(n, 1)[:, None]).astype(np.float32)
+        lengths = np.fromiter((len(rs) for rs in rows), np.int64, len(rows))
+        n = _segment_counts(counts, flat, lengths)
+        return (_segment_sums(sums, flat, lengths) / np.maximum(n, 1)[:, None]).astype(np.float32)
+
+
+def _segment_sums(table: np.ndarray, rows: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Per segment (``lengths[i]`` consecutive entries of ``rows``), the sum of its rows of
+    ``table`` (float32), added one at a time in order into zeros: the additions, so the bits,
+    of the sparse product (``scipy.sparse``) this replaced, whose import cost a fresh process
+    some 200 ms at its first scan, more than the scan itself. One step per position in a
+    segment, over the segments that long (sorted longest first: a prefix), so as many NumPy
+    calls as the longest segment has rows, not one per segment; some 1 ms a scan more than the
+    sparse product."""
+    out = np.zeros((len(lengths), table.shape[1]), np.float32)
+    if len(rows) == 0:
+        return out
+    order = np.argsort(-lengths, kind="stable")
+    first = (np.cumsum(lengths) - lengths)[order]
+    at_least = np.bincount(lengths)[::-1].cumsum()[::-1]  # at_least[k]: segments of k rows or more
+    for k in range(1, len(at_least)):
+        part = out[: at_least[k]]
+        np.add(part, table.take(rows.take(first[: at_least[k]] + (k - 1)), axis=0), out=part)
+    sums = np.empty_like(out)
+    sums[order] = out
+    return sums
+
+
+def _segment_counts(counts: np.ndarray, rows: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Per segment, the sum of its rows' piece counts (whole numbers: exact in any order)."""
+    segment = np.repeat(np.arange(len(lengths)), lengths)
+    return np.bincount(segment, weights=counts[rows], minlength=len(lengths)).astype(np.float32)
 
 
 #: Rows per block of :func:`_product`: 256 rows by the shipped detector's at most 18 inputs by
