@@ -1274,8 +1274,8 @@ claim(BM, "(τ = {} at every boundary)", LEVELS.at("choice", "tau_cautious", 0, 
 TLV = Source("riskrank.training.levels")
 claim(R, "trained on {} tools three\n  annotators rated under the rubric's anchors",
       (LEVELS.at("sets", "mcp", "n") + LEVELS.at("sets", "corpora", "n") + LEVELS.at("sets", "attack", "n")).f(",d"))
-claim(R, "leave one MCP server out it agrees with them at weighted κ {} (the annotators among\n  themselves: {}–{};",
-      rl("served level", "kappa_quadratic"),
+claim(R, "leave one MCP server out it agrees with them at weighted κ {}–{} (two runs, before and after\n  a fix to the capabilities; the annotators among themselves: {}–{};",
+      LEVELS_CLAUSES.at(*CLAUSES_SERVED, "kappa_quadratic", fmt=".3f"), rl("served level", "kappa_quadratic"),
       LEVELS.at("annotators", "mcp", "pairs").map(lambda ps: min(p["kappa_quadratic"] for p in ps), ".3f"),
       LEVELS.at("annotators", "mcp", "pairs").map(lambda ps: max(p["kappa_quadratic"] for p in ps), ".3f"))
 claim(BM, "({}× the share of L4–L5 tools run without a question above {} %, {}× the share of L1–L2 tools asked about above {} %)",
