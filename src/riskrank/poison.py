@@ -266,6 +266,12 @@ _CAMEL = re.compile(r"[A-Z](?<=[a-z][A-Z])")
 _WORD_ASCII = re.compile(r"[a-zA-Z0-9]+|[^a-zA-Z0-9_\t-\r\x1c-\x1f ]|_")
 
 
+def _span_words(low: str) -> list[str]:
+    """A span's words (:data:`_WORD`), with the ASCII spelling on ASCII text: what
+    :meth:`Featuriser._read` finds and :meth:`_Read.words` finds again."""
+    return (_WORD_ASCII if low.isascii() else _WORD).findall(low)
+
+
 def own_names(tool: dict[str, Any]) -> tuple[str, ...]:
     """The names a definition owns, case-folded: its parameters' (top level and one level
     down). A span that names them describes how to call this tool."""
@@ -351,7 +357,7 @@ class _Read:
         """The spans' words back to back, as :meth:`Featuriser._read` found them."""
         if self.fresh is not None:
             return self.fresh
-        return [w for a, b in self.where for w in _WORD.findall(self.text[a:b].casefold())]
+        return [w for a, b in self.where for w in _span_words(self.text[a:b].casefold())]
 
 
 _NO_WORDS = np.zeros(0, np.int64)
@@ -524,12 +530,12 @@ class Featuriser:
         (in words: ``name_words``) with parameters ``mine`` (remembered per text: a catalogue
         listed again costs lookups). A span whose words are all its tool's name's ("Read Media
         File" for ``read_media_file``) only names the tool and is not scored."""
-        findall, shout, label = (_WORD_ASCII if text.isascii() else _WORD).findall, _SHOUT.search, _LABEL.match
+        shout, label = _SHOUT.search, _LABEL.match
         out = []
         for a, b in spans_of(text):
             shown = text[a:b]
             low = shown.casefold()
-            found = findall(low)
+            found = _span_words(low)
             n = len(found)
             if n < MIN_SPAN_WORDS or (n < 4 * MIN_SPAN_WORDS and (
                     sum(map(str.isalnum, found)) < MIN_SPAN_WORDS  # a word is all letters and digits or one mark
