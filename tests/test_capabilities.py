@@ -115,6 +115,7 @@ def test_one_scan_for_all_capabilities_drops_no_hit() -> None:
         _SUBSUMES,
         CAPABILITIES,
         Clauses,
+        _after_subject,
         _first,
         _first_sentences,
         _strip_tool_names,
@@ -132,7 +133,7 @@ def test_one_scan_for_all_capabilities_drops_no_hit() -> None:
         each = set()
         for cap in CAPABILITIES:
             if name_reads(t.name) and cap.acts:  # an action only where the description opens with it
-                quote = _SCOPED[cap.key].match(Clauses.of(next(iter(_first_sentences(d)), "")))
+                quote = _SCOPED[cap.key].match(Clauses.of(_after_subject(t.name, next(iter(_first_sentences(d)), ""))))
             else:
                 quote = _first(_SCOPED[cap.key], scoped)
             quote = quote or (_first(_ANYWHERE[cap.key], whole) if cap.key in _ANYWHERE else None)
@@ -160,6 +161,10 @@ def test_a_negation_counts_only_in_its_own_clause(name, description, capability)
 @pytest.mark.parametrize(("name", "description", "capability"), [
     ("list_files", "Deletes files older than a day.", "destruction"),
     ("view_page", "Run the given shell command on the host.", "host_execution"),
+    # a subject that names the tool comes before the verb: the tool itself, "this tool", "it"
+    ("show", "dbt show executes an arbitrary SQL statement against the database.", "code_execution"),
+    ("get_file", "This tool deletes the file at the given path.", "destruction"),
+    ("view_page", "It runs the given shell command on the host.", "host_execution"),
 ])
 def test_a_name_that_reads_takes_the_action_its_description_opens_with(name, description, capability) -> None:
     """A read name (``list_``, ``view_``) does not hide what the description's first words say the
@@ -169,6 +174,9 @@ def test_a_name_that_reads_takes_the_action_its_description_opens_with(name, des
     assert capability in [h.key for h in detect_capabilities(name, description)]
     assert detect_capabilities("get_plan", "Returns the resources a plan would delete.") == []
     assert detect_capabilities("list_files", "Lists the files of a folder. It deletes nothing.") == []
+    # the subject's own clause: after a clause end the sentence no longer opens with the tool
+    assert detect_capabilities("list_files", "List files; deletes nothing.") == []
+    assert detect_capabilities("get_file", "It does not delete the file.") == []
 
 
 def test_a_match_never_splices_two_sentences_or_the_parameter_names() -> None:

@@ -494,6 +494,31 @@ def _first_by_clause(rx: re.Pattern[str], text: Clauses, first: int) -> str | No
     return None
 
 
+#: A subject that names the tool itself at the start of its description ("This tool", "It").
+_SUBJECT = re.compile(r"(?:(?:this|the) (?:tool|function|endpoint|command|api|method|operation|action|server|plugin)s?|it) ")
+#: How many words may come before the tool's own name in a subject that repeats it ("dbt show").
+_SUBJECT_WORDS = 2
+
+
+def _after_subject(name: str, sentence: str) -> str:
+    """``sentence`` (normalised) from its verb on, after a subject that names the tool: "This
+    tool deletes ...", "It deletes ...", or the tool's own name ("dbt show executes ..." under
+    ``show``). The sentence a read-named tool's description opens with acts when its verb does,
+    whatever names the tool before it."""
+    text = normalise_text(sentence)
+    # the subject and its verb in one clause: "List files; deletes nothing" opens with no subject
+    first = normalise_text(_CLAUSE_END.split(sentence, maxsplit=1)[0])
+    m = _SUBJECT.match(first)
+    if m and len(first) > m.end():
+        return text[m.end():]
+    own = normalise_text(split_name(name)).split()
+    words = first.split()
+    for at in range(min(_SUBJECT_WORDS, len(words) - len(own) - 1) + 1):
+        if own and words[at:at + len(own)] == own:
+            return " ".join(text.split()[at + len(own):])
+    return text
+
+
 def name_reads(name: str) -> bool:
     """Whether a tool's name says it only reads: its first word is a read verb (``get_``,
     ``list_``), or it has a read verb and no action verb (``kubectl_get``)."""
@@ -534,7 +559,7 @@ def detect_capabilities(name: str, description: str, schema: Mapping[str, Any] |
     # A name that reads takes an action only from a description that opens with it ("Deletes
     # files older than a day" under ``list_files``): what such a tool's description says later
     # names the actions it reports on ("the resources a plan would delete").
-    lead = Clauses.of(next(iter(_first_sentences(description or "")), "")) if reads and in_scoped else ""
+    lead = Clauses.of(_after_subject(name, next(iter(_first_sentences(description or "")), ""))) if reads and in_scoped else ""
     hits = {}
     for cap in CAPABILITIES:
         if not in_scoped:
