@@ -136,6 +136,49 @@ def test_the_ordinal_fit_has_the_gradient_it_claims_and_orders_levels(monkeypatc
     np.testing.assert_allclose(captured["fun"](p)[1], num, rtol=1e-4, atol=1e-6)
 
 
+def test_a_weight_per_boundary_learns_what_one_score_cannot_and_loads_beside_the_old_form(tmp_path) -> None:
+    """Where one feature decides L1 vs L2 and another L3 vs L4, a weight vector per boundary
+    (fit_boundaries, the shipped form) reads both; one score against four thresholds
+    (fit_ordinal) has to trade them. The model reads P(level > k) as non-increasing in k, a
+    model file of either form round-trips, and a weight of another shape is refused."""
+    from riskrank.capabilities import CAPABILITY_KEYS
+    from riskrank.levels import TEXT_FEATURES, levels_from_cumulative
+    from riskrank.training import levels as tl
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(800, 3))
+    # levels drawn from a model with a boundary per feature: the first feature decides L1 vs the
+    # rest, the second the middle boundaries, the third L4 vs L5
+    z = np.stack([8 * x[:, 0] + 3, 8 * x[:, 1], 8 * x[:, 1] - 4, 8 * x[:, 2] - 8], axis=1)
+    p = np.minimum.accumulate(1 / (1 + np.exp(-z)), axis=1)
+    y = 1 + (rng.random(800)[:, None] < p).sum(axis=1)
+    exact = {}
+    for form in ("boundaries", "proportional"):
+        arrays = tl.fit_arrays(x, y, penalty=1.0, form=form)
+        cum = LevelModel(arrays).cumulative(x)
+        assert (np.diff(cum, axis=1) <= 1e-12).all()
+        exact[form] = float((levels_from_cumulative(cum, (0.5,) * 4) == y).mean())
+    assert exact["boundaries"] > exact["proportional"] + 0.15
+    # a constant where the training rows all fall on one side (no L5 here)
+    w, th = tl.fit_boundaries(x, np.minimum(y, 4), penalty=1.0)
+    assert w.shape == (4, 3) and not w[3].any() and th[3] > 5
+    f = 8 + len(CAPABILITY_KEYS) + len(TEXT_FEATURES)
+    two = LevelModel({"ordinal.weight": rng.normal(size=(4, f)).astype(np.float32),
+                      "ordinal.thresholds": np.array([-1, 0, 1, 2], np.float32)}, {"tau": [0.5] * 4, "tau_cautious": [0.3] * 4})
+    tools = _tools(("a", "Reads a thing."), ("b", "Deletes a thing."))
+    e = rng.normal(size=(2, 8)).astype(np.float32)
+    for name, m in (("two", two), ("one", _tiny())):
+        m.save(tmp_path / name)
+        back = load_level_model(tmp_path / name)
+        assert back.dim == 8
+        np.testing.assert_array_equal(back.predict(e, tools).levels, m.predict(e, tools).levels)
+    bad = LevelModel({"ordinal.weight": rng.normal(size=(3, f)).astype(np.float32),
+                      "ordinal.thresholds": np.array([-1, 0, 1, 2], np.float32)})
+    bad.save(tmp_path / "bad")
+    with pytest.raises(CheckpointError, match="ordinal arrays have shapes"):
+        load_level_model(tmp_path / "bad")
+
+
 @pytest.mark.parametrize(("tau", "cum", "level"), [
     ((0.5,) * 4, [0.9, 0.6, 0.4, 0.1], 3), ((0.3,) * 4, [0.9, 0.6, 0.4, 0.1], 4), ((0.5,) * 4, [0.2, 0.1, 0.0, 0.0], 1),
     ((0.5, 0.7, 0.5, 0.5), [0.9, 0.6, 0.4, 0.1], 2),

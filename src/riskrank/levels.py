@@ -11,9 +11,10 @@ One ordinal model reads three kinds of evidence about a tool:
   vocabulary fixed at training (the embedding is a mean over the whole text, so one
   sentence that says what a disguised tool really does barely moves it; its words do).
 
-It is a cumulative-logit (proportional odds) model: a score ``z = w · x`` and four increasing
-thresholds give ``P(level > k) = sigmoid(z - theta_k)`` for k = 1..4, so every tool gets a
-calibrated distribution over the five levels, not a point. The level served is the highest k
+It is a cumulative-logit model with a score per level boundary: ``P(level > k) =
+sigmoid(w_k · x - theta_k)`` for k = 1..4, read as non-increasing in k, so every tool gets a
+distribution over the five levels, not a point (what tells L1 from L2 is not what tells L3 from
+L4; a model file of the earlier form, one score ``w · x`` against four thresholds, still loads). The level served is the highest k
 with ``P(level >= k) >= tau_k`` (``tau`` chosen on held-out servers at training time), raised to
 the floor of the capabilities found: a tool that runs commands is never served below L4 and a
 tool that harvests credentials never below L5, whatever the model says. A tool whose text
@@ -327,7 +328,7 @@ class LevelModel:
     def dim(self) -> int:
         """The embedding dimension it reads."""
         n_words = 0 if _TEXT_KEY not in self.arrays else int(self.arrays[_TEXT_KEY].shape[0])
-        return int(self.arrays["ordinal.weight"].shape[0]) - len(CAPABILITY_KEYS) - len(TEXT_FEATURES) - n_words
+        return int(self.arrays["ordinal.weight"].shape[-1]) - len(CAPABILITY_KEYS) - len(TEXT_FEATURES) - n_words
 
     @property
     def encoder_identity(self) -> str | None:
@@ -347,9 +348,16 @@ class LevelModel:
         return {k: int(v) for k, v in self.meta.get("hint_floors", {"destructiveHint": 4, "readOnlyHint=false": 3, "openWorldHint": 2}).items()}
 
     def cumulative(self, x: Any) -> np.ndarray:
-        """P(level > k), k = 1..4, for feature rows ``x`` [N, F] (an array or a sparse matrix)."""
-        z = np.asarray(x @ self.arrays["ordinal.weight"].astype(np.float64), dtype=np.float64).ravel()
-        return _sigmoid(z[:, None] - self.arrays["ordinal.thresholds"].astype(np.float64)[None, :])
+        """P(level > k), k = 1..4, for feature rows ``x`` [N, F] (an array or a sparse matrix):
+        one score against four thresholds (weights [F]), or a score per boundary (weights
+        [4, F]) read as non-increasing in k (a tool cannot be likelier above L3 than above L2)."""
+        w = self.arrays["ordinal.weight"].astype(np.float64)
+        th = self.arrays["ordinal.thresholds"].astype(np.float64)[None, :]
+        if w.ndim == 1:
+            z = np.asarray(x @ w, dtype=np.float64).ravel()
+            return _sigmoid(z[:, None] - th)
+        z = np.asarray(x @ w.T, dtype=np.float64).reshape(-1, 4)
+        return np.minimum.accumulate(_sigmoid(z - th), axis=1)
 
     def predict(self, tool_emb: np.ndarray, tools: Sequence[Any], evidence: ToolEvidence | None = None) -> LevelPrediction:
         """The level model's reading of ``tools`` (objects with ``name``, ``description`` and
@@ -390,6 +398,7 @@ def load_level_model(folder: str | Path) -> LevelModel:
     caps = (meta.get("features") or {}).get("capabilities")
     if caps != list(CAPABILITY_KEYS):
         raise CheckpointError(f"{side}: built for capabilities {caps}, this riskrank detects {list(CAPABILITY_KEYS)}; rebuild it")
-    if arrays["ordinal.thresholds"].shape != (4,) or arrays["ordinal.weight"].ndim != 1:
+    w = arrays["ordinal.weight"]
+    if arrays["ordinal.thresholds"].shape != (4,) or not (w.ndim == 1 or (w.ndim == 2 and w.shape[0] == 4)):
         raise CheckpointError(f"{weights}: ordinal arrays have shapes {arrays['ordinal.weight'].shape}, {arrays['ordinal.thresholds'].shape}")
     return LevelModel({k: np.asarray(arrays[k], dtype=np.float32) for k in (*_KEYS, _TEXT_KEY) if k in arrays}, meta)

@@ -3,7 +3,8 @@
 Training data: the rubric levels three annotators gave 1,298 real MCP tools, 895 tools of the
 corpora and 260 attack and look-alike definitions (:mod:`riskrank.datasets.rubric`), and,
 weighted by a choice, the paper's audited levels of the benchmarks (UltraTool, Seal-Tools). The model is a cumulative-logit
-(all-threshold) regression with an L2 penalty, fitted by L-BFGS; its choices (the penalty, the
+regression with a weight vector per level boundary (:func:`fit_boundaries`; the earlier
+one-score form, :func:`fit_ordinal`, is kept to compare) and an L2 penalty, fitted by L-BFGS; its choices (the penalty, the
 benchmarks' weight, the decision thresholds ``tau`` and the hint floors) are made by an inner
 leave-servers-out split of the training servers only.
 
@@ -89,6 +90,53 @@ def fit_ordinal(x: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None, 
     res = minimize(loss, p0, jac=True, method="L-BFGS-B", options={"maxiter": max_iter})
     w, th = unpack(res.x)
     return w.astype(np.float32), th.astype(np.float32)
+
+
+def fit_boundaries(x: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None, *, penalty: float = 1.0,
+                   max_iter: int = 2000) -> tuple[np.ndarray, np.ndarray]:
+    """(W [4, F], thresholds [4]) of one logistic regression per level boundary,
+    ``P(level > k) = sigmoid(W_k x - theta_k)``, each minimising the same weighted loss and
+    penalty as :func:`fit_ordinal` for its own boundary. What tells L1 from L2 (metadata or
+    content) is not what tells L3 from L4 (does it undo): one score for all four boundaries
+    (:func:`fit_ordinal`) has to trade them against each other. The model's reading keeps
+    ``P(level > k)`` non-increasing in k (:meth:`riskrank.levels.LevelModel.cumulative`). A
+    boundary the training rows all fall on one side of gets a constant."""
+    import scipy.sparse as sp
+    from sklearn.linear_model import LogisticRegression
+
+    x = sp.csr_matrix(x, dtype=np.float64) if sp.issparse(x) else np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.int64)
+    w8 = np.ones(len(y)) if weight is None else np.asarray(weight, dtype=np.float64)
+    keep = w8 > 0
+    x, y, w8 = x[np.flatnonzero(keep)], y[keep], w8[keep]
+    # sklearn minimises |w|^2 / 2 + C sum_i s_i BCE_i; with s = n w8 / sum(w8) and C = 1 / penalty
+    # that is n / penalty times fit_ordinal's objective for one boundary
+    s = w8 * len(y) / w8.sum()
+    weights = np.zeros((4, x.shape[1]))
+    thresholds = np.zeros(4)
+    for k in range(4):
+        above = (y > k + 1).astype(np.int64)
+        if 0 < above.sum() < len(above):
+            m = LogisticRegression(C=1.0 / penalty, max_iter=max_iter).fit(x, above, sample_weight=s)
+            weights[k], thresholds[k] = m.coef_[0], -m.intercept_[0]
+        else:
+            p = float(np.clip(np.average(above, weights=s), 1e-4, 1 - 1e-4))
+            thresholds[k] = -np.log(p / (1 - p))
+    return weights.astype(np.float32), thresholds.astype(np.float32)
+
+
+#: The level model's form: "boundaries" (a weight vector per level boundary,
+#: :func:`fit_boundaries`) or "proportional" (one score and four thresholds, :func:`fit_ordinal`:
+#: the form shipped before, kept to compare).
+FORM = "boundaries"
+
+
+def fit_arrays(x: Any, y: np.ndarray, weight: np.ndarray | None = None, *, penalty: float = 1.0,
+               form: str = FORM) -> dict[str, np.ndarray]:
+    """The level model's arrays fitted in ``form`` (:data:`FORM`)."""
+    fit = {"boundaries": fit_boundaries, "proportional": fit_ordinal}[form]
+    w, th = fit(x, y, weight, penalty=penalty)
+    return {"ordinal.weight": w, "ordinal.thresholds": th}
 
 
 @dataclass(frozen=True)
@@ -278,8 +326,7 @@ def choose(data: LevelData, *, n_groups: int = 4, seed: int = 42) -> Choice:
                 for tr, te, train, x_tr, x_te in splits:
                     f = data.x.shape[1]
                     a, b = (train.x, data.x[te]) if ws == 0 else (_scaled(x_tr, f, ws), _scaled(x_te, f, ws))
-                    w, th = fit_ordinal(a, data.y[tr], sample_weights(train, cw), penalty=pen)
-                    cum[te] = LevelModel({"ordinal.weight": w, "ordinal.thresholds": th}).cumulative(b)
+                    cum[te] = LevelModel(fit_arrays(a, data.y[tr], sample_weights(train, cw), penalty=pen)).cumulative(b)
                 cums[(pen, cw, ws)] = cum[mcp]
     held = data.subset(mcp)
     best: Choice | None = None
@@ -312,11 +359,10 @@ def _tau_candidates() -> list[tuple[float, float, float, float]]:
 def fit_level_model(data: LevelData, choice: Choice, *, meta: dict[str, Any] | None = None) -> LevelModel:
     """The level model fitted on all of ``data`` with ``choice`` (its vocabulary too)."""
     words = word_vectors(data, choice.word_scale)
-    w, th = fit_ordinal(with_words(data, words), data.y, sample_weights(data, choice.corpus_weight), penalty=choice.penalty)
+    arrays = fit_arrays(with_words(data, words), data.y, sample_weights(data, choice.corpus_weight), penalty=choice.penalty)
     hf = dict(zip(("destructiveHint", "readOnlyHint=false", "openWorldHint"), choice.hint_floors, strict=True))
-    info = {"tau": list(choice.tau), "tau_cautious": list(choice.tau_cautious), "hint_floors": hf, "choice": choice.to_dict(),
+    info = {"tau": list(choice.tau), "tau_cautious": list(choice.tau_cautious), "hint_floors": hf, "choice": choice.to_dict(), "form": FORM,
             "n_tools": {str(s): int((data.source == s).sum()) for s in np.unique(data.source)}}
-    arrays = {"ordinal.weight": w, "ordinal.thresholds": th}
     if words is not None:
         arrays["text.idf"] = words.idf.astype(np.float32)
         info.update(vocabulary=list(words.vocabulary), word_scale=words.scale)
