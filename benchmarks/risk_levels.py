@@ -36,6 +36,8 @@ from riskrank.datasets.rubric import load_rubric_sets
 from riskrank.encoder import Encoder
 from riskrank.levels import ToolEvidence
 from riskrank.training.levels import (
+    FORM,
+    SHRINK,
     LevelData,
     agreement_row,
     build_data,
@@ -148,6 +150,27 @@ def read_split(doc: dict, data: LevelData) -> dict:
     return {"never read": agreement_row(data.y[rows][unread], pred[unread]), "read": agreement_row(data.y[rows][~unread], pred[~unread])}
 
 
+def trusting(doc: dict, data: LevelData, tools: list) -> dict:
+    """Leave one server out as ``--trust-annotations`` would serve it: each held-out tool's served
+    level, capped by its own uncontradicted ``readOnlyHint`` (never below its capability floor;
+    ignored beside a ``destructiveHint``), as the gateway does when an operator trusts the
+    servers' hints. Nothing refitted: the levels of the default run, re-read."""
+    from riskrank.risk import trusted_read_only_level
+
+    loso = doc["leave_one_server_out"]
+    rows = np.asarray(loso["predictions"]["rows"])
+    pred = np.asarray(loso["predictions"]["served"]).copy()
+    mcp_rows = np.flatnonzero(data.source == "mcp")
+    tool_of = {int(r): t for r, t in zip(mcp_rows, tools, strict=True)}
+    for k, r in enumerate(rows):
+        h = data.hints[r]
+        if h.get("readOnlyHint") is True and h.get("destructiveHint") is not True:
+            pred[k] = trusted_read_only_level(tool_of[int(r)], int(pred[k]), int(data.floors[r]))
+    gold = data.y[rows]
+    return {**agreement_row(gold, pred), "policy": policy_table(gold, pred),
+            "read_only_hints": int(sum(data.hints[r].get("readOnlyHint") is True for r in rows))}
+
+
 def table_md(doc: dict) -> str:
     """The tables of docs/base-model.md's level-model section, rendered from the artefact."""
     ag = doc["annotators"]["mcp"]
@@ -164,6 +187,11 @@ def table_md(doc: dict) -> str:
     for name, r in loso["pooled"].items():
         lines.append(f"| {name} | {_f(r['kappa_quadratic'])} | {_f(r['exact'])} | {_f(r['within_one'])} | "
                      f"{_pct(r['low_asked'])} | {_pct(r['high_unasked'])} |")
+    if doc.get("trust_annotations"):
+        r = doc["trust_annotations"]
+        lines.append(f"| served level with `--trust-annotations` (an uncontradicted `readOnlyHint` caps at L2) | "
+                     f"{_f(r['kappa_quadratic'])} | {_f(r['exact'])} | {_f(r['within_one'])} | {_pct(r['low_asked'])} | "
+                     f"{_pct(r['high_unasked'])} |")
     if doc.get("read_split"):
         for name in ("read", "never read"):
             r = doc["read_split"][name]
@@ -220,6 +248,24 @@ def table_md(doc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def load_level_data(enc: Encoder, data_dir: str | None = None) -> tuple[list, list, LevelData]:
+    """The rated sets, the parts :func:`build_data` reads (the MCP tools first) and the data: the
+    MCP tools, the corpora sample and the attack set under the anchors, and the benchmarks' paper
+    labels less the tools also rated under the anchors."""
+    sets = load_rubric_sets(data_dir)
+    by = {s.name: s for s in sets}
+    parts = [("mcp", enc.encode([t.text() for t in by["mcp"].tools]), by["mcp"].tools, by["mcp"].levels, by["mcp"].groups, by["mcp"].hints)]
+    for name in ("corpora", "attack"):
+        s = by[name]
+        parts.append(("rubric", enc.encode([t.text() for t in s.tools]), s.tools, s.levels, s.groups, s.hints))
+    rated = {(t.name, t.description) for t in by["corpora"].tools}
+    for name in ("ultratool", "sealtools"):
+        reg = load_benchmark(name, data_dir).registry
+        lv = np.asarray([0 if (t.name, t.description) in rated else (t.risk_level or 0) for t in reg])
+        parts.append(("paper", enc.encode(reg.texts()), list(reg), lv, [name] * len(reg), [{} for _ in reg]))
+    return sets, parts, build_data(parts)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", default=None)
@@ -229,23 +275,10 @@ def main() -> None:
     a = ap.parse_args()
     t0 = time.time()
     enc = Encoder(progress=False)
-    sets = load_rubric_sets(a.data)
+    sets, parts, data = load_level_data(enc, a.data)
     by = {s.name: s for s in sets}
-    parts = [("mcp", enc.encode([t.text() for t in by["mcp"].tools]), by["mcp"].tools, by["mcp"].levels, by["mcp"].groups, by["mcp"].hints)]
-    for name in ("corpora", "attack"):
-        s = by[name]
-        parts.append(("rubric", enc.encode([t.text() for t in s.tools]), s.tools, s.levels, s.groups, s.hints))
-    # the benchmarks' paper labels, less the tools also rated under the anchors
-    rated = {(t.name, t.description) for t in by["corpora"].tools}
-    bench_masks = []
-    for name in ("ultratool", "sealtools"):
-        reg = load_benchmark(name, a.data).registry
-        lv = np.asarray([0 if (t.name, t.description) in rated else (t.risk_level or 0) for t in reg])
-        parts.append(("paper", enc.encode(reg.texts()), list(reg), lv, [name] * len(reg), [{} for _ in reg]))
-    data: LevelData = build_data(parts)
-    for name in ("ultratool", "sealtools"):
-        bench_masks.append((name, (data.source == "paper") & (data.server == name)))
-    doc: dict = {"seed": a.seed, "encoder": enc.identity, "targets": TARGETS,
+    bench_masks = [(name, (data.source == "paper") & (data.server == name)) for name in ("ultratool", "sealtools")]
+    doc: dict = {"seed": a.seed, "encoder": enc.identity, "targets": TARGETS, "form": {"form": FORM, "shrink": SHRINK},
                  "n_tools": {s: int((data.source == s).sum()) for s in ("mcp", "rubric", "paper")}}
     doc["annotators"] = annotator_agreement(sets)
     doc["sets"] = {s.name: {"n": len(s), "levels": {str(lv): int((s.levels == lv).sum()) for lv in range(1, 6)},
@@ -321,6 +354,7 @@ def main() -> None:
         print(f"saved the level model to {a.save}")
     doc["frontier"] = frontier(doc, data)
     doc["read_split"] = read_split(doc, data)
+    doc["trust_annotations"] = trusting(doc, data, by["mcp"].tools)
     doc["seconds"] = round(time.time() - t0, 1)
     if a.json:
         from riskrank.fileio import atomic_write_text

@@ -143,6 +143,20 @@ def test_read_only_hint_does_not_hide_destruction_or_code(trust):
     assert keyword_level("python", "Execute the given python code.", {"readOnlyHint": True}, trust_annotations=trust)[0] >= 4
 
 
+def test_the_trusted_read_only_level_is_what_trust_annotations_serves():
+    """trusted_read_only_level (what the level benchmark re-reads as --trust-annotations) caps an
+    uncontradicted readOnlyHint at L2, never below the capability floor, and leaves a tool whose
+    words contradict it."""
+    from riskrank.registry import make_tool
+    from riskrank.risk import trusted_read_only_level
+
+    reads = make_tool("list_contacts", "List my contacts.", where="test")
+    assert trusted_read_only_level(reads, 3, 1) == 2
+    assert trusted_read_only_level(reads, 1, 1) == 1
+    assert trusted_read_only_level(reads, 5, 4) == 4
+    assert trusted_read_only_level(make_tool("write_note", "Write a note to the notes database.", where="test"), 3, 1) == 3
+
+
 def test_read_only_hint_contradicted_by_a_write_is_ignored():
     level, evidence = keyword_level("write_note", "Write a note to the notes database.", {"readOnlyHint": True},
                                     trust_annotations=True)

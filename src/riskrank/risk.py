@@ -470,6 +470,13 @@ def _read_only_hint(tool: Any, level: int, source: str, why: list[str], cap: int
     return level, source
 
 
+def trusted_read_only_level(tool: Any, level: int, floor: int) -> int:
+    """The level a trusted ``readOnlyHint`` leaves a tool served at ``level`` with capability
+    floor ``floor`` (what ``--trust-annotations`` serves): at most L2 unless its own words
+    contradict the hint, never below the floor. For measuring the option as served."""
+    return _read_only_hint(tool, level, "predicted", [], max(_READ_ONLY_CAP, int(floor)), True)[0]
+
+
 def _head_level(tool: Any, head: int, score: float | None, trust_annotations: bool) -> tuple[int, str, list[str]]:
     kw, hits = keyword_level(tool.name, tool.description, None)
     why = [f"risk head: L{head}" + (f" (score {score:.2f})" if score is not None else "")]

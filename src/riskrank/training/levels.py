@@ -125,17 +125,68 @@ def fit_boundaries(x: np.ndarray, y: np.ndarray, weight: np.ndarray | None = Non
     return weights.astype(np.float32), thresholds.astype(np.float32)
 
 
-#: The level model's form: "boundaries" (a weight vector per level boundary,
-#: :func:`fit_boundaries`) or "proportional" (one score and four thresholds, :func:`fit_ordinal`:
-#: the form shipped before, kept to compare).
-FORM = "boundaries"
+def fit_partial(x: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None, *, penalty: float = 1.0, shrink: float = 10.0,
+                max_iter: int = 1000) -> tuple[np.ndarray, np.ndarray]:
+    """(W [4, F], thresholds [4]) of a cumulative-logit model whose boundaries share one weight
+    vector and each add their own, ``P(level > k) = sigmoid((w + d_k) x - theta_k)``, the
+    ``d_k`` penalised ``shrink`` times as much as ``w``: between :func:`fit_ordinal` (shrink to
+    infinity) and :func:`fit_boundaries` (no shared part). The same weighted loss and penalty on
+    ``w`` as :func:`fit_ordinal`."""
+    import scipy.sparse as sp
+    from scipy.optimize import minimize
+
+    x = sp.csr_matrix(x, dtype=np.float64) if sp.issparse(x) else np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.int64)
+    w8 = np.ones(len(y)) if weight is None else np.asarray(weight, dtype=np.float64)
+    keep = w8 > 0
+    x, y, w8 = x[np.flatnonzero(keep)], y[keep], w8[keep]
+    n, f = x.shape
+    w8 = w8 / w8.sum()
+    target = (y[:, None] > np.arange(1, 5)[None, :]).astype(np.float64)
+    lam = penalty / n
+    xt = x.T.tocsr() if sp.issparse(x) else x.T
+
+    def unpack(p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return p[:f], p[f:5 * f].reshape(4, f), np.cumsum(np.r_[p[5 * f], np.exp(p[5 * f + 1:])])
+
+    def loss(p: np.ndarray) -> tuple[float, np.ndarray]:
+        w, d, th = unpack(p)
+        # four products with one vector each: scipy's sparse times a vector is its fast path
+        logit = np.stack([x @ (w + d[k]) for k in range(4)], axis=1) - th[None, :]
+        val = float((w8[:, None] * (np.logaddexp(0.0, logit) - target * logit)).sum() + 0.5 * lam * (w @ w + shrink * (d * d).sum()))
+        g = w8[:, None] * (1.0 / (1.0 + np.exp(-logit)) - target)
+        gd = np.stack([xt @ g[:, k] for k in range(4)]) + lam * shrink * d
+        gw = gd.sum(axis=0) - lam * shrink * d.sum(axis=0) + lam * w
+        gth = -g.sum(axis=0)
+        gb = np.exp(p[5 * f + 1:]) * np.cumsum(gth[::-1])[::-1][1:]
+        return val, np.r_[gw, gd.ravel(), gth.sum(), gb]
+
+    # started from the shared model (fit_ordinal's optimum, no boundary's own part): the partial
+    # model's optimum is near it, and each of its steps costs four of the shared model's
+    w0, th0 = fit_ordinal(x, y, w8, penalty=penalty)
+    gaps = np.maximum(np.diff(th0.astype(np.float64)), 1e-6)
+    p0 = np.r_[w0.astype(np.float64), np.zeros(4 * f), th0[0], np.log(gaps)]
+    res = minimize(loss, p0, jac=True, method="L-BFGS-B", options={"maxiter": max_iter})
+    w, d, th = unpack(res.x)
+    return (w[None, :] + d).astype(np.float32), th.astype(np.float32)
+
+
+#: The level model's form: "proportional" (one score and four thresholds, :func:`fit_ordinal`:
+#: the shipped form), "boundaries" (a weight vector per boundary alone, :func:`fit_boundaries`)
+#: or "partial" (a weight vector the boundaries share, and one per boundary penalised
+#: :data:`SHRINK` times as much: :func:`fit_partial`). benchmarks/level_forms.py compares them;
+#: docs/base-model.md says why the shipped form stays.
+FORM = "proportional"
+SHRINK = 3.0
 
 
 def fit_arrays(x: Any, y: np.ndarray, weight: np.ndarray | None = None, *, penalty: float = 1.0,
                form: str = FORM) -> dict[str, np.ndarray]:
     """The level model's arrays fitted in ``form`` (:data:`FORM`)."""
-    fit = {"boundaries": fit_boundaries, "proportional": fit_ordinal}[form]
-    w, th = fit(x, y, weight, penalty=penalty)
+    if form == "partial":
+        w, th = fit_partial(x, y, weight, penalty=penalty, shrink=SHRINK)
+    else:
+        w, th = {"boundaries": fit_boundaries, "proportional": fit_ordinal}[form](x, y, weight, penalty=penalty)
     return {"ordinal.weight": w, "ordinal.thresholds": th}
 
 
@@ -361,7 +412,7 @@ def fit_level_model(data: LevelData, choice: Choice, *, meta: dict[str, Any] | N
     words = word_vectors(data, choice.word_scale)
     arrays = fit_arrays(with_words(data, words), data.y, sample_weights(data, choice.corpus_weight), penalty=choice.penalty)
     hf = dict(zip(("destructiveHint", "readOnlyHint=false", "openWorldHint"), choice.hint_floors, strict=True))
-    info = {"tau": list(choice.tau), "tau_cautious": list(choice.tau_cautious), "hint_floors": hf, "choice": choice.to_dict(), "form": FORM,
+    info = {"tau": list(choice.tau), "tau_cautious": list(choice.tau_cautious), "hint_floors": hf, "choice": choice.to_dict(), "form": FORM, "shrink": SHRINK,
             "n_tools": {str(s): int((data.source == s).sum()) for s in np.unique(data.source)}}
     if words is not None:
         arrays["text.idf"] = words.idf.astype(np.float32)
