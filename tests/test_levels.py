@@ -179,6 +179,35 @@ def test_a_weight_per_boundary_learns_what_one_score_cannot_and_loads_beside_the
         load_level_model(tmp_path / "bad")
 
 
+def test_the_partial_form_has_the_gradient_it_claims_and_spans_the_other_two(monkeypatch) -> None:
+    """fit_partial's analytic gradient equals a numerical one; shrunk hard, its boundaries share
+    one weight vector (the one-score form); its thresholds increase."""
+    import scipy.optimize
+    from scipy.optimize import approx_fprime
+
+    from riskrank.training import levels as tl
+
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(300, 3))
+    y = np.clip(np.rint(x[:, 0] * 1.2 + 3 + rng.normal(scale=0.4, size=300)), 1, 5).astype(int)
+    w, th = tl.fit_partial(x, y, shrink=1e6)
+    assert np.ptp(w, axis=0).max() < 1e-3 and (np.diff(th) > 0).all()
+    loose, _ = tl.fit_partial(x, y, shrink=0.1)
+    assert np.ptp(loose, axis=0).max() > 0.05
+    captured = {}
+    real = scipy.optimize.minimize
+
+    def grab(fun, p0, **kw):
+        captured["fun"], captured["p0"] = fun, p0
+        return real(fun, p0, **kw)
+
+    monkeypatch.setattr(scipy.optimize, "minimize", grab)
+    tl.fit_partial(x, y, shrink=3.0)
+    p = rng.normal(scale=0.3, size=captured["p0"].shape)
+    num = approx_fprime(p, lambda q: captured["fun"](q)[0], 1e-6)
+    np.testing.assert_allclose(captured["fun"](p)[1], num, rtol=1e-4, atol=1e-6)
+
+
 @pytest.mark.parametrize(("tau", "cum", "level"), [
     ((0.5,) * 4, [0.9, 0.6, 0.4, 0.1], 3), ((0.3,) * 4, [0.9, 0.6, 0.4, 0.1], 4), ((0.5,) * 4, [0.2, 0.1, 0.0, 0.0], 1),
     ((0.5, 0.7, 0.5, 0.5), [0.9, 0.6, 0.4, 0.1], 2),
