@@ -90,8 +90,12 @@ imports: $(STAMP)
 docs: $(STAMP) data
 	$(BIN)/python tools/check_figures.py
 
+# Two worker processes (pytest-xdist), a test file per worker at a time: many tests wait on the
+# servers they start, and a file's tests share its fixtures (some take a minute to build).
+# tests/conftest.py gives each worker its share of the cores for torch and BLAS.
+TEST_WORKERS ?= 2
 test: $(STAMP) data lint imports docs
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # Rewrite the lock from the current venv (after changing a range in pyproject.toml).
 lock: $(STAMP)

@@ -15,6 +15,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# Under pytest-xdist (`make test` runs `-n 2`) the workers share the cores: each gets its share
+# of them for torch and BLAS instead of a pool as wide as the machine. Two workers with two
+# spin-waiting threads each on two busy cores made a 9 s training test take 190 s.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _share = str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_var, _share)
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(int(os.environ["OMP_NUM_THREADS"]))  # a BLAS a plugin loaded before this file
+
 # The model is bundled in site-packages: never reach for the hub. The embedding cache lives in
 # the checkout (git-ignored), as `make test` arranges, unless the caller chose another place.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
