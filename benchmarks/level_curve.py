@@ -25,7 +25,6 @@ the artefact reports both sets of servers.
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 import time
@@ -36,9 +35,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from level_readers import rated_data, shipped_choice
+from level_readers import json_and_data, shipped_choice
 from risk_levels import UNREAD_SERVERS
-from riskrank.encoder import Encoder
 from riskrank.fileio import write_json
 from riskrank.levels import LevelModel
 from riskrank.training.levels import (
@@ -134,12 +132,8 @@ def judge(data: LevelData, choice: Choice, dim: int, variant: str = "shipped", f
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--json", default=None)
-    a = ap.parse_args()
     t0 = time.time()
-    enc = Encoder(progress=False)
-    data, _ = rated_data(enc)
+    out_path, enc, data = json_and_data(__doc__)
     dim = enc.dim
     choice = shipped_choice()
     curve = []
@@ -158,8 +152,8 @@ def main() -> None:
            "n_tools": {"mcp": int((data.source == "mcp").sum()), "rated": len(data.y)},
            "unread_servers": list(UNREAD_SERVERS), "curve": curve, "variants": variants, "neighbours": NEIGHBOURS, "trees": TREES,
            "seconds": round(time.time() - t0, 1)}
-    if a.json:
-        write_json(a.json, doc)
+    if out_path:
+        write_json(out_path, doc)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ exact and within-one agreement and the default policy's two errors against the a
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -32,9 +31,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from level_readers import rated_data
+from level_readers import json_and_data
 from risk_levels import UNREAD_SERVERS
-from riskrank.encoder import Encoder
 from riskrank.fileio import write_json
 from riskrank.levels import LevelModel
 from riskrank.training.levels import (
@@ -86,12 +84,8 @@ def _row(data: LevelData, pred: np.ndarray, mask: np.ndarray) -> dict[str, Any]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--json", default=None)
-    a = ap.parse_args()
     t0 = time.time()
-    enc = Encoder(progress=False)
-    data, _ = rated_data(enc)
+    out_path, enc, data = json_and_data(__doc__)
     choice = fixed_choice()
     mcp = data.source == "mcp"
     servers = {s: [s] for s in sorted(set(data.server[mcp]))}
@@ -109,8 +103,8 @@ def main() -> None:
     doc = {"date": time.strftime("%Y-%m-%d"), "encoder": enc.identity, "choice": choice.to_dict(), "choice_from": CHOICE_FROM.name,
            "n_tools": {"mcp": int(mcp.sum()), "sets": int(in_sets.sum())}, "unread_servers": list(UNREAD_SERVERS), "forms": out,
            "seconds": round(time.time() - t0, 1)}
-    if a.json:
-        write_json(a.json, doc)
+    if out_path:
+        write_json(out_path, doc)
 
 
 def table_md(doc: dict) -> str:

@@ -74,6 +74,16 @@ def rated_data(enc: Encoder) -> tuple[LevelData, list[str]]:
     return build_data(parts), texts
 
 
+def json_and_data(doc: str) -> tuple[str | None, Encoder, LevelData]:
+    """A level benchmark's ``--json`` argument (its docstring's first line as the help), the
+    encoder, and the rated tools' data (:func:`rated_data`)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    enc = Encoder(progress=False)
+    return a.json, enc, rated_data(enc)[0]
+
+
 def token_states(enc: Encoder, texts: list[str]) -> dict[int, list[np.ndarray]]:
     """Layers 5 and 6 of MiniLM per text ([tokens, 384] float16), from the sentence-transformers model."""
     import torch
