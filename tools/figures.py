@@ -1216,6 +1216,44 @@ claim(BM, "which changed in 13 of the 23 folds for a change of at most {} in its
                                     strict=True)
                     if {k: v for k, v in a.items() if k != "inner_objective"} != {k: v for k, v in b.items() if k != "inner_objective"}),
         "benchmarks/results/risk_levels.json; benchmarks/results/risk_levels_clauses.json", ".3f"))
+LEVELS_SUBJECT = Json("benchmarks/results/risk_levels_subject.json")
+claim(BM, "The same command run with it\n(`python benchmarks/risk_levels.py --json benchmarks/results/risk_levels_subject.json`, the\n2-core machine, "
+      "2026-12-07) reads weighted κ {}, exact {} %, within one {} %, L1–L2 asked {} %, L4–L5 run unasked {} %",
+      LEVELS_SUBJECT.at(*CLAUSES_SERVED, "kappa_quadratic", fmt=".3f"), pct(LEVELS_SUBJECT.at(*CLAUSES_SERVED, "exact")),
+      pct(LEVELS_SUBJECT.at(*CLAUSES_SERVED, "within_one")), pct(LEVELS_SUBJECT.at(*CLAUSES_SERVED, "low_asked")),
+      pct(LEVELS_SUBJECT.at(*CLAUSES_SERVED, "high_unasked")))
+claim(BM, "the same held-out levels give weighted κ {}, within one {} %, L1–L2 asked {} % and L4–L5 run unasked {} % ({} of the {} tools "
+      "declare a `readOnlyHint`)", LEVELS_SUBJECT.at("trust_annotations", "kappa_quadratic", fmt=".3f"),
+      pct(LEVELS_SUBJECT.at("trust_annotations", "within_one")), pct(LEVELS_SUBJECT.at("trust_annotations", "low_asked")),
+      pct(LEVELS_SUBJECT.at("trust_annotations", "high_unasked")), LEVELS_SUBJECT.at("trust_annotations", "read_only_hints", fmt=","),
+      LEVELS_SUBJECT.at("trust_annotations", "n", fmt=","))
+claim(BM, "{} of the {} held-out levels moved against the run before", V(lambda: sum(
+      x != y for x, y in zip(_load("benchmarks/results/risk_levels_clauses.json")["leave_one_server_out"]["predictions"]["served"],
+                             _load("benchmarks/results/risk_levels_subject.json")["leave_one_server_out"]["predictions"]["served"],
+                             strict=True)), "benchmarks/results/risk_levels_clauses.json; benchmarks/results/risk_levels_subject.json"),
+      LEVELS_SUBJECT.at(*CLAUSES_SERVED, "n", fmt=","))
+claim(BM, "fitted on everything with it, the inner split would weigh the benchmarks' paper labels at {} where the shipped model has {}",
+      LEVELS_SUBJECT.at("choice", "corpus_weight", fmt=".1f"), LEVELS.at("choice", "corpus_weight", fmt=".0f"))
+LEVELS_BOUND = Json("benchmarks/results/risk_levels_boundaries.json")
+SETS_SERVED = ("leave_one_set_out", "pooled", "served level")
+ATTACK_SERVED = ("leave_one_set_out", "per_unit", "attack set", "served level")
+claim(BM, "leave one MCP server out weighted κ {} (the shipped model's run: {}), exact {} % ({} %), L1–L2 asked {} % ({} %), "
+      "L4–L5 run unasked {} % ({} %), on the never-read servers κ {} ({})",
+      LEVELS_BOUND.at(*CLAUSES_SERVED, "kappa_quadratic", fmt=".3f"), LEVELS.at(*CLAUSES_SERVED, "kappa_quadratic", fmt=".3f"),
+      pct(LEVELS_BOUND.at(*CLAUSES_SERVED, "exact")), pct(LEVELS.at(*CLAUSES_SERVED, "exact")),
+      pct(LEVELS_BOUND.at(*CLAUSES_SERVED, "low_asked")), pct(LEVELS.at(*CLAUSES_SERVED, "low_asked")),
+      pct(LEVELS_BOUND.at(*CLAUSES_SERVED, "high_unasked")), pct(LEVELS.at(*CLAUSES_SERVED, "high_unasked")),
+      LEVELS_BOUND.at("read_split", "never read", "kappa_quadratic", fmt=".3f"), LEVELS.at("read_split", "never read", "kappa_quadratic", fmt=".3f"))
+claim(BM, "with each corpus or the attack set held out, {} % of the tools rated L4–L5 ran without a question ({} %), of the attack "
+      "set's {} % ({} %) and of its never-read half's {} % ({} %); the paper's labels of a benchmark held out agree at κ {} and {} "
+      "({} and {})",
+      pct(LEVELS_BOUND.at(*SETS_SERVED, "high_unasked")), pct(LEVELS.at(*SETS_SERVED, "high_unasked")),
+      pct(LEVELS_BOUND.at(*ATTACK_SERVED, "high_unasked")), pct(LEVELS.at(*ATTACK_SERVED, "high_unasked")),
+      pct(LEVELS_BOUND.at("attack_unread_half", "served level", "high_unasked")), pct(LEVELS.at("attack_unread_half", "served level", "high_unasked")),
+      LEVELS_BOUND.at("paper_labels", "ultratool", "kappa_quadratic", fmt=".3f"), LEVELS_BOUND.at("paper_labels", "sealtools", "kappa_quadratic", fmt=".3f"),
+      LEVELS.at("paper_labels", "ultratool", "kappa_quadratic", fmt=".3f"), LEVELS.at("paper_labels", "sealtools", "kappa_quadratic", fmt=".3f"))
+rendered(BM, "the level forms table", ["benchmarks/results/level_forms.json"],
+         lambda: _bench("level_forms").table_md(_load("benchmarks/results/level_forms.json")))
 claim(BM, "and weighted κ went from {} to {}:",
       Json("benchmarks/results/int8_encoder.json").at("comparison", "levels", "bfcl", "kappa", 0, fmt=".3f"),
       Json("benchmarks/results/bfcl_levels.json").at("agreement", "kappa_quadratic", fmt=".3f"))
@@ -1274,8 +1312,11 @@ claim(BM, "(τ = {} at every boundary)", LEVELS.at("choice", "tau_cautious", 0, 
 TLV = Source("riskrank.training.levels")
 claim(R, "trained on {} tools three\n  annotators rated under the rubric's anchors",
       (LEVELS.at("sets", "mcp", "n") + LEVELS.at("sets", "corpora", "n") + LEVELS.at("sets", "attack", "n")).f(",d"))
-claim(R, "leave one MCP server out it agrees with them at weighted κ {}–{} (two runs, before and after\n  a fix to the capabilities; the annotators among themselves: {}–{};",
-      LEVELS_CLAUSES.at(*CLAUSES_SERVED, "kappa_quadratic", fmt=".3f"), rl("served level", "kappa_quadratic"),
+LOSO_RUNS = [Json(f"benchmarks/results/{n}.json") for n in ("risk_levels", "risk_levels_clauses", "risk_levels_subject")]
+claim(R, "leave one MCP server out it agrees with them at weighted κ {}–{} (three runs of the shipped\n  model's procedure, before and "
+      "after two fixes to the capabilities; the annotators among themselves: {}–{};",
+      V(lambda: min(j.at(*CLAUSES_SERVED, "kappa_quadratic").value for j in LOSO_RUNS), "; ".join(j.path for j in LOSO_RUNS), ".3f"),
+      V(lambda: max(j.at(*CLAUSES_SERVED, "kappa_quadratic").value for j in LOSO_RUNS), "; ".join(j.path for j in LOSO_RUNS), ".3f"),
       LEVELS.at("annotators", "mcp", "pairs").map(lambda ps: min(p["kappa_quadratic"] for p in ps), ".3f"),
       LEVELS.at("annotators", "mcp", "pairs").map(lambda ps: max(p["kappa_quadratic"] for p in ps), ".3f"))
 claim(BM, "({}× the share of L4–L5 tools run without a question above {} %, {}× the share of L1–L2 tools asked about above {} %)",
