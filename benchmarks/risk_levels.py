@@ -278,7 +278,7 @@ def main() -> None:
     sets, parts, data = load_level_data(enc, a.data)
     by = {s.name: s for s in sets}
     bench_masks = [(name, (data.source == "paper") & (data.server == name)) for name in ("ultratool", "sealtools")]
-    doc: dict = {"seed": a.seed, "encoder": enc.identity, "targets": TARGETS, "form": {"form": FORM, "shrink": SHRINK},
+    doc: dict = {"seed": a.seed, "encoder": enc.identity, "targets": TARGETS, "form": {"form": FORM, **({"shrink": SHRINK} if FORM == "partial" else {})},
                  "n_tools": {s: int((data.source == s).sum()) for s in ("mcp", "rubric", "paper")}}
     doc["annotators"] = annotator_agreement(sets)
     doc["sets"] = {s.name: {"n": len(s), "levels": {str(lv): int((s.levels == lv).sum()) for lv in range(1, 6)},

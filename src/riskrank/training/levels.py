@@ -3,8 +3,9 @@
 Training data: the rubric levels three annotators gave 1,298 real MCP tools, 895 tools of the
 corpora and 260 attack and look-alike definitions (:mod:`riskrank.datasets.rubric`), and,
 weighted by a choice, the paper's audited levels of the benchmarks (UltraTool, Seal-Tools). The model is a cumulative-logit
-regression with a weight vector per level boundary (:func:`fit_boundaries`; the earlier
-one-score form, :func:`fit_ordinal`, is kept to compare) and an L2 penalty, fitted by L-BFGS; its choices (the penalty, the
+(all-threshold) regression with an L2 penalty, fitted by L-BFGS (:func:`fit_ordinal`; two forms
+with a weight vector per level boundary, :func:`fit_boundaries` and :func:`fit_partial`, are
+measured beside it and not shipped: :data:`FORM`); its choices (the penalty, the
 benchmarks' weight, the decision thresholds ``tau`` and the hint floors) are made by an inner
 leave-servers-out split of the training servers only.
 
@@ -412,7 +413,8 @@ def fit_level_model(data: LevelData, choice: Choice, *, meta: dict[str, Any] | N
     words = word_vectors(data, choice.word_scale)
     arrays = fit_arrays(with_words(data, words), data.y, sample_weights(data, choice.corpus_weight), penalty=choice.penalty)
     hf = dict(zip(("destructiveHint", "readOnlyHint=false", "openWorldHint"), choice.hint_floors, strict=True))
-    info = {"tau": list(choice.tau), "tau_cautious": list(choice.tau_cautious), "hint_floors": hf, "choice": choice.to_dict(), "form": FORM, "shrink": SHRINK,
+    info = {"tau": list(choice.tau), "tau_cautious": list(choice.tau_cautious), "hint_floors": hf, "choice": choice.to_dict(), "form": FORM,
+            **({"shrink": SHRINK} if FORM == "partial" else {}),
             "n_tools": {str(s): int((data.source == s).sum()) for s in np.unique(data.source)}}
     if words is not None:
         arrays["text.idf"] = words.idf.astype(np.float32)
