@@ -1237,21 +1237,23 @@ claim(BM, "fitted on everything with it, the inner split would weigh the benchma
 LEVELS_BOUND = Json("benchmarks/results/risk_levels_boundaries.json")
 SETS_SERVED = ("leave_one_set_out", "pooled", "served level")
 ATTACK_SERVED = ("leave_one_set_out", "per_unit", "attack set", "served level")
-claim(BM, "leave one MCP server out weighted κ {} (the shipped model's run: {}), exact {} % ({} %), L1–L2 asked {} % ({} %), "
+claim(BM, "leave one MCP server out weighted κ {} (the one-score form on the same code, the run with the subject rule above: {}), exact {} % ({} %), L1–L2 asked {} % ({} %), "
       "L4–L5 run unasked {} % ({} %), on the never-read servers κ {} ({})",
-      LEVELS_BOUND.at(*CLAUSES_SERVED, "kappa_quadratic", fmt=".3f"), LEVELS.at(*CLAUSES_SERVED, "kappa_quadratic", fmt=".3f"),
-      pct(LEVELS_BOUND.at(*CLAUSES_SERVED, "exact")), pct(LEVELS.at(*CLAUSES_SERVED, "exact")),
-      pct(LEVELS_BOUND.at(*CLAUSES_SERVED, "low_asked")), pct(LEVELS.at(*CLAUSES_SERVED, "low_asked")),
-      pct(LEVELS_BOUND.at(*CLAUSES_SERVED, "high_unasked")), pct(LEVELS.at(*CLAUSES_SERVED, "high_unasked")),
-      LEVELS_BOUND.at("read_split", "never read", "kappa_quadratic", fmt=".3f"), LEVELS.at("read_split", "never read", "kappa_quadratic", fmt=".3f"))
+      LEVELS_BOUND.at(*CLAUSES_SERVED, "kappa_quadratic", fmt=".3f"), LEVELS_SUBJECT.at(*CLAUSES_SERVED, "kappa_quadratic", fmt=".3f"),
+      pct(LEVELS_BOUND.at(*CLAUSES_SERVED, "exact")), pct(LEVELS_SUBJECT.at(*CLAUSES_SERVED, "exact")),
+      pct(LEVELS_BOUND.at(*CLAUSES_SERVED, "low_asked")), pct(LEVELS_SUBJECT.at(*CLAUSES_SERVED, "low_asked")),
+      pct(LEVELS_BOUND.at(*CLAUSES_SERVED, "high_unasked")), pct(LEVELS_SUBJECT.at(*CLAUSES_SERVED, "high_unasked")),
+      LEVELS_BOUND.at("read_split", "never read", "kappa_quadratic", fmt=".3f"), LEVELS_SUBJECT.at("read_split", "never read", "kappa_quadratic", fmt=".3f"))
 claim(BM, "with each corpus or the attack set held out, {} % of the tools rated L4–L5 ran without a question ({} %), of the attack "
       "set's {} % ({} %) and of its never-read half's {} % ({} %); the paper's labels of a benchmark held out agree at κ {} and {} "
       "({} and {})",
-      pct(LEVELS_BOUND.at(*SETS_SERVED, "high_unasked")), pct(LEVELS.at(*SETS_SERVED, "high_unasked")),
-      pct(LEVELS_BOUND.at(*ATTACK_SERVED, "high_unasked")), pct(LEVELS.at(*ATTACK_SERVED, "high_unasked")),
-      pct(LEVELS_BOUND.at("attack_unread_half", "served level", "high_unasked")), pct(LEVELS.at("attack_unread_half", "served level", "high_unasked")),
+      pct(LEVELS_BOUND.at(*SETS_SERVED, "high_unasked")), pct(LEVELS_SUBJECT.at(*SETS_SERVED, "high_unasked")),
+      pct(LEVELS_BOUND.at(*ATTACK_SERVED, "high_unasked")), pct(LEVELS_SUBJECT.at(*ATTACK_SERVED, "high_unasked")),
+      pct(LEVELS_BOUND.at("attack_unread_half", "served level", "high_unasked")), pct(LEVELS_SUBJECT.at("attack_unread_half", "served level", "high_unasked")),
       LEVELS_BOUND.at("paper_labels", "ultratool", "kappa_quadratic", fmt=".3f"), LEVELS_BOUND.at("paper_labels", "sealtools", "kappa_quadratic", fmt=".3f"),
-      LEVELS.at("paper_labels", "ultratool", "kappa_quadratic", fmt=".3f"), LEVELS.at("paper_labels", "sealtools", "kappa_quadratic", fmt=".3f"))
+      LEVELS_SUBJECT.at("paper_labels", "ultratool", "kappa_quadratic", fmt=".3f"), LEVELS_SUBJECT.at("paper_labels", "sealtools", "kappa_quadratic", fmt=".3f"))
+claim(BM, "Between the one-score form's own two runs (the shipped model's, and the one with the subject rule) the first of these moved\ntoo, "
+      "from {} % to {} %", pct(LEVELS.at(*SETS_SERVED, "high_unasked")), pct(LEVELS_SUBJECT.at(*SETS_SERVED, "high_unasked")))
 rendered(BM, "the level forms table", ["benchmarks/results/level_forms.json"],
          lambda: _bench("level_forms").table_md(_load("benchmarks/results/level_forms.json")))
 claim(BM, "and weighted κ went from {} to {}:",
