@@ -51,20 +51,27 @@ HINT_FLOORS = ((4, 3, 2), (4, 2, 2), (3, 2, 1), (1, 1, 1))
 CONFIRM_LEVEL = 3
 
 
+def _weighted_rows(x: Any, y: np.ndarray, weight: np.ndarray | None) -> tuple[Any, np.ndarray, np.ndarray]:
+    """The rows a fit reads, as float64 (a sparse matrix stays sparse), with their levels and
+    weights (1 each without ``weight``); rows that weigh nothing are dropped: they cost nothing."""
+    import scipy.sparse as sp
+
+    x = sp.csr_matrix(x, dtype=np.float64) if sp.issparse(x) else np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.int64)
+    w8 = np.ones(len(y)) if weight is None else np.asarray(weight, dtype=np.float64)
+    keep = np.flatnonzero(w8 > 0)
+    return x[keep], y[keep], w8[keep]
+
+
 def fit_ordinal(x: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None, *, penalty: float = 1.0,
                 max_iter: int = 500) -> tuple[np.ndarray, np.ndarray]:
     """(w [F], thresholds [4]) of the all-threshold cumulative-logit model minimising
     ``sum_i weight_i sum_k BCE(sigmoid(w x_i - theta_k), [y_i > k]) / sum(weight) + penalty/2 |w|^2 / n``.
 
     Thresholds are kept increasing by fitting the first and the log-gaps."""
-    import scipy.sparse as sp
     from scipy.optimize import minimize
 
-    x = sp.csr_matrix(x, dtype=np.float64) if sp.issparse(x) else np.asarray(x, dtype=np.float64)
-    y = np.asarray(y, dtype=np.int64)
-    w8 = np.ones(len(y)) if weight is None else np.asarray(weight, dtype=np.float64)
-    keep = w8 > 0  # rows that weigh nothing cost nothing
-    x, y, w8 = x[np.flatnonzero(keep)], y[keep], w8[keep]
+    x, y, w8 = _weighted_rows(x, y, weight)
     n, f = x.shape
     w8 = w8 / w8.sum()
     target = (y[:, None] > np.arange(1, 5)[None, :]).astype(np.float64)  # [n, 4]
@@ -102,14 +109,9 @@ def fit_boundaries(x: np.ndarray, y: np.ndarray, weight: np.ndarray | None = Non
     (:func:`fit_ordinal`) has to trade them against each other. The model's reading keeps
     ``P(level > k)`` non-increasing in k (:meth:`riskrank.levels.LevelModel.cumulative`). A
     boundary the training rows all fall on one side of gets a constant."""
-    import scipy.sparse as sp
     from sklearn.linear_model import LogisticRegression
 
-    x = sp.csr_matrix(x, dtype=np.float64) if sp.issparse(x) else np.asarray(x, dtype=np.float64)
-    y = np.asarray(y, dtype=np.int64)
-    w8 = np.ones(len(y)) if weight is None else np.asarray(weight, dtype=np.float64)
-    keep = w8 > 0
-    x, y, w8 = x[np.flatnonzero(keep)], y[keep], w8[keep]
+    x, y, w8 = _weighted_rows(x, y, weight)
     # sklearn minimises |w|^2 / 2 + C sum_i s_i BCE_i; with s = n w8 / sum(w8) and C = 1 / penalty
     # that is n / penalty times fit_ordinal's objective for one boundary
     s = w8 * len(y) / w8.sum()
@@ -136,11 +138,7 @@ def fit_partial(x: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None, 
     import scipy.sparse as sp
     from scipy.optimize import minimize
 
-    x = sp.csr_matrix(x, dtype=np.float64) if sp.issparse(x) else np.asarray(x, dtype=np.float64)
-    y = np.asarray(y, dtype=np.int64)
-    w8 = np.ones(len(y)) if weight is None else np.asarray(weight, dtype=np.float64)
-    keep = w8 > 0
-    x, y, w8 = x[np.flatnonzero(keep)], y[keep], w8[keep]
+    x, y, w8 = _weighted_rows(x, y, weight)
     n, f = x.shape
     w8 = w8 / w8.sum()
     target = (y[:, None] > np.arange(1, 5)[None, :]).astype(np.float64)
