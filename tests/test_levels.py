@@ -208,6 +208,39 @@ def test_the_partial_form_has_the_gradient_it_claims_and_spans_the_other_two(mon
     np.testing.assert_allclose(captured["fun"](p)[1], num, rtol=1e-4, atol=1e-6)
 
 
+def _boundary_data(n_servers: int = 6, per: int = 120, seed: int = 5):
+    """LevelData whose levels follow a feature per boundary (as in the test above), dealt into servers."""
+    from riskrank.training.levels import LevelData
+
+    rng = np.random.default_rng(seed)
+    n = n_servers * per
+    x = rng.normal(size=(n, 3)).astype(np.float32)
+    z = np.stack([8 * x[:, 0] + 3, 8 * x[:, 1], 8 * x[:, 1] - 4, 8 * x[:, 2] - 8], axis=1)
+    y = 1 + (rng.random(n)[:, None] < np.minimum.accumulate(1 / (1 + np.exp(-z)), axis=1)).sum(axis=1)
+    words = ("reads", "lists", "writes", "deletes", "sends", "runs")
+    return LevelData(x, y.astype(np.int64), np.asarray(["mcp"] * n), np.asarray([f"s{i // per}" for i in range(n)]),
+                     np.zeros(n, bool), np.ones(n, np.int64), [{} for _ in range(n)], [f"t{i}" for i in range(n)],
+                     [f"tool {words[i % 6]} {words[(i // 6) % 6]} item" for i in range(n)])
+
+
+def test_the_inner_split_chooses_the_partial_form_only_where_it_scores_higher_and_workers_change_nothing() -> None:
+    """With no shrink offered the one-score form is chosen as before; where each boundary has
+    its own feature the inner split takes the partial form, the fitted model says so, and
+    holding units out in two processes gives exactly what one process gives."""
+    from riskrank.training import levels as tl
+
+    data = _boundary_data()
+    one = tl.choose(data, shrinks=())
+    both = tl.choose(data, shrinks=(1.0,))
+    assert one.shrink is None and both.shrink == 1.0 and both.score > one.score
+    assert tl.fit_level_model(data, both).meta["form"] == "partial"
+    assert tl.fit_level_model(data, one).meta["form"] == "proportional"
+    units = {"a": ["s0", "s1"], "b": ["s2", "s3"], "c": ["s4", "s5"]}
+    serial = tl.leave_groups_out(data, units, shrinks=(1.0,))
+    forked = tl.leave_groups_out(data, units, shrinks=(1.0,), workers=2)
+    assert serial["predictions"] == forked["predictions"] and serial["choices"] == forked["choices"]
+
+
 @pytest.mark.parametrize(("tau", "cum", "level"), [
     ((0.5,) * 4, [0.9, 0.6, 0.4, 0.1], 3), ((0.3,) * 4, [0.9, 0.6, 0.4, 0.1], 4), ((0.5,) * 4, [0.2, 0.1, 0.0, 0.0], 1),
     ((0.5, 0.7, 0.5, 0.5), [0.9, 0.6, 0.4, 0.1], 2),

@@ -170,20 +170,23 @@ def fit_partial(x: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None, 
     return (w[None, :] + d).astype(np.float32), th.astype(np.float32)
 
 
-#: The level model's form: "proportional" (one score and four thresholds, :func:`fit_ordinal`:
-#: the shipped form), "boundaries" (a weight vector per boundary alone, :func:`fit_boundaries`)
-#: or "partial" (a weight vector the boundaries share, and one per boundary penalised
-#: :data:`SHRINK` times as much: :func:`fit_partial`). benchmarks/level_forms.py compares them;
-#: docs/base-model.md says why the shipped form stays.
+#: The level model's form: "proportional" (one score and four thresholds, :func:`fit_ordinal`),
+#: "boundaries" (a weight vector per boundary alone, :func:`fit_boundaries`) or "partial" (a
+#: weight vector the boundaries share, and one per boundary penalised ``shrink`` times as much:
+#: :func:`fit_partial`). benchmarks/level_forms.py compares them with one fixed choice;
+#: docs/base-model.md says which ships and why.
 FORM = "proportional"
 SHRINK = 3.0
+#: The partial form's shrinks the inner split may choose beside the one-score form (which is
+#: shrink without bound); empty: the one-score form only. (:func:`choose`)
+PARTIAL_SHRINKS: tuple[float, ...] = ()
 
 
 def fit_arrays(x: Any, y: np.ndarray, weight: np.ndarray | None = None, *, penalty: float = 1.0,
-               form: str = FORM) -> dict[str, np.ndarray]:
-    """The level model's arrays fitted in ``form`` (:data:`FORM`)."""
+               form: str = FORM, shrink: float = SHRINK) -> dict[str, np.ndarray]:
+    """The level model's arrays fitted in ``form`` (:data:`FORM`; ``shrink`` for the partial form)."""
     if form == "partial":
-        w, th = fit_partial(x, y, weight, penalty=penalty, shrink=SHRINK)
+        w, th = fit_partial(x, y, weight, penalty=penalty, shrink=shrink)
     else:
         w, th = {"boundaries": fit_boundaries, "proportional": fit_ordinal}[form](x, y, weight, penalty=penalty)
     return {"ordinal.weight": w, "ordinal.thresholds": th}
@@ -332,10 +335,19 @@ class Choice:
     tau_cautious: tuple[float, float, float, float]
     hint_floors: tuple[int, int, int]
     score: float
+    #: The partial form's shrink (:func:`fit_partial`); None: the one-score form (:func:`fit_ordinal`).
+    shrink: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"penalty": self.penalty, "corpus_weight": self.corpus_weight, "word_scale": self.word_scale, "tau": list(self.tau),
-                "tau_cautious": list(self.tau_cautious), "hint_floors": list(self.hint_floors), "inner_objective": round(self.score, 4)}
+                "tau_cautious": list(self.tau_cautious), "hint_floors": list(self.hint_floors), "inner_objective": round(self.score, 4),
+                "shrink": self.shrink}
+
+    def arrays(self, x: Any, y: np.ndarray, weight: np.ndarray) -> dict[str, np.ndarray]:
+        """The level model's arrays fitted in this choice's form."""
+        if self.shrink is None:
+            return fit_arrays(x, y, weight, penalty=self.penalty, form="proportional")
+        return fit_arrays(x, y, weight, penalty=self.penalty, form="partial", shrink=self.shrink)
 
 
 def _groups(servers: np.ndarray, n_groups: int, seed: int) -> dict[str, int]:
@@ -352,41 +364,54 @@ def _groups(servers: np.ndarray, n_groups: int, seed: int) -> dict[str, int]:
     return out
 
 
-def choose(data: LevelData, *, n_groups: int = 4, seed: int = 42) -> Choice:
+def choose(data: LevelData, *, n_groups: int = 4, seed: int = 42, shrinks: Sequence[float] | None = None) -> Choice:
     """The penalty, the benchmarks' weight, the word vector's weight, tau, tau_cautious and the
     hint floors that maximise :func:`_objective` on the tools rated under the anchors of
     held-out groups (MCP servers, corpora of the rated sample, the attack and look-alike sets,
     dealt into ``n_groups``), fitting on the rest; the benchmarks' paper labels always train,
-    weighted by the choice."""
+    weighted by the choice. Then, with that penalty and those weights, the partial form at each
+    of ``shrinks`` (:data:`PARTIAL_SHRINKS`), its tau and hint floors chosen again: it is
+    chosen only where it scores above the one-score form (each of its fits costs some four of
+    the one-score form's, so it is not crossed with every weight)."""
+    shrinks = PARTIAL_SHRINKS if shrinks is None else tuple(shrinks)
     mcp = data.source != "paper"  # every tool rated under the anchors
     group_of = _groups(data.server[mcp], n_groups, seed)
     grp = np.asarray([group_of.get(s, -1) if m else -1 for s, m in zip(data.server, mcp, strict=True)])
-    # out-of-group cumulative probabilities for every (penalty, corpus weight, word scale)
-    cums: dict[tuple[float, float, float], np.ndarray] = {}
     splits = []
     for g in range(n_groups):
         tr, te = grp != g, grp == g
         train = data.subset(tr)
         words = word_vectors(train, 1.0) if max(WORD_SCALES) > 0 else None
         splits.append((tr, te, train, with_words(train, words), with_words(data.subset(te), words)))
-    for pen in PENALTIES:
-        for cw in CORPUS_WEIGHTS:
-            for ws in WORD_SCALES:
-                cum = np.zeros((len(data.y), 4))
-                for tr, te, train, x_tr, x_te in splits:
-                    f = data.x.shape[1]
-                    a, b = (train.x, data.x[te]) if ws == 0 else (_scaled(x_tr, f, ws), _scaled(x_te, f, ws))
-                    cum[te] = LevelModel(fit_arrays(a, data.y[tr], sample_weights(train, cw), penalty=pen)).cumulative(b)
-                cums[(pen, cw, ws)] = cum[mcp]
+    f = data.x.shape[1]
+
+    def held_cumulative(pen: float, cw: float, ws: float, shrink: float | None) -> np.ndarray:
+        """Out-of-group P(level > k) of the rated tools, every group fitted without it."""
+        cum = np.zeros((len(data.y), 4))
+        form = Choice(pen, cw, ws, (0.5,) * 4, (0.5,) * 4, HINT_FLOORS[0], 0.0, shrink)
+        for tr, te, train, x_tr, x_te in splits:
+            a, b = (train.x, data.x[te]) if ws == 0 else (_scaled(x_tr, f, ws), _scaled(x_te, f, ws))
+            cum[te] = LevelModel(form.arrays(a, data.y[tr], sample_weights(train, cw))).cumulative(b)
+        return cum[mcp]
+
     held = data.subset(mcp)
-    best: Choice | None = None
-    for (pen, cw, ws), cum in cums.items():
-        for tau in _tau_candidates():
-            for hf in HINT_FLOORS:
-                caut = tuple(min(t, 0.3) for t in tau)
-                s = _objective(held.y, served(cum, held, tau, caut, hf))
-                if best is None or s > best.score + 1e-9:
-                    best = Choice(pen, cw, ws, tau, caut, hf, s)
+
+    def best_of(cums: dict[tuple[float, float, float, float | None], np.ndarray], best: Choice | None) -> Choice | None:
+        for (pen, cw, ws, shrink), cum in cums.items():
+            for tau in _tau_candidates():
+                for hf in HINT_FLOORS:
+                    caut = tuple(min(t, 0.3) for t in tau)
+                    s = _objective(held.y, served(cum, held, tau, caut, hf))
+                    if best is None or s > best.score + 1e-9:
+                        best = Choice(pen, cw, ws, tau, caut, hf, s, shrink)
+        return best
+
+    best = best_of({(pen, cw, ws, None): held_cumulative(pen, cw, ws, None)
+                    for pen in PENALTIES for cw in CORPUS_WEIGHTS for ws in WORD_SCALES}, None)
+    assert best is not None
+    if shrinks:
+        best = best_of({(best.penalty, best.corpus_weight, best.word_scale, sh):
+                        held_cumulative(best.penalty, best.corpus_weight, best.word_scale, sh) for sh in shrinks}, best)
     assert best is not None
     return best
 
@@ -409,10 +434,10 @@ def _tau_candidates() -> list[tuple[float, float, float, float]]:
 def fit_level_model(data: LevelData, choice: Choice, *, meta: dict[str, Any] | None = None) -> LevelModel:
     """The level model fitted on all of ``data`` with ``choice`` (its vocabulary too)."""
     words = word_vectors(data, choice.word_scale)
-    arrays = fit_arrays(with_words(data, words), data.y, sample_weights(data, choice.corpus_weight), penalty=choice.penalty)
+    arrays = choice.arrays(with_words(data, words), data.y, sample_weights(data, choice.corpus_weight))
     hf = dict(zip(("destructiveHint", "readOnlyHint=false", "openWorldHint"), choice.hint_floors, strict=True))
-    info = {"tau": list(choice.tau), "tau_cautious": list(choice.tau_cautious), "hint_floors": hf, "choice": choice.to_dict(), "form": FORM,
-            **({"shrink": SHRINK} if FORM == "partial" else {}),
+    info = {"tau": list(choice.tau), "tau_cautious": list(choice.tau_cautious), "hint_floors": hf, "choice": choice.to_dict(),
+            "form": "proportional" if choice.shrink is None else "partial", **({"shrink": choice.shrink} if choice.shrink is not None else {}),
             "n_tools": {str(s): int((data.source == s).sum()) for s in np.unique(data.source)}}
     if words is not None:
         arrays["text.idf"] = words.idf.astype(np.float32)
@@ -425,14 +450,52 @@ def model_features(model: LevelModel, data: LevelData) -> np.ndarray:
     return with_words(data, model.words)
 
 
-def leave_groups_out(data: LevelData, units: dict[str, Sequence[str]], *, seed: int = 42, progress: bool = False,
-                     baselines: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
-    """Every tool of each unit (name -> the groups it holds: one MCP server, one corpus, the
-    attack set) served by a model fitted and tuned without that unit; the agreement and policy
-    rows pooled over the units and per unit, the confusion matrix, and each baseline (name ->
-    served levels over the same rows, in order) on the same rows."""
+#: What a worker process of :func:`_map_units` reads (set before the pool forks: the data is
+#: shared by the fork, not pickled for each unit).
+_SHARED: dict[str, Any] = {}
+
+
+def _held_out_unit(groups: Sequence[str], seed: int, shrinks: Sequence[float] | None, with_hints: bool
+                   ) -> tuple[Choice, np.ndarray, np.ndarray, np.ndarray]:
+    """One unit held out of ``_SHARED["data"]``: the inner choice, and the held-out tools' P(level > k),
+    served level and level before hints (or with none, for ``with_hints`` False)."""
+    data: LevelData = _SHARED["data"]
+    held = np.isin(data.server, list(groups))
+    train = data.subset(~held)
+    ch = choose(train, seed=seed, shrinks=shrinks)
+    model = fit_level_model(train, ch)
+    te = data.subset(held)
+    cum = model.cumulative(model_features(model, te))
+    return ch, cum, served(cum, te, ch.tau, ch.tau_cautious, ch.hint_floors if with_hints else None), served(cum, te, ch.tau, ch.tau_cautious, None)
+
+
+def _map_units(data: LevelData, units: Sequence[Sequence[str]], seed: int, shrinks: Sequence[float] | None, with_hints: bool,
+               workers: int, progress: bool) -> list[tuple[Choice, np.ndarray, np.ndarray, np.ndarray]]:
+    """:func:`_held_out_unit` for every unit, in order, in ``workers`` forked processes (each
+    unit's fits and choices are its own, so the results are those of one process)."""
     from tqdm import tqdm
 
+    _SHARED["data"] = data
+    try:
+        if workers <= 1:
+            return [_held_out_unit(g, seed, shrinks, with_hints) for g in tqdm(units, desc="leave one out", disable=not progress)]
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            futures = [pool.submit(_held_out_unit, g, seed, shrinks, with_hints) for g in units]
+            return [f.result() for f in tqdm(futures, desc="leave one out", disable=not progress)]
+    finally:
+        _SHARED.clear()
+
+
+def leave_groups_out(data: LevelData, units: dict[str, Sequence[str]], *, seed: int = 42, progress: bool = False,
+                     baselines: dict[str, np.ndarray] | None = None, shrinks: Sequence[float] | None = None,
+                     workers: int = 1) -> dict[str, Any]:
+    """Every tool of each unit (name -> the groups it holds: one MCP server, one corpus, the
+    attack set) served by a model fitted and tuned without that unit (in ``workers`` processes);
+    the agreement and policy rows pooled over the units and per unit, the confusion matrix, and
+    each baseline (name -> served levels over the same rows, in order) on the same rows."""
     rows = np.flatnonzero(np.isin(data.server, [g for gs in units.values() for g in gs]))
     pos_of = {int(r): k for k, r in enumerate(rows)}
     pred = np.zeros(len(rows), dtype=np.int64)
@@ -440,16 +503,12 @@ def leave_groups_out(data: LevelData, units: dict[str, Sequence[str]], *, seed: 
     cumulative = np.zeros((len(rows), 4))
     unit_of = np.empty(len(rows), dtype=object)
     choices = {}
-    for unit, groups in tqdm(units.items(), desc="leave one out", disable=not progress):
+    results = _map_units(data, list(units.values()), seed, shrinks, True, workers, progress)
+    for (unit, groups), (ch, cum, lv, before_hints) in zip(units.items(), results, strict=True):
         held = np.isin(data.server, list(groups))
-        train = data.subset(~held)
-        ch = choose(train, seed=seed)
-        model = fit_level_model(train, ch)
-        te = data.subset(held)
-        cum = model.cumulative(model_features(model, te))
         pos = np.asarray([pos_of[int(r)] for r in np.flatnonzero(held)])
-        pred[pos] = served(cum, te, ch.tau, ch.tau_cautious, ch.hint_floors)
-        model_level[pos] = served(cum, te, ch.tau, ch.tau_cautious, None)
+        pred[pos] = lv
+        model_level[pos] = before_hints
         cumulative[pos] = cum
         unit_of[pos] = unit
         choices[unit] = ch.to_dict()
@@ -463,16 +522,19 @@ def leave_groups_out(data: LevelData, units: dict[str, Sequence[str]], *, seed: 
     return out
 
 
-def paper_agreement(data: LevelData, benchmarks: Sequence[tuple[str, np.ndarray]], *, seed: int = 42) -> dict[str, Any]:
+def paper_agreement(data: LevelData, benchmarks: Sequence[tuple[str, np.ndarray]], *, seed: int = 42,
+                    shrinks: Sequence[float] | None = None, workers: int = 1) -> dict[str, Any]:
     """For each benchmark (name, a mask over ``data`` of its paper-labelled tools): a model fitted
     (with the inner choice) on everything but that benchmark's tools, κ and the policy row of
     its served level (benchmark tools declare no hints) against the paper's labels."""
-    out = {}
+    # each benchmark's tools as a group of their own (its name marks them; other rows keep theirs)
+    marked = data.server.astype(object).copy()
     for name, mask in benchmarks:
-        train = data.subset(~mask)
-        test = data.subset(mask)
-        ch = choose(train, seed=seed)
-        model = fit_level_model(train, ch)
-        pred = served(model.cumulative(model_features(model, test)), test, ch.tau, ch.tau_cautious, None)
-        out[name] = {**agreement_row(test.y, pred), "confusion": confusion(test.y, pred), "choice": ch.to_dict()}
+        marked[mask] = f"held out: {name}"
+    keyed = LevelData(data.x, data.y, data.source, marked.astype(str), data.cautious, data.floors, data.hints, data.names, data.texts)
+    results = _map_units(keyed, [[f"held out: {name}"] for name, _ in benchmarks], seed, shrinks, False, workers, False)
+    out = {}
+    for (name, mask), (ch, _, pred, _) in zip(benchmarks, results, strict=True):
+        y = data.y[mask]
+        out[name] = {**agreement_row(y, pred), "confusion": confusion(y, pred), "choice": ch.to_dict()}
     return out
