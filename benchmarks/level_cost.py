@@ -49,7 +49,9 @@ def main() -> None:
     doc = {"date": time.strftime("%Y-%m-%d"), "machine": f"{os.cpu_count()}-core {platform.machine()} (load {os.getloadavg()[0]:.2f} at the end)",
            "tools": len(tools), "repeats": a.repeats, "target_ms_per_tool": TARGET_MS,
            "cpu_ms_per_tool": {"best": round(min(cpu), 4), "median": round(statistics.median(cpu), 4)},
-           "wall_ms_per_tool": {"best": round(min(wall), 4), "median": round(statistics.median(wall), 4)}}
+           "wall_ms_per_tool": {"best": round(min(wall), 4), "median": round(statistics.median(wall), 4)},
+           # which level model was timed (its form costs: a partial model reads four scores, not one)
+           "level_model": {"weights_sha256": model.meta.get("weights_sha256"), "form": model.meta.get("form", "proportional")}}
     print(f"{len(tools)} tools: CPU {doc['cpu_ms_per_tool']['median']:.3f} ms per tool (median of {a.repeats}; best "
           f"{doc['cpu_ms_per_tool']['best']:.3f}), wall {doc['wall_ms_per_tool']['median']:.3f}; target {TARGET_MS} ms; {doc['machine']}")
     if a.json:

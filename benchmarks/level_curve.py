@@ -43,7 +43,6 @@ from riskrank.training.levels import (
     Choice,
     LevelData,
     agreement_row,
-    fit_ordinal,
     sample_weights,
     served,
     with_words,
@@ -96,8 +95,7 @@ def _cumulative(variant: str, data: LevelData, train: np.ndarray, test: np.ndarr
     extra = _extra(variant, data, train, test, dim)
     if extra is not None:
         x_tr, x_te = sp.hstack([x_tr, extra[0]], format="csr"), sp.hstack([x_te, extra[1]], format="csr")
-    w, th = fit_ordinal(x_tr, tr.y, sample_weights(tr, choice.corpus_weight), penalty=choice.penalty)
-    cum = LevelModel({"ordinal.weight": w, "ordinal.thresholds": th}).cumulative(x_te)
+    cum = LevelModel(choice.arrays(x_tr, tr.y, sample_weights(tr, choice.corpus_weight))).cumulative(x_te)
     if variant == "boosted trees":
         from sklearn.ensemble import HistGradientBoostingClassifier
 

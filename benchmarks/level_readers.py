@@ -58,8 +58,7 @@ def shipped_choice() -> Choice:
     from riskrank.levels import load_level_model
 
     c = load_level_model(default_level_model_dir()).meta["choice"]
-    return Choice(c["penalty"], c["corpus_weight"], c["word_scale"], tuple(c["tau"]), tuple(c["tau_cautious"]),
-                  tuple(c["hint_floors"]), c["inner_objective"])
+    return Choice.from_dict(c)
 
 
 def rated_data(enc: Encoder) -> tuple[LevelData, list[str]]:

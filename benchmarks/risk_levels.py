@@ -18,7 +18,9 @@ What it measures, against the rubric levels three annotators gave (riskrank.data
 * the cost of reading a registry's levels (capabilities, text facts, the model) per tool.
 
 ``--save`` fits the model on everything with the choice the inner split makes over all servers
-and writes it (what the package ships).
+and writes it (what the package ships). ``--shrinks 1,3,10`` lets every inner split choose the
+partial form at those shrinks beside the one-score form (default: the training code's
+``PARTIAL_SHRINKS``); ``--workers 2`` holds the units out in two processes (the same figures).
 """
 
 from __future__ import annotations

@@ -138,7 +138,7 @@ def test_the_ordinal_fit_has_the_gradient_it_claims_and_orders_levels(monkeypatc
 
 def test_a_weight_per_boundary_learns_what_one_score_cannot_and_loads_beside_the_old_form(tmp_path) -> None:
     """Where one feature decides L1 vs L2 and another L3 vs L4, a weight vector per boundary
-    (fit_boundaries, the shipped form) reads both; one score against four thresholds
+    (fit_boundaries) reads both; one score against four thresholds
     (fit_ordinal) has to trade them. The model reads P(level > k) as non-increasing in k, a
     model file of either form round-trips, and a weight of another shape is refused."""
     from riskrank.capabilities import CAPABILITY_KEYS

@@ -3,11 +3,12 @@
 Training data: the rubric levels three annotators gave 1,298 real MCP tools, 895 tools of the
 corpora and 260 attack and look-alike definitions (:mod:`riskrank.datasets.rubric`), and,
 weighted by a choice, the paper's audited levels of the benchmarks (UltraTool, Seal-Tools). The model is a cumulative-logit
-(all-threshold) regression with an L2 penalty, fitted by L-BFGS (:func:`fit_ordinal`; two forms
-with a weight vector per level boundary, :func:`fit_boundaries` and :func:`fit_partial`, are
-measured beside it and not shipped: :data:`FORM`); its choices (the penalty, the
-benchmarks' weight, the decision thresholds ``tau`` and the hint floors) are made by an inner
-leave-servers-out split of the training servers only.
+(all-threshold) regression with an L2 penalty, fitted by L-BFGS: one score for every level
+boundary (:func:`fit_ordinal`), or a weight vector the boundaries share plus one per boundary
+penalised ``shrink`` times as much (:func:`fit_partial`; :func:`fit_boundaries`, a vector per
+boundary alone, is measured beside them). Its choices (the penalty, the benchmarks' weight, the
+decision thresholds ``tau``, the hint floors and the form with its shrink, from
+:data:`PARTIAL_SHRINKS`) are made by an inner leave-servers-out split of the training servers only.
 
 The judge is the level served, with the declared hints stripped from the model's input and
 applied as the gateway applies them:
@@ -170,16 +171,27 @@ def fit_partial(x: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None, 
     return (w[None, :] + d).astype(np.float32), th.astype(np.float32)
 
 
-#: The level model's form: "proportional" (one score and four thresholds, :func:`fit_ordinal`),
-#: "boundaries" (a weight vector per boundary alone, :func:`fit_boundaries`) or "partial" (a
-#: weight vector the boundaries share, and one per boundary penalised ``shrink`` times as much:
-#: :func:`fit_partial`). benchmarks/level_forms.py compares them with one fixed choice;
-#: docs/base-model.md says which ships and why.
+#: :func:`fit_arrays`' default form: "proportional" (one score and four thresholds,
+#: :func:`fit_ordinal`), "boundaries" (a weight vector per boundary alone, :func:`fit_boundaries`)
+#: or "partial" (a weight vector the boundaries share, and one per boundary penalised ``shrink``
+#: times as much: :func:`fit_partial`). benchmarks/level_forms.py compares them with one fixed
+#: choice; the shipped model's form is its inner split's choice (:attr:`Choice.shrink`).
 FORM = "proportional"
 SHRINK = 3.0
 #: The partial form's shrinks the inner split may choose beside the one-score form (which is
-#: shrink without bound); empty: the one-score form only. (:func:`choose`)
-PARTIAL_SHRINKS: tuple[float, ...] = ()
+#: shrink without bound); empty: the one-score form only (:func:`choose`). The values are
+#: three of the four benchmarks/level_forms.py had tried on held-out servers with a fixed
+#: choice (30, the nearest to the one-score form the split always has, left out; docs/base-model.md
+#: says so); the inner split picks among them on training servers only.
+PARTIAL_SHRINKS: tuple[float, ...] = (1.0, 3.0, 10.0)
+
+
+def fit_form(x: Any, y: np.ndarray, weight: np.ndarray | None = None, *, penalty: float = 1.0,
+             shrink: float | None = None) -> dict[str, np.ndarray]:
+    """The level model's arrays: the partial form at ``shrink``, or one score for every boundary (None)."""
+    if shrink is None:
+        return fit_arrays(x, y, weight, penalty=penalty, form="proportional")
+    return fit_arrays(x, y, weight, penalty=penalty, form="partial", shrink=shrink)
 
 
 def fit_arrays(x: Any, y: np.ndarray, weight: np.ndarray | None = None, *, penalty: float = 1.0,
@@ -339,15 +351,20 @@ class Choice:
     shrink: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The choice as a model's sidecar and the artefacts record it (a shrink only for the partial form)."""
         return {"penalty": self.penalty, "corpus_weight": self.corpus_weight, "word_scale": self.word_scale, "tau": list(self.tau),
                 "tau_cautious": list(self.tau_cautious), "hint_floors": list(self.hint_floors), "inner_objective": round(self.score, 4),
-                "shrink": self.shrink}
+                **({"shrink": self.shrink} if self.shrink is not None else {})}
+
+    @classmethod
+    def from_dict(cls, c: dict[str, Any]) -> Choice:
+        """A choice as :meth:`to_dict` wrote it (a sidecar's or an artefact's ``choice``)."""
+        return cls(c["penalty"], c["corpus_weight"], c["word_scale"], tuple(c["tau"]), tuple(c["tau_cautious"]),
+                   tuple(c["hint_floors"]), c["inner_objective"], c.get("shrink"))
 
     def arrays(self, x: Any, y: np.ndarray, weight: np.ndarray) -> dict[str, np.ndarray]:
         """The level model's arrays fitted in this choice's form."""
-        if self.shrink is None:
-            return fit_arrays(x, y, weight, penalty=self.penalty, form="proportional")
-        return fit_arrays(x, y, weight, penalty=self.penalty, form="partial", shrink=self.shrink)
+        return fit_form(x, y, weight, penalty=self.penalty, shrink=self.shrink)
 
 
 def _groups(servers: np.ndarray, n_groups: int, seed: int) -> dict[str, int]:
@@ -388,10 +405,9 @@ def choose(data: LevelData, *, n_groups: int = 4, seed: int = 42, shrinks: Seque
     def held_cumulative(pen: float, cw: float, ws: float, shrink: float | None) -> np.ndarray:
         """Out-of-group P(level > k) of the rated tools, every group fitted without it."""
         cum = np.zeros((len(data.y), 4))
-        form = Choice(pen, cw, ws, (0.5,) * 4, (0.5,) * 4, HINT_FLOORS[0], 0.0, shrink)
         for tr, te, train, x_tr, x_te in splits:
             a, b = (train.x, data.x[te]) if ws == 0 else (_scaled(x_tr, f, ws), _scaled(x_te, f, ws))
-            cum[te] = LevelModel(form.arrays(a, data.y[tr], sample_weights(train, cw))).cumulative(b)
+            cum[te] = LevelModel(fit_form(a, data.y[tr], sample_weights(train, cw), penalty=pen, shrink=shrink)).cumulative(b)
         return cum[mcp]
 
     held = data.subset(mcp)
@@ -469,10 +485,14 @@ def _held_out_unit(groups: Sequence[str], seed: int, shrinks: Sequence[float] | 
     return ch, cum, served(cum, te, ch.tau, ch.tau_cautious, ch.hint_floors if with_hints else None), served(cum, te, ch.tau, ch.tau_cautious, None)
 
 
-def _map_units(data: LevelData, units: Sequence[Sequence[str]], seed: int, shrinks: Sequence[float] | None, with_hints: bool,
+def _map_units(data: LevelData, units: Sequence[Sequence[str]], *, seed: int, shrinks: Sequence[float] | None, with_hints: bool,
                workers: int, progress: bool) -> list[tuple[Choice, np.ndarray, np.ndarray, np.ndarray]]:
     """:func:`_held_out_unit` for every unit, in order, in ``workers`` forked processes (each
-    unit's fits and choices are its own, so the results are those of one process)."""
+    unit's fits and choices are its own, so the results are those of one process). The children
+    run NumPy and SciPy only: a parent whose torch thread pools were started before the fork is
+    safe so long as they never touch torch. One call at a time per process (the data goes
+    through a module global, shared by the fork instead of pickled per unit). A unit that fails
+    cancels the units not yet started."""
     from tqdm import tqdm
 
     _SHARED["data"] = data
@@ -482,9 +502,15 @@ def _map_units(data: LevelData, units: Sequence[Sequence[str]], seed: int, shrin
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+        try:
             futures = [pool.submit(_held_out_unit, g, seed, shrinks, with_hints) for g in units]
             return [f.result() for f in tqdm(futures, desc="leave one out", disable=not progress)]
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        finally:
+            pool.shutdown(wait=True)
     finally:
         _SHARED.clear()
 
@@ -503,7 +529,7 @@ def leave_groups_out(data: LevelData, units: dict[str, Sequence[str]], *, seed: 
     cumulative = np.zeros((len(rows), 4))
     unit_of = np.empty(len(rows), dtype=object)
     choices = {}
-    results = _map_units(data, list(units.values()), seed, shrinks, True, workers, progress)
+    results = _map_units(data, list(units.values()), seed=seed, shrinks=shrinks, with_hints=True, workers=workers, progress=progress)
     for (unit, groups), (ch, cum, lv, before_hints) in zip(units.items(), results, strict=True):
         held = np.isin(data.server, list(groups))
         pos = np.asarray([pos_of[int(r)] for r in np.flatnonzero(held)])
@@ -529,10 +555,15 @@ def paper_agreement(data: LevelData, benchmarks: Sequence[tuple[str, np.ndarray]
     its served level (benchmark tools declare no hints) against the paper's labels."""
     # each benchmark's tools as a group of their own (its name marks them; other rows keep theirs)
     marked = data.server.astype(object).copy()
+    taken = np.zeros(len(data.y), dtype=bool)
     for name, mask in benchmarks:
+        if (taken & mask).any():
+            raise ValueError(f"benchmark {name!r} shares tools with another benchmark held out")
+        taken |= mask
         marked[mask] = f"held out: {name}"
     keyed = LevelData(data.x, data.y, data.source, marked.astype(str), data.cautious, data.floors, data.hints, data.names, data.texts)
-    results = _map_units(keyed, [[f"held out: {name}"] for name, _ in benchmarks], seed, shrinks, False, workers, False)
+    results = _map_units(keyed, [[f"held out: {name}"] for name, _ in benchmarks], seed=seed, shrinks=shrinks, with_hints=False,
+                         workers=workers, progress=False)
     out = {}
     for (name, mask), (ch, _, pred, _) in zip(benchmarks, results, strict=True):
         y = data.y[mask]
