@@ -11,8 +11,8 @@ and a shared weight vector plus one per boundary penalised ``shrink`` times as m
 (``partial shrink S``, :func:`~riskrank.training.levels.fit_partial`).
 
 Judged like ``benchmarks/level_curve.py``, with nothing tuned per form: one fixed choice (the
-one the inner split made for the model shipped before, read from
-``benchmarks/results/risk_levels.json``: thresholds, hint floors, word weight) for
+one the inner split made for the one-score model shipped until 2026-12-07, read from
+``benchmarks/results/risk_levels_proportional.json``: thresholds, hint floors, word weight) for
 every form; each of the 23 MCP servers held out in turn (pooled, and over the 8 servers never
 read while the capability patterns were written), then each corpus of the rated sample and the
 attack set held out in turn (pooled, and the attack set alone). The served level's weighted κ,
@@ -47,7 +47,7 @@ from riskrank.training.levels import (
     word_vectors,
 )
 
-CHOICE_FROM = Path(__file__).with_name("results") / "risk_levels.json"
+CHOICE_FROM = Path(__file__).with_name("results") / "risk_levels_proportional.json"
 FORMS = ("proportional", "boundaries", "partial shrink 1", "partial shrink 3", "partial shrink 10", "partial shrink 30")
 SETS = {"apibank": ["apibank"], "toolalpaca": ["toolalpaca"], "bfcl": ["bfcl"], "ultratool": ["ultratool"],
         "sealtools": ["sealtools"], "attack set": ["attack", "lookalike"]}
@@ -55,8 +55,7 @@ SETS = {"apibank": ["apibank"], "toolalpaca": ["toolalpaca"], "bfcl": ["bfcl"], 
 
 def fixed_choice() -> Choice:
     c = json.loads(CHOICE_FROM.read_text(encoding="utf-8"))["choice"]
-    return Choice(c["penalty"], c["corpus_weight"], c["word_scale"], tuple(c["tau"]), tuple(c["tau_cautious"]),
-                  tuple(c["hint_floors"]), c["inner_objective"])
+    return Choice.from_dict(c)
 
 
 def _arrays(form: str, x: Any, y: np.ndarray, w: np.ndarray, penalty: float) -> dict[str, np.ndarray]:

@@ -32,7 +32,11 @@ import anyio
 from riskrank.serving import mcp_compat
 
 HERE = Path(__file__).resolve().parent
-POLICY = {"max_level": 3, "confirm_level": 3, "allow": ["*"], "deny": ["*move_file"], "exposure_ttl_s": 600}
+#: The team's knowledge graph is shared (others rely on what it holds), so its operator pins
+#: writing entities at L3 and deleting them at L4, above the level model's reading for a private
+#: graph (L2 and L3): every other level is the model's.
+POLICY = {"max_level": 3, "confirm_level": 3, "allow": ["*"], "deny": ["*move_file"], "exposure_ttl_s": 600,
+          "levels": {"create_entities": 3, "delete_entities": 4}}
 #: The scripted agent: (task, the tools it would use, best first, with their arguments). It
 #: calls the first of them that find_tools offered, else the first one anyway (as a model
 #: that ignores the list would). {root} is the workspace.

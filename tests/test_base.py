@@ -518,8 +518,9 @@ def test_shipped_penalty_reads_the_served_levels(encoder):
 @pytest.mark.parametrize("unaudited", [False, True])
 def test_demo_weather_question_shows_no_deployment_tool(unaudited):
     """The demo's weather question (demo-05) on the shipped model: what riskrank serves by
-    default holds no tool served at L3 or above, deploy_to_production (L4) included; plain
-    relevance ranking still lists it (the penalty, not the demo's data, removes it)."""
+    default holds no tool served at L3 or above, deploy_to_production (L4) included, and puts
+    the forecast first; plain relevance ranking (which may list it: the model built on
+    2026-12-06 did, today's build does not) puts the forecast first too."""
     import riskrank.experiments.demo as demo_mod
 
     lists = demo_mod.run_demo(["demo-05"], echo=lambda s: None, unaudited=unaudited)["demo-05"]
@@ -529,9 +530,8 @@ def test_demo_weather_question_shows_no_deployment_tool(unaudited):
         if not name.startswith("relevance only"):
             assert "deploy_to_production" not in [t.name for t in shown.tools], name
             assert all(t.effective_level < 3 for t in shown.tools), name
-    if not unaudited:
-        plain = next(v for k, v in lists.items() if k.startswith("relevance only"))
-        assert "deploy_to_production" in [t.name for t in plain.tools]
+    plain = next(v for k, v in lists.items() if k.startswith("relevance only"))
+    assert plain.tools[0].name == "get_weather_forecast"
 
 
 def test_levels_table_applies_the_rule_fixed_before_the_runs():

@@ -37,8 +37,11 @@ ADMIN_SECRET = "riskrank-admin-secret-0123456789"
 # trigger-long-running-operation (L3 by its words) is pinned to L1: an operator's audit.
 POLICY = {"max_level": 3, "confirm_level": 3, "allow": ["*"], "deny": ["toggle-*"],
           # The operator's audit: get-env reads the server's environment; its untrusted readOnlyHint
-          # does not lower the keyword level (L3), so without this pin it needs confirmation.
-          "levels": {"trigger-long-running-operation": 1, "get-env": 2}}
+          # does not lower the keyword level (L3), so without this pin it needs confirmation. The
+          # team's knowledge graph is shared (others rely on it): adding entities is L3 and deleting
+          # them L4 here, where the rubric rates a private graph's L2 and L3 (the level model's
+          # reading); the pins keep these tests of the confirmation flow off the model's reading.
+          "levels": {"trigger-long-running-operation": 1, "get-env": 2, "create_entities": 3, "delete_entities": 4}}
 
 
 @pytest.fixture(scope="module")
@@ -459,7 +462,7 @@ def test_the_example_agent_loop(bins, tmp_path):
     assert forget["result"].startswith("above_max_level: 'delete_entities'") and "delete_entities" not in forget["offered"]
     audit = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
     # read_text_file is L1 (the level model's level, shown and enforced alike): no confirmation;
-    # create_entities is L3 (a state change): asked, approved for Alice and declined for Bob.
+    # create_entities is L3 (the example's operator pins it): asked, approved for Alice and declined for Bob.
     read = by_task["read the log file old.log"]
     assert not read["error"] and read["tool"] == "read_text_file"
     assert [r["tool"] for r in audit if r.get("confirmed")] == ["create_entities"]
@@ -618,8 +621,9 @@ def test_answers_before_a_slow_upstream_and_imports_no_torch(bins, tmp_path):
     while "torch imported" not in (err := (tmp_path / "gw.err").read_text()) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert tools == ["find_tools", "call_tool"]
-    assert found["tools"] and {t["name"] for t in found["tools"]} <= {
-        "create_entities", "create_relations", "add_observations", "read_graph", "search_nodes", "open_nodes"}
+    assert found["tools"] and {t["name"] for t in found["tools"]} <= {  # the memory server's tools
+        "create_entities", "create_relations", "add_observations", "read_graph", "search_nodes", "open_nodes",
+        "delete_entities", "delete_observations", "delete_relations"}
     assert found["upstreams_starting"] == ["slow"] and found["upstreams_down"] == []
     # the timeline: tools/list was answered before the first catalogue was ready
     stages = [line.split(") ", 1)[1] for line in err.splitlines() if "start-up" in line and " s (+" in line]

@@ -1187,35 +1187,37 @@ claim(BM, "UltraTool's {} and Seal-Tools' {} audited tools form one registry; th
 LEVELS = Json("benchmarks/results/risk_levels.json")
 LEVELS_FIRST = Json("benchmarks/results/risk_levels_first_run.json")
 LEVELS_PREV = Json("benchmarks/results/risk_levels_previous.json")
+#: The shipped model's run before the partial form (one score for every boundary, 2026-12-06).
+LEVELS_PROP = Json("benchmarks/results/risk_levels_proportional.json")
 RL_POOLED = ("leave_one_server_out", "pooled")
-LEVELS_TIMING = Timing("2-core machine", "2026-12-06", "benchmarks/results/risk_levels.json")
+LEVELS_TIMING = Timing("2-core machine", "2026-12-07", "benchmarks/results/risk_levels.json")
 
 
 LEVELS_CLAUSES = Json("benchmarks/results/risk_levels_clauses.json")
 CLAUSES_SERVED = (*RL_POOLED, "served level")
-claim(BM, "reads, leave one MCP server out, weighted κ {}, exact {} %,\nwithin one {} %, L1–L2 asked {} %, L4–L5 run unasked {} % (the run above: {}, {} %,\n{} %, {} %, {} %)",
+claim(BM, "reads, leave one MCP server out, weighted κ {}, exact {} %,\nwithin one {} %, L1–L2 asked {} %, L4–L5 run unasked {} % (the one-score model's run\nof 2026-12-06, `risk_levels_proportional.json`: {}, {} %, {} %, {} %, {} %)",
       LEVELS_CLAUSES.at(*CLAUSES_SERVED, "kappa_quadratic", fmt=".3f"), pct(LEVELS_CLAUSES.at(*CLAUSES_SERVED, "exact")),
       pct(LEVELS_CLAUSES.at(*CLAUSES_SERVED, "within_one")), pct(LEVELS_CLAUSES.at(*CLAUSES_SERVED, "low_asked")),
       pct(LEVELS_CLAUSES.at(*CLAUSES_SERVED, "high_unasked")),
-      LEVELS.at(*CLAUSES_SERVED, "kappa_quadratic", fmt=".3f"), pct(LEVELS.at(*CLAUSES_SERVED, "exact")),
-      pct(LEVELS.at(*CLAUSES_SERVED, "within_one")), pct(LEVELS.at(*CLAUSES_SERVED, "low_asked")),
-      pct(LEVELS.at(*CLAUSES_SERVED, "high_unasked")))
+      LEVELS_PROP.at(*CLAUSES_SERVED, "kappa_quadratic", fmt=".3f"), pct(LEVELS_PROP.at(*CLAUSES_SERVED, "exact")),
+      pct(LEVELS_PROP.at(*CLAUSES_SERVED, "within_one")), pct(LEVELS_PROP.at(*CLAUSES_SERVED, "low_asked")),
+      pct(LEVELS_PROP.at(*CLAUSES_SERVED, "high_unasked")))
 claim(BM, "{} of the {} held-out levels moved",
-      V(lambda: sum(x != y for x, y in zip(_load("benchmarks/results/risk_levels.json")["leave_one_server_out"]["predictions"]["served"],
+      V(lambda: sum(x != y for x, y in zip(_load("benchmarks/results/risk_levels_proportional.json")["leave_one_server_out"]["predictions"]["served"],
                                            _load("benchmarks/results/risk_levels_clauses.json")["leave_one_server_out"]["predictions"]["served"],
-                                           strict=True)), "benchmarks/results/risk_levels.json; benchmarks/results/risk_levels_clauses.json"),
-      LEVELS.at(*CLAUSES_SERVED, "n", fmt=","))
-claim(BM, "Fitted on everything with them, the choice would be τ₃ {} where the shipped model\nhas {}",
-      LEVELS_CLAUSES.at("choice", "tau", 2), LEVELS.at("choice", "tau", 2))
+                                           strict=True)), "benchmarks/results/risk_levels_proportional.json; benchmarks/results/risk_levels_clauses.json"),
+      LEVELS_PROP.at(*CLAUSES_SERVED, "n", fmt=","))
+claim(BM, "Fitted on everything with them, the choice would be τ₃ {} where the model then\nshipped had {}",
+      LEVELS_CLAUSES.at("choice", "tau", 2), LEVELS_PROP.at("choice", "tau", 2))
 
 
 claim(BM, "which changed in 13 of the 23 folds for a change of at most {} in its objective",
       V(lambda: max(abs(a["inner_objective"] - b["inner_objective"])
-                    for a, b in zip(_load("benchmarks/results/risk_levels.json")["leave_one_server_out"]["choices"].values(),
+                    for a, b in zip(_load("benchmarks/results/risk_levels_proportional.json")["leave_one_server_out"]["choices"].values(),
                                     _load("benchmarks/results/risk_levels_clauses.json")["leave_one_server_out"]["choices"].values(),
                                     strict=True)
                     if {k: v for k, v in a.items() if k != "inner_objective"} != {k: v for k, v in b.items() if k != "inner_objective"}),
-        "benchmarks/results/risk_levels.json; benchmarks/results/risk_levels_clauses.json", ".3f"))
+        "benchmarks/results/risk_levels_proportional.json; benchmarks/results/risk_levels_clauses.json", ".3f"))
 LEVELS_SUBJECT = Json("benchmarks/results/risk_levels_subject.json")
 claim(BM, "The same command run with it\n(`python benchmarks/risk_levels.py --json benchmarks/results/risk_levels_subject.json`, the\n2-core machine, "
       "2026-12-07) reads weighted κ {}, exact {} %, within one {} %, L1–L2 asked {} %, L4–L5 run unasked {} %",
@@ -1232,8 +1234,8 @@ claim(BM, "{} of the {} held-out levels moved against the run before", V(lambda:
                              _load("benchmarks/results/risk_levels_subject.json")["leave_one_server_out"]["predictions"]["served"],
                              strict=True)), "benchmarks/results/risk_levels_clauses.json; benchmarks/results/risk_levels_subject.json"),
       LEVELS_SUBJECT.at(*CLAUSES_SERVED, "n", fmt=","))
-claim(BM, "fitted on everything with it, the inner split would weigh the benchmarks' paper labels at {} where the shipped model has {}",
-      LEVELS_SUBJECT.at("choice", "corpus_weight", fmt=".1f"), LEVELS.at("choice", "corpus_weight", fmt=".0f"))
+claim(BM, "fitted on everything with it, the inner split would weigh the benchmarks' paper labels at {} where the model then shipped had {}",
+      LEVELS_SUBJECT.at("choice", "corpus_weight", fmt=".1f"), LEVELS_PROP.at("choice", "corpus_weight", fmt=".0f"))
 LEVELS_BOUND = Json("benchmarks/results/risk_levels_boundaries.json")
 SETS_SERVED = ("leave_one_set_out", "pooled", "served level")
 ATTACK_SERVED = ("leave_one_set_out", "per_unit", "attack set", "served level")
@@ -1252,12 +1254,50 @@ claim(BM, "with each corpus or the attack set held out, {} % of the tools rated 
       pct(LEVELS_BOUND.at("attack_unread_half", "served level", "high_unasked")), pct(LEVELS_SUBJECT.at("attack_unread_half", "served level", "high_unasked")),
       LEVELS_BOUND.at("paper_labels", "ultratool", "kappa_quadratic", fmt=".3f"), LEVELS_BOUND.at("paper_labels", "sealtools", "kappa_quadratic", fmt=".3f"),
       LEVELS_SUBJECT.at("paper_labels", "ultratool", "kappa_quadratic", fmt=".3f"), LEVELS_SUBJECT.at("paper_labels", "sealtools", "kappa_quadratic", fmt=".3f"))
-claim(BM, "Between the one-score form's own two runs (the shipped model's, and the one with the subject rule) the first of these moved\ntoo, "
-      "from {} % to {} %", pct(LEVELS.at(*SETS_SERVED, "high_unasked")), pct(LEVELS_SUBJECT.at(*SETS_SERVED, "high_unasked")))
+claim(BM, "Between the one-score form's own two runs (the model then shipped's, and the one with the subject rule) the first of these moved\ntoo, "
+      "from {} % to {} %", pct(LEVELS_PROP.at(*SETS_SERVED, "high_unasked")), pct(LEVELS_SUBJECT.at(*SETS_SERVED, "high_unasked")))
+LOSO_CHOICES = LEVELS.at("leave_one_server_out", "choices")
+claim(BM, "the inner splits chose the partial form at shrink 1 in {} of the {} server folds, at 3 in {}, and one score in {}",
+      LOSO_CHOICES.map(lambda d: sum(c.get("shrink") == 1.0 for c in d.values()), "d"), LOSO_CHOICES.map(len, "d"),
+      LOSO_CHOICES.map(lambda d: sum(c.get("shrink") == 3.0 for c in d.values()), "d"),
+      LOSO_CHOICES.map(lambda d: sum(c.get("shrink") is None for c in d.values()), "d"))
+claim(BM, "reads, every MCP server held out, weighted κ {} ({}), exact {} % ({} %), within one {} % ({} %), L1–L2 asked {} % ({} %), "
+      "L4–L5 run unasked {} % ({} %), on the never-read servers κ {} ({})",
+      LEVELS.at(*CLAUSES_SERVED, "kappa_quadratic", fmt=".3f"), LEVELS_SUBJECT.at(*CLAUSES_SERVED, "kappa_quadratic", fmt=".3f"),
+      pct(LEVELS.at(*CLAUSES_SERVED, "exact")), pct(LEVELS_SUBJECT.at(*CLAUSES_SERVED, "exact")),
+      pct(LEVELS.at(*CLAUSES_SERVED, "within_one")), pct(LEVELS_SUBJECT.at(*CLAUSES_SERVED, "within_one")),
+      pct(LEVELS.at(*CLAUSES_SERVED, "low_asked")), pct(LEVELS_SUBJECT.at(*CLAUSES_SERVED, "low_asked")),
+      pct(LEVELS.at(*CLAUSES_SERVED, "high_unasked")), pct(LEVELS_SUBJECT.at(*CLAUSES_SERVED, "high_unasked")),
+      LEVELS.at("read_split", "never read", "kappa_quadratic", fmt=".3f"), LEVELS_SUBJECT.at("read_split", "never read", "kappa_quadratic", fmt=".3f"))
+claim(BM, "the corpora and the attack set held out in turn leave {} % of their L4–L5 tools unasked ({} %), the attack set {} % ({} %), "
+      "its never-read half {} % ({} %); the paper's labels of a benchmark held out agree at κ {} and {} ({} and {})",
+      pct(LEVELS.at(*SETS_SERVED, "high_unasked")), pct(LEVELS_SUBJECT.at(*SETS_SERVED, "high_unasked")),
+      pct(LEVELS.at(*ATTACK_SERVED, "high_unasked")), pct(LEVELS_SUBJECT.at(*ATTACK_SERVED, "high_unasked")),
+      pct(LEVELS.at("attack_unread_half", "served level", "high_unasked")), pct(LEVELS_SUBJECT.at("attack_unread_half", "served level", "high_unasked")),
+      LEVELS.at("paper_labels", "ultratool", "kappa_quadratic", fmt=".3f"), LEVELS.at("paper_labels", "sealtools", "kappa_quadratic", fmt=".3f"),
+      LEVELS_SUBJECT.at("paper_labels", "ultratool", "kappa_quadratic", fmt=".3f"), LEVELS_SUBJECT.at("paper_labels", "sealtools", "kappa_quadratic", fmt=".3f"))
+claim(BM, "fitted on everything, the inner split chose the partial form at shrink {}", LEVELS.at("choice", "shrink", fmt=".0f"))
+SET_UNIT = ("leave_one_set_out", "per_unit")
+claim(BM, "Against the one-score model it replaces (its run of 2026-12-06, before the two capability fixes above), not every\nheld-out "
+      "figure improved: the corpora and the attack set leave {} % of their L4–L5 tools unasked ({} % then), API-Bank's sample reads κ {} "
+      "({}) and ToolAlpaca's {} ({}), the paper's Seal-Tools labels {} ({}); the Seal-Tools sample's L4–L5 tools unasked went from {} % to {} % "
+      "with the capability fixes, before the partial form",
+      pct(LEVELS.at(*SETS_SERVED, "high_unasked")), pct(LEVELS_PROP.at(*SETS_SERVED, "high_unasked")),
+      LEVELS.at(*SET_UNIT, "apibank", "served level", "kappa_quadratic", fmt=".3f"), LEVELS_PROP.at(*SET_UNIT, "apibank", "served level", "kappa_quadratic", fmt=".3f"),
+      LEVELS.at(*SET_UNIT, "toolalpaca", "served level", "kappa_quadratic", fmt=".3f"), LEVELS_PROP.at(*SET_UNIT, "toolalpaca", "served level", "kappa_quadratic", fmt=".3f"),
+      LEVELS.at("paper_labels", "sealtools", "kappa_quadratic", fmt=".3f"), LEVELS_PROP.at("paper_labels", "sealtools", "kappa_quadratic", fmt=".3f"),
+      pct(LEVELS_PROP.at(*SET_UNIT, "sealtools (rated sample)", "served level", "high_unasked")),
+      pct(LEVELS_SUBJECT.at(*SET_UNIT, "sealtools (rated sample)", "served level", "high_unasked")))
 rendered(BM, "the level forms table", ["benchmarks/results/level_forms.json"],
          lambda: _bench("level_forms").table_md(_load("benchmarks/results/level_forms.json")))
-claim(BM, "and weighted κ went from {} to {}:",
+claim(BM, "and weighted κ went from {} to {} (`benchmarks/results/bfcl_levels_proportional.json`). The level\nmodel shipped since "
+      "(the partial form, [below](#one-score-or-one-per-boundary)) moved {} of the {} served levels and reads them at weighted κ {}:",
       Json("benchmarks/results/int8_encoder.json").at("comparison", "levels", "bfcl", "kappa", 0, fmt=".3f"),
+      Json("benchmarks/results/bfcl_levels_proportional.json").at("agreement", "kappa_quadratic", fmt=".3f"),
+      V(lambda: sum(_load("benchmarks/results/bfcl_levels_proportional.json")["levels"][t]["served"] != v["served"]
+                    for t, v in _load("benchmarks/results/bfcl_levels.json")["levels"].items()),
+        "benchmarks/results/bfcl_levels_proportional.json; benchmarks/results/bfcl_levels.json"),
+      Json("benchmarks/results/bfcl_levels.json").at("n_tools"),
       Json("benchmarks/results/bfcl_levels.json").at("agreement", "kappa_quadratic", fmt=".3f"))
 
 
@@ -1278,7 +1318,7 @@ claim(BM, "(expected calibration error of P(level ≥ k) on held-out servers: {}
 claim(BM, "three annotators, {} real MCP tools of {} servers, {} tools of the corpora and {} attack definitions",
       LEVELS.at("sets", "mcp", "n", fmt=","), LEVELS.at("leave_one_server_out", "per_unit").map(len, "d"),
       LEVELS.at("sets", "corpora", "n", fmt=","), LEVELS.at("sets", "attack", "n", fmt=","))
-claim(BM, "--save src/riskrank/base/levels`, {} s on the 2-core machine on 2026-12-06", LEVELS.at("seconds", fmt=",.0f"), timing=LEVELS_TIMING)
+claim(BM, "benchmarks/results/risk_levels.json`, {} s on the 2-core machine on 2026-12-07", LEVELS.at("seconds", fmt=",.0f"), timing=LEVELS_TIMING)
 claim(BM, "Against the targets: weighted κ {} against {} (the annotators' own: {}–{}), within one level {} % against {} %, L1–L2 tools "
       "asked {} % against {} % and L4–L5 tools run without a question {} % against {} %", rl("served level", "kappa_quadratic"),
       LEVELS.at("targets", "kappa_quadratic", fmt=".2f"),
@@ -1301,22 +1341,25 @@ claim(BM, "The read-only vs destructive AUCs of the served level on the MCP tool
       LEVELS_PREV.at("leave_one_server_out", "pooled", "served level", "not_read_only_vs_read_only", fmt=".3f"),
       LEVELS.at("hint_aucs", "before", "destructive_vs_read_only", fmt=".3f"), LEVELS.at("hint_aucs", "before", "not_read_only_vs_read_only", fmt=".3f"))
 claim(BM, "Reading a registry's levels costs {} ms per tool beyond the embedding", LEVELS.at("ms_per_tool", fmt=".3f"), timing=LEVELS_TIMING)
-claim(BM, "the {} ms target is **missed** as measured", LEVELS.at("targets", "ms_per_tool", fmt=".0f"))
+claim(BM, "the one-score model's run of 2026-12-06 measured {} ms there", LEVELS_PROP.at("ms_per_tool", fmt=".3f"))
 claim(BM, "(shipped figures then: κ {}, the attack set held out κ {} with {} % of its L4–L5 tools run without a question)",
       LEVELS_FIRST.at(*RL_POOLED, "served level", "kappa_quadratic", fmt=".3f"),
       LEVELS_FIRST.at("leave_one_set_out", "per_unit", "attack set", "served level", "kappa_quadratic", fmt=".3f"),
       pct(LEVELS_FIRST.at("leave_one_set_out", "per_unit", "attack set", "served level", "high_unasked"), ".1f"))
 claim(BM, "(the boundary the model is surest of: {} % of L4–L5 tools fall below it)", rl_pct("served level", "high_unasked"))
 claim(BM, "the benchmarks' paper labels at weight {}, words at weight {}, τ = ({}, {}, {}, {}), hint floors destructive L{}, not read-only "
-      "L{}, open world L{}", LEVELS.at("choice", "corpus_weight", fmt=".0f"), LEVELS.at("choice", "word_scale", fmt=".0f"),
+      "L{}, open world L{}", LEVELS.at("choice", "corpus_weight", fmt=".1f"), LEVELS.at("choice", "word_scale", fmt=".0f"),
       *[LEVELS.at("choice", "tau", k, fmt=".1f") for k in range(4)], *[LEVELS.at("choice", "hint_floors", k) for k in range(3)])
-claim(BM, "(τ = {} at every boundary)", LEVELS.at("choice", "tau_cautious", 0, fmt=".1f"))
 TLV = Source("riskrank.training.levels")
+claim(BM, "(τ = {} at every boundary)", LEVELS.at("choice", "tau_cautious", 0, fmt=".1f"))
+claim(BM, "the per-boundary parts shrunk {} times", LEVELS.at("choice", "shrink", fmt=".0f"))
+claim(BM, "tries the per-boundary parts shrunk {}, {} or {} times as hard as the\nshared vector",
+      *[TLV.at("PARTIAL_SHRINKS").map(lambda v, k=k: v[k], ".0f") for k in range(3)])
 claim(R, "trained on {} tools three\n  annotators rated under the rubric's anchors",
       (LEVELS.at("sets", "mcp", "n") + LEVELS.at("sets", "corpora", "n") + LEVELS.at("sets", "attack", "n")).f(",d"))
-LOSO_RUNS = [Json(f"benchmarks/results/{n}.json") for n in ("risk_levels", "risk_levels_clauses", "risk_levels_subject")]
-claim(R, "leave one MCP server out it agrees with them at weighted κ {}–{} (three runs of the shipped\n  model's procedure, before and "
-      "after two fixes to the capabilities; the annotators among themselves: {}–{};",
+LOSO_RUNS = [Json(f"benchmarks/results/{n}.json") for n in ("risk_levels_proportional", "risk_levels_clauses", "risk_levels_subject")]
+claim(R, "leave one MCP server out it agrees with them at weighted κ {} (the one-score form it\n  replaced: {}–{} in three runs; "
+      "the annotators among themselves: {}–{};", rl("served level", "kappa_quadratic"),
       V(lambda: min(j.at(*CLAUSES_SERVED, "kappa_quadratic").value for j in LOSO_RUNS), "; ".join(j.path for j in LOSO_RUNS), ".3f"),
       V(lambda: max(j.at(*CLAUSES_SERVED, "kappa_quadratic").value for j in LOSO_RUNS), "; ".join(j.path for j in LOSO_RUNS), ".3f"),
       LEVELS.at("annotators", "mcp", "pairs").map(lambda ps: min(p["kappa_quadratic"] for p in ps), ".3f"),
@@ -1568,6 +1611,9 @@ claim(BM, "one epoch over at most {} rows (a seeded sample), batch 32, learning 
       pct(FT.at("FinetuneConfig.warmup"), "g"))
 claim(BM, "no corpus loses more than {} %", pct(TL.at("FINETUNE_MAX_LOSS"), "g"))
 CARD = Json("src/riskrank/base/model/card.json")
+claim(BM, "(validation `rel_only` NDCG@5 on UltraTool {} then, {} now",
+      Json("benchmarks/results/base_card_20261206.json").at("validation", "ultratool", "methods", "rel_only", "ndcg@5", fmt=".4f"),
+      CARD.at("validation", "ultratool", "methods", "rel_only", "ndcg@5", fmt=".4f"))
 claim(BM, "It picks the z-score convex fusion at w = {} (worst ratio {}).", CK.at("inference", "fusion", "weight", fmt="g"),
       CARD.at("fusion_choice", "fusion_worst_ratio", fmt=".3f"))
 claim(BM, "the risk heads on every audited tool ({}), the relevance head on {} % of the queries, early-stopped on the other {} %.",
@@ -1772,12 +1818,12 @@ claim(BM, "reaches weighted κ {} and the attention reader {};\non six groups of
       pct(READERS.at("server_groups", "readers", "last layer", "low_asked"), ".1f"),
       pct(READERS.at("server_groups", "readers", "shipped", "low_asked"), ".1f"))
 CURVE = Json("benchmarks/results/level_curve.json")
-claim(BM, "Fitted on a random quarter of the\ntraining tools, the shipped reader reaches weighted κ {} and {} (two draws); on a half\n{} and {}; on three quarters {} and {}; on all of them {}.",
+claim(BM, "Fitted\non a random quarter of the training tools, that reader reaches weighted κ {} and {} (two draws); on a half\n{} and {}; on three quarters {} and {}; on all of them {}.",
       *(CURVE.at("curve", i, "all", "kappa_quadratic", fmt=".3f") for i in range(7)))
 claim(BM, "the name's words as a vector\nof their own {}, the name's character 3–5-grams {}, the levels of the ten nearest\ntraining tools {}, gradient-boosted trees averaged with the linear model {} (it asks about\n{} % of the tools rated L1–L2, against {} %)",
       *(CURVE.at("variants", v, "all", "kappa_quadratic", fmt=".3f") for v in ("name words", "name characters", "neighbours", "boosted trees")),
       pct(CURVE.at("variants", "boosted trees", "all", "low_asked"), ".1f"), pct(CURVE.at("variants", "shipped", "all", "low_asked"), ".1f"))
-claim(BM, "on the {} servers never read the shipped reader reaches {} and the\nfour {}, {}, {} and {}.",
+claim(BM, "on the {} servers never read that reader reaches {} and the\nfour {}, {}, {} and {}.",
       CURVE.at("unread_servers").map(len, ""),
       *(CURVE.at("variants", v, "never read", "kappa_quadratic", fmt=".3f") for v in ("shipped", "name words", "name characters", "neighbours", "boosted trees")))
 NPM_LEVELS = Json("benchmarks/results/npm_levels.json")
@@ -1786,15 +1832,32 @@ claim(BM, "capability floors are seldom read and seldom wrong: {} of these tools
       BFCL_LEVELS.at("capability_floors", "tools_with_a_floor"), BFCL_LEVELS.at("capability_floors", "floor_within_label"))
 claim("README.md", "on twelve real MCP servers from npm nobody on the project had read ({} tools, rated the\n  same way) at weighted κ {}, asking about {} % of the tools rated L1–L2",
       NPM_LEVELS.at("n_tools"), NPM_LEVELS.at("agreement", "kappa_quadratic", fmt=".3f"), pct(NPM_LEVELS.at("agreement", "low_asked"), ".1f"))
-claim(BM, "{} % of the tools the annotators rate L1–L2 would be asked about, and the model seldom\nsays L2 ({} of the {} tools rated L2; {} served L1, {} served L3)",
+claim(BM, "{} % of the tools the annotators rate L1–L2 would be asked about, and the model says L2\nfor few of the tools rated L2 ({} of the {}; {} served L1, {} served L3)",
       pct(NPM_LEVELS.at("agreement", "low_asked"), ".1f"), NPM_LEVELS.at("confusion", 1, 1),
       NPM_LEVELS.at("confusion", 1).map(sum, ""), NPM_LEVELS.at("confusion", 1, 0), NPM_LEVELS.at("confusion", 1, 2))
+claim(BM, "the partial form\nmoved {} of the {} served levels)",
+      V(lambda: sum(_load("benchmarks/results/npm_levels_proportional.json")["levels"][t]["served"] != v["served"]
+                    for t, v in _load("benchmarks/results/npm_levels.json")["levels"].items()),
+        "benchmarks/results/npm_levels_proportional.json; benchmarks/results/npm_levels.json"), NPM_LEVELS.at("n_tools"))
+claim(BM, "on BFCL the first of the three comes at rank {}, past the fifth",
+      Json("benchmarks/results/level_review.json").at("registries", "bfcl", "unasked_high_ranks").map(min, "d"))
 LEVEL_COST = Json("benchmarks/results/level_cost.json")
 claim(BM, "tools at a median of {} ms of CPU per tool (best of {} passes {} ms) on the 2-core machine\n({})",
       LEVEL_COST.at("cpu_ms_per_tool", "median", fmt=".3f"), LEVEL_COST.at("repeats"), LEVEL_COST.at("cpu_ms_per_tool", "best", fmt=".3f"),
       LEVEL_COST.at("machine"), timing=Timing("2-core machine", "2026-12-07", "benchmarks/results/level_cost.json"))
-claim(BM, "matches not yet kept inside one, {} ms (best {} ms) under a load of {}; the union scan\nbefore the clauses, a median of {} ms\n(best {} ms) under a load of {}; the code before the union scan, {} ms (best {} ms)\nunder a load of {} and {} ms (best {} ms) under a load of {}.",
-      *(x for i in range(4) for x in (LEVEL_COST.at("earlier", i, "cpu_ms_per_tool", "median", fmt=".3f"),
+claim(BM, "the one-score model with each match kept inside one clause\n(below), {} ms (best {} ms) under a load of {}; with the negation read clause by clause but\n"
+      "matches not yet kept inside one, {} ms (best {} ms) under a load of {}; the union scan\nbefore the clauses, a median of {} ms\n(best {} ms) under a load of {}; the code before the union scan, {} ms (best {} ms)\nunder a load of {} and {} ms (best {} ms) under a load of {}.",
+      *(x for i in range(5) for x in (LEVEL_COST.at("earlier", i, "cpu_ms_per_tool", "median", fmt=".3f"),
                                       LEVEL_COST.at("earlier", i, "cpu_ms_per_tool", "best", fmt=".3f"), load_of(LEVEL_COST, "earlier", i))))
+claim("docs/session-guard.md", "The last three are attackers' goals of {} of the\n{} attacks below",
+      V(lambda: sum(r["attack"]["goal"] in ("follow_user", "close_ticket", "contact_customer_support")
+                    for r in _load("benchmarks/results/session_replay.json")["columns"]["per_call"]["rows"]),
+        "benchmarks/results/session_replay.json"),
+      V(lambda: len(_load("benchmarks/results/session_replay.json")["columns"]["per_call"]["rows"]), "benchmarks/results/session_replay.json"))
+claim("docs/session-guard.md", "which moves {} of the {} served levels against the run before it",
+      V(lambda: sum(_load("benchmarks/results/bfcl_levels_proportional.json")["levels"][t]["served"] != v["served"]
+                    for t, v in _load("benchmarks/results/bfcl_levels.json")["levels"].items()),
+        "benchmarks/results/bfcl_levels_proportional.json; benchmarks/results/bfcl_levels.json"),
+      Json("benchmarks/results/bfcl_levels.json").at("n_tools"))
 claim("docs/session-guard.md", "with the flow change, {} % on the base model then shipped",
       pct(SESSION_STEPS.at("runs", "before_base_rebuild", "summary", "session_guard", "attack_success"), ".1f"))

@@ -11,13 +11,14 @@ One ordinal model reads three kinds of evidence about a tool:
   vocabulary fixed at training (the embedding is a mean over the whole text, so one
   sentence that says what a disguised tool really does barely moves it; its words do).
 
-It is a cumulative-logit (proportional odds) model: a score ``z = w · x`` and four increasing
-thresholds give ``P(level > k) = sigmoid(z - theta_k)`` for k = 1..4, so every tool gets a
-calibrated distribution over the five levels, not a point. (A model file with a score per
-boundary, ``sigmoid(w_k · x - theta_k)`` read as non-increasing in k, loads too: the forms
-``riskrank.training.levels`` measures beside the shipped one.) The level served is the highest k
-with ``P(level >= k) >= tau_k`` (``tau`` chosen on held-out servers at training time), raised to
-the floor of the capabilities found: a tool that runs commands is never served below L4 and a
+It is a cumulative-logit model: four increasing thresholds and a score per level boundary,
+``P(level > k) = sigmoid(w_k · x - theta_k)`` for k = 1..4, read as non-increasing in k, so every
+tool gets a calibrated distribution over the five levels, not a point. The shipped model's
+``w_k`` are one weight vector the boundaries share plus a part of their own, fitted shrunk
+toward the shared one (the partial form, chosen by the inner split at training time); a model
+file with one score for every boundary (weights [F], the proportional-odds form) loads too.
+The level served is the highest k with ``P(level >= k) >= tau_k`` (``tau`` chosen on held-out
+servers at training time), raised to the floor of the capabilities found: a tool that runs commands is never served below L4 and a
 tool that harvests credentials never below L5, whatever the model says. A tool whose text
 says little (an empty description, a language the encoder was not trained on) is read at the
 cautious end of its distribution (``tau_cautious``), and its evidence says so. Declared MCP
