@@ -1239,21 +1239,33 @@ claim(BM, "fitted on everything with it, the inner split would weigh the benchma
 LEVELS_BOUND = Json("benchmarks/results/risk_levels_boundaries.json")
 SETS_SERVED = ("leave_one_set_out", "pooled", "served level")
 ATTACK_SERVED = ("leave_one_set_out", "per_unit", "attack set", "served level")
+
+
+def beside(run: Json, other: Json, *path: Any, percent: bool = False) -> list[V]:
+    """One figure of ``run`` and the same of ``other`` (a κ to three places, or a percentage)."""
+    return [pct(j.at(*path)) if percent else j.at(*path, fmt=".3f") for j in (run, other)]
+
+
+def unasked_beside(run: Json) -> list[V]:
+    """The held-out sets' L4–L5-unasked shares of ``run`` beside the subject rule's run: pooled, the attack set, its never-read half."""
+    return [x for path in (SETS_SERVED, ATTACK_SERVED, ("attack_unread_half", "served level"))
+            for x in beside(run, LEVELS_SUBJECT, *path, "high_unasked", percent=True)]
+
+
+def paper_beside(run: Json) -> list[V]:
+    """``run``'s κ on the paper's labels (UltraTool, Seal-Tools), then the subject rule's run's."""
+    return [j.at("paper_labels", b, "kappa_quadratic", fmt=".3f") for j in (run, LEVELS_SUBJECT) for b in ("ultratool", "sealtools")]
+
+
 claim(BM, "leave one MCP server out weighted κ {} (the one-score form on the same code, the run with the subject rule above: {}), exact {} % ({} %), L1–L2 asked {} % ({} %), "
       "L4–L5 run unasked {} % ({} %), on the never-read servers κ {} ({})",
-      LEVELS_BOUND.at(*CLAUSES_SERVED, "kappa_quadratic", fmt=".3f"), LEVELS_SUBJECT.at(*CLAUSES_SERVED, "kappa_quadratic", fmt=".3f"),
-      pct(LEVELS_BOUND.at(*CLAUSES_SERVED, "exact")), pct(LEVELS_SUBJECT.at(*CLAUSES_SERVED, "exact")),
-      pct(LEVELS_BOUND.at(*CLAUSES_SERVED, "low_asked")), pct(LEVELS_SUBJECT.at(*CLAUSES_SERVED, "low_asked")),
-      pct(LEVELS_BOUND.at(*CLAUSES_SERVED, "high_unasked")), pct(LEVELS_SUBJECT.at(*CLAUSES_SERVED, "high_unasked")),
-      LEVELS_BOUND.at("read_split", "never read", "kappa_quadratic", fmt=".3f"), LEVELS_SUBJECT.at("read_split", "never read", "kappa_quadratic", fmt=".3f"))
+      *beside(LEVELS_BOUND, LEVELS_SUBJECT, *CLAUSES_SERVED, "kappa_quadratic"),
+      *(x for key in ("exact", "low_asked", "high_unasked") for x in beside(LEVELS_BOUND, LEVELS_SUBJECT, *CLAUSES_SERVED, key, percent=True)),
+      *beside(LEVELS_BOUND, LEVELS_SUBJECT, "read_split", "never read", "kappa_quadratic"))
 claim(BM, "with each corpus or the attack set held out, {} % of the tools rated L4–L5 ran without a question ({} %), of the attack "
       "set's {} % ({} %) and of its never-read half's {} % ({} %); the paper's labels of a benchmark held out agree at κ {} and {} "
       "({} and {})",
-      pct(LEVELS_BOUND.at(*SETS_SERVED, "high_unasked")), pct(LEVELS_SUBJECT.at(*SETS_SERVED, "high_unasked")),
-      pct(LEVELS_BOUND.at(*ATTACK_SERVED, "high_unasked")), pct(LEVELS_SUBJECT.at(*ATTACK_SERVED, "high_unasked")),
-      pct(LEVELS_BOUND.at("attack_unread_half", "served level", "high_unasked")), pct(LEVELS_SUBJECT.at("attack_unread_half", "served level", "high_unasked")),
-      LEVELS_BOUND.at("paper_labels", "ultratool", "kappa_quadratic", fmt=".3f"), LEVELS_BOUND.at("paper_labels", "sealtools", "kappa_quadratic", fmt=".3f"),
-      LEVELS_SUBJECT.at("paper_labels", "ultratool", "kappa_quadratic", fmt=".3f"), LEVELS_SUBJECT.at("paper_labels", "sealtools", "kappa_quadratic", fmt=".3f"))
+      *unasked_beside(LEVELS_BOUND), *paper_beside(LEVELS_BOUND))
 claim(BM, "Between the one-score form's own two runs (the model then shipped's, and the one with the subject rule) the first of these moved\ntoo, "
       "from {} % to {} %", pct(LEVELS_PROP.at(*SETS_SERVED, "high_unasked")), pct(LEVELS_SUBJECT.at(*SETS_SERVED, "high_unasked")))
 LOSO_CHOICES = LEVELS.at("leave_one_server_out", "choices")
@@ -1263,19 +1275,12 @@ claim(BM, "the inner splits chose the partial form at shrink 1 in {} of the {} s
       LOSO_CHOICES.map(lambda d: sum(c.get("shrink") is None for c in d.values()), "d"))
 claim(BM, "reads, every MCP server held out, weighted κ {} ({}), exact {} % ({} %), within one {} % ({} %), L1–L2 asked {} % ({} %), "
       "L4–L5 run unasked {} % ({} %), on the never-read servers κ {} ({})",
-      LEVELS.at(*CLAUSES_SERVED, "kappa_quadratic", fmt=".3f"), LEVELS_SUBJECT.at(*CLAUSES_SERVED, "kappa_quadratic", fmt=".3f"),
-      pct(LEVELS.at(*CLAUSES_SERVED, "exact")), pct(LEVELS_SUBJECT.at(*CLAUSES_SERVED, "exact")),
-      pct(LEVELS.at(*CLAUSES_SERVED, "within_one")), pct(LEVELS_SUBJECT.at(*CLAUSES_SERVED, "within_one")),
-      pct(LEVELS.at(*CLAUSES_SERVED, "low_asked")), pct(LEVELS_SUBJECT.at(*CLAUSES_SERVED, "low_asked")),
-      pct(LEVELS.at(*CLAUSES_SERVED, "high_unasked")), pct(LEVELS_SUBJECT.at(*CLAUSES_SERVED, "high_unasked")),
-      LEVELS.at("read_split", "never read", "kappa_quadratic", fmt=".3f"), LEVELS_SUBJECT.at("read_split", "never read", "kappa_quadratic", fmt=".3f"))
+      *beside(LEVELS, LEVELS_SUBJECT, *CLAUSES_SERVED, "kappa_quadratic"),
+      *(x for key in ("exact", "within_one", "low_asked", "high_unasked") for x in beside(LEVELS, LEVELS_SUBJECT, *CLAUSES_SERVED, key, percent=True)),
+      *beside(LEVELS, LEVELS_SUBJECT, "read_split", "never read", "kappa_quadratic"))
 claim(BM, "the corpora and the attack set held out in turn leave {} % of their L4–L5 tools unasked ({} %), the attack set {} % ({} %), "
       "its never-read half {} % ({} %); the paper's labels of a benchmark held out agree at κ {} and {} ({} and {})",
-      pct(LEVELS.at(*SETS_SERVED, "high_unasked")), pct(LEVELS_SUBJECT.at(*SETS_SERVED, "high_unasked")),
-      pct(LEVELS.at(*ATTACK_SERVED, "high_unasked")), pct(LEVELS_SUBJECT.at(*ATTACK_SERVED, "high_unasked")),
-      pct(LEVELS.at("attack_unread_half", "served level", "high_unasked")), pct(LEVELS_SUBJECT.at("attack_unread_half", "served level", "high_unasked")),
-      LEVELS.at("paper_labels", "ultratool", "kappa_quadratic", fmt=".3f"), LEVELS.at("paper_labels", "sealtools", "kappa_quadratic", fmt=".3f"),
-      LEVELS_SUBJECT.at("paper_labels", "ultratool", "kappa_quadratic", fmt=".3f"), LEVELS_SUBJECT.at("paper_labels", "sealtools", "kappa_quadratic", fmt=".3f"))
+      *unasked_beside(LEVELS), *paper_beside(LEVELS))
 claim(BM, "fitted on everything, the inner split chose the partial form at shrink {}", LEVELS.at("choice", "shrink", fmt=".0f"))
 SET_UNIT = ("leave_one_set_out", "per_unit")
 claim(BM, "Against the one-score model it replaces (its run of 2026-12-06, before the two capability fixes above), not every\nheld-out "
