@@ -1,5 +1,5 @@
 """The learning curve and the four extra inputs (benchmarks/level_curve.py): its artefact
-judged every MCP server once per row, with the choice the shipped level model carries, and its
+judged every MCP server once per row, with the choice the one-score level model shipped then carried, and its
 split by the servers read and never read adds up to the whole."""
 
 from __future__ import annotations

@@ -1,17 +1,13 @@
 """The token-level readers' study (benchmarks/level_readers.py): its artefact judged every MCP
-server once per split, with the choice the shipped level model carries, and every reader in
-the same rows."""
+server once per split, with the choice the one-score level model shipped then carried, and
+every reader in the same rows."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-
 ARTEFACT = ROOT / "benchmarks" / "results" / "level_readers.json"
 
 
