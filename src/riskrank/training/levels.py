@@ -471,10 +471,10 @@ def model_features(model: LevelModel, data: LevelData) -> np.ndarray:
 _SHARED: dict[str, Any] = {}
 
 
-def _held_out_unit(groups: Sequence[str], seed: int, shrinks: Sequence[float] | None, with_hints: bool
+def _held_out_unit(groups: Sequence[str], seed: int, shrinks: Sequence[float] | None
                    ) -> tuple[Choice, np.ndarray, np.ndarray, np.ndarray]:
     """One unit held out of ``_SHARED["data"]``: the inner choice, and the held-out tools' P(level > k),
-    served level and level before hints (or with none, for ``with_hints`` False)."""
+    served level and level before hints."""
     data: LevelData = _SHARED["data"]
     held = np.isin(data.server, list(groups))
     train = data.subset(~held)
@@ -482,10 +482,10 @@ def _held_out_unit(groups: Sequence[str], seed: int, shrinks: Sequence[float] | 
     model = fit_level_model(train, ch)
     te = data.subset(held)
     cum = model.cumulative(model_features(model, te))
-    return ch, cum, served(cum, te, ch.tau, ch.tau_cautious, ch.hint_floors if with_hints else None), served(cum, te, ch.tau, ch.tau_cautious, None)
+    return ch, cum, served(cum, te, ch.tau, ch.tau_cautious, ch.hint_floors), served(cum, te, ch.tau, ch.tau_cautious, None)
 
 
-def _map_units(data: LevelData, units: Sequence[Sequence[str]], *, seed: int, shrinks: Sequence[float] | None, with_hints: bool,
+def _map_units(data: LevelData, units: Sequence[Sequence[str]], *, seed: int, shrinks: Sequence[float] | None,
                workers: int, progress: bool) -> list[tuple[Choice, np.ndarray, np.ndarray, np.ndarray]]:
     """:func:`_held_out_unit` for every unit, in order, in ``workers`` forked processes (each
     unit's fits and choices are its own, so the results are those of one process). The children
@@ -498,13 +498,13 @@ def _map_units(data: LevelData, units: Sequence[Sequence[str]], *, seed: int, sh
     _SHARED["data"] = data
     try:
         if workers <= 1:
-            return [_held_out_unit(g, seed, shrinks, with_hints) for g in tqdm(units, desc="leave one out", disable=not progress)]
+            return [_held_out_unit(g, seed, shrinks) for g in tqdm(units, desc="leave one out", disable=not progress)]
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
         pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
         try:
-            futures = [pool.submit(_held_out_unit, g, seed, shrinks, with_hints) for g in units]
+            futures = [pool.submit(_held_out_unit, g, seed, shrinks) for g in units]
             return [f.result() for f in tqdm(futures, desc="leave one out", disable=not progress)]
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)
@@ -529,7 +529,7 @@ def leave_groups_out(data: LevelData, units: dict[str, Sequence[str]], *, seed: 
     cumulative = np.zeros((len(rows), 4))
     unit_of = np.empty(len(rows), dtype=object)
     choices = {}
-    results = _map_units(data, list(units.values()), seed=seed, shrinks=shrinks, with_hints=True, workers=workers, progress=progress)
+    results = _map_units(data, list(units.values()), seed=seed, shrinks=shrinks, workers=workers, progress=progress)
     for (unit, groups), (ch, cum, lv, before_hints) in zip(units.items(), results, strict=True):
         held = np.isin(data.server, list(groups))
         pos = np.asarray([pos_of[int(r)] for r in np.flatnonzero(held)])
@@ -562,10 +562,11 @@ def paper_agreement(data: LevelData, benchmarks: Sequence[tuple[str, np.ndarray]
         taken |= mask
         marked[mask] = f"held out: {name}"
     keyed = LevelData(data.x, data.y, data.source, marked.astype(str), data.cautious, data.floors, data.hints, data.names, data.texts)
-    results = _map_units(keyed, [[f"held out: {name}"] for name, _ in benchmarks], seed=seed, shrinks=shrinks, with_hints=False,
-                         workers=workers, progress=False)
+    results = _map_units(keyed, [[f"held out: {name}"] for name, _ in benchmarks], seed=seed, shrinks=shrinks, workers=workers,
+                         progress=False)
     out = {}
-    for (name, mask), (ch, _, pred, _) in zip(benchmarks, results, strict=True):
+    # the level before hints: a benchmark's tools declare none, and the paper rated what they say
+    for (name, mask), (ch, _, _, pred) in zip(benchmarks, results, strict=True):
         y = data.y[mask]
         out[name] = {**agreement_row(y, pred), "confusion": confusion(y, pred), "choice": ch.to_dict()}
     return out
