@@ -325,7 +325,7 @@ def test_the_figures_check_fails_a_figure_without_an_artefact_and_a_changed_one(
     assert any("A new result: 9.5 ms p50." in m for m in rep.mismatches)
     assert any("figures written into the template" in m and "4.5" in m for m in rep.mismatches)
     assert any("does not state" in m and "2031-01-01" in m for m in rep.mismatches)
-    assert any(t.text == "12.5" for t in rep.unbacked) is False  # the third claim matched it
+    assert any(t.text == "12.5" and t.doc == doc for t in rep.unbacked) is False  # the third claim matched it
     monkeypatch.setattr(figures, "CLAIMS", [])
     assert any(t.text == "12.5" and t.doc == doc for t in check_figures.check().unbacked)
 

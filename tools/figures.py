@@ -371,7 +371,7 @@ claim("docs/base-model.md", "projection learns from {} rows", LIS.at("MAX_ROWS",
 rendered("docs/base-model.md", "what a review by doubt buys", ["benchmarks/results/level_review.json"],
          lambda: _bench("level_review").doc_table(_load("benchmarks/results/level_review.json")))
 SESSION = "benchmarks/results/session_replay.json"
-SESSION_RUN = Timing("2-core machine", "2026-12-06", SESSION)
+SESSION_RUN = Timing("2-core machine", "2026-12-07", SESSION)
 rendered("docs/session-guard.md", "the replay table", [SESSION],
          lambda: _bench("session_replay").doc_table(_load(SESSION)), SESSION_RUN)
 rendered("docs/session-guard.md", "the replay with the annotators' levels", [SESSION],
@@ -1762,7 +1762,7 @@ claim(AU, "(L1 tools predicted L2: {} on UltraTool, {} on Seal-Tools)",
 
 # the session guard's prose, read from the replay artefacts
 SESSION_STEPS = Json("benchmarks/results/session_replay_steps.json")
-claim("docs/session-guard.md", "`purchase_insurance`, `book_flight`), {} % of them",
+claim("docs/session-guard.md", "`close_ticket`), {} % of them",
       pct(Json(SESSION).at("summary", "per_call", "attack_success"), "g"), timing=SESSION_RUN)
 def guard_trade(before: str, after: str, per_call: str) -> tuple[V, ...]:
     """A replay column against another: questions per task before and after, the after's as a
@@ -1786,22 +1786,29 @@ claim("docs/session-guard.md", "loads\n{} to {}), the guard added {}, {} and {} 
       load_of(OVERHEAD, "runs", 0), load_of(OVERHEAD, "runs", 2).map(lambda x: f"{float(x):.2f}"),
       *(OVERHEAD.at("runs", i, "overhead", "memory/added_source_ms", fmt=".3f") for i in range(3)),
       *(OVERHEAD.at("runs", i, "overhead", "sqlite/added_source_ms", fmt=".3f") for i in range(3)))
-claim("docs/session-guard.md", "added {} ms there at a load of {},\n{} ms at {} and {} ms at {}; this one adds {} ms at {}",
-      SESSION_STEPS.at("runs", "before_audited_columns", "overhead", "sqlite/added_source_ms", fmt=".3f"),
-      load_of(SESSION_STEPS, "runs", "before_audited_columns"),
-      SESSION_STEPS.at("runs", "before_talks_to_and_addresses", "overhead", "sqlite/added_source_ms", fmt=".3f"),
-      load_of(SESSION_STEPS, "runs", "before_talks_to_and_addresses"),
-      SESSION_STEPS.at("runs", "before_int8_tasks", "overhead", "sqlite/added_source_ms", fmt=".3f"),
-      load_of(SESSION_STEPS, "runs", "before_int8_tasks"),
+claim("docs/session-guard.md", "added {} ms there at a load of {},\n{} ms at {}, {} ms at {} and {} ms at {}; this one adds {} ms at {}",
+      *(x for run in ("before_audited_columns", "before_talks_to_and_addresses", "before_int8_tasks", "before_partial_levels")
+        for x in (SESSION_STEPS.at("runs", run, "overhead", "sqlite/added_source_ms", fmt=".3f"), load_of(SESSION_STEPS, "runs", run))),
       Json(SESSION).at("overhead", "sqlite/added_source_ms", fmt=".3f"), load_of(Json(SESSION)), timing=SESSION_RUN)
 BFCL_LEVELS = Json("benchmarks/results/bfcl_levels.json")
 claim("docs/session-guard.md", "with the annotators' levels the questions\nfall from {} to {} per task, {}x the per-call policy's, still above half, while the\nattacks run unasked rise from {} % to {} %",
       *guard_trade("once_per_task_audited", "once_per_task_cover4_audited", "per_call_audited"), timing=SESSION_RUN)
 claim("docs/session-guard.md", "the guard went\n  from {} % to {} % of the attacks run unasked (with the annotators' levels from {} % to\n  {} %)",
       pct(SESSION_STEPS.at("runs", "before_talks_to_and_addresses", "summary", "session_guard", "attack_success"), ".1f"),
-      pct(Json(SESSION).at("summary", "session_guard", "attack_success"), ".1f"),
+      pct(SESSION_STEPS.at("runs", "before_int8_tasks", "summary", "session_guard", "attack_success"), ".1f"),
       pct(SESSION_STEPS.at("runs", "before_talks_to_and_addresses", "summary", "session_guard_audited", "attack_success"), ".1f"),
-      pct(Json(SESSION).at("summary", "session_guard_audited", "attack_success"), ".1f"), timing=SESSION_RUN)
+      pct(SESSION_STEPS.at("runs", "before_int8_tasks", "summary", "session_guard_audited", "attack_success"), ".1f"))
+def _levels_moved(*path: str) -> tuple[V, V]:
+    """A replay figure in the run before the partial-form levels and in the committed run."""
+    return SESSION_STEPS.at("runs", "before_partial_levels", "summary", *path), Json(SESSION).at("summary", *path)
+
+
+claim("docs/session-guard.md", "the per-call policy lets {} % of the attacks through in the\nrun before and {} % in this one",
+      *(pct(v, ".1f") for v in _levels_moved("per_call", "attack_success")), timing=SESSION_RUN)
+claim("docs/session-guard.md", "lets {} % and {} % through. Questions per task: {} and {} under the per-call\npolicy, {} and {} under the guard",
+      *(pct(v, ".1f") for v in _levels_moved("session_guard", "attack_success")),
+      *(v.f(".2f") for v in _levels_moved("per_call", "confirmations_per_task")),
+      *(v.f(".2f") for v in _levels_moved("session_guard", "confirmations_per_task")), timing=SESSION_RUN)
 claim("README.md", "(BFCL's 128 multi-turn tools, rated afterwards the same way) at\nweighted κ {}, with {} % of the tools rated L4–L5",
       BFCL_LEVELS.at("agreement", "kappa_quadratic", fmt=".3f"), pct(BFCL_LEVELS.at("agreement", "high_unasked"), ".1f"))
 claim("docs/session-guard.md", "under the\nrubric (docs/base-model.md, \"On a registry nobody rated for training\"), weighted κ {}, and\n{} % of the tools",
@@ -1859,7 +1866,7 @@ claim("docs/session-guard.md", "The last three are attackers' goals of {} of the
                     for r in _load("benchmarks/results/session_replay.json")["columns"]["per_call"]["rows"]),
         "benchmarks/results/session_replay.json"),
       V(lambda: len(_load("benchmarks/results/session_replay.json")["columns"]["per_call"]["rows"]), "benchmarks/results/session_replay.json"))
-claim("docs/session-guard.md", "which moves {} of the {} served levels against the run before it",
+claim("docs/session-guard.md", "The partial form moves {} of the {} served levels against it",
       V(lambda: sum(_load("benchmarks/results/bfcl_levels_proportional.json")["levels"][t]["served"] != v["served"]
                     for t, v in _load("benchmarks/results/bfcl_levels.json")["levels"].items()),
         "benchmarks/results/bfcl_levels_proportional.json; benchmarks/results/bfcl_levels.json"),
