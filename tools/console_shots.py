@@ -64,9 +64,10 @@ def workspace(root: Path, bins: Path) -> dict[str, Path]:
         "memory": {"command": str(bins / "mcp-server-memory"), "env": {"MEMORY_FILE_PATH": str(root / "memory.jsonl")}},
     }}
     (root / "servers.json").write_text(json.dumps(servers, indent=2))
-    # the team's knowledge graph is shared: its operator pins writing entities at L3 (the level model
-    # reads a private graph's L2), so the approvals page has a call to show
-    write_policy(root / "policy.json", max_level=3, deny=["*move_file"], levels={"create_entities": 3})
+    # the team's knowledge graph is shared: its operator pins writing entities at L3 and deleting them
+    # at L4 (the level model reads a private graph's L2 and L3), so the approvals page has a call to
+    # show and the log a refusal above max_level
+    write_policy(root / "policy.json", max_level=3, deny=["*move_file"], levels={"create_entities": 3, "delete_entities": 4})
     return {"root": root, "servers": root / "servers.json", "policy": root / "policy.json", "audit": root / "audit.jsonl",
             "labels": root / "labels.json"}
 
