@@ -20,7 +20,9 @@ What it measures, against the rubric levels three annotators gave (riskrank.data
 ``--save`` fits the model on everything with the choice the inner split makes over all servers
 and writes it (what the package ships). ``--shrinks 1,3,10`` lets every inner split choose the
 partial form at those shrinks beside the one-score form (default: the training code's
-``PARTIAL_SHRINKS``); ``--workers 2`` holds the units out in two processes (the same figures).
+``PARTIAL_SHRINKS``); ``--neighbours 1,3`` lets it choose the neighbour columns at those weights
+beside none (default: ``NEIGHBOUR_SCALES``, none); ``--workers 2`` holds the units out in two
+processes (the same figures).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from riskrank.datasets.rubric import load_rubric_sets
 from riskrank.encoder import Encoder
 from riskrank.levels import ToolEvidence
 from riskrank.training.levels import (
+    NEIGHBOUR_SCALES,
     PARTIAL_SHRINKS,
     LevelData,
     agreement_row,
@@ -276,15 +279,20 @@ def main() -> None:
     ap.add_argument("--shrinks", default=None,
                     help="the partial form's shrinks the inner split may choose, comma-separated ('' : the one-score form only) "
                          "[default: the training code's PARTIAL_SHRINKS]")
+    ap.add_argument("--neighbours", default=None,
+                    help="the neighbour columns' weights the inner split may choose beside none, comma-separated "
+                         "[default: the training code's NEIGHBOUR_SCALES]")
     ap.add_argument("--workers", type=int, default=1, help="processes for the held-out units (the same figures as one)")
     a = ap.parse_args()
     shrinks = PARTIAL_SHRINKS if a.shrinks is None else tuple(float(v) for v in a.shrinks.split(",") if v.strip())
+    near = NEIGHBOUR_SCALES if a.neighbours is None else tuple(float(v) for v in a.neighbours.split(",") if v.strip())
     t0 = time.time()
     enc = Encoder(progress=False)
     sets, parts, data = load_level_data(enc, a.data)
     by = {s.name: s for s in sets}
     bench_masks = [(name, (data.source == "paper") & (data.server == name)) for name in ("ultratool", "sealtools")]
-    doc: dict = {"seed": a.seed, "encoder": enc.identity, "targets": TARGETS, "form": {"form": "the inner split's choice", "shrinks": list(shrinks)},
+    doc: dict = {"seed": a.seed, "encoder": enc.identity, "targets": TARGETS, "form": {"form": "the inner split's choice", "shrinks": list(shrinks),
+                                                                                    **({"neighbours": list(near)} if near else {})},
                  "n_tools": {s: int((data.source == s).sum()) for s in ("mcp", "rubric", "paper")}}
     doc["annotators"] = annotator_agreement(sets)
     doc["sets"] = {s.name: {"n": len(s), "levels": {str(lv): int((s.levels == lv).sum()) for lv in range(1, 6)},
@@ -306,7 +314,7 @@ def main() -> None:
         ids = by["mcp"].extra["id"]
         baselines["before"] = np.asarray([before["levels"][f"mcp:{i}"] for i in ids])
     servers = sorted(set(by["mcp"].groups))
-    loso = leave_groups_out(data, {s: [s] for s in servers}, seed=a.seed, progress=True, baselines=baselines, shrinks=shrinks,
+    loso = leave_groups_out(data, {s: [s] for s in servers}, seed=a.seed, progress=True, baselines=baselines, shrinks=shrinks, neighbours=near,
                             workers=a.workers)
     doc["leave_one_server_out"] = loso
     gold = data.y[mcp_rows]
@@ -326,7 +334,7 @@ def main() -> None:
     rub = data.source == "rubric"
     data_units = LevelData(data.x, data.y, data.source, np.where(rub | (data.source == "mcp"), data.server, "paper:" + data.server),
                            data.cautious, data.floors, data.hints, data.names, data.texts)
-    doc["leave_one_set_out"] = leave_groups_out(data_units, units, seed=a.seed, progress=True, shrinks=shrinks, workers=a.workers)
+    doc["leave_one_set_out"] = leave_groups_out(data_units, units, seed=a.seed, progress=True, shrinks=shrinks, neighbours=near, workers=a.workers)
     att = np.flatnonzero((data.source == "rubric") & np.isin(data.server, ["attack", "lookalike"]))
     read = set(np.random.default_rng(ATTACK_READ_SEED).permutation(len(att))[:ATTACK_READ_N].tolist())
     unread = np.asarray([k not in read for k in range(len(att))])
@@ -339,10 +347,10 @@ def main() -> None:
         b = np.asarray([before["levels"][f"attack:{k}"] for k in range(len(att))])
         doc["attack_before"] = agreement_row(data.y[att], b)
         doc["attack_unread_half"]["before"] = agreement_row(data.y[att][unread], b[unread])
-    doc["paper_labels"] = paper_agreement(data, bench_masks, seed=a.seed, shrinks=shrinks, workers=a.workers)
+    doc["paper_labels"] = paper_agreement(data, bench_masks, seed=a.seed, shrinks=shrinks, neighbours=near, workers=a.workers)
 
     # the cost of reading a registry's levels, per tool (capabilities, text facts, the model)
-    choice = choose(data, seed=a.seed, shrinks=shrinks)
+    choice = choose(data, seed=a.seed, shrinks=shrinks, neighbours=near)
     model = fit_level_model(data, choice, meta={"encoder": enc.identity,
                                                 "trained_on": ["mcp-annotated (rubric)", "corpora sample (rubric)", "attack set (rubric)",
                                                                "ultratool (paper)", "sealtools (paper)"]})

@@ -467,3 +467,72 @@ def test_a_description_read_in_part_says_so(encoder) -> None:
                                             {"name": "short", "description": "Get the weather for a city."}]}, fmt="mcp", source="t")
     ev = [" ".join(e) for e in RiskAwareRetriever(reg, encoder=encoder, progress=False).tool_levels.evidence]
     assert f"the description is {len(long):,} characters: read in part" in ev[0] and "read in part" not in ev[1]
+
+
+def test_neighbour_shares_read_the_nearest_rated_tools_and_never_a_tools_own_group() -> None:
+    """A training tool's own group (its server) never votes for it; a held-out tool reads its
+    nearest rated tools whatever their server; each neighbour weighs its similarity."""
+    from riskrank.levels import neighbour_shares
+
+    emb = np.array([[1, 0], [1, 0.01], [0.6, 0.8], [0.5, 0.85]])  # a's two L5 tools together, b's L1 tools apart
+    y, group = np.array([5, 5, 1, 1]), np.array(["a", "a", "b", "b"])
+    assert neighbour_shares(emb[:1], emb, y, 1, query_groups=group[:1], ref_groups=group).tolist() == [[0.0] * 4]
+    assert neighbour_shares(emb[:1], emb[1:], y[1:], 1).tolist() == [[1.0] * 4]
+    weighted = neighbour_shares(np.array([[1.0, 0]]), np.array([[2.0, 0], [0, 1]]), np.array([3, 1]), 2)
+    np.testing.assert_allclose(weighted, [[1, 1, 0, 0]], atol=1e-5)  # the L3 twin at 1, the orthogonal L1 tool at ~0
+    alone = neighbour_shares(emb[:1], emb[:2], y[:2], 2, query_groups=group[:1], ref_groups=group[:2])
+    assert alone.tolist() == [[0.0] * 4]  # nothing but its own group: no vote at all, not its own server's
+
+
+def _clustered_data(n_servers: int = 6, per: int = 96, dim: int = 6, seed: int = 3):
+    """LevelData laid out as the level model reads it (embedding, capability flags, text facts),
+    whose levels follow the cluster a tool's embedding falls in, not any direction of it; every
+    server holds tools of every cluster."""
+    from riskrank.capabilities import CAPABILITY_KEYS
+    from riskrank.levels import TEXT_FEATURES
+    from riskrank.training.levels import LevelData
+
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(12, dim))
+    level_of = np.array([1, 5, 1, 4, 2, 1, 5, 2, 3, 1, 4, 2])
+    n = n_servers * per
+    c = rng.integers(0, len(centres), n)
+    emb = centres[c] + rng.normal(scale=0.15, size=(n, dim))
+    x = np.hstack([emb, np.zeros((n, len(CAPABILITY_KEYS) + len(TEXT_FEATURES)))]).astype(np.float32)
+    return LevelData(x, level_of[c].astype(np.int64), np.asarray(["mcp"] * n), np.asarray([f"s{i // per}" for i in range(n)]),
+                     np.zeros(n, bool), np.ones(n, np.int64), [{} for _ in range(n)], [f"t{i}" for i in range(n)],
+                     [f"tool {i % 7}" for i in range(n)])
+
+
+def test_the_inner_split_takes_the_neighbours_only_where_they_score_higher_and_the_model_carries_them(tmp_path) -> None:
+    """Where a tool's level follows its region of the embedding space, the inner split takes the
+    neighbour columns; the fitted model carries the rated tools and reads them when it serves, a
+    saved model reads the same, a damaged one is refused, and a choice without neighbours is
+    written as before."""
+    from riskrank.training import levels as tl
+
+    data = _clustered_data()
+    plain = tl.choose(data, shrinks=(), neighbours=())
+    near = tl.choose(data, shrinks=(), neighbours=(3.0,))
+    assert plain.neighbour_scale == 0 and "neighbour_scale" not in plain.to_dict()
+    assert near.neighbour_scale == 3.0 and near.score > plain.score
+    assert tl.Choice.from_dict(near.to_dict()).neighbour_scale == 3.0
+    model = tl.fit_level_model(data, near)
+    assert model.meta["neighbours"] == {"k": tl.NEIGHBOUR_K, "scale": 3.0} and model.dim == 6
+    assert model.neighbours[0].shape == (len(data.y), 6)
+    emb = tl.embeddings(data)[:40]
+    tools = _tools(*[(f"t{i}", "Does a thing.") for i in range(40)])
+    served = model.predict(emb, tools).levels
+    assert (served == data.y[:40]).mean() > 0.9  # rated tools read their own region
+    model.save(tmp_path / "near")
+    np.testing.assert_array_equal(load_level_model(tmp_path / "near").predict(emb, tools).levels, served)
+    held = tl.leave_groups_out(data, {"a": ["s0", "s1"], "b": ["s2", "s3"], "c": ["s4", "s5"]}, shrinks=(), neighbours=(3.0,))
+    assert held["pooled"]["served level"]["exact"] > 0.9
+    short = LevelModel({**model.arrays, "neighbours.levels": model.arrays["neighbours.levels"][:-1]}, model.meta)
+    short.save(tmp_path / "short")  # written whole (its checksum holds), but its neighbours do not match
+    with pytest.raises(CheckpointError, match="neighbours' arrays"):
+        load_level_model(tmp_path / "short")
+    narrow = LevelModel({**model.arrays, "neighbours.embedding": model.arrays["neighbours.embedding"][:, :5]}, model.meta)
+    narrow.save(tmp_path / "narrow")
+    with pytest.raises(CheckpointError, match="5-d, the model reads 6-d"):
+        load_level_model(tmp_path / "narrow")

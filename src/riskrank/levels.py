@@ -9,7 +9,10 @@ One ordinal model reads three kinds of evidence about a tool:
   description is (nearly) empty, the description is not English;
 * its words: a tf-idf vector of the name and description's words and word pairs over a
   vocabulary fixed at training (the embedding is a mean over the whole text, so one
-  sentence that says what a disguised tool really does barely moves it; its words do).
+  sentence that says what a disguised tool really does barely moves it; its words do);
+* optionally, what its nearest rated tools were rated (:func:`neighbour_shares`: a model
+  trained with them carries the rated tools' embeddings and levels; the shipped model has
+  none).
 
 It is a cumulative-logit model: four increasing thresholds and a score per level boundary,
 ``P(level > k) = sigmoid(w_k · x - theta_k)`` for k = 1..4, read as non-increasing in k, so every
@@ -61,6 +64,8 @@ FORMAT = "riskrank-levels/2"
 _KEYS = ("ordinal.weight", "ordinal.thresholds")
 #: Present when the model reads words (a vocabulary in the sidecar, its idf here).
 _TEXT_KEY = "text.idf"
+#: A model that reads its nearest rated tools carries their embeddings [R, D] and levels [R].
+_NEIGHBOUR_KEYS = ("neighbours.embedding", "neighbours.levels")
 #: Characters of a description the word vector reads.
 WORD_CHARS = 4000
 _TOKEN = re.compile(r"\b\w\w+\b")
@@ -248,6 +253,31 @@ class WordVectors:
         return out
 
 
+def neighbour_shares(query: np.ndarray, ref: np.ndarray, ref_levels: np.ndarray, k: int, *,
+                     query_groups: np.ndarray | None = None, ref_groups: np.ndarray | None = None) -> np.ndarray:
+    """[len(query), 4]: among the ``k`` rows of ``ref`` nearest each row of ``query`` (cosine),
+    the share rated above each level boundary (P(level > 1..4) among them), each neighbour
+    weighted by its similarity (floored at 0). With groups, a row's own group (its server,
+    corpus or set) never votes for it: a training tool is then read as a tool of a server
+    the model has never seen will be. A linear score over the embedding cannot say "most
+    rated tools around here are L2"; this can."""
+    q = np.asarray(query, dtype=np.float64)
+    r = np.asarray(ref, dtype=np.float64)
+    q = q / (np.linalg.norm(q, axis=1, keepdims=True) + 1e-12)
+    r = r / (np.linalg.norm(r, axis=1, keepdims=True) + 1e-12)
+    if len(q) == 0 or len(r) == 0:
+        return np.zeros((len(q), 4))
+    sims = q @ r.T
+    if query_groups is not None and ref_groups is not None:
+        sims = np.where(np.asarray(query_groups)[:, None] == np.asarray(ref_groups)[None, :], -np.inf, sims)
+    k = max(1, min(int(k), len(r)))
+    top = np.argpartition(-sims, k - 1, axis=1)[:, :k]
+    s = np.take_along_axis(sims, top, axis=1)
+    w = np.where(np.isfinite(s), np.maximum(s, 0.0) + 1e-6, 0.0)  # a row of its own group weighs nothing
+    above = np.asarray(ref_levels)[top][:, :, None] > np.arange(1, 5)[None, None, :]
+    return (w[:, :, None] * above).sum(axis=1) / np.maximum(w.sum(axis=1, keepdims=True), 1e-12)
+
+
 def levels_from_cumulative(cum: np.ndarray, tau: Sequence[float]) -> np.ndarray:
     """The level for cumulative probabilities ``cum`` [N, 4] (P(level > k), k = 1..4): 1 + the
     number of boundaries k with P(level > k) >= tau_k."""
@@ -327,10 +357,31 @@ class LevelModel:
                            float(self.meta.get("word_scale", 1.0)))
 
     @property
+    def neighbours(self) -> tuple[np.ndarray, np.ndarray, int, float] | None:
+        """(the rated tools' embeddings, their levels, k, scale) for a model that reads its
+        nearest rated tools (:func:`neighbour_shares`), else None."""
+        if _NEIGHBOUR_KEYS[0] not in self.arrays:
+            return None
+        how = self.meta.get("neighbours") or {}
+        return (self.arrays[_NEIGHBOUR_KEYS[0]], self.arrays[_NEIGHBOUR_KEYS[1]], int(how.get("k", 10)),
+                float(how.get("scale", 1.0)))
+
+    def neighbour_columns(self, tool_emb: np.ndarray) -> np.ndarray | None:
+        """The four columns the model reads from the rated tools nearest ``tool_emb`` (None
+        for a model without them)."""
+        nb = self.neighbours
+        if nb is None:
+            return None
+        ref, levels, k, scale = nb
+        return scale * neighbour_shares(tool_emb, ref, levels, k)
+
+    @property
     def dim(self) -> int:
         """The embedding dimension it reads."""
         n_words = 0 if _TEXT_KEY not in self.arrays else int(self.arrays[_TEXT_KEY].shape[0])
-        return int(self.arrays["ordinal.weight"].shape[-1]) - len(CAPABILITY_KEYS) - len(TEXT_FEATURES) - n_words
+        n_neighbours = 0 if self.neighbours is None else 4
+        return (int(self.arrays["ordinal.weight"].shape[-1]) - len(CAPABILITY_KEYS) - len(TEXT_FEATURES) - n_words
+                - n_neighbours)
 
     @property
     def encoder_identity(self) -> str | None:
@@ -373,13 +424,17 @@ class LevelModel:
         x = features(e, evidence)
         if self.words is not None:
             x = np.hstack([x, self.words.transform([word_text(t.name, t.description) for t in tools])])
+        near = self.neighbour_columns(e)
+        if near is not None:
+            x = np.hstack([x, near])
         cum = self.cumulative(x)
         levels = np.where(evidence.cautious, levels_from_cumulative(cum, self.tau_cautious), levels_from_cumulative(cum, self.tau))
         return LevelPrediction(cum.astype(np.float32), levels.astype(np.int8), evidence, self.hint_floors)
 
     def save(self, folder: str | Path) -> Path:
         """Write the weights and the sidecar (with their sha256) atomically."""
-        arrays = {k: np.ascontiguousarray(self.arrays[k], dtype=np.float32) for k in (*_KEYS, _TEXT_KEY) if k in self.arrays}
+        arrays = {k: np.ascontiguousarray(self.arrays[k], dtype=np.float32) for k in (*_KEYS, _TEXT_KEY, *_NEIGHBOUR_KEYS)
+                  if k in self.arrays}
         meta = {**self.meta, "format": FORMAT,
                 "features": {"embedding": self.dim, "capabilities": list(CAPABILITY_KEYS), "text": list(TEXT_FEATURES)}}
         return write_weights_folder(folder, arrays, meta, WEIGHTS, SIDECAR)
@@ -403,4 +458,13 @@ def load_level_model(folder: str | Path) -> LevelModel:
     w = arrays["ordinal.weight"]
     if arrays["ordinal.thresholds"].shape != (4,) or not (w.ndim == 1 or (w.ndim == 2 and w.shape[0] == 4)):
         raise CheckpointError(f"{weights}: ordinal arrays have shapes {arrays['ordinal.weight'].shape}, {arrays['ordinal.thresholds'].shape}")
-    return LevelModel({k: np.asarray(arrays[k], dtype=np.float32) for k in (*_KEYS, _TEXT_KEY) if k in arrays}, meta)
+    near = [k for k in _NEIGHBOUR_KEYS if k in arrays]
+    if near:
+        emb, lv = arrays.get(_NEIGHBOUR_KEYS[0]), arrays.get(_NEIGHBOUR_KEYS[1])
+        if len(near) != 2 or emb.ndim != 2 or lv.shape != (emb.shape[0],) or not isinstance(meta.get("neighbours"), dict):
+            raise CheckpointError(f"{weights}: its neighbours' arrays ({', '.join(near)}) are not an [R, D] embedding and [R] levels "
+                                  f"with a 'neighbours' entry in {side.name}")
+    model = LevelModel({k: np.asarray(arrays[k], dtype=np.float32) for k in (*_KEYS, _TEXT_KEY, *_NEIGHBOUR_KEYS) if k in arrays}, meta)
+    if near and model.neighbours is not None and model.neighbours[0].shape[1] != model.dim:
+        raise CheckpointError(f"{weights}: its neighbours' embeddings are {model.neighbours[0].shape[1]}-d, the model reads {model.dim}-d")
+    return model

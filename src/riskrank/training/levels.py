@@ -30,12 +30,15 @@ from typing import Any
 
 import numpy as np
 
+from riskrank.capabilities import CAPABILITY_KEYS
 from riskrank.levels import (
+    TEXT_FEATURES,
     LevelModel,
     ToolEvidence,
     WordVectors,
     features,
     levels_from_cumulative,
+    neighbour_shares,
     word_text,
 )
 
@@ -184,6 +187,12 @@ SHRINK = 3.0
 #: choice (30, the nearest to the one-score form the split always has, left out; docs/base-model.md
 #: says so); the inner split picks among them on training servers only.
 PARTIAL_SHRINKS: tuple[float, ...] = (1.0, 3.0, 10.0)
+#: The nearest rated tools a tool's neighbour columns read (:func:`riskrank.levels.neighbour_shares`),
+#: and the columns' weights the inner split may choose beside none (:func:`choose`); empty: the
+#: model reads no neighbours (the shipped model's training). benchmarks/level_neighbours.py
+#: screened k and the weight on held-out servers with a fixed choice (docs/base-model.md).
+NEIGHBOUR_K = 10
+NEIGHBOUR_SCALES: tuple[float, ...] = ()
 
 
 def fit_form(x: Any, y: np.ndarray, weight: np.ndarray | None = None, *, penalty: float = 1.0,
@@ -268,6 +277,30 @@ def with_words(data: LevelData, words: WordVectors | None) -> Any:
     return sp.hstack([sp.csr_matrix(data.x), sp.csr_matrix(words.transform(data.texts))], format="csr")
 
 
+def embeddings(data: LevelData) -> np.ndarray:
+    """The tools' embeddings: the first columns of ``data.x`` (:func:`riskrank.levels.features`)."""
+    return data.x[:, : data.x.shape[1] - len(CAPABILITY_KEYS) - len(TEXT_FEATURES)]
+
+
+def neighbour_columns(data: LevelData, ref: LevelData, *, own_group_votes: bool) -> np.ndarray:
+    """[N, 4] the shares of ``data``'s tools' :data:`NEIGHBOUR_K` nearest rated tools of ``ref``
+    above each boundary (:func:`riskrank.levels.neighbour_shares`; the benchmarks' paper labels
+    never vote). A training tool's own group (``own_group_votes`` False) never votes for it,
+    so that the fit reads the columns as they will be read for a server it has never seen."""
+    rated = ref.source != "paper"
+    groups = {} if own_group_votes else {"query_groups": data.server, "ref_groups": ref.server[rated]}
+    return neighbour_shares(embeddings(data), embeddings(ref)[rated], ref.y[rated], NEIGHBOUR_K, **groups)
+
+
+def _with_columns(x: Any, cols: np.ndarray | None) -> Any:
+    """``x`` with ``cols`` appended (sparse stays sparse)."""
+    import scipy.sparse as sp
+
+    if cols is None:
+        return x
+    return sp.hstack([sp.csr_matrix(x), sp.csr_matrix(cols)], format="csr") if sp.issparse(x) else np.hstack([x, cols])
+
+
 def apply_hints(levels: np.ndarray, hints: Sequence[dict[str, bool]], floors: tuple[int, int, int]) -> np.ndarray:
     """Declared hints as the gateway applies them: each only raises, to its floor."""
     out = np.asarray(levels, dtype=np.int64).copy()
@@ -349,18 +382,22 @@ class Choice:
     score: float
     #: The partial form's shrink (:func:`fit_partial`); None: the one-score form (:func:`fit_ordinal`).
     shrink: float | None = None
+    #: The weight of the neighbour columns (:func:`neighbour_columns`); 0: the model reads no neighbours.
+    neighbour_scale: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        """The choice as a model's sidecar and the artefacts record it (a shrink only for the partial form)."""
+        """The choice as a model's sidecar and the artefacts record it (a shrink only for the
+        partial form, a neighbour scale only where the model reads neighbours)."""
         return {"penalty": self.penalty, "corpus_weight": self.corpus_weight, "word_scale": self.word_scale, "tau": list(self.tau),
                 "tau_cautious": list(self.tau_cautious), "hint_floors": list(self.hint_floors), "inner_objective": round(self.score, 4),
-                **({"shrink": self.shrink} if self.shrink is not None else {})}
+                **({"shrink": self.shrink} if self.shrink is not None else {}),
+                **({"neighbour_scale": self.neighbour_scale} if self.neighbour_scale > 0 else {})}
 
     @classmethod
     def from_dict(cls, c: dict[str, Any]) -> Choice:
         """A choice as :meth:`to_dict` wrote it (a sidecar's or an artefact's ``choice``)."""
         return cls(c["penalty"], c["corpus_weight"], c["word_scale"], tuple(c["tau"]), tuple(c["tau_cautious"]),
-                   tuple(c["hint_floors"]), c["inner_objective"], c.get("shrink"))
+                   tuple(c["hint_floors"]), c["inner_objective"], c.get("shrink"), float(c.get("neighbour_scale", 0.0)))
 
     def arrays(self, x: Any, y: np.ndarray, weight: np.ndarray) -> dict[str, np.ndarray]:
         """The level model's arrays fitted in this choice's form."""
@@ -381,7 +418,8 @@ def _groups(servers: np.ndarray, n_groups: int, seed: int) -> dict[str, int]:
     return out
 
 
-def choose(data: LevelData, *, n_groups: int = 4, seed: int = 42, shrinks: Sequence[float] | None = None) -> Choice:
+def choose(data: LevelData, *, n_groups: int = 4, seed: int = 42, shrinks: Sequence[float] | None = None,
+           neighbours: Sequence[float] | None = None) -> Choice:
     """The penalty, the benchmarks' weight, the word vector's weight, tau, tau_cautious and the
     hint floors that maximise :func:`_objective` on the tools rated under the anchors of
     held-out groups (MCP servers, corpora of the rated sample, the attack and look-alike sets,
@@ -389,8 +427,11 @@ def choose(data: LevelData, *, n_groups: int = 4, seed: int = 42, shrinks: Seque
     weighted by the choice. Then, with that penalty and those weights, the partial form at each
     of ``shrinks`` (:data:`PARTIAL_SHRINKS`), its tau and hint floors chosen again: it is
     chosen only where it scores above the one-score form (each of its fits costs some four of
-    the one-score form's, so it is not crossed with every weight)."""
+    the one-score form's, so it is not crossed with every weight). Last, with all of that, the
+    neighbour columns at each weight of ``neighbours`` (:data:`NEIGHBOUR_SCALES`), chosen the same
+    way: only where they score above the choice without them."""
     shrinks = PARTIAL_SHRINKS if shrinks is None else tuple(shrinks)
+    scales = NEIGHBOUR_SCALES if neighbours is None else tuple(float(v) for v in neighbours if v > 0)
     mcp = data.source != "paper"  # every tool rated under the anchors
     group_of = _groups(data.server[mcp], n_groups, seed)
     grp = np.asarray([group_of.get(s, -1) if m else -1 for s, m in zip(data.server, mcp, strict=True)])
@@ -399,35 +440,45 @@ def choose(data: LevelData, *, n_groups: int = 4, seed: int = 42, shrinks: Seque
         tr, te = grp != g, grp == g
         train = data.subset(tr)
         words = word_vectors(train, 1.0) if max(WORD_SCALES) > 0 else None
-        splits.append((tr, te, train, with_words(train, words), with_words(data.subset(te), words)))
+        test = data.subset(te)
+        near = (neighbour_columns(train, train, own_group_votes=False), neighbour_columns(test, train, own_group_votes=True)
+                ) if scales else (None, None)
+        splits.append((tr, te, train, with_words(train, words), with_words(test, words), near))
     f = data.x.shape[1]
 
-    def held_cumulative(pen: float, cw: float, ws: float, shrink: float | None) -> np.ndarray:
+    def held_cumulative(pen: float, cw: float, ws: float, shrink: float | None, ns: float = 0.0) -> np.ndarray:
         """Out-of-group P(level > k) of the rated tools, every group fitted without it."""
         cum = np.zeros((len(data.y), 4))
-        for tr, te, train, x_tr, x_te in splits:
+        for tr, te, train, x_tr, x_te, (n_tr, n_te) in splits:
             a, b = (train.x, data.x[te]) if ws == 0 else (_scaled(x_tr, f, ws), _scaled(x_te, f, ws))
+            if ns > 0:
+                a, b = _with_columns(a, ns * n_tr), _with_columns(b, ns * n_te)
             cum[te] = LevelModel(fit_form(a, data.y[tr], sample_weights(train, cw), penalty=pen, shrink=shrink)).cumulative(b)
         return cum[mcp]
 
     held = data.subset(mcp)
 
-    def best_of(cums: dict[tuple[float, float, float, float | None], np.ndarray], best: Choice | None) -> Choice | None:
-        for (pen, cw, ws, shrink), cum in cums.items():
+    def best_of(cums: dict[tuple[float, float, float, float | None, float], np.ndarray], best: Choice | None) -> Choice | None:
+        for (pen, cw, ws, shrink, ns), cum in cums.items():
             for tau in _tau_candidates():
                 for hf in HINT_FLOORS:
                     caut = tuple(min(t, 0.3) for t in tau)
                     s = _objective(held.y, served(cum, held, tau, caut, hf))
                     if best is None or s > best.score + 1e-9:
-                        best = Choice(pen, cw, ws, tau, caut, hf, s, shrink)
+                        best = Choice(pen, cw, ws, tau, caut, hf, s, shrink, ns)
         return best
 
-    best = best_of({(pen, cw, ws, None): held_cumulative(pen, cw, ws, None)
+    best = best_of({(pen, cw, ws, None, 0.0): held_cumulative(pen, cw, ws, None)
                     for pen in PENALTIES for cw in CORPUS_WEIGHTS for ws in WORD_SCALES}, None)
     assert best is not None
     if shrinks:
-        best = best_of({(best.penalty, best.corpus_weight, best.word_scale, sh):
+        best = best_of({(best.penalty, best.corpus_weight, best.word_scale, sh, 0.0):
                         held_cumulative(best.penalty, best.corpus_weight, best.word_scale, sh) for sh in shrinks}, best)
+    assert best is not None
+    if scales:
+        b = best
+        best = best_of({(b.penalty, b.corpus_weight, b.word_scale, b.shrink, ns):
+                        held_cumulative(b.penalty, b.corpus_weight, b.word_scale, b.shrink, ns) for ns in scales}, best)
     assert best is not None
     return best
 
@@ -450,7 +501,8 @@ def _tau_candidates() -> list[tuple[float, float, float, float]]:
 def fit_level_model(data: LevelData, choice: Choice, *, meta: dict[str, Any] | None = None) -> LevelModel:
     """The level model fitted on all of ``data`` with ``choice`` (its vocabulary too)."""
     words = word_vectors(data, choice.word_scale)
-    arrays = choice.arrays(with_words(data, words), data.y, sample_weights(data, choice.corpus_weight))
+    near = choice.neighbour_scale * neighbour_columns(data, data, own_group_votes=False) if choice.neighbour_scale > 0 else None
+    arrays = choice.arrays(_with_columns(with_words(data, words), near), data.y, sample_weights(data, choice.corpus_weight))
     hf = dict(zip(("destructiveHint", "readOnlyHint=false", "openWorldHint"), choice.hint_floors, strict=True))
     info = {"tau": list(choice.tau), "tau_cautious": list(choice.tau_cautious), "hint_floors": hf, "choice": choice.to_dict(),
             "form": "proportional" if choice.shrink is None else "partial", **({"shrink": choice.shrink} if choice.shrink is not None else {}),
@@ -458,12 +510,18 @@ def fit_level_model(data: LevelData, choice: Choice, *, meta: dict[str, Any] | N
     if words is not None:
         arrays["text.idf"] = words.idf.astype(np.float32)
         info.update(vocabulary=list(words.vocabulary), word_scale=words.scale)
+    if near is not None:  # what serving reads the neighbours from: every tool rated under the anchors
+        rated = data.source != "paper"
+        arrays["neighbours.embedding"] = embeddings(data)[rated].astype(np.float32)
+        arrays["neighbours.levels"] = data.y[rated].astype(np.float32)
+        info["neighbours"] = {"k": NEIGHBOUR_K, "scale": choice.neighbour_scale}
     return LevelModel(arrays, {**info, **(meta or {})})
 
 
 def model_features(model: LevelModel, data: LevelData) -> np.ndarray:
-    """``data``'s features as ``model`` reads them (with its word vector, if it has one)."""
-    return with_words(data, model.words)
+    """``data``'s features as ``model`` reads them (with its word vector and its neighbour
+    columns, if it has them; ``data``'s tools are read as tools of servers it has never seen)."""
+    return _with_columns(with_words(data, model.words), model.neighbour_columns(embeddings(data)))
 
 
 #: What a worker process of :func:`_map_units` reads (set before the pool forks: the data is
@@ -471,14 +529,14 @@ def model_features(model: LevelModel, data: LevelData) -> np.ndarray:
 _SHARED: dict[str, Any] = {}
 
 
-def _held_out_unit(groups: Sequence[str], seed: int, shrinks: Sequence[float] | None
+def _held_out_unit(groups: Sequence[str], seed: int, shrinks: Sequence[float] | None, neighbours: Sequence[float] | None = None
                    ) -> tuple[Choice, np.ndarray, np.ndarray, np.ndarray]:
     """One unit held out of ``_SHARED["data"]``: the inner choice, and the held-out tools' P(level > k),
     served level and level before hints."""
     data: LevelData = _SHARED["data"]
     held = np.isin(data.server, list(groups))
     train = data.subset(~held)
-    ch = choose(train, seed=seed, shrinks=shrinks)
+    ch = choose(train, seed=seed, shrinks=shrinks, neighbours=neighbours)
     model = fit_level_model(train, ch)
     te = data.subset(held)
     cum = model.cumulative(model_features(model, te))
@@ -486,7 +544,8 @@ def _held_out_unit(groups: Sequence[str], seed: int, shrinks: Sequence[float] | 
 
 
 def _map_units(data: LevelData, units: Sequence[Sequence[str]], *, seed: int, shrinks: Sequence[float] | None,
-               workers: int, progress: bool) -> list[tuple[Choice, np.ndarray, np.ndarray, np.ndarray]]:
+               workers: int, progress: bool, neighbours: Sequence[float] | None = None
+               ) -> list[tuple[Choice, np.ndarray, np.ndarray, np.ndarray]]:
     """:func:`_held_out_unit` for every unit, in order, in ``workers`` forked processes (each
     unit's fits and choices are its own, so the results are those of one process). The children
     run NumPy and SciPy only: a parent whose torch thread pools were started before the fork is
@@ -498,13 +557,13 @@ def _map_units(data: LevelData, units: Sequence[Sequence[str]], *, seed: int, sh
     _SHARED["data"] = data
     try:
         if workers <= 1:
-            return [_held_out_unit(g, seed, shrinks) for g in tqdm(units, desc="leave one out", disable=not progress)]
+            return [_held_out_unit(g, seed, shrinks, neighbours) for g in tqdm(units, desc="leave one out", disable=not progress)]
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
         pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
         try:
-            futures = [pool.submit(_held_out_unit, g, seed, shrinks) for g in units]
+            futures = [pool.submit(_held_out_unit, g, seed, shrinks, neighbours) for g in units]
             return [f.result() for f in tqdm(futures, desc="leave one out", disable=not progress)]
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)
@@ -517,7 +576,7 @@ def _map_units(data: LevelData, units: Sequence[Sequence[str]], *, seed: int, sh
 
 def leave_groups_out(data: LevelData, units: dict[str, Sequence[str]], *, seed: int = 42, progress: bool = False,
                      baselines: dict[str, np.ndarray] | None = None, shrinks: Sequence[float] | None = None,
-                     workers: int = 1) -> dict[str, Any]:
+                     workers: int = 1, neighbours: Sequence[float] | None = None) -> dict[str, Any]:
     """Every tool of each unit (name -> the groups it holds: one MCP server, one corpus, the
     attack set) served by a model fitted and tuned without that unit (in ``workers`` processes);
     the agreement and policy rows pooled over the units and per unit, the confusion matrix, and
@@ -529,7 +588,8 @@ def leave_groups_out(data: LevelData, units: dict[str, Sequence[str]], *, seed: 
     cumulative = np.zeros((len(rows), 4))
     unit_of = np.empty(len(rows), dtype=object)
     choices = {}
-    results = _map_units(data, list(units.values()), seed=seed, shrinks=shrinks, workers=workers, progress=progress)
+    results = _map_units(data, list(units.values()), seed=seed, shrinks=shrinks, workers=workers, progress=progress,
+                         neighbours=neighbours)
     for (unit, groups), (ch, cum, lv, before_hints) in zip(units.items(), results, strict=True):
         held = np.isin(data.server, list(groups))
         pos = np.asarray([pos_of[int(r)] for r in np.flatnonzero(held)])
@@ -549,7 +609,8 @@ def leave_groups_out(data: LevelData, units: dict[str, Sequence[str]], *, seed: 
 
 
 def paper_agreement(data: LevelData, benchmarks: Sequence[tuple[str, np.ndarray]], *, seed: int = 42,
-                    shrinks: Sequence[float] | None = None, workers: int = 1) -> dict[str, Any]:
+                    shrinks: Sequence[float] | None = None, workers: int = 1, neighbours: Sequence[float] | None = None
+                    ) -> dict[str, Any]:
     """For each benchmark (name, a mask over ``data`` of its paper-labelled tools): a model fitted
     (with the inner choice) on everything but that benchmark's tools, κ and the policy row of
     its served level (benchmark tools declare no hints) against the paper's labels."""
@@ -563,7 +624,7 @@ def paper_agreement(data: LevelData, benchmarks: Sequence[tuple[str, np.ndarray]
         marked[mask] = f"held out: {name}"
     keyed = LevelData(data.x, data.y, data.source, marked.astype(str), data.cautious, data.floors, data.hints, data.names, data.texts)
     results = _map_units(keyed, [[f"held out: {name}"] for name, _ in benchmarks], seed=seed, shrinks=shrinks, workers=workers,
-                         progress=False)
+                         progress=False, neighbours=neighbours)
     out = {}
     # the level before hints: a benchmark's tools declare none, and the paper rated what they say
     for (name, mask), (ch, _, _, pred) in zip(benchmarks, results, strict=True):
