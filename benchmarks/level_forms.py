@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,15 +66,26 @@ def _arrays(form: str, x: Any, y: np.ndarray, w: np.ndarray, penalty: float) -> 
     return fit_arrays(x, y, w, penalty=penalty, form=form)
 
 
-def held_out(form: str, data: LevelData, units: dict[str, list[str]], choice: Choice) -> np.ndarray:
-    """The served level of every row of ``units``, each unit's by the form fitted without it (0 elsewhere)."""
+#: Columns a screen adds to the model's input: (training rows, held-out rows) -> their columns.
+Extra = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+def held_out(form: str, data: LevelData, units: dict[str, list[str]], choice: Choice, extra: Extra | None = None) -> np.ndarray:
+    """The served level of every row of ``units``, each unit's by the form fitted without it (0
+    elsewhere); ``extra`` appends columns computed from the fold's own training rows."""
+    import scipy.sparse as sp
+
     pred = np.zeros(len(data.y), dtype=np.int64)
     for groups in units.values():
         held = np.isin(data.server, groups)
         train, test = data.subset(~held), data.subset(held)
         words = word_vectors(train, choice.word_scale)
-        arrays = _arrays(form, with_words(train, words), train.y, sample_weights(train, choice.corpus_weight), choice.penalty)
-        cum = LevelModel(arrays).cumulative(with_words(test, words))
+        x_tr, x_te = with_words(train, words), with_words(test, words)
+        if extra is not None:
+            e_tr, e_te = extra(np.flatnonzero(~held), np.flatnonzero(held))
+            x_tr, x_te = (sp.hstack([sp.csr_matrix(a), sp.csr_matrix(b)], format="csr") for a, b in ((x_tr, e_tr), (x_te, e_te)))
+        arrays = _arrays(form, x_tr, train.y, sample_weights(train, choice.corpus_weight), choice.penalty)
+        cum = LevelModel(arrays).cumulative(x_te)
         pred[held] = served(cum, test, choice.tau, choice.tau_cautious, choice.hint_floors)
     return pred
 
@@ -82,26 +94,36 @@ def _row(data: LevelData, pred: np.ndarray, mask: np.ndarray) -> dict[str, Any]:
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in agreement_row(data.y[mask], pred[mask]).items()}
 
 
+def n_tools(data: LevelData) -> dict[str, int]:
+    """How many rated tools the two judgements read: the MCP servers', and the sets'."""
+    return {"mcp": int((data.source == "mcp").sum()), "sets": int(np.isin(data.server, [g for gs in SETS.values() for g in gs]).sum())}
+
+
+def judge(form: str, data: LevelData, choice: Choice, extra: Extra | None = None, label: str | None = None) -> dict[str, Any]:
+    """The form judged twice: each of the 23 MCP servers held out in turn (pooled, and over the
+    servers never read), and each corpus and the attack set held out in turn (pooled, and the
+    attack set alone)."""
+    t = time.time()
+    mcp = data.source == "mcp"
+    servers = {s: [s] for s in sorted(set(data.server[mcp]))}
+    in_sets = np.isin(data.server, [g for gs in SETS.values() for g in gs])
+    on_servers, on_sets = held_out(form, data, servers, choice, extra), held_out(form, data, SETS, choice, extra)
+    out = {"servers": _row(data, on_servers, mcp), "servers never read": _row(data, on_servers, mcp & np.isin(data.server, UNREAD_SERVERS)),
+           "sets": _row(data, on_sets, in_sets), "attack set": _row(data, on_sets, np.isin(data.server, SETS["attack set"])),
+           "seconds": round(time.time() - t, 1)}
+    r, s = out["servers"], out["sets"]
+    print(f"{label or form:18s} servers κ {r['kappa_quadratic']:.3f} asked {r['low_asked']:.3f} unasked {r['high_unasked']:.3f} | "
+          f"sets κ {s['kappa_quadratic']:.3f} asked {s['low_asked']:.3f} unasked {s['high_unasked']:.3f}", flush=True)
+    return out
+
+
 def main() -> None:
     t0 = time.time()
     out_path, enc, data = json_and_data(__doc__)
     choice = fixed_choice()
-    mcp = data.source == "mcp"
-    servers = {s: [s] for s in sorted(set(data.server[mcp]))}
-    in_sets = np.isin(data.server, [g for gs in SETS.values() for g in gs])
-    attack = np.isin(data.server, SETS["attack set"])
-    out: dict[str, Any] = {}
-    for form in FORMS:
-        t = time.time()
-        on_servers, on_sets = held_out(form, data, servers, choice), held_out(form, data, SETS, choice)
-        out[form] = {"servers": _row(data, on_servers, mcp), "servers never read": _row(data, on_servers, mcp & np.isin(data.server, UNREAD_SERVERS)),
-                     "sets": _row(data, on_sets, in_sets), "attack set": _row(data, on_sets, attack), "seconds": round(time.time() - t, 1)}
-        r, s = out[form]["servers"], out[form]["sets"]
-        print(f"{form:18s} servers κ {r['kappa_quadratic']:.3f} asked {r['low_asked']:.3f} unasked {r['high_unasked']:.3f} | "
-              f"sets κ {s['kappa_quadratic']:.3f} asked {s['low_asked']:.3f} unasked {s['high_unasked']:.3f}", flush=True)
+    out = {form: judge(form, data, choice) for form in FORMS}
     doc = {"date": time.strftime("%Y-%m-%d"), "encoder": enc.identity, "choice": choice.to_dict(), "choice_from": CHOICE_FROM.name,
-           "n_tools": {"mcp": int(mcp.sum()), "sets": int(in_sets.sum())}, "unread_servers": list(UNREAD_SERVERS), "forms": out,
-           "seconds": round(time.time() - t0, 1)}
+           "n_tools": n_tools(data), "unread_servers": list(UNREAD_SERVERS), "forms": out, "seconds": round(time.time() - t0, 1)}
     if out_path:
         write_json(out_path, doc)
 

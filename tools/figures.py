@@ -1295,6 +1295,15 @@ claim(BM, "Against the one-score model it replaces (its run of 2026-12-06, befor
       pct(LEVELS_SUBJECT.at(*SET_UNIT, "sealtools (rated sample)", "served level", "high_unasked")))
 rendered(BM, "the level forms table", ["benchmarks/results/level_forms.json"],
          lambda: _bench("level_forms").table_md(_load("benchmarks/results/level_forms.json")))
+NEIGHBOURS = Json("benchmarks/results/level_neighbours.json")
+rendered(BM, "the neighbours' screen", [NEIGHBOURS.path], lambda: _bench("level_neighbours").table_md(_load(NEIGHBOURS.path)))
+def _rated() -> int:
+    """The tools rated under the anchors the screen read (every one a neighbour in a fit on all)."""
+    return NEIGHBOURS.data["n_tools"]["mcp"] + NEIGHBOURS.data["n_tools"]["sets"]
+
+
+claim(BM, "the {} rated tools' ({} MB of float32 beside the model)", V(_rated, NEIGHBOURS.path, ","),
+      V(lambda: _rated() * NEIGHBOURS.data["embedding_dim"] * 4 / 1e6, NEIGHBOURS.path, ".1f"))
 claim(BM, "and weighted κ went from {} to {} (`benchmarks/results/bfcl_levels_proportional.json`). The level\nmodel shipped since "
       "(the partial form, [below](#one-score-or-one-per-boundary)) moved {} of the {} served levels and reads them at weighted κ {}:",
       Json("benchmarks/results/int8_encoder.json").at("comparison", "levels", "bfcl", "kappa", 0, fmt=".3f"),

@@ -1,0 +1,93 @@
+"""What the rated tools nearest a tool say of its level: a screen for the level model.
+
+    python benchmarks/level_neighbours.py --json benchmarks/results/level_neighbours.json
+
+The level model is linear in a tool's embedding, its capability flags, its text facts and its
+words. A tool's nearest rated tools (by cosine of the same embeddings) are evidence a linear
+score cannot express: a region of the space where most tools are L2 is L2 whatever direction
+the weights point. This screen appends, for every tool, the similarity-weighted share of its
+``k`` nearest rated tools above each level boundary (four columns, P(level > 1..4) among the
+neighbours, times ``scale``) and fits the shipped form with them.
+
+Nothing leaks across a fold: the neighbours of a held-out tool are the fold's training tools
+rated under the anchors (the benchmarks' paper labels never vote), and a training tool's
+neighbours exclude the tools of its own group (its MCP server, corpus or set), so that the fit
+reads the column as it will be read for a server it has never seen.
+
+Judged like ``benchmarks/level_forms.py``, with the shipped model's choice fixed (its form,
+shrink, thresholds, hint floors and weights, read from ``benchmarks/results/risk_levels.json``)
+and nothing tuned per variant: each of the 23 MCP servers held out in turn, then each corpus and
+the attack set. This is a screen on held-out figures: a variant taken from this table is a
+choice made after they were seen, and it ships only through the whole procedure
+(``benchmarks/risk_levels.py``, its inner split choosing ``k`` and ``scale``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from level_forms import Extra, judge, n_tools
+from level_readers import json_and_data
+from risk_levels import UNREAD_SERVERS
+from riskrank.fileio import write_json
+from riskrank.levels import neighbour_shares
+from riskrank.training.levels import Choice, LevelData, embeddings
+
+CHOICE_FROM = Path(__file__).with_name("results") / "risk_levels.json"
+#: (k, scale) per variant; None: the shipped model's input alone.
+VARIANTS: dict[str, tuple[int, float] | None] = {"shipped input": None, "k 10, scale 1": (10, 1.0), "k 10, scale 3": (10, 3.0),
+                                                 "k 20, scale 1": (20, 1.0), "k 20, scale 3": (20, 3.0)}
+
+
+def extra_for(data: LevelData, k: int, scale: float) -> Extra:
+    """The screen's columns for a fold: the neighbours' shares (:func:`riskrank.levels.neighbour_shares`),
+    ``scale`` times; a training tool's own group never votes for it."""
+    emb = embeddings(data)
+
+    def extra(train: np.ndarray, held: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ref = train[data.source[train] != "paper"]
+        return (scale * neighbour_shares(emb[train], emb[ref], data.y[ref], k, query_groups=data.server[train], ref_groups=data.server[ref]),
+                scale * neighbour_shares(emb[held], emb[ref], data.y[ref], k))
+
+    return extra
+
+
+def main() -> None:
+    t0 = time.time()
+    out_path, enc, data = json_and_data(__doc__)
+    choice = Choice.from_dict(json.loads(CHOICE_FROM.read_text(encoding="utf-8"))["choice"])
+    form = "proportional" if choice.shrink is None else f"partial shrink {choice.shrink:g}"
+    dim = enc.dim
+    out = {name: judge(form, data, choice, None if v is None else extra_for(data, v[0], v[1]), label=name)
+           for name, v in VARIANTS.items()}
+    doc = {"date": time.strftime("%Y-%m-%d"), "encoder": enc.identity, "choice": choice.to_dict(), "choice_from": CHOICE_FROM.name,
+           "form": form, "n_tools": n_tools(data), "embedding_dim": dim, "unread_servers": list(UNREAD_SERVERS),
+           "variants": {name: {"k": None if v is None else v[0], "scale": None if v is None else v[1], **out[name]}
+                        for name, v in VARIANTS.items()},
+           "seconds": round(time.time() - t0, 1)}
+    if out_path:
+        write_json(out_path, doc)
+
+
+def table_md(doc: dict) -> str:
+    """docs/base-model.md's table of the screen, rendered from the artefact."""
+    lines = ["| input | MCP servers: weighted κ | exact | within one | L1–L2 asked | L4–L5 unasked | never-read servers: κ | "
+             "corpora and attack set: κ | L4–L5 unasked | attack set: L4–L5 unasked |", "|---|---|---|---|---|---|---|---|---|---|"]
+    pct = lambda v: f"{100 * v:.1f} %"  # noqa: E731 - a one-line format
+    for name, r in doc["variants"].items():
+        s, n, t, at = r["servers"], r["servers never read"], r["sets"], r["attack set"]
+        lines.append(f"| {name} | {s['kappa_quadratic']:.3f} | {pct(s['exact'])} | {pct(s['within_one'])} | {pct(s['low_asked'])} | "
+                     f"{pct(s['high_unasked'])} | {n['kappa_quadratic']:.3f} | {t['kappa_quadratic']:.3f} | {pct(t['high_unasked'])} | "
+                     f"{pct(at['high_unasked'])} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
