@@ -128,17 +128,24 @@ def main() -> None:
         write_json(out_path, doc)
 
 
-def table_md(doc: dict) -> str:
-    """docs/base-model.md's table of the forms, rendered from the artefact."""
-    lines = ["| form | MCP servers: weighted κ | within one | L1–L2 asked | L4–L5 unasked | never-read servers: κ | "
-             "corpora and attack set: κ | L4–L5 unasked | attack set: L4–L5 unasked |", "|---|---|---|---|---|---|---|---|---|"]
+def judged_table(rows: dict[str, dict[str, Any]], head: str, *, exact: bool = False) -> str:
+    """A table of :func:`judge`'s rows, one per name (``exact``: with the servers' exact agreement)."""
+    cols = ["MCP servers: weighted κ", *(["exact"] if exact else []), "within one", "L1–L2 asked", "L4–L5 unasked",
+            "never-read servers: κ", "corpora and attack set: κ", "L4–L5 unasked", "attack set: L4–L5 unasked"]
+    lines = [f"| {head} | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
     pct = lambda v: f"{100 * v:.1f} %"  # noqa: E731 - a one-line format
-    for form, r in doc["forms"].items():
+    for name, r in rows.items():
         s, n, t, at = r["servers"], r["servers never read"], r["sets"], r["attack set"]
-        lines.append(f"| {form} | {s['kappa_quadratic']:.3f} | {pct(s['within_one'])} | {pct(s['low_asked'])} | {pct(s['high_unasked'])} | "
-                     f"{n['kappa_quadratic']:.3f} | {t['kappa_quadratic']:.3f} | {pct(t['high_unasked'])} | {pct(at['high_unasked'])} |")
+        cells = [f"{s['kappa_quadratic']:.3f}", *([pct(s["exact"])] if exact else []), pct(s["within_one"]), pct(s["low_asked"]),
+                 pct(s["high_unasked"]), f"{n['kappa_quadratic']:.3f}", f"{t['kappa_quadratic']:.3f}", pct(t["high_unasked"]),
+                 pct(at["high_unasked"])]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
+
+def table_md(doc: dict) -> str:
+    """docs/base-model.md's table of the forms, rendered from the artefact."""
+    return judged_table(doc["forms"], "form")
 
 if __name__ == "__main__":
     main()

@@ -33,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from level_forms import Extra, judge, n_tools
+from level_forms import Extra, judge, judged_table, n_tools
 from level_readers import json_and_data
 from risk_levels import UNREAD_SERVERS
 from riskrank.fileio import write_json
@@ -78,16 +78,7 @@ def main() -> None:
 
 def table_md(doc: dict) -> str:
     """docs/base-model.md's table of the screen, rendered from the artefact."""
-    lines = ["| input | MCP servers: weighted κ | exact | within one | L1–L2 asked | L4–L5 unasked | never-read servers: κ | "
-             "corpora and attack set: κ | L4–L5 unasked | attack set: L4–L5 unasked |", "|---|---|---|---|---|---|---|---|---|---|"]
-    pct = lambda v: f"{100 * v:.1f} %"  # noqa: E731 - a one-line format
-    for name, r in doc["variants"].items():
-        s, n, t, at = r["servers"], r["servers never read"], r["sets"], r["attack set"]
-        lines.append(f"| {name} | {s['kappa_quadratic']:.3f} | {pct(s['exact'])} | {pct(s['within_one'])} | {pct(s['low_asked'])} | "
-                     f"{pct(s['high_unasked'])} | {n['kappa_quadratic']:.3f} | {t['kappa_quadratic']:.3f} | {pct(t['high_unasked'])} | "
-                     f"{pct(at['high_unasked'])} |")
-    return "\n".join(lines) + "\n"
-
+    return judged_table(doc["variants"], "input", exact=True)
 
 if __name__ == "__main__":
     main()
