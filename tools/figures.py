@@ -1246,15 +1246,16 @@ def beside(run: Json, other: Json, *path: Any, percent: bool = False) -> list[V]
     return [pct(j.at(*path)) if percent else j.at(*path, fmt=".3f") for j in (run, other)]
 
 
-def unasked_beside(run: Json) -> list[V]:
-    """The held-out sets' L4–L5-unasked shares of ``run`` beside the subject rule's run: pooled, the attack set, its never-read half."""
+def unasked_beside(run: Json, other: Json | None = None) -> list[V]:
+    """The held-out sets' L4–L5-unasked shares of ``run`` beside ``other``'s (the subject rule's run
+    by default): pooled, the attack set, its never-read half."""
     return [x for path in (SETS_SERVED, ATTACK_SERVED, ("attack_unread_half", "served level"))
-            for x in beside(run, LEVELS_SUBJECT, *path, "high_unasked", percent=True)]
+            for x in beside(run, other or LEVELS_SUBJECT, *path, "high_unasked", percent=True)]
 
 
-def paper_beside(run: Json) -> list[V]:
-    """``run``'s κ on the paper's labels (UltraTool, Seal-Tools), then the subject rule's run's."""
-    return [j.at("paper_labels", b, "kappa_quadratic", fmt=".3f") for j in (run, LEVELS_SUBJECT) for b in ("ultratool", "sealtools")]
+def paper_beside(run: Json, other: Json | None = None) -> list[V]:
+    """``run``'s κ on the paper's labels (UltraTool, Seal-Tools), then ``other``'s (the subject rule's run by default)."""
+    return [j.at("paper_labels", b, "kappa_quadratic", fmt=".3f") for j in (run, other or LEVELS_SUBJECT) for b in ("ultratool", "sealtools")]
 
 
 claim(BM, "leave one MCP server out weighted κ {} (the one-score form on the same code, the run with the subject rule above: {}), exact {} % ({} %), L1–L2 asked {} % ({} %), "
@@ -1297,6 +1298,21 @@ rendered(BM, "the level forms table", ["benchmarks/results/level_forms.json"],
          lambda: _bench("level_forms").table_md(_load("benchmarks/results/level_forms.json")))
 NEIGHBOURS = Json("benchmarks/results/level_neighbours.json")
 rendered(BM, "the neighbours' screen", [NEIGHBOURS.path], lambda: _bench("level_neighbours").table_md(_load(NEIGHBOURS.path)))
+LEVELS_NEIGHBOURS = Json("benchmarks/results/risk_levels_neighbours.json")
+NB_CHOICES = LEVELS_NEIGHBOURS.at("leave_one_server_out", "choices")
+claim(BM, "chose weight 3 in {} of the {} server folds and 1 in {}",
+      NB_CHOICES.map(lambda d: sum(c.get("neighbour_scale") == 3.0 for c in d.values()), "d"), NB_CHOICES.map(len, "d"),
+      NB_CHOICES.map(lambda d: sum(c.get("neighbour_scale") == 1.0 for c in d.values()), "d"))
+claim(BM, "every\nMCP server held out: weighted κ {} ({}), exact {} % ({} %), within one {} % ({} %), L1–L2 asked\n{} % ({} %), "
+      "L4–L5 run unasked {} % ({} %), on the never-read servers κ {} ({})",
+      *beside(LEVELS_NEIGHBOURS, LEVELS, *CLAUSES_SERVED, "kappa_quadratic"),
+      *(x for key in ("exact", "within_one", "low_asked", "high_unasked") for x in beside(LEVELS_NEIGHBOURS, LEVELS, *CLAUSES_SERVED, key, percent=True)),
+      *beside(LEVELS_NEIGHBOURS, LEVELS, "read_split", "never read", "kappa_quadratic"))
+claim(BM, "the\ncorpora and the attack set held out in turn leave {} % of their L4–L5 tools unasked ({} %), the attack\nset {} % ({} %), "
+      "its never-read half {} % ({} %); the paper's labels of a benchmark held out agree at\nκ {} and {} ({} and {})",
+      *unasked_beside(LEVELS_NEIGHBOURS, LEVELS), *paper_beside(LEVELS_NEIGHBOURS, LEVELS))
+
+
 def _rated() -> int:
     """The tools rated under the anchors the screen read (every one a neighbour in a fit on all)."""
     return NEIGHBOURS.data["n_tools"]["mcp"] + NEIGHBOURS.data["n_tools"]["sets"]
