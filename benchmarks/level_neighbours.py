@@ -37,8 +37,7 @@ from level_forms import Extra, judge, judged_table, n_tools
 from level_readers import json_and_data
 from risk_levels import UNREAD_SERVERS
 from riskrank.fileio import write_json
-from riskrank.levels import neighbour_shares
-from riskrank.training.levels import Choice, LevelData, embeddings
+from riskrank.training.levels import Choice, LevelData, neighbour_columns
 
 CHOICE_FROM = Path(__file__).with_name("results") / "risk_levels.json"
 #: (k, scale) per variant; None: the shipped model's input alone.
@@ -47,14 +46,14 @@ VARIANTS: dict[str, tuple[int, float] | None] = {"shipped input": None, "k 10, s
 
 
 def extra_for(data: LevelData, k: int, scale: float) -> Extra:
-    """The screen's columns for a fold: the neighbours' shares (:func:`riskrank.levels.neighbour_shares`),
+    """The screen's columns for a fold (:func:`riskrank.training.levels.neighbour_columns` at ``k``),
     ``scale`` times; a training tool's own group never votes for it."""
-    emb = embeddings(data)
 
     def extra(train: np.ndarray, held: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        ref = train[data.source[train] != "paper"]
-        return (scale * neighbour_shares(emb[train], emb[ref], data.y[ref], k, query_groups=data.server[train], ref_groups=data.server[ref]),
-                scale * neighbour_shares(emb[held], emb[ref], data.y[ref], k))
+        tr = data.subset(np.isin(np.arange(len(data.y)), train))
+        te = data.subset(np.isin(np.arange(len(data.y)), held))
+        return (scale * neighbour_columns(tr, tr, own_group_votes=False, k=k),
+                scale * neighbour_columns(te, tr, own_group_votes=True, k=k))
 
     return extra
 

@@ -282,14 +282,14 @@ def embeddings(data: LevelData) -> np.ndarray:
     return data.x[:, : data.x.shape[1] - len(CAPABILITY_KEYS) - len(TEXT_FEATURES)]
 
 
-def neighbour_columns(data: LevelData, ref: LevelData, *, own_group_votes: bool) -> np.ndarray:
-    """[N, 4] the shares of ``data``'s tools' :data:`NEIGHBOUR_K` nearest rated tools of ``ref``
+def neighbour_columns(data: LevelData, ref: LevelData, *, own_group_votes: bool, k: int = NEIGHBOUR_K) -> np.ndarray:
+    """[N, 4] the shares of ``data``'s tools' ``k`` nearest rated tools of ``ref``
     above each boundary (:func:`riskrank.levels.neighbour_shares`; the benchmarks' paper labels
     never vote). A training tool's own group (``own_group_votes`` False) never votes for it,
     so that the fit reads the columns as they will be read for a server it has never seen."""
     rated = ref.source != "paper"
     groups = {} if own_group_votes else {"query_groups": data.server, "ref_groups": ref.server[rated]}
-    return neighbour_shares(embeddings(data), embeddings(ref)[rated], ref.y[rated], NEIGHBOUR_K, **groups)
+    return neighbour_shares(embeddings(data), embeddings(ref)[rated], ref.y[rated], k, **groups)
 
 
 def _with_columns(x: Any, cols: np.ndarray | None) -> Any:
