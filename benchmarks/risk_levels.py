@@ -22,7 +22,9 @@ and writes it (what the package ships). ``--shrinks 1,3,10`` lets every inner sp
 partial form at those shrinks beside the one-score form (default: the training code's
 ``PARTIAL_SHRINKS``); ``--neighbours 1,3`` lets it choose the neighbour columns at those weights
 beside none (default: ``NEIGHBOUR_SCALES``, none); ``--workers 2`` holds the units out in two
-processes (the same figures).
+processes (the same figures). ``--fit-from ARTEFACT --save FOLDER`` skips the held-out runs and
+fits on everything with the choice an earlier run of this script recorded (what ``--save`` at
+the end of that run would have written, without the hour).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from riskrank.levels import ToolEvidence
 from riskrank.training.levels import (
     NEIGHBOUR_SCALES,
     PARTIAL_SHRINKS,
+    Choice,
     LevelData,
     agreement_row,
     build_data,
@@ -270,6 +273,12 @@ def load_level_data(enc: Encoder, data_dir: str | None = None) -> tuple[list, li
     return sets, parts, build_data(parts)
 
 
+def _meta(enc: Encoder) -> dict:
+    """What the shipped model's sidecar says it was built from."""
+    return {"encoder": enc.identity, "trained_on": ["mcp-annotated (rubric)", "corpora sample (rubric)", "attack set (rubric)",
+                                                    "ultratool (paper)", "sealtools (paper)"]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", default=None)
@@ -282,14 +291,23 @@ def main() -> None:
     ap.add_argument("--neighbours", default=None,
                     help="the neighbour columns' weights the inner split may choose beside none, comma-separated "
                          "[default: the training code's NEIGHBOUR_SCALES]")
+    ap.add_argument("--fit-from", default=None,
+                    help="an artefact of this script: fit on everything with its recorded choice and --save, no held-out runs")
     ap.add_argument("--workers", type=int, default=1, help="processes for the held-out units (the same figures as one)")
     a = ap.parse_args()
+    if a.fit_from and not a.save:
+        ap.error("--fit-from writes a model: name its folder with --save")
     shrinks = PARTIAL_SHRINKS if a.shrinks is None else tuple(float(v) for v in a.shrinks.split(",") if v.strip())
     near = NEIGHBOUR_SCALES if a.neighbours is None else tuple(float(v) for v in a.neighbours.split(",") if v.strip())
     t0 = time.time()
     enc = Encoder(progress=False)
     sets, parts, data = load_level_data(enc, a.data)
     by = {s.name: s for s in sets}
+    if a.fit_from:
+        choice = Choice.from_dict(json.loads(Path(a.fit_from).read_text())["choice"])
+        fit_level_model(data, choice, meta=_meta(enc)).save(a.save)
+        print(f"saved the level model to {a.save} (choice of {a.fit_from}: {choice.to_dict()})")
+        return
     bench_masks = [(name, (data.source == "paper") & (data.server == name)) for name in ("ultratool", "sealtools")]
     doc: dict = {"seed": a.seed, "encoder": enc.identity, "targets": TARGETS, "form": {"form": "the inner split's choice", "shrinks": list(shrinks),
                                                                                     **({"neighbours": list(near)} if near else {})},
@@ -351,9 +369,7 @@ def main() -> None:
 
     # the cost of reading a registry's levels, per tool (capabilities, text facts, the model)
     choice = choose(data, seed=a.seed, shrinks=shrinks, neighbours=near)
-    model = fit_level_model(data, choice, meta={"encoder": enc.identity,
-                                                "trained_on": ["mcp-annotated (rubric)", "corpora sample (rubric)", "attack set (rubric)",
-                                                               "ultratool (paper)", "sealtools (paper)"]})
+    model = fit_level_model(data, choice, meta=_meta(enc))
     tools, emb = by["mcp"].tools, parts[0][1]
     t1 = time.perf_counter()
     for _ in range(3):

@@ -504,6 +504,13 @@ def _clustered_data(n_servers: int = 6, per: int = 96, dim: int = 6, seed: int =
                      [f"tool {i % 7}" for i in range(n)])
 
 
+def plain_model_explain(data, choice, emb, tools) -> list[str]:
+    """The evidence of the first tool under a model fitted without neighbours."""
+    from riskrank.training import levels as tl
+
+    return tl.fit_level_model(data, choice).predict(emb, tools).explain(0)
+
+
 def test_the_inner_split_takes_the_neighbours_only_where_they_score_higher_and_the_model_carries_them(tmp_path) -> None:
     """Where a tool's level follows its region of the embedding space, the inner split takes the
     neighbour columns; the fitted model carries the rated tools and reads them when it serves, a
@@ -522,8 +529,13 @@ def test_the_inner_split_takes_the_neighbours_only_where_they_score_higher_and_t
     assert model.neighbours[0].shape == (len(data.y), 6)
     emb = tl.embeddings(data)[:40]
     tools = _tools(*[(f"t{i}", "Does a thing.") for i in range(40)])
-    served = model.predict(emb, tools).levels
+    pred = model.predict(emb, tools)
+    served = pred.levels
     assert (served == data.y[:40]).mean() > 0.9  # rated tools read their own region
+    # the evidence names what the nearest rated tools were rated (here a tool's own twins: its level)
+    line = next(w for w in pred.explain(0) if "rated tools nearest it" in w)
+    assert line.startswith(f"the {tl.NEIGHBOUR_K} rated tools nearest it were rated L{data.y[0]} ")
+    assert not any("rated tools nearest" in w for w in plain_model_explain(data, plain, emb, tools))
     model.save(tmp_path / "near")
     np.testing.assert_array_equal(load_level_model(tmp_path / "near").predict(emb, tools).levels, served)
     held = tl.leave_groups_out(data, {"a": ["s0", "s1"], "b": ["s2", "s3"], "c": ["s4", "s5"]}, shrinks=(), neighbours=(3.0,))

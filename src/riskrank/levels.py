@@ -293,6 +293,10 @@ class LevelPrediction:
     model_levels: np.ndarray  # [N] before the floors
     evidence: ToolEvidence
     hint_floors: dict[str, int] = field(default_factory=dict)
+    #: [N, 4] among the rated tools nearest each tool, the similarity-weighted share above each
+    #: boundary (:func:`neighbour_shares`), and how many were read; None: a model without them.
+    neighbour_shares: np.ndarray | None = None
+    neighbour_k: int = 0
 
     def __len__(self) -> int:
         return len(self.model_levels)
@@ -335,6 +339,10 @@ class LevelPrediction:
         if n > WORD_CHARS:
             parts = [f"the words its first {WORD_CHARS:,}"] + ([f"the capability patterns its first {MAX_CHARS:,}"] if n > MAX_CHARS else [])
             why.append(f"the description is {n:,} characters: read in part ({', '.join(parts)}; the encoder its first tokens)")
+        if self.neighbour_shares is not None:
+            c = np.concatenate([[1.0], self.neighbour_shares[i], [0.0]])
+            near = " ".join(f"L{k + 1} {100 * (c[k] - c[k + 1]):.0f} %" for k in range(5) if c[k] - c[k + 1] >= 0.005)
+            why.append(f"the {self.neighbour_k} rated tools nearest it were rated {near} (weighted by similarity)")
         why += [h.evidence() for h in self.evidence.hits[i]]
         if self.floors[i] > self.model_levels[i]:
             why.append(f"capability floor raises L{int(self.model_levels[i])} to L{int(self.floors[i])}")
@@ -424,12 +432,15 @@ class LevelModel:
         x = features(e, evidence)
         if self.words is not None:
             x = np.hstack([x, self.words.transform([word_text(t.name, t.description) for t in tools])])
-        near = self.neighbour_columns(e)
-        if near is not None:
-            x = np.hstack([x, near])
+        nb, shares = self.neighbours, None
+        if nb is not None:
+            ref, ref_levels, k, scale = nb
+            shares = neighbour_shares(e, ref, ref_levels, k)
+            x = np.hstack([x, scale * shares])
         cum = self.cumulative(x)
         levels = np.where(evidence.cautious, levels_from_cumulative(cum, self.tau_cautious), levels_from_cumulative(cum, self.tau))
-        return LevelPrediction(cum.astype(np.float32), levels.astype(np.int8), evidence, self.hint_floors)
+        return LevelPrediction(cum.astype(np.float32), levels.astype(np.int8), evidence, self.hint_floors,
+                               shares if shares is None else shares.astype(np.float32), 0 if nb is None else min(nb[2], len(nb[0])))
 
     def save(self, folder: str | Path) -> Path:
         """Write the weights and the sidecar (with their sha256) atomically."""
