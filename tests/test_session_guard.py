@@ -634,6 +634,10 @@ def test_under_flow_refuse_the_call_is_refused_and_the_users_own_values_pass(tmp
     # boss@corp.example was in the inbox too, but the session's task named it: the user's own
     text, err = call(gw, "send_email", {"to": "boss@corp.example", "body": "Q3"}, user)
     assert not err and len(user.asked) == 1  # asked once: the drift; approved, send_email is now inside the scope
+    # its audit line says why it was asked (the drift), not the level decision that asks nothing
+    allowed = next(json.loads(x) for x in gw.test_audit.read_text().splitlines() if '"send_email"' in x and '"allowed"' in x)
+    assert allowed["confirmed"] and allowed["reason"].startswith("the session started with 'summarise my inbox"), allowed["reason"]
+    assert "confirm_level" not in allowed["reason"]
     text, err = call(gw, "send_email", {"to": "boss@corp.example", "body": "Q3 again"}, user)
     assert not err and len(user.asked) == 1
 
@@ -646,6 +650,8 @@ def test_once_per_session_and_every_call(tmp_path, encoder):
         for i in range(3):
             assert call(gw, "archive_email", {"n": i}, user)[1] is False
         assert len(user.asked) == expected, mode
+        reasons = {r["reason"] for r in map(json.loads, gw.test_audit.read_text().splitlines()) if r.get("tool") == "archive_email"}
+        assert reasons == {"level 3 >= confirm_level 3"}, reasons  # held for its level alone: the level decision
 
 
 def test_the_per_call_policy_lets_the_injected_call_through(tmp_path, encoder):

@@ -673,7 +673,7 @@ class Gateway:
         if link is not None and link.gone:  # nothing runs for a caller who cannot receive the result
             return await self._refuse(Decision(CALLER_GONE, f"{link.describe()}; {name!r} was not run"), rec, guards=guards)
         try:
-            await self.audit.append(**rec, decision="allowed", code="allowed", reason=policy_guard.decision(ctx).reason,
+            await self.audit.append(**rec, decision="allowed", code="allowed", reason=self._allowed_reason(outcome),
                                     digest=digest, guards=guards)
         except AuditLogError as exc:
             span.set_attribute("riskrank.decision", "refused")
@@ -814,6 +814,17 @@ class Gateway:
         """The refusal of a held call whose caller left: withdrawn, never run."""
         return Decision(CALLER_GONE, f"{name!r} was held for an operator's approval, but {when}: the request was "
                                      "withdrawn and the call was not run")
+
+    @staticmethod
+    def _allowed_reason(outcome: Outcome) -> str:
+        """Why a call that runs was or was not asked about: the policy's level decision, and the
+        session's holds that put it to the user (drift, a value from an untrusted result). A call
+        asked for drift alone says so, not "level 2 < confirm_level 3"."""
+        level = policy_guard.decision(outcome.context).reason
+        held = [h.message for h in outcome.holds if h.message]
+        if not held:
+            return level
+        return "; ".join([level, *held] if any(h.code == CONFIRM for h in outcome.holds) else held)
 
     @staticmethod
     def _reasons(outcome: Outcome) -> list[str]:
