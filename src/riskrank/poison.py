@@ -159,6 +159,9 @@ _INVISIBLE = re.compile("[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180
 #: A word (a run of ``[^\W_]``, whole) holding a character beyond ASCII: the only words
 #: :func:`normalise` may fold (a callback per ASCII word cost most of its time).
 _NON_ASCII_WORD = re.compile(r"(?<![^\W_])[^\W_]*[^\W_\x00-\x7f][^\W_]*")
+#: What such a word holds: a search that skips to it at C speed, where :data:`_NON_ASCII_WORD`
+#: tries each position (a text beyond ASCII mostly holds only marks there: quotes, dashes, emoji).
+_NON_ASCII_LETTER = re.compile(r"[^\W_\x00-\x7f]")
 _EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+\.\w")
 _LABEL = re.compile(r"^\W*\w+(?:\s+\w+){0,2}\s*:")
 
@@ -214,7 +217,7 @@ def normalise(text: str) -> str:
     if text.isascii():
         return text
     text = _INVISIBLE.sub("", unicodedata.normalize("NFKC", text))
-    if text.isascii():
+    if text.isascii() or _NON_ASCII_LETTER.search(text) is None:  # no word to fold (emoji, dashes, quotes)
         return text
     from riskrank.names import _representatives
 
