@@ -8,7 +8,7 @@ a scripted agent (no LLM: each step names the tool a model would pick) through t
 MCP client. It shows what an agent meets: ``find_tools`` offers only what the policy allows,
 ranked risk-aware; ``call_tool`` refuses a tool outside the latest result (``not_exposed``);
 a call at the policy's ``confirm_level`` is put to the user through MCP elicitation (this
-script plays the user: it approves the first two and declines the third); every decision is a line of the
+script plays the user: it declines the call for Bob and approves every other); every decision is a line of the
 audit log, printed at the end.
 
 The servers: ``--servers-bin`` (their ``node_modules/.bin``), else riskrank's CI cache
@@ -92,11 +92,9 @@ async def run(root: Path, bins: Path, echo=print) -> list[dict]:
     argv = [sys.executable, "-c", "from riskrank.cli import entry; entry()", "mcp", "--config", str(servers),
             "--policy", str(policy), "--audit-log", str(audit)]
     env = {"HF_HUB_OFFLINE": "1", **{k: os.environ[k] for k in ("RISKRANK_CACHE", "RISKRANK_HOME") if k in os.environ}}
-    answers = iter(["accept", "decline"])
-
     async def user(context, params):  # the person behind the client, asked through elicitation
         question = mcp_compat.wire(params)["message"]
-        answer = next(answers, "decline")
+        answer = "decline" if "for Bob" in question else "accept"
         echo(f"    user is asked: {show(question, 140)}\n    user answers: {answer}")
         body = {"action": "accept", "content": {"approve": True}} if answer == "accept" else {"action": "decline"}
         return mcp_compat.types().ElicitResult.model_validate(body)

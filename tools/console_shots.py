@@ -8,8 +8,9 @@ Runs what an operator runs: ``riskrank mcp --config servers.json --policy policy
 filesystem and memory MCP servers (npm, from riskrank's CI cache; installed there from .ci/npm
 if missing), with the bundled encoder. A scripted agent (the official MCP client, no LLM)
 finds and calls tools; an operator in headless Chromium (Debian's chromium and
-chromium-driver) approves one waiting call and denies another, reviews a tool of the audit,
-and each page is photographed, the approvals page while a third call waits on it. The Changes
+chromium-driver) approves one waiting call, denies another and approves a third held as
+drift, reviews a tool of the audit, and each page is photographed, the approvals page while a
+fourth call waits on it. The Changes
 page is photographed in a second run, a rug pull: tests/trust_upstream.py pinned in one
 session, serving a changed tool in the next. ``replicas.png``: two replicas on one state store,
 a call held at one on the approvals page of the other's console.
@@ -128,7 +129,9 @@ async def session(paths: dict[str, Path], out: Path, browser: Browser) -> None:
             await call_with_operator("create_directory", {"path": f"{root}/files/archive"},
                                      lambda: decide("create_directory", "deny", "logs are rotated by logrotate, no new folders"))
             await find("open the knowledge graph node for Alice")
-            await call("open_nodes", {"names": ["Alice"]})
+            # the session started with deleting log files: reading the graph (L2) drifts, and is asked
+            await call_with_operator("open_nodes", {"names": ["Alice"]},
+                                     lambda: decide("open_nodes", "approve", "reading the team's graph is fine"))
             await find("delete the entity Alice from the knowledge graph with delete_entities")
             await call("delete_entities", {"entityNames": ["Alice"]})
             await find("create an entity for Bob in the knowledge graph")
@@ -166,9 +169,6 @@ async def changes(root: Path, out: Path, browser: Browser) -> None:
     change waits for approval."""
     import os
 
-    if root.exists():
-        shutil.rmtree(root)
-    root.mkdir(parents=True)
 
     def argv(variant: str) -> list[str]:
         servers = {"mcpServers": {"notes": {"command": sys.executable, "args": [str(ROOT / "tests" / "trust_upstream.py")],
@@ -204,9 +204,8 @@ def replicas(root: Path, out: Path, browser: Browser) -> None:
 
     import team_support as ts
 
-    if root.exists():
-        shutil.rmtree(root)
-    root.mkdir(parents=True)
+    # a fresh folder each run: the pins' key outlives a removed pin file (by design, a removal
+    # outside riskrank holds every server for an operator), so a reused path would start held
     ts.write_files(root)
     state = str(root / "state")
     procs = [ts.start_gateway(root, "--state", state, "--replica", name, "--console", "--admin-token-file",
@@ -241,7 +240,7 @@ def main(argv: list[str]) -> int:
         out = Path(argv[1]) if len(argv) > 2 else ROOT / "docs" / "console"
         out.mkdir(parents=True, exist_ok=True)
         with Browser(width=1360, height=900) as browser:
-            replicas(Path(tempfile.gettempdir()) / "riskrank-console-replicas", out, browser)
+            replicas(Path(tempfile.mkdtemp(prefix="riskrank-console-replicas-")), out, browser)
         print(f"wrote {out / 'replicas.png'}")
         return 0
     bins = npm_bin()
@@ -258,9 +257,9 @@ def main(argv: list[str]) -> int:
     with Browser(width=1360, height=900) as browser:
         anyio.run(session, paths, out, browser)
     with Browser(width=1360, height=900) as browser:
-        anyio.run(changes, Path(tempfile.gettempdir()) / "riskrank-console-changes", out, browser)
+        anyio.run(changes, Path(tempfile.mkdtemp(prefix="riskrank-console-changes-")), out, browser)
     with Browser(width=1360, height=900) as browser:
-        replicas(Path(tempfile.gettempdir()) / "riskrank-console-replicas", out, browser)
+        replicas(Path(tempfile.mkdtemp(prefix="riskrank-console-replicas-")), out, browser)
     for png in sorted(out.glob("*.png")):
         print(f"wrote {png.relative_to(ROOT) if png.is_relative_to(ROOT) else png}")
     return 0

@@ -286,6 +286,12 @@ def claim(docs: str | Iterable[str], template: str, *values: V, timing: Timing |
     CLAIMS.append(Claim((docs,) if isinstance(docs, str) else tuple(docs), template, values, timing, line))
 
 
+def served_moved(before: str, after: str) -> V:
+    """How many of a registry's served levels differ between two artefacts of its level benchmark."""
+    a, b = f"benchmarks/results/{before}.json", f"benchmarks/results/{after}.json"
+    return V(lambda: sum(_load(a)["levels"][t]["served"] != v["served"] for t, v in _load(b)["levels"].items()), f"{a}; {b}")
+
+
 def _bench(module: str) -> Any:
     import importlib
 
@@ -1189,6 +1195,8 @@ LEVELS_FIRST = Json("benchmarks/results/risk_levels_first_run.json")
 LEVELS_PREV = Json("benchmarks/results/risk_levels_previous.json")
 #: The shipped model's run before the partial form (one score for every boundary, 2026-12-06).
 LEVELS_PROP = Json("benchmarks/results/risk_levels_proportional.json")
+#: The shipped model's run before it read its nearest rated tools' levels (the partial form, 2026-12-07).
+LEVELS_PARTIAL = Json("benchmarks/results/risk_levels_partial.json")
 RL_POOLED = ("leave_one_server_out", "pooled")
 LEVELS_TIMING = Timing("2-core machine", "2026-12-07", "benchmarks/results/risk_levels.json")
 
@@ -1269,48 +1277,50 @@ claim(BM, "with each corpus or the attack set held out, {} % of the tools rated 
       *unasked_beside(LEVELS_BOUND), *paper_beside(LEVELS_BOUND))
 claim(BM, "Between the one-score form's own two runs (the model then shipped's, and the one with the subject rule) the first of these moved\ntoo, "
       "from {} % to {} %", pct(LEVELS_PROP.at(*SETS_SERVED, "high_unasked")), pct(LEVELS_SUBJECT.at(*SETS_SERVED, "high_unasked")))
-LOSO_CHOICES = LEVELS.at("leave_one_server_out", "choices")
+LOSO_CHOICES = LEVELS_PARTIAL.at("leave_one_server_out", "choices")
 claim(BM, "the inner splits chose the partial form at shrink 1 in {} of the {} server folds, at 3 in {}, and one score in {}",
       LOSO_CHOICES.map(lambda d: sum(c.get("shrink") == 1.0 for c in d.values()), "d"), LOSO_CHOICES.map(len, "d"),
       LOSO_CHOICES.map(lambda d: sum(c.get("shrink") == 3.0 for c in d.values()), "d"),
       LOSO_CHOICES.map(lambda d: sum(c.get("shrink") is None for c in d.values()), "d"))
 claim(BM, "reads, every MCP server held out, weighted κ {} ({}), exact {} % ({} %), within one {} % ({} %), L1–L2 asked {} % ({} %), "
       "L4–L5 run unasked {} % ({} %), on the never-read servers κ {} ({})",
-      *beside(LEVELS, LEVELS_SUBJECT, *CLAUSES_SERVED, "kappa_quadratic"),
-      *(x for key in ("exact", "within_one", "low_asked", "high_unasked") for x in beside(LEVELS, LEVELS_SUBJECT, *CLAUSES_SERVED, key, percent=True)),
-      *beside(LEVELS, LEVELS_SUBJECT, "read_split", "never read", "kappa_quadratic"))
+      *beside(LEVELS_PARTIAL, LEVELS_SUBJECT, *CLAUSES_SERVED, "kappa_quadratic"),
+      *(x for key in ("exact", "within_one", "low_asked", "high_unasked")
+        for x in beside(LEVELS_PARTIAL, LEVELS_SUBJECT, *CLAUSES_SERVED, key, percent=True)),
+      *beside(LEVELS_PARTIAL, LEVELS_SUBJECT, "read_split", "never read", "kappa_quadratic"))
 claim(BM, "the corpora and the attack set held out in turn leave {} % of their L4–L5 tools unasked ({} %), the attack set {} % ({} %), "
       "its never-read half {} % ({} %); the paper's labels of a benchmark held out agree at κ {} and {} ({} and {})",
-      *unasked_beside(LEVELS), *paper_beside(LEVELS))
-claim(BM, "fitted on everything, the inner split chose the partial form at shrink {}", LEVELS.at("choice", "shrink", fmt=".0f"))
+      *unasked_beside(LEVELS_PARTIAL), *paper_beside(LEVELS_PARTIAL))
+claim(BM, "fitted on everything, the inner split chose the partial form at shrink {}", LEVELS_PARTIAL.at("choice", "shrink", fmt=".0f"))
 SET_UNIT = ("leave_one_set_out", "per_unit")
 claim(BM, "Against the one-score model it replaces (its run of 2026-12-06, before the two capability fixes above), not every\nheld-out "
       "figure improved: the corpora and the attack set leave {} % of their L4–L5 tools unasked ({} % then), API-Bank's sample reads κ {} "
       "({}) and ToolAlpaca's {} ({}), the paper's Seal-Tools labels {} ({}); the Seal-Tools sample's L4–L5 tools unasked went from {} % to {} % "
       "with the capability fixes, before the partial form",
-      pct(LEVELS.at(*SETS_SERVED, "high_unasked")), pct(LEVELS_PROP.at(*SETS_SERVED, "high_unasked")),
-      LEVELS.at(*SET_UNIT, "apibank", "served level", "kappa_quadratic", fmt=".3f"), LEVELS_PROP.at(*SET_UNIT, "apibank", "served level", "kappa_quadratic", fmt=".3f"),
-      LEVELS.at(*SET_UNIT, "toolalpaca", "served level", "kappa_quadratic", fmt=".3f"), LEVELS_PROP.at(*SET_UNIT, "toolalpaca", "served level", "kappa_quadratic", fmt=".3f"),
-      LEVELS.at("paper_labels", "sealtools", "kappa_quadratic", fmt=".3f"), LEVELS_PROP.at("paper_labels", "sealtools", "kappa_quadratic", fmt=".3f"),
+      pct(LEVELS_PARTIAL.at(*SETS_SERVED, "high_unasked")), pct(LEVELS_PROP.at(*SETS_SERVED, "high_unasked")),
+      LEVELS_PARTIAL.at(*SET_UNIT, "apibank", "served level", "kappa_quadratic", fmt=".3f"),
+      LEVELS_PROP.at(*SET_UNIT, "apibank", "served level", "kappa_quadratic", fmt=".3f"),
+      LEVELS_PARTIAL.at(*SET_UNIT, "toolalpaca", "served level", "kappa_quadratic", fmt=".3f"),
+      LEVELS_PROP.at(*SET_UNIT, "toolalpaca", "served level", "kappa_quadratic", fmt=".3f"),
+      LEVELS_PARTIAL.at("paper_labels", "sealtools", "kappa_quadratic", fmt=".3f"), LEVELS_PROP.at("paper_labels", "sealtools", "kappa_quadratic", fmt=".3f"),
       pct(LEVELS_PROP.at(*SET_UNIT, "sealtools (rated sample)", "served level", "high_unasked")),
       pct(LEVELS_SUBJECT.at(*SET_UNIT, "sealtools (rated sample)", "served level", "high_unasked")))
 rendered(BM, "the level forms table", ["benchmarks/results/level_forms.json"],
          lambda: _bench("level_forms").table_md(_load("benchmarks/results/level_forms.json")))
 NEIGHBOURS = Json("benchmarks/results/level_neighbours.json")
 rendered(BM, "the neighbours' screen", [NEIGHBOURS.path], lambda: _bench("level_neighbours").table_md(_load(NEIGHBOURS.path)))
-LEVELS_NEIGHBOURS = Json("benchmarks/results/risk_levels_neighbours.json")
-NB_CHOICES = LEVELS_NEIGHBOURS.at("leave_one_server_out", "choices")
+NB_CHOICES = LEVELS.at("leave_one_server_out", "choices")
 claim(BM, "chose weight 3 in {} of the {} server folds and 1 in {}",
       NB_CHOICES.map(lambda d: sum(c.get("neighbour_scale") == 3.0 for c in d.values()), "d"), NB_CHOICES.map(len, "d"),
       NB_CHOICES.map(lambda d: sum(c.get("neighbour_scale") == 1.0 for c in d.values()), "d"))
 claim(BM, "every\nMCP server held out: weighted κ {} ({}), exact {} % ({} %), within one {} % ({} %), L1–L2 asked\n{} % ({} %), "
       "L4–L5 run unasked {} % ({} %), on the never-read servers κ {} ({})",
-      *beside(LEVELS_NEIGHBOURS, LEVELS, *CLAUSES_SERVED, "kappa_quadratic"),
-      *(x for key in ("exact", "within_one", "low_asked", "high_unasked") for x in beside(LEVELS_NEIGHBOURS, LEVELS, *CLAUSES_SERVED, key, percent=True)),
-      *beside(LEVELS_NEIGHBOURS, LEVELS, "read_split", "never read", "kappa_quadratic"))
+      *beside(LEVELS, LEVELS_PARTIAL, *CLAUSES_SERVED, "kappa_quadratic"),
+      *(x for key in ("exact", "within_one", "low_asked", "high_unasked") for x in beside(LEVELS, LEVELS_PARTIAL, *CLAUSES_SERVED, key, percent=True)),
+      *beside(LEVELS, LEVELS_PARTIAL, "read_split", "never read", "kappa_quadratic"))
 claim(BM, "the\ncorpora and the attack set held out in turn leave {} % of their L4–L5 tools unasked ({} %), the attack\nset {} % ({} %), "
       "its never-read half {} % ({} %); the paper's labels of a benchmark held out agree at\nκ {} and {} ({} and {})",
-      *unasked_beside(LEVELS_NEIGHBOURS, LEVELS), *paper_beside(LEVELS_NEIGHBOURS, LEVELS))
+      *unasked_beside(LEVELS, LEVELS_PARTIAL), *paper_beside(LEVELS, LEVELS_PARTIAL))
 
 
 def _rated() -> int:
@@ -1320,15 +1330,23 @@ def _rated() -> int:
 
 claim(BM, "the {} rated tools' ({} MB of float32 beside the model)", V(_rated, NEIGHBOURS.path, ","),
       V(lambda: _rated() * NEIGHBOURS.data["embedding_dim"] * 4 / 1e6, NEIGHBOURS.path, ".1f"))
-claim(BM, "and weighted κ went from {} to {} (`benchmarks/results/bfcl_levels_proportional.json`). The level\nmodel shipped since "
-      "(the partial form, [below](#one-score-or-one-per-boundary)) moved {} of the {} served levels and reads them at weighted κ {}:",
+BFCL_PARTIAL = Json("benchmarks/results/bfcl_levels_partial.json")
+claim(BM, "and weighted κ went from {} to {} (`benchmarks/results/bfcl_levels_proportional.json`). The level model shipped next "
+      "(the partial form, [below](#one-score-or-one-per-boundary)) moved {} of the {} served levels and read them at weighted κ {}, "
+      "with {} % of the tools rated L4–L5 unasked (`benchmarks/results/bfcl_levels_partial.json`, the third comparison). The one shipped since "
+      "moved {} of the {} and reads them at weighted κ {}, and it lets {} more of the {} tools rated L4–L5 run unasked ({} %)",
       Json("benchmarks/results/int8_encoder.json").at("comparison", "levels", "bfcl", "kappa", 0, fmt=".3f"),
       Json("benchmarks/results/bfcl_levels_proportional.json").at("agreement", "kappa_quadratic", fmt=".3f"),
-      V(lambda: sum(_load("benchmarks/results/bfcl_levels_proportional.json")["levels"][t]["served"] != v["served"]
-                    for t, v in _load("benchmarks/results/bfcl_levels.json")["levels"].items()),
-        "benchmarks/results/bfcl_levels_proportional.json; benchmarks/results/bfcl_levels.json"),
-      Json("benchmarks/results/bfcl_levels.json").at("n_tools"),
-      Json("benchmarks/results/bfcl_levels.json").at("agreement", "kappa_quadratic", fmt=".3f"))
+      served_moved("bfcl_levels_proportional", "bfcl_levels_partial"), BFCL_PARTIAL.at("n_tools"),
+      BFCL_PARTIAL.at("agreement", "kappa_quadratic", fmt=".3f"), pct(BFCL_PARTIAL.at("agreement", "high_unasked"), ".1f"),
+      served_moved("bfcl_levels_partial", "bfcl_levels"), Json("benchmarks/results/bfcl_levels.json").at("n_tools"),
+      Json("benchmarks/results/bfcl_levels.json").at("agreement", "kappa_quadratic", fmt=".3f"),
+      V(lambda: round((_load("benchmarks/results/bfcl_levels.json")["agreement"]["high_unasked"]
+                       - _load("benchmarks/results/bfcl_levels_partial.json")["agreement"]["high_unasked"])
+                      * _load("benchmarks/results/bfcl_levels.json")["agreement"]["n_high"]),
+        "benchmarks/results/bfcl_levels.json; benchmarks/results/bfcl_levels_partial.json", "d"),
+      Json("benchmarks/results/bfcl_levels.json").at("agreement", "n_high"),
+      pct(Json("benchmarks/results/bfcl_levels.json").at("agreement", "high_unasked"), ".1f"))
 
 
 def rl(name: str, key: str, fmt: str = ".3f") -> V:
@@ -1371,6 +1389,7 @@ claim(BM, "The read-only vs destructive AUCs of the served level on the MCP tool
       LEVELS_PREV.at("leave_one_server_out", "pooled", "served level", "not_read_only_vs_read_only", fmt=".3f"),
       LEVELS.at("hint_aucs", "before", "destructive_vs_read_only", fmt=".3f"), LEVELS.at("hint_aucs", "before", "not_read_only_vs_read_only", fmt=".3f"))
 claim(BM, "Reading a registry's levels costs {} ms per tool beyond the embedding", LEVELS.at("ms_per_tool", fmt=".3f"), timing=LEVELS_TIMING)
+claim(BM, "the partial form's run without the neighbours measured {} ms there", LEVELS_PARTIAL.at("ms_per_tool", fmt=".3f"))
 claim(BM, "the one-score model's run of 2026-12-06 measured {} ms there", LEVELS_PROP.at("ms_per_tool", fmt=".3f"))
 claim(BM, "(shipped figures then: κ {}, the attack set held out κ {} with {} % of its L4–L5 tools run without a question)",
       LEVELS_FIRST.at(*RL_POOLED, "served level", "kappa_quadratic", fmt=".3f"),
@@ -1383,13 +1402,21 @@ claim(BM, "the benchmarks' paper labels at weight {}, words at weight {}, τ = (
 TLV = Source("riskrank.training.levels")
 claim(BM, "(τ = {} at every boundary)", LEVELS.at("choice", "tau_cautious", 0, fmt=".1f"))
 claim(BM, "the per-boundary parts shrunk {} times", LEVELS.at("choice", "shrink", fmt=".0f"))
+claim(BM, "the per-boundary parts shrunk {} times,\nthe nearest rated tools' columns at weight {}", LEVELS.at("choice", "shrink", fmt=".0f"),
+      LEVELS.at("choice", "neighbour_scale", fmt=".0f"))
+claim(BM, "it tries the nearest rated tools' columns at weight {} or {}",
+      *[TLV.at("NEIGHBOUR_SCALES").map(lambda v, k=k: v[k], ".0f") for k in range(2)])
+claim(BM, "among the {} of the {} tools the annotators rated", TLV.at("NEIGHBOUR_K", "d"),
+      (LEVELS.at("sets", "mcp", "n") + LEVELS.at("sets", "corpora", "n") + LEVELS.at("sets", "attack", "n")).f(",d"))
 claim(BM, "tries the per-boundary parts shrunk {}, {} or {} times as hard as the\nshared vector",
       *[TLV.at("PARTIAL_SHRINKS").map(lambda v, k=k: v[k], ".0f") for k in range(3)])
 claim(R, "trained on {} tools three\n  annotators rated under the rubric's anchors",
       (LEVELS.at("sets", "mcp", "n") + LEVELS.at("sets", "corpora", "n") + LEVELS.at("sets", "attack", "n")).f(",d"))
 LOSO_RUNS = [Json(f"benchmarks/results/{n}.json") for n in ("risk_levels_proportional", "risk_levels_clauses", "risk_levels_subject")]
-claim(R, "leave one MCP server out it agrees with them at weighted κ {} (the one-score form it\n  replaced: {}–{} in three runs; "
+claim(R, "leave one MCP server out it agrees with them at weighted κ {} (the model without its nearest rated tools' levels that it "
+      "replaced: {}; the one-score form before that: {}–{} in three runs; "
       "the annotators among themselves: {}–{};", rl("served level", "kappa_quadratic"),
+      LEVELS_PARTIAL.at(*CLAUSES_SERVED, "kappa_quadratic", fmt=".3f"),
       V(lambda: min(j.at(*CLAUSES_SERVED, "kappa_quadratic").value for j in LOSO_RUNS), "; ".join(j.path for j in LOSO_RUNS), ".3f"),
       V(lambda: max(j.at(*CLAUSES_SERVED, "kappa_quadratic").value for j in LOSO_RUNS), "; ".join(j.path for j in LOSO_RUNS), ".3f"),
       LEVELS.at("annotators", "mcp", "pairs").map(lambda ps: min(p["kappa_quadratic"] for p in ps), ".3f"),
@@ -1811,9 +1838,11 @@ claim("docs/session-guard.md", "loads\n{} to {}), the guard added {}, {} and {} 
       load_of(OVERHEAD, "runs", 0), load_of(OVERHEAD, "runs", 2).map(lambda x: f"{float(x):.2f}"),
       *(OVERHEAD.at("runs", i, "overhead", "memory/added_source_ms", fmt=".3f") for i in range(3)),
       *(OVERHEAD.at("runs", i, "overhead", "sqlite/added_source_ms", fmt=".3f") for i in range(3)))
-claim("docs/session-guard.md", "added {} ms there at a load of {},\n{} ms at {}, {} ms at {} and {} ms at {}; this one adds {} ms at {}",
+claim("docs/session-guard.md", "added {} ms there at a load of {},\n{} ms at {}, {} ms at {} and {} ms at {}; the run committed before this one, after it, {} ms at {}; this one adds {} ms at {}",
       *(x for run in ("before_audited_columns", "before_talks_to_and_addresses", "before_int8_tasks", "before_partial_levels")
         for x in (SESSION_STEPS.at("runs", run, "overhead", "sqlite/added_source_ms", fmt=".3f"), load_of(SESSION_STEPS, "runs", run))),
+      SESSION_STEPS.at("runs", "before_neighbour_levels", "overhead", "sqlite/added_source_ms", fmt=".3f"),
+      load_of(SESSION_STEPS, "runs", "before_neighbour_levels"),
       Json(SESSION).at("overhead", "sqlite/added_source_ms", fmt=".3f"), load_of(Json(SESSION)), timing=SESSION_RUN)
 BFCL_LEVELS = Json("benchmarks/results/bfcl_levels.json")
 claim("docs/session-guard.md", "with the annotators' levels the questions\nfall from {} to {} per task, {}x the per-call policy's, still above half, while the\nattacks run unasked rise from {} % to {} %",
@@ -1823,13 +1852,16 @@ claim("docs/session-guard.md", "the guard went\n  from {} % to {} % of the attac
       pct(SESSION_STEPS.at("runs", "before_int8_tasks", "summary", "session_guard", "attack_success"), ".1f"),
       pct(SESSION_STEPS.at("runs", "before_talks_to_and_addresses", "summary", "session_guard_audited", "attack_success"), ".1f"),
       pct(SESSION_STEPS.at("runs", "before_int8_tasks", "summary", "session_guard_audited", "attack_success"), ".1f"))
-def _levels_moved(*path: str) -> tuple[V, V]:
-    """A replay figure in the run before the partial-form levels and in the committed run."""
-    return SESSION_STEPS.at("runs", "before_partial_levels", "summary", *path), Json(SESSION).at("summary", *path)
+def _levels_moved(*path: str, before: str = "before_neighbour_levels") -> tuple[V, V]:
+    """A replay figure in the run before the levels last moved and in the committed run."""
+    return SESSION_STEPS.at("runs", before, "summary", *path), Json(SESSION).at("summary", *path)
 
 
 claim("docs/session-guard.md", "the per-call policy lets {} % of the attacks through in the\nrun before and {} % in this one",
       *(pct(v, ".1f") for v in _levels_moved("per_call", "attack_success")), timing=SESSION_RUN)
+claim("docs/session-guard.md", "read the one-score model's levels, and let {} % of the attacks through under the per-call policy and {} % under the guard",
+      pct(SESSION_STEPS.at("runs", "before_partial_levels", "summary", "per_call", "attack_success"), ".1f"),
+      pct(SESSION_STEPS.at("runs", "before_partial_levels", "summary", "session_guard", "attack_success"), ".1f"))
 claim("docs/session-guard.md", "lets {} % and {} % through. Questions per task: {} and {} under the per-call\npolicy, {} and {} under the guard",
       *(pct(v, ".1f") for v in _levels_moved("session_guard", "attack_success")),
       *(v.f(".2f") for v in _levels_moved("per_call", "confirmations_per_task")),
@@ -1864,6 +1896,7 @@ claim(BM, "on the {} servers never read that reader reaches {} and the\nfour {},
       CURVE.at("unread_servers").map(len, ""),
       *(CURVE.at("variants", v, "never read", "kappa_quadratic", fmt=".3f") for v in ("shipped", "name words", "name characters", "neighbours", "boosted trees")))
 NPM_LEVELS = Json("benchmarks/results/npm_levels.json")
+
 claim(BM, "capability floors are seldom read and seldom wrong: {} of these tools have one, and it stays\nwithin the annotators' level on {} (BFCL's multi-turn tools: {} and {};",
       NPM_LEVELS.at("capability_floors", "tools_with_a_floor"), NPM_LEVELS.at("capability_floors", "floor_within_label"),
       BFCL_LEVELS.at("capability_floors", "tools_with_a_floor"), BFCL_LEVELS.at("capability_floors", "floor_within_label"))
@@ -1872,29 +1905,37 @@ claim("README.md", "on twelve real MCP servers from npm nobody on the project ha
 claim(BM, "{} % of the tools the annotators rate L1–L2 would be asked about, and the model says L2\nfor few of the tools rated L2 ({} of the {}; {} served L1, {} served L3)",
       pct(NPM_LEVELS.at("agreement", "low_asked"), ".1f"), NPM_LEVELS.at("confusion", 1, 1),
       NPM_LEVELS.at("confusion", 1).map(sum, ""), NPM_LEVELS.at("confusion", 1, 0), NPM_LEVELS.at("confusion", 1, 2))
-claim(BM, "the partial form\nmoved {} of the {} served levels)",
-      V(lambda: sum(_load("benchmarks/results/npm_levels_proportional.json")["levels"][t]["served"] != v["served"]
-                    for t, v in _load("benchmarks/results/npm_levels.json")["levels"].items()),
-        "benchmarks/results/npm_levels_proportional.json; benchmarks/results/npm_levels.json"), NPM_LEVELS.at("n_tools"))
-claim(BM, "on BFCL the first of the three comes at rank {}, past the fifth",
+NPM_PARTIAL = Json("benchmarks/results/npm_levels_partial.json")
+claim(BM, "on BFCL's multi-turn tools weighted κ {} ({} before it), with {} more of the {} tools rated L4–L5 run unasked; on the twelve "
+      "npm servers {} ({}), asking about {} % of the tools rated L1–L2 ({} %)",
+      BFCL_LEVELS.at("agreement", "kappa_quadratic", fmt=".3f"), BFCL_PARTIAL.at("agreement", "kappa_quadratic", fmt=".3f"),
+      V(lambda: round((BFCL_LEVELS.data["agreement"]["high_unasked"] - BFCL_PARTIAL.data["agreement"]["high_unasked"])
+                      * BFCL_LEVELS.data["agreement"]["n_high"]), f"{BFCL_LEVELS.path}; {BFCL_PARTIAL.path}", "d"),
+      BFCL_LEVELS.at("agreement", "n_high"), NPM_LEVELS.at("agreement", "kappa_quadratic", fmt=".3f"),
+      NPM_PARTIAL.at("agreement", "kappa_quadratic", fmt=".3f"), pct(NPM_LEVELS.at("agreement", "low_asked"), ".1f"),
+      pct(NPM_PARTIAL.at("agreement", "low_asked"), ".1f"))
+claim(BM, "the partial form moved {} of the {} served levels, and read them at weighted κ {}, asking about {} % of the tools rated L1–L2, "
+      "`benchmarks/results/npm_levels_partial.json`; the model that reads its nearest rated tools' levels moved {} more)",
+      served_moved("npm_levels_proportional", "npm_levels_partial"), NPM_PARTIAL.at("n_tools"), NPM_PARTIAL.at("agreement", "kappa_quadratic", fmt=".3f"),
+      pct(NPM_PARTIAL.at("agreement", "low_asked"), ".1f"), served_moved("npm_levels_partial", "npm_levels"))
+claim(BM, "on BFCL the first of the {} comes at rank {}, past the fifth",
+      Json("benchmarks/results/level_review.json").at("registries", "bfcl", "unasked_high_ranks").map(len, "d"),
       Json("benchmarks/results/level_review.json").at("registries", "bfcl", "unasked_high_ranks").map(min, "d"))
 LEVEL_COST = Json("benchmarks/results/level_cost.json")
 claim(BM, "tools at a median of {} ms of CPU per tool (best of {} passes {} ms) on the 2-core machine\n({})",
       LEVEL_COST.at("cpu_ms_per_tool", "median", fmt=".3f"), LEVEL_COST.at("repeats"), LEVEL_COST.at("cpu_ms_per_tool", "best", fmt=".3f"),
       LEVEL_COST.at("machine"), timing=Timing("2-core machine", "2026-12-07", "benchmarks/results/level_cost.json"))
-claim(BM, "the one-score model with each match kept inside one clause\n(below), {} ms (best {} ms) under a load of {}; with the negation read clause by clause but\n"
+claim(BM, "the partial form before it read its nearest rated tools, {} ms (best {} ms) under a load of {}; "
+      "the one-score model with each match kept inside one clause\n(below), {} ms (best {} ms) under a load of {}; with the negation read clause by clause but\n"
       "matches not yet kept inside one, {} ms (best {} ms) under a load of {}; the union scan\nbefore the clauses, a median of {} ms\n(best {} ms) under a load of {}; the code before the union scan, {} ms (best {} ms)\nunder a load of {} and {} ms (best {} ms) under a load of {}.",
-      *(x for i in range(5) for x in (LEVEL_COST.at("earlier", i, "cpu_ms_per_tool", "median", fmt=".3f"),
+      *(x for i in range(6) for x in (LEVEL_COST.at("earlier", i, "cpu_ms_per_tool", "median", fmt=".3f"),
                                       LEVEL_COST.at("earlier", i, "cpu_ms_per_tool", "best", fmt=".3f"), load_of(LEVEL_COST, "earlier", i))))
-claim("docs/session-guard.md", "The last three are attackers' goals of {} of the\n{} attacks below",
-      V(lambda: sum(r["attack"]["goal"] in ("follow_user", "close_ticket", "contact_customer_support")
+claim("docs/session-guard.md", "The last two are attackers' goals of {} of the\n{} attacks below",
+      V(lambda: sum(r["attack"]["goal"] in ("cancel_booking", "startEngine")
                     for r in _load("benchmarks/results/session_replay.json")["columns"]["per_call"]["rows"]),
         "benchmarks/results/session_replay.json"),
       V(lambda: len(_load("benchmarks/results/session_replay.json")["columns"]["per_call"]["rows"]), "benchmarks/results/session_replay.json"))
-claim("docs/session-guard.md", "The partial form moves {} of the {} served levels against it",
-      V(lambda: sum(_load("benchmarks/results/bfcl_levels_proportional.json")["levels"][t]["served"] != v["served"]
-                    for t, v in _load("benchmarks/results/bfcl_levels.json")["levels"].items()),
-        "benchmarks/results/bfcl_levels_proportional.json; benchmarks/results/bfcl_levels.json"),
-      Json("benchmarks/results/bfcl_levels.json").at("n_tools"))
+claim("docs/session-guard.md", "The model shipped since moves {} of the {} served levels against it",
+      served_moved("bfcl_levels_partial", "bfcl_levels"), Json("benchmarks/results/bfcl_levels.json").at("n_tools"))
 claim("docs/session-guard.md", "with the flow change, {} % on the base model then shipped",
       pct(SESSION_STEPS.at("runs", "before_base_rebuild", "summary", "session_guard", "attack_success"), ".1f"))

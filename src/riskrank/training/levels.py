@@ -189,10 +189,11 @@ SHRINK = 3.0
 PARTIAL_SHRINKS: tuple[float, ...] = (1.0, 3.0, 10.0)
 #: The nearest rated tools a tool's neighbour columns read (:func:`riskrank.levels.neighbour_shares`),
 #: and the columns' weights the inner split may choose beside none (:func:`choose`); empty: the
-#: model reads no neighbours (the shipped model's training). benchmarks/level_neighbours.py
-#: screened k and the weight on held-out servers with a fixed choice (docs/base-model.md).
+#: model reads no neighbours. benchmarks/level_neighbours.py screened k and the weight on
+#: held-out servers with a fixed choice; k 10 and the weights 1 and 3 were fixed from that screen
+#: before the whole procedure was run with them (docs/base-model.md), which chose weight 3.
 NEIGHBOUR_K = 10
-NEIGHBOUR_SCALES: tuple[float, ...] = ()
+NEIGHBOUR_SCALES: tuple[float, ...] = (1.0, 3.0)
 
 
 def fit_form(x: Any, y: np.ndarray, weight: np.ndarray | None = None, *, penalty: float = 1.0,
