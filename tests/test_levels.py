@@ -548,3 +548,26 @@ def test_the_inner_split_takes_the_neighbours_only_where_they_score_higher_and_t
     narrow.save(tmp_path / "narrow")
     with pytest.raises(CheckpointError, match="5-d, the model reads 6-d"):
         load_level_model(tmp_path / "narrow")
+
+
+def test_a_registry_is_read_in_blocks_with_the_same_levels(monkeypatch) -> None:
+    """The shipped model reads a registry block by block (its dense word vectors and its
+    similarities to the rated tools never held for every tool at once): reading 41 tools three at
+    a time gives the levels, distributions and neighbours' shares of reading them at once."""
+    import riskrank.levels as lv
+
+    folder = default_level_model_dir()
+    if folder is None:
+        pytest.skip("no shipped level model in this tree")
+    model = load_level_model(folder)
+    from riskrank.datasets.demo import demo_registry_path
+
+    tools = list(ToolRegistry.load(demo_registry_path()))[:41]
+    emb = np.random.default_rng(5).normal(size=(len(tools), model.dim)).astype(np.float32)
+    whole = model.predict(emb, tools)
+    monkeypatch.setattr(lv, "ROW_BLOCK", 3)
+    blocks = model.predict(emb, tools)
+    np.testing.assert_array_equal(blocks.levels, whole.levels)
+    np.testing.assert_allclose(blocks.cumulative, whole.cumulative, atol=1e-6)
+    if whole.neighbour_shares is not None:
+        np.testing.assert_allclose(blocks.neighbour_shares, whole.neighbour_shares, atol=1e-9)

@@ -1390,6 +1390,25 @@ claim(BM, "The read-only vs destructive AUCs of the served level on the MCP tool
       LEVELS.at("hint_aucs", "before", "destructive_vs_read_only", fmt=".3f"), LEVELS.at("hint_aucs", "before", "not_read_only_vs_read_only", fmt=".3f"))
 claim(BM, "Reading a registry's levels costs {} ms per tool beyond the embedding", LEVELS.at("ms_per_tool", fmt=".3f"), timing=LEVELS_TIMING)
 claim(BM, "the partial form's run without the neighbours measured {} ms there", LEVELS_PARTIAL.at("ms_per_tool", fmt=".3f"))
+LEVEL_MEMORY = Json("benchmarks/results/level_memory.json")
+
+
+def _memory(run: tuple[Any, ...], n: int, part: str = "whole reading") -> V:
+    """Peak MiB of reading ``n`` tools in a run of benchmarks/level_memory.py (``()``: the last; ("earlier", i): an earlier one)."""
+    return LEVEL_MEMORY.at(*run, "rows").map(lambda rows: next(r for r in rows if r["n_tools"] == n)[part]["peak_mib"], ",.1f")
+
+
+claim(BM, "reading {} tools peaks at {} MiB ({}: {} MiB; {}: {} MiB), where the code before the blocks peaked at "
+      "{} MiB ({} and {} MiB), {} MiB of it the similarities to the rated tools",
+      LEVEL_MEMORY.at("rows", 2, "n_tools", fmt=","), _memory((), 100_000), LEVEL_MEMORY.at("rows", 0, "n_tools", fmt=","),
+      _memory((), 10_000), LEVEL_MEMORY.at("rows", 1, "n_tools", fmt=","), _memory((), 50_000), _memory(("earlier", 0), 100_000),
+      _memory(("earlier", 0), 10_000), _memory(("earlier", 0), 50_000), _memory(("earlier", 0), 100_000, "neighbours"),
+      timing=Timing("2-core machine", "2026-12-07", "benchmarks/results/level_memory.json"))
+claim(BM, "comparing every tool with the {} the model carries", LEVEL_MEMORY.at("rated_tools", fmt=","))
+claim(BM, "the word vector is dense ({} columns)", Json("src/riskrank/base/levels/levels.json").at("vocabulary").map(len, ",.0f"))
+claim(BM, "`python benchmarks/level_memory.py --json\nbenchmarks/results/level_memory.json` (the {} MCP tools repeated",
+      LEVELS.at("sets", "mcp", "n", fmt=","))
+claim(BM, "A large registry is read in blocks of {} tools", Source("riskrank.levels").at("ROW_BLOCK", ",d"))
 claim(BM, "the one-score model's run of 2026-12-06 measured {} ms there", LEVELS_PROP.at("ms_per_tool", fmt=".3f"))
 claim(BM, "(shipped figures then: κ {}, the attack set held out κ {} with {} % of its L4–L5 tools run without a question)",
       LEVELS_FIRST.at(*RL_POOLED, "served level", "kappa_quadratic", fmt=".3f"),

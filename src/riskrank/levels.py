@@ -253,6 +253,12 @@ class WordVectors:
         return out
 
 
+#: Tools the level model reads at once: a block's word vectors (4,096 x 5,000 float32, some 80
+#: MB) and its similarities to the rated tools (4,096 x 2,453 float64, some 80 MB) are all it
+#: holds beside the registry's own arrays, whatever the registry's size.
+ROW_BLOCK = 4096
+
+
 def neighbour_shares(query: np.ndarray, ref: np.ndarray, ref_levels: np.ndarray, k: int, *,
                      query_groups: np.ndarray | None = None, ref_groups: np.ndarray | None = None) -> np.ndarray:
     """[len(query), 4]: among the ``k`` rows of ``ref`` nearest each row of ``query`` (cosine),
@@ -260,22 +266,30 @@ def neighbour_shares(query: np.ndarray, ref: np.ndarray, ref_levels: np.ndarray,
     weighted by its similarity (floored at 0). With groups, a row's own group (its server,
     corpus or set) never votes for it: a training tool is then read as a tool of a server
     the model has never seen will be. A linear score over the embedding cannot say "most
-    rated tools around here are L2"; this can."""
-    q = np.asarray(query, dtype=np.float64)
+    rated tools around here are L2"; this can. The query rows are read in blocks of :data:`ROW_BLOCK`:
+    a registry of a million tools never holds its [N, R] similarities, or a float64 copy of
+    itself, at once."""
+    q = np.asarray(query)
     r = np.asarray(ref, dtype=np.float64)
-    q = q / (np.linalg.norm(q, axis=1, keepdims=True) + 1e-12)
     r = r / (np.linalg.norm(r, axis=1, keepdims=True) + 1e-12)
     if len(q) == 0 or len(r) == 0:
         return np.zeros((len(q), 4))
-    sims = q @ r.T
-    if query_groups is not None and ref_groups is not None:
-        sims = np.where(np.asarray(query_groups)[:, None] == np.asarray(ref_groups)[None, :], -np.inf, sims)
     k = max(1, min(int(k), len(r)))
-    top = np.argpartition(-sims, k - 1, axis=1)[:, :k]
-    s = np.take_along_axis(sims, top, axis=1)
-    w = np.where(np.isfinite(s), np.maximum(s, 0.0) + 1e-6, 0.0)  # a row of its own group weighs nothing
-    above = np.asarray(ref_levels)[top][:, :, None] > np.arange(1, 5)[None, None, :]
-    return (w[:, :, None] * above).sum(axis=1) / np.maximum(w.sum(axis=1, keepdims=True), 1e-12)
+    levels = np.asarray(ref_levels)
+    grouped = query_groups is not None and ref_groups is not None
+    qg, rg = (np.asarray(query_groups), np.asarray(ref_groups)) if grouped else (None, None)
+    out = np.empty((len(q), 4))
+    for a in range(0, len(q), ROW_BLOCK):
+        qb = q[a:a + ROW_BLOCK].astype(np.float64)
+        sims = (qb / (np.linalg.norm(qb, axis=1, keepdims=True) + 1e-12)) @ r.T
+        if grouped:
+            sims = np.where(qg[a:a + ROW_BLOCK, None] == rg[None, :], -np.inf, sims)
+        top = np.argpartition(-sims, k - 1, axis=1)[:, :k]
+        s = np.take_along_axis(sims, top, axis=1)
+        w = np.where(np.isfinite(s), np.maximum(s, 0.0) + 1e-6, 0.0)  # a row of its own group weighs nothing
+        above = levels[top][:, :, None] > np.arange(1, 5)[None, None, :]
+        out[a:a + len(sims)] = (w[:, :, None] * above).sum(axis=1) / np.maximum(w.sum(axis=1, keepdims=True), 1e-12)
+    return out
 
 
 def levels_from_cumulative(cum: np.ndarray, tau: Sequence[float]) -> np.ndarray:
@@ -429,15 +443,20 @@ class LevelModel:
         if len(tools) != e.shape[0]:
             raise CheckpointError(f"level model: {len(tools)} tools but {e.shape[0]} embeddings")
         evidence = evidence if evidence is not None else ToolEvidence.of(tools)
-        x = features(e, evidence)
-        if self.words is not None:
-            x = np.hstack([x, self.words.transform([word_text(t.name, t.description) for t in tools])])
+        base = features(e, evidence)
+        texts = None if self.words is None else [word_text(t.name, t.description) for t in tools]
         nb, shares = self.neighbours, None
         if nb is not None:
             ref, ref_levels, k, scale = nb
             shares = neighbour_shares(e, ref, ref_levels, k)
-            x = np.hstack([x, scale * shares])
-        cum = self.cumulative(x)
+        cum = np.empty((len(e), 4))
+        for a in range(0, len(e), ROW_BLOCK):  # row by row in blocks: the word vectors are dense
+            x = base[a:a + ROW_BLOCK]
+            if texts is not None:
+                x = np.hstack([x, self.words.transform(texts[a:a + ROW_BLOCK])])
+            if shares is not None:
+                x = np.hstack([x, scale * shares[a:a + ROW_BLOCK]])
+            cum[a:a + ROW_BLOCK] = self.cumulative(x)
         levels = np.where(evidence.cautious, levels_from_cumulative(cum, self.tau_cautious), levels_from_cumulative(cum, self.tau))
         return LevelPrediction(cum.astype(np.float32), levels.astype(np.int8), evidence, self.hint_floors,
                                shares if shares is None else shares.astype(np.float32), 0 if nb is None else min(nb[2], len(nb[0])))
