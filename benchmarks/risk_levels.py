@@ -297,16 +297,22 @@ def main() -> None:
     a = ap.parse_args()
     if a.fit_from and not a.save:
         ap.error("--fit-from writes a model: name its folder with --save")
+    fit_choice = None
+    if a.fit_from:  # read before the data: a wrong file is named at once
+        try:
+            fit_choice = Choice.from_dict(json.loads(Path(a.fit_from).read_text(encoding="utf-8"))["choice"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise SystemExit(f"risk_levels: --fit-from {a.fit_from}: not an artefact of this script with a 'choice' "
+                             f"({type(exc).__name__}: {exc})") from None
     shrinks = PARTIAL_SHRINKS if a.shrinks is None else tuple(float(v) for v in a.shrinks.split(",") if v.strip())
     near = NEIGHBOUR_SCALES if a.neighbours is None else tuple(float(v) for v in a.neighbours.split(",") if v.strip())
     t0 = time.time()
     enc = Encoder(progress=False)
     sets, parts, data = load_level_data(enc, a.data)
     by = {s.name: s for s in sets}
-    if a.fit_from:
-        choice = Choice.from_dict(json.loads(Path(a.fit_from).read_text())["choice"])
-        fit_level_model(data, choice, meta=_meta(enc)).save(a.save)
-        print(f"saved the level model to {a.save} (choice of {a.fit_from}: {choice.to_dict()})")
+    if fit_choice is not None:
+        fit_level_model(data, fit_choice, meta=_meta(enc)).save(a.save)
+        print(f"saved the level model to {a.save} (choice of {a.fit_from}: {fit_choice.to_dict()})")
         return
     bench_masks = [(name, (data.source == "paper") & (data.server == name)) for name in ("ultratool", "sealtools")]
     doc: dict = {"seed": a.seed, "encoder": enc.identity, "targets": TARGETS, "form": {"form": "the inner split's choice", "shrinks": list(shrinks),
