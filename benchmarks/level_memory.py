@@ -3,9 +3,10 @@
     python benchmarks/level_memory.py --json benchmarks/results/level_memory.json [--sizes 10000,50000,100000]
 
 A registry of N tools is read whole at connect (:meth:`riskrank.levels.LevelModel.predict`):
-the capabilities, text facts, words, the nearest rated tools and the ordinal model. The nearest
-rated tools compare every tool with the 2,453 the model carries; :func:`riskrank.levels.neighbour_shares`
-reads the tools in blocks, so that its similarities never take N x 2,453 float64 at once. The
+the capabilities, text facts, words, the nearest rated tools and the ordinal model. The word
+vectors are dense (5,000 columns) and the nearest rated tools compare every tool with the 2,453
+the model carries, so the model reads a registry in blocks (:data:`riskrank.levels.ROW_BLOCK`
+tools): neither is ever held for all N tools at once. The
 tools are the 1,298 real MCP tools of mcp-annotated repeated to N (each copy its own name), with
 random unit embeddings (the cost does not depend on what they say). Peak memory is what NumPy
 and Python allocate during the call (tracemalloc), beside the inputs; time is wall time, which

@@ -21,7 +21,7 @@ What it measures, against the rubric levels three annotators gave (riskrank.data
 and writes it (what the package ships). ``--shrinks 1,3,10`` lets every inner split choose the
 partial form at those shrinks beside the one-score form (default: the training code's
 ``PARTIAL_SHRINKS``); ``--neighbours 1,3`` lets it choose the neighbour columns at those weights
-beside none (default: ``NEIGHBOUR_SCALES``, none); ``--workers 2`` holds the units out in two
+beside none (default: ``NEIGHBOUR_SCALES``, 1 and 3; ``--neighbours ''``: none); ``--workers 2`` holds the units out in two
 processes (the same figures). ``--fit-from ARTEFACT --save FOLDER`` skips the held-out runs and
 fits on everything with the choice an earlier run of this script recorded (what ``--save`` at
 the end of that run would have written, without the hour).
