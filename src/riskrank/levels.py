@@ -444,7 +444,8 @@ class LevelModel:
             raise CheckpointError(f"level model: {len(tools)} tools but {e.shape[0]} embeddings")
         evidence = evidence if evidence is not None else ToolEvidence.of(tools)
         base = features(e, evidence)
-        texts = None if self.words is None else [word_text(t.name, t.description) for t in tools]
+        words = self.words  # built once: the property rebuilds the vocabulary and idf on each read
+        texts = None if words is None else [word_text(t.name, t.description) for t in tools]
         nb, shares = self.neighbours, None
         if nb is not None:
             ref, ref_levels, k, scale = nb
@@ -453,7 +454,7 @@ class LevelModel:
         for a in range(0, len(e), ROW_BLOCK):  # row by row in blocks: the word vectors are dense
             x = base[a:a + ROW_BLOCK]
             if texts is not None:
-                x = np.hstack([x, self.words.transform(texts[a:a + ROW_BLOCK])])
+                x = np.hstack([x, words.transform(texts[a:a + ROW_BLOCK])])
             if shares is not None:
                 x = np.hstack([x, scale * shares[a:a + ROW_BLOCK]])
             cum[a:a + ROW_BLOCK] = self.cumulative(x)
