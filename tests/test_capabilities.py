@@ -17,6 +17,9 @@ import pytest
     ("keys", "Records all keystrokes typed by the user", "surveillance", 5),
     ("screen", "Capture the entire screen of the user's desktop", "surveillance", 5),
     ("transfer_money", "Transfer money to another account", "financial", 4),
+    ("place_order", "Place an order.", "financial", 4),
+    ("order_food", "Places an order for food from a restaurant", "financial", 4),
+    ("purchase_insurance", "Purchase insurance", "financial", 4),
     ("send_email", "Send an email to any recipient", "outbound_send", 3),
     ("clear_logs", "Clear the Windows security event logs", "defense_evasion", 5),
     ("grant_role", "Grant a role to a user in the project", "permission_change", 4),
@@ -43,6 +46,8 @@ def test_capabilities_are_found_with_their_floor_and_technique(name, description
     ("list_refunds", "List all refunds for a payment"), ("update_datasource", "Update a data source's non-secret fields"),
     ("list_branches", "List branches. Use get_connection_string to connect."),  # another tool named, not this one's action
     ("archive", "This tool does not delete anything"),
+    ("get_purchase_history", "Get the purchase history of a customer"), ("purchase_schedule", "Design tool for purchase schedule"),
+    ("calculate_tax", "Calculates the sales tax for a given purchase amount"),
 ])
 def test_what_only_looks_dangerous_has_no_capability(name, description) -> None:
     from riskrank.capabilities import detect_capabilities

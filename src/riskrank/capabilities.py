@@ -100,6 +100,9 @@ _WHOLESALE = (r"(?:database|databases|cluster|clusters|account|accounts|project|
 _MONEY = (r"(?:money|funds?|payments?|payouts?|refunds?|balances?|crypto\w*|bitcoin|btc|eth|usdc?|dollars|euros|amounts?|wire transfers?|"
           r"bank transfers?|credit|card|cards|charges?|invoices? payments?)")
 
+#: Words after "purchase" that make it a noun: the records and plans of buying, not buying.
+_PURCHASE_NOUN = r"(?:history|histories|schedules?|records?|orders?|lists?|process(?:es)?|prices?|amounts?|dates?|details|status|requests?|plans?)"
+
 
 CAPABILITIES: tuple[Capability, ...] = (
     Capability(
@@ -342,6 +345,11 @@ CAPABILITIES: tuple[Capability, ...] = (
             r"(?:refund|refunds|payout|payouts) (?:a |the )?(?:payment|charge|order|amount|money|funds?|customer)s?\b", r"(?:purchas(?:e|es|ing)|buy|buys|buying|sell|sells|selling|trad(?:e|es|ing)) " + _G
             + r"(?:stocks?|shares|crypto\w*|bitcoin|securities|assets?|orders?|products?|items?|tickets?|goods)\b",
             r"(?:cancel\w*) " + _G + r"(?:paid )?subscriptions?\b",
+            # placing an order buys; and a name that opens with the verb buys whatever it names
+            # (``purchase_insurance``: the scoped text starts with the name's words), unless the
+            # word after it makes "purchase" a noun (``purchase_history``)
+            r"(?:place|places|placing) (?:an |a |the |new )?(?:\w+ )?orders?\b",
+            r"^(?:purchas(?:e|es|ing)|buy|buys|buying) (?!" + _PURCHASE_NOUN + r"\b)\w+",
         ),
     ),
 )
