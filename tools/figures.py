@@ -1882,11 +1882,11 @@ claim("docs/session-guard.md", "loads\n{} to {}), the guard added {}, {} and {} 
       load_of(OVERHEAD, "runs", 0), load_of(OVERHEAD, "runs", 2).map(lambda x: f"{float(x):.2f}"),
       *(OVERHEAD.at("runs", i, "overhead", "memory/added_source_ms", fmt=".3f") for i in range(3)),
       *(OVERHEAD.at("runs", i, "overhead", "sqlite/added_source_ms", fmt=".3f") for i in range(3)))
-claim("docs/session-guard.md", "added {} ms there at a load of {},\n{} ms at {}, {} ms at {} and {} ms at {}; the run committed before this one, after it, {} ms at {}; this one adds {} ms at {}",
-      *(x for run in ("before_audited_columns", "before_talks_to_and_addresses", "before_int8_tasks", "before_partial_levels")
+claim("docs/session-guard.md", "added {} ms there at a load of {},\n{} ms at {}, {} ms at {} and {} ms at {}; the two runs committed before this one, after it, {} ms at {} "
+      "and {} ms at {}; this one adds {} ms at {}",
+      *(x for run in ("before_audited_columns", "before_talks_to_and_addresses", "before_int8_tasks", "before_partial_levels",
+                      "before_neighbour_levels", "before_buying")
         for x in (SESSION_STEPS.at("runs", run, "overhead", "sqlite/added_source_ms", fmt=".3f"), load_of(SESSION_STEPS, "runs", run))),
-      SESSION_STEPS.at("runs", "before_neighbour_levels", "overhead", "sqlite/added_source_ms", fmt=".3f"),
-      load_of(SESSION_STEPS, "runs", "before_neighbour_levels"),
       Json(SESSION).at("overhead", "sqlite/added_source_ms", fmt=".3f"), load_of(Json(SESSION)), timing=SESSION_RUN)
 BFCL_LEVELS = Json("benchmarks/results/bfcl_levels.json")
 claim("docs/session-guard.md", "with the annotators' levels the questions\nfall from {} to {} per task, {}x the per-call policy's, still above half, while the\nattacks run unasked rise from {} % to {} %",
@@ -1896,20 +1896,27 @@ claim("docs/session-guard.md", "the guard went\n  from {} % to {} % of the attac
       pct(SESSION_STEPS.at("runs", "before_int8_tasks", "summary", "session_guard", "attack_success"), ".1f"),
       pct(SESSION_STEPS.at("runs", "before_talks_to_and_addresses", "summary", "session_guard_audited", "attack_success"), ".1f"),
       pct(SESSION_STEPS.at("runs", "before_int8_tasks", "summary", "session_guard_audited", "attack_success"), ".1f"))
-def _levels_moved(*path: str, before: str = "before_neighbour_levels") -> tuple[V, V]:
-    """A replay figure in the run before the levels last moved and in the committed run."""
-    return SESSION_STEPS.at("runs", before, "summary", *path), Json(SESSION).at("summary", *path)
+def _levels_moved(*path: str, before: str = "before_neighbour_levels", after: str | None = "before_buying") -> tuple[V, V]:
+    """A replay figure in two runs either side of a move of the levels: kept runs, or (``after``
+    None) the committed one."""
+    return (SESSION_STEPS.at("runs", before, "summary", *path),
+            Json(SESSION).at("summary", *path) if after is None else SESSION_STEPS.at("runs", after, "summary", *path))
 
 
-claim("docs/session-guard.md", "the per-call policy lets {} % of the attacks through in the\nrun before and {} % in this one",
-      *(pct(v, ".1f") for v in _levels_moved("per_call", "attack_success")), timing=SESSION_RUN)
+claim("docs/session-guard.md", "the per-call policy lets {} % of the attacks through in the\nrun before and {} % in the next",
+      *(pct(v, ".1f") for v in _levels_moved("per_call", "attack_success")))
+claim("docs/session-guard.md", "the per-call policy lets\n{} % of the attacks through in that run and {} % in this one, the session guard {} % and {} %, and both\n"
+      "ask more, {} and {} questions per task under the per-call policy, {} and {} under the\nguard",
+      *(pct(v, ".1f") for path in ("per_call", "session_guard") for v in _levels_moved(path, "attack_success", before="before_buying", after=None)),
+      *(v.f(".2f") for path in ("per_call", "session_guard")
+        for v in _levels_moved(path, "confirmations_per_task", before="before_buying", after=None)), timing=SESSION_RUN)
 claim("docs/session-guard.md", "read the one-score model's levels, and let {} % of the attacks through under the per-call policy and {} % under the guard",
       pct(SESSION_STEPS.at("runs", "before_partial_levels", "summary", "per_call", "attack_success"), ".1f"),
       pct(SESSION_STEPS.at("runs", "before_partial_levels", "summary", "session_guard", "attack_success"), ".1f"))
 claim("docs/session-guard.md", "lets {} % and {} % through. Questions per task: {} and {} under the per-call\npolicy, {} and {} under the guard",
       *(pct(v, ".1f") for v in _levels_moved("session_guard", "attack_success")),
       *(v.f(".2f") for v in _levels_moved("per_call", "confirmations_per_task")),
-      *(v.f(".2f") for v in _levels_moved("session_guard", "confirmations_per_task")), timing=SESSION_RUN)
+      *(v.f(".2f") for v in _levels_moved("session_guard", "confirmations_per_task")))
 claim("README.md", "(BFCL's 128 multi-turn tools, rated afterwards the same way) at\nweighted κ {}, with {} % of the tools rated L4–L5 served below the confirmation level\n({} and {} % before one capability rule",
       BFCL_LEVELS.at("agreement", "kappa_quadratic", fmt=".3f"), pct(BFCL_LEVELS.at("agreement", "high_unasked"), ".1f"),
       Json("benchmarks/results/bfcl_levels_neighbours.json").at("agreement", "kappa_quadratic", fmt=".3f"),
