@@ -1882,10 +1882,10 @@ claim("docs/session-guard.md", "loads\n{} to {}), the guard added {}, {} and {} 
       load_of(OVERHEAD, "runs", 0), load_of(OVERHEAD, "runs", 2).map(lambda x: f"{float(x):.2f}"),
       *(OVERHEAD.at("runs", i, "overhead", "memory/added_source_ms", fmt=".3f") for i in range(3)),
       *(OVERHEAD.at("runs", i, "overhead", "sqlite/added_source_ms", fmt=".3f") for i in range(3)))
-claim("docs/session-guard.md", "added {} ms there at a load of {},\n{} ms at {}, {} ms at {} and {} ms at {}; the two runs committed before this one, after it, {} ms at {} "
+claim("docs/session-guard.md", "added {} ms there at a load of {},\n{} ms at {}, {} ms at {} and {} ms at {}; the three runs committed before this one, after it, {} ms at {}, {} ms at {} "
       "and {} ms at {}; this one adds {} ms at {}",
       *(x for run in ("before_audited_columns", "before_talks_to_and_addresses", "before_int8_tasks", "before_partial_levels",
-                      "before_neighbour_levels", "before_buying")
+                      "before_neighbour_levels", "before_buying", "before_places")
         for x in (SESSION_STEPS.at("runs", run, "overhead", "sqlite/added_source_ms", fmt=".3f"), load_of(SESSION_STEPS, "runs", run))),
       Json(SESSION).at("overhead", "sqlite/added_source_ms", fmt=".3f"), load_of(Json(SESSION)), timing=SESSION_RUN)
 BFCL_LEVELS = Json("benchmarks/results/bfcl_levels.json")
@@ -1905,11 +1905,16 @@ def _levels_moved(*path: str, before: str = "before_neighbour_levels", after: st
 
 claim("docs/session-guard.md", "the per-call policy lets {} % of the attacks through in the\nrun before and {} % in the next",
       *(pct(v, ".1f") for v in _levels_moved("per_call", "attack_success")))
-claim("docs/session-guard.md", "the per-call policy lets\n{} % of the attacks through in that run and {} % in this one, the session guard {} % and {} %, and both\n"
+claim("docs/session-guard.md", "the per-call policy lets\n{} % of the attacks through in that run and {} % in the next, the session guard {} % and {} %, and both\n"
       "ask more, {} and {} questions per task under the per-call policy, {} and {} under the\nguard",
-      *(pct(v, ".1f") for path in ("per_call", "session_guard") for v in _levels_moved(path, "attack_success", before="before_buying", after=None)),
+      *(pct(v, ".1f") for path in ("per_call", "session_guard") for v in _levels_moved(path, "attack_success", before="before_buying", after="before_places")),
       *(v.f(".2f") for path in ("per_call", "session_guard")
-        for v in _levels_moved(path, "confirmations_per_task", before="before_buying", after=None)), timing=SESSION_RUN)
+        for v in _levels_moved(path, "confirmations_per_task", before="before_buying", after="before_places")))
+claim("docs/session-guard.md", "the session guard lets {} % of the attacks through in that run and {} % in this\none ({} % and {} % with the annotators' "
+      "levels), asking {} and {} questions per task",
+      *(pct(v, ".1f") for path in ("session_guard", "session_guard_audited")
+        for v in _levels_moved(path, "attack_success", before="before_places", after=None)),
+      *(v.f(".2f") for v in _levels_moved("session_guard", "confirmations_per_task", before="before_places", after=None)), timing=SESSION_RUN)
 claim("docs/session-guard.md", "read the one-score model's levels, and let {} % of the attacks through under the per-call policy and {} % under the guard",
       pct(SESSION_STEPS.at("runs", "before_partial_levels", "summary", "per_call", "attack_success"), ".1f"),
       pct(SESSION_STEPS.at("runs", "before_partial_levels", "summary", "session_guard", "attack_success"), ".1f"))

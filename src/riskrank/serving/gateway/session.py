@@ -67,8 +67,10 @@ SINK_VERBS = frozenset({"send", "post", "share", "upload", "publish", "forward",
 _OTHERS = (r"(?:messages?|inbox\w*|e ?mails?|mails?|mailbox\w*|chats?|conversations?|threads?|dms?|tweets?|posts?|"
            r"comments?|replies|mentions?|tickets?|issues?|reviews?|feeds?|notifications?|web ?pages?|pages?|websites?|"
            r"sites?|urls?|links?|html|internet|web|search results?|rss|articles?|news|documents?|attachments?|"
-           r"shared (?:files?|folders?)|other (?:users?|people)\w*)")
-_READS = (r"(?:read\w*|get|gets|getting|fetch\w*|view\w*|list|lists|listing|search\w*|retriev\w*|brows\w*|show\w*|"
+           r"shared (?:files?|folders?)|other (?:users?|people)\w*|"
+           # a place search returns what businesses and directories write of themselves
+           r"shops?|stores?|businesses|restaurants?|places|listings?)")
+_READS = (r"(?:read\w*|get|gets|getting|fetch\w*|view\w*|list|lists|listing|search\w*|find|finds|finding|retriev\w*|brows\w*|show\w*|"
           r"display\w*|download\w*|open|opens|scrap\w*|receiv\w*|crawl\w*|load\w*|check\w*|inspect\w*|return\w*)")
 #: A sentence that says the tool reads what others write: it starts with a read verb and names
 #: such content within a few words ("Read the latest e-mails of the inbox", "Fetches a web page").
