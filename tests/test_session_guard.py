@@ -164,6 +164,7 @@ def test_which_tools_are_untrusted_sources_and_sinks():
     assert tool_roles("fetch_page", "Fetch the web page at a URL.", None, None, [], "web", p)[0]
     assert tool_roles("find_nearest_tire_shop", "Finds the nearest tire shop.", None, None, [], "car", p)[0]
     assert tool_roles("lookup", "Finds the nearest restaurants to a point.", None, None, [], "maps", p)[0]
+    assert tool_roles("get_store_record", "Get the value stored under a key in a key-value store.", None, None, [], "kv", p) == (None, None)
     assert tool_roles("lookup", "Look something up.", None, {"openWorldHint": True}, [], "web", p)[0].startswith("openWorldHint")
     assert tool_roles("list_files", "List the files in a folder.", None, None, [], "fs", p) == (None, None)
     assert tool_roles("summarise_text", "Summarise a text.", None, None, [], "x", p) == (None, None)

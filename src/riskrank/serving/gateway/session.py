@@ -69,7 +69,7 @@ _OTHERS = (r"(?:messages?|inbox\w*|e ?mails?|mails?|mailbox\w*|chats?|conversati
            r"sites?|urls?|links?|html|internet|web|search results?|rss|articles?|news|documents?|attachments?|"
            r"shared (?:files?|folders?)|other (?:users?|people)\w*|"
            # a place search returns what businesses and directories write of themselves
-           r"shops?|stores?|businesses|restaurants?|places|listings?)")
+           r"shops?|businesses|restaurants?|places|listings?)")
 _READS = (r"(?:read\w*|get|gets|getting|fetch\w*|view\w*|list|lists|listing|search\w*|find|finds|finding|retriev\w*|brows\w*|show\w*|"
           r"display\w*|download\w*|open|opens|scrap\w*|receiv\w*|crawl\w*|load\w*|check\w*|inspect\w*|return\w*)")
 #: A sentence that says the tool reads what others write: it starts with a read verb and names
