@@ -292,6 +292,14 @@ def served_moved(before: str, after: str) -> V:
     return V(lambda: sum(_load(a)["levels"][t]["served"] != v["served"] for t, v in _load(b)["levels"].items()), f"{a}; {b}")
 
 
+def held_out_moved(before: Json, after: Json) -> V:
+    """How many of the held-out MCP levels differ between two runs of ``benchmarks/risk_levels.py``."""
+    def get() -> int:
+        a, b = (j.data["leave_one_server_out"]["predictions"]["served"] for j in (before, after))
+        return sum(x != y for x, y in zip(a, b, strict=True))
+    return V(get, f"{before.path}; {after.path}", ",")
+
+
 def _bench(module: str) -> Any:
     import importlib
 
@@ -1211,9 +1219,7 @@ claim(BM, "reads, leave one MCP server out, weighted κ {}, exact {} %,\nwithin 
       pct(LEVELS_PROP.at(*CLAUSES_SERVED, "within_one")), pct(LEVELS_PROP.at(*CLAUSES_SERVED, "low_asked")),
       pct(LEVELS_PROP.at(*CLAUSES_SERVED, "high_unasked")))
 claim(BM, "{} of the {} held-out levels moved",
-      V(lambda: sum(x != y for x, y in zip(_load("benchmarks/results/risk_levels_proportional.json")["leave_one_server_out"]["predictions"]["served"],
-                                           _load("benchmarks/results/risk_levels_clauses.json")["leave_one_server_out"]["predictions"]["served"],
-                                           strict=True)), "benchmarks/results/risk_levels_proportional.json; benchmarks/results/risk_levels_clauses.json"),
+      held_out_moved(LEVELS_PROP, LEVELS_CLAUSES),
       LEVELS_PROP.at(*CLAUSES_SERVED, "n", fmt=","))
 claim(BM, "Fitted on everything with them, the choice would be τ₃ {} where the model then\nshipped had {}",
       LEVELS_CLAUSES.at("choice", "tau", 2), LEVELS_PROP.at("choice", "tau", 2))
@@ -1237,38 +1243,34 @@ claim(BM, "the same held-out levels give weighted κ {}, within one {} %, L1–L
       pct(LEVELS_SUBJECT.at("trust_annotations", "within_one")), pct(LEVELS_SUBJECT.at("trust_annotations", "low_asked")),
       pct(LEVELS_SUBJECT.at("trust_annotations", "high_unasked")), LEVELS_SUBJECT.at("trust_annotations", "read_only_hints", fmt=","),
       LEVELS_SUBJECT.at("trust_annotations", "n", fmt=","))
-claim(BM, "{} of the {} held-out levels moved against the run before", V(lambda: sum(
-      x != y for x, y in zip(_load("benchmarks/results/risk_levels_clauses.json")["leave_one_server_out"]["predictions"]["served"],
-                             _load("benchmarks/results/risk_levels_subject.json")["leave_one_server_out"]["predictions"]["served"],
-                             strict=True)), "benchmarks/results/risk_levels_clauses.json; benchmarks/results/risk_levels_subject.json"),
+claim(BM, "{} of the {} held-out levels moved against the run before", held_out_moved(LEVELS_CLAUSES, LEVELS_SUBJECT),
       LEVELS_SUBJECT.at(*CLAUSES_SERVED, "n", fmt=","))
 claim(BM, "fitted on everything with it, the inner split would weigh the benchmarks' paper labels at {} where the model then shipped had {}",
       LEVELS_SUBJECT.at("choice", "corpus_weight", fmt=".1f"), LEVELS_PROP.at("choice", "corpus_weight", fmt=".0f"))
 LEVELS_BUYING = Json("benchmarks/results/risk_levels_buying.json")
-LEVELS_SHIPPED = Json("benchmarks/results/risk_levels.json")
 claim(BM, "machine, 2026-12-07) reads, leave one MCP server out, weighted κ {}, exact {} %, within one {} %, L1–L2 asked {} %,\nL4–L5 run "
       "unasked {} % (the shipped model's run: {}, {} %, {} %, {} %, {} %); {} of the {} held-out levels\nmoved, all but 2 of them in the "
       "{} of the {} folds where the inner split chose otherwise",
-      *(x for run in (LEVELS_BUYING, LEVELS_SHIPPED) for x in (
+      *(x for run in (LEVELS_BUYING, LEVELS) for x in (
           run.at(*CLAUSES_SERVED, "kappa_quadratic", fmt=".3f"), pct(run.at(*CLAUSES_SERVED, "exact")), pct(run.at(*CLAUSES_SERVED, "within_one")),
           pct(run.at(*CLAUSES_SERVED, "low_asked")), pct(run.at(*CLAUSES_SERVED, "high_unasked")))),
-      V(lambda: sum(x != y for x, y in zip(LEVELS_SHIPPED.data["leave_one_server_out"]["predictions"]["served"],
-                                           LEVELS_BUYING.data["leave_one_server_out"]["predictions"]["served"], strict=True)),
-        f"{LEVELS_SHIPPED.path}; {LEVELS_BUYING.path}", ","),
+      held_out_moved(LEVELS, LEVELS_BUYING),
       LEVELS_BUYING.at(*CLAUSES_SERVED, "n", fmt=","),
       V(lambda: sum({k: v for k, v in a.items() if k != "inner_objective"} != {k: v for k, v in b.items() if k != "inner_objective"}
-                    for a, b in zip(LEVELS_SHIPPED.data["leave_one_server_out"]["choices"].values(),
+                    for a, b in zip(LEVELS.data["leave_one_server_out"]["choices"].values(),
                                     LEVELS_BUYING.data["leave_one_server_out"]["choices"].values(), strict=True)),
-        f"{LEVELS_SHIPPED.path}; {LEVELS_BUYING.path}", "d"),
+        f"{LEVELS.path}; {LEVELS_BUYING.path}", "d"),
       LEVELS_BUYING.at("leave_one_server_out", "choices").map(len, "d"))
 claim(BM, "the inner split would weigh the benchmarks' paper labels\nat {} and choose τ ({}), where the model shipped has {} and ({})",
       LEVELS_BUYING.at("choice", "corpus_weight", fmt=".1f"), LEVELS_BUYING.at("choice", "tau").map(lambda t: ", ".join(f"{x:g}" for x in t), ""),
-      LEVELS_SHIPPED.at("choice", "corpus_weight", fmt=".1f"), LEVELS_SHIPPED.at("choice", "tau").map(lambda t: ", ".join(f"{x:g}" for x in t), ""))
-BFCL_BUYING = Json("benchmarks/results/bfcl_levels.json")
+      LEVELS.at("choice", "corpus_weight", fmt=".1f"), LEVELS.at("choice", "tau").map(lambda t: ", ".join(f"{x:g}" for x in t), ""))
+BFCL_LEVELS = Json("benchmarks/results/bfcl_levels.json")
+#: BFCL's levels under the model that reads its nearest rated tools, before the rule on buying.
+BFCL_NEIGHBOURS = Json("benchmarks/results/bfcl_levels_neighbours.json")
 claim(BM, "and the table reads weighted κ {},\nwith {} of the {} tools rated L4–L5 run unasked ({} %)",
-      BFCL_BUYING.at("agreement", "kappa_quadratic", fmt=".3f"),
-      V(lambda: round(BFCL_BUYING.data["agreement"]["high_unasked"] * BFCL_BUYING.data["agreement"]["n_high"]), BFCL_BUYING.path, "d"),
-      BFCL_BUYING.at("agreement", "n_high"), pct(BFCL_BUYING.at("agreement", "high_unasked"), ".1f"))
+      BFCL_LEVELS.at("agreement", "kappa_quadratic", fmt=".3f"),
+      V(lambda: round(BFCL_LEVELS.data["agreement"]["high_unasked"] * BFCL_LEVELS.data["agreement"]["n_high"]), BFCL_LEVELS.path, "d"),
+      BFCL_LEVELS.at("agreement", "n_high"), pct(BFCL_LEVELS.at("agreement", "high_unasked"), ".1f"))
 LEVELS_BOUND = Json("benchmarks/results/risk_levels_boundaries.json")
 SETS_SERVED = ("leave_one_set_out", "pooled", "served level")
 ATTACK_SERVED = ("leave_one_set_out", "per_unit", "attack set", "served level")
@@ -1364,14 +1366,14 @@ claim(BM, "and weighted κ went from {} to {} (`benchmarks/results/bfcl_levels_p
       Json("benchmarks/results/bfcl_levels_proportional.json").at("agreement", "kappa_quadratic", fmt=".3f"),
       served_moved("bfcl_levels_proportional", "bfcl_levels_partial"), BFCL_PARTIAL.at("n_tools"),
       BFCL_PARTIAL.at("agreement", "kappa_quadratic", fmt=".3f"), pct(BFCL_PARTIAL.at("agreement", "high_unasked"), ".1f"),
-      served_moved("bfcl_levels_partial", "bfcl_levels_neighbours"), Json("benchmarks/results/bfcl_levels_neighbours.json").at("n_tools"),
-      Json("benchmarks/results/bfcl_levels_neighbours.json").at("agreement", "kappa_quadratic", fmt=".3f"),
-      V(lambda: round((_load("benchmarks/results/bfcl_levels_neighbours.json")["agreement"]["high_unasked"]
+      served_moved("bfcl_levels_partial", "bfcl_levels_neighbours"), BFCL_NEIGHBOURS.at("n_tools"),
+      BFCL_NEIGHBOURS.at("agreement", "kappa_quadratic", fmt=".3f"),
+      V(lambda: round((BFCL_NEIGHBOURS.data["agreement"]["high_unasked"]
                        - _load("benchmarks/results/bfcl_levels_partial.json")["agreement"]["high_unasked"])
-                      * _load("benchmarks/results/bfcl_levels_neighbours.json")["agreement"]["n_high"]),
+                      * BFCL_NEIGHBOURS.data["agreement"]["n_high"]),
         "benchmarks/results/bfcl_levels_neighbours.json; benchmarks/results/bfcl_levels_partial.json", "d"),
-      Json("benchmarks/results/bfcl_levels_neighbours.json").at("agreement", "n_high"),
-      pct(Json("benchmarks/results/bfcl_levels_neighbours.json").at("agreement", "high_unasked"), ".1f"))
+      BFCL_NEIGHBOURS.at("agreement", "n_high"),
+      pct(BFCL_NEIGHBOURS.at("agreement", "high_unasked"), ".1f"))
 
 
 def rl(name: str, key: str, fmt: str = ".3f") -> V:
@@ -1888,7 +1890,6 @@ claim("docs/session-guard.md", "added {} ms there at a load of {},\n{} ms at {},
                       "before_neighbour_levels", "before_buying", "before_places")
         for x in (SESSION_STEPS.at("runs", run, "overhead", "sqlite/added_source_ms", fmt=".3f"), load_of(SESSION_STEPS, "runs", run))),
       Json(SESSION).at("overhead", "sqlite/added_source_ms", fmt=".3f"), load_of(Json(SESSION)), timing=SESSION_RUN)
-BFCL_LEVELS = Json("benchmarks/results/bfcl_levels.json")
 claim("docs/session-guard.md", "with the annotators' levels the questions\nfall from {} to {} per task, {}x the per-call policy's, still above half, while the\nattacks run unasked rise from {} % to {} %",
       *guard_trade("once_per_task_audited", "once_per_task_cover4_audited", "per_call_audited"), timing=SESSION_RUN)
 claim("docs/session-guard.md", "the guard went\n  from {} % to {} % of the attacks run unasked (with the annotators' levels from {} % to\n  {} %)",
@@ -1924,8 +1925,8 @@ claim("docs/session-guard.md", "lets {} % and {} % through. Questions per task: 
       *(v.f(".2f") for v in _levels_moved("session_guard", "confirmations_per_task")))
 claim("README.md", "(BFCL's 128 multi-turn tools, rated afterwards the same way) at\nweighted κ {}, with {} % of the tools rated L4–L5 served below the confirmation level\n({} and {} % before one capability rule",
       BFCL_LEVELS.at("agreement", "kappa_quadratic", fmt=".3f"), pct(BFCL_LEVELS.at("agreement", "high_unasked"), ".1f"),
-      Json("benchmarks/results/bfcl_levels_neighbours.json").at("agreement", "kappa_quadratic", fmt=".3f"),
-      pct(Json("benchmarks/results/bfcl_levels_neighbours.json").at("agreement", "high_unasked"), ".1f"))
+      BFCL_NEIGHBOURS.at("agreement", "kappa_quadratic", fmt=".3f"),
+      pct(BFCL_NEIGHBOURS.at("agreement", "high_unasked"), ".1f"))
 claim("docs/session-guard.md", "under the\nrubric (docs/base-model.md, \"On a registry nobody rated for training\"), weighted κ {}, and\n{} % of the tools",
       BFCL_LEVELS.at("agreement", "kappa_quadratic", fmt=".3f"), pct(BFCL_LEVELS.at("agreement", "high_unasked"), ".1f"))
 claim("docs/session-guard.md", "the per-call policy already asks about most of these attacks ({} %\nrun unasked",
@@ -1964,7 +1965,6 @@ claim(BM, "{} % of the tools the annotators rate L1–L2 would be asked about, a
       pct(NPM_LEVELS.at("agreement", "low_asked"), ".1f"), NPM_LEVELS.at("confusion", 1, 1),
       NPM_LEVELS.at("confusion", 1).map(sum, ""), NPM_LEVELS.at("confusion", 1, 0), NPM_LEVELS.at("confusion", 1, 2))
 NPM_PARTIAL = Json("benchmarks/results/npm_levels_partial.json")
-BFCL_NEIGHBOURS = Json("benchmarks/results/bfcl_levels_neighbours.json")
 claim(BM, "on BFCL's multi-turn tools weighted κ {} ({} before it), with {} more of the {} tools rated L4–L5 run unasked; on the twelve "
       "npm servers {} ({}), asking about {} % of the tools rated L1–L2 ({} %)",
       BFCL_NEIGHBOURS.at("agreement", "kappa_quadratic", fmt=".3f"), BFCL_PARTIAL.at("agreement", "kappa_quadratic", fmt=".3f"),
@@ -1995,6 +1995,6 @@ claim("docs/session-guard.md", "The last two are attackers' goals of {} of the\n
         "benchmarks/results/session_replay.json"),
       V(lambda: len(_load("benchmarks/results/session_replay.json")["columns"]["per_call"]["rows"]), "benchmarks/results/session_replay.json"))
 claim("docs/session-guard.md", "The model shipped since moves {} of the {} served levels against it",
-      served_moved("bfcl_levels_partial", "bfcl_levels_neighbours"), Json("benchmarks/results/bfcl_levels_neighbours.json").at("n_tools"))
+      served_moved("bfcl_levels_partial", "bfcl_levels_neighbours"), BFCL_NEIGHBOURS.at("n_tools"))
 claim("docs/session-guard.md", "with the flow change, {} % on the base model then shipped",
       pct(SESSION_STEPS.at("runs", "before_base_rebuild", "summary", "session_guard", "attack_success"), ".1f"))
