@@ -24,7 +24,11 @@ partial form at those shrinks beside the one-score form (default: the training c
 beside none (default: ``NEIGHBOUR_SCALES``, 1 and 3; ``--neighbours ''``: none); ``--workers 2`` holds the units out in two
 processes (the same figures). ``--fit-from ARTEFACT --save FOLDER`` skips the held-out runs and
 fits on everything with the choice an earlier run of this script recorded (what ``--save`` at
-the end of that run would have written, without the hour).
+the end of that run would have written, without the hour). ``--tau-low 0.2`` also offers 0.2 to
+the L2/L3 and L3/L4 thresholds the inner split chooses (``TAU_LOW``; off by default, measured in
+``risk_levels_lowtau.json``). ``--frontier-of ARTEFACT`` adds an earlier run's two-threshold
+re-read of its held-out probabilities (``frontier_boundaries``: τ₂ and τ₃ together, nothing
+refitted) to that artefact; every run writes it too.
 """
 
 from __future__ import annotations
@@ -147,6 +151,35 @@ def frontier(doc: dict, data: LevelData) -> list[dict]:
     return out
 
 
+#: The thresholds the two-boundary re-read crosses: the L2/L3 one (asked or not) and the L3/L4 one.
+FRONTIER_TAU_2 = (0.3, 0.4, 0.5, 0.6)
+FRONTIER_TAU_3 = (0.2, 0.3, 0.4, 0.5, 0.6)
+
+
+def frontier_boundaries(doc: dict, data: LevelData) -> list[dict]:
+    """The same re-read as :func:`frontier` over the L2/L3 and the L3/L4 thresholds together (the
+    outer two as each fold chose them): whether a model that asks less at L2/L3 keeps the likely
+    L4 tools above the line when L3/L4 is read lower. Nothing refitted, nothing chosen."""
+    from riskrank.training.levels import served
+
+    loso = doc["leave_one_server_out"]
+    rows = np.asarray(loso["predictions"]["rows"])
+    cum = np.asarray(loso["predictions"]["cumulative"])
+    units = {u: np.flatnonzero(data.server[rows] == u) for u in loso["choices"]}
+    subsets = {u: data.subset(np.isin(np.arange(len(data.y)), rows[pos])) for u, pos in units.items()}
+    gold = data.y[rows]
+    out = []
+    for t2 in FRONTIER_TAU_2:
+        for t3 in FRONTIER_TAU_3:
+            pred = np.zeros(len(rows), dtype=np.int64)
+            for u, pos in units.items():
+                ch = loso["choices"][u]
+                pred[pos] = served(cum[pos], subsets[u], (ch["tau"][0], t2, t3, ch["tau"][3]), ch["tau_cautious"],
+                                   tuple(ch["hint_floors"]))
+            out.append({"tau_2": t2, "tau_3": t3, **agreement_row(gold, pred)})
+    return out
+
+
 def read_split(doc: dict, data: LevelData) -> dict:
     """Leave one server out, pooled separately over the servers read while the patterns were
     written and those never read (the honest judge of the patterns)."""
@@ -238,6 +271,16 @@ def table_md(doc: dict) -> str:
                   "inner split, the other choices kept):", "", "| τ₂ | weighted κ | L1–L2 asked | L4–L5 unasked |", "|---|---|---|---|"]
         lines += [f"| {r['tau_2']:.1f} | {_f(r['kappa_quadratic'])} | {_pct(r['low_asked'])} | {_pct(r['high_unasked'])} |"
                   for r in doc["frontier"]]
+    if doc.get("frontier_boundaries"):
+        fb = doc["frontier_boundaries"]
+        t3s = sorted({r["tau_3"] for r in fb})
+        lines += ["", "The same, the L2/L3 and L3/L4 thresholds read together (τ₂ down, τ₃ across; the outer two as each fold "
+                  "chose them): weighted κ, L1–L2 asked, L4–L5 unasked:", "",
+                  "| τ₂ | " + " | ".join(f"τ₃ {t:.1f}" for t in t3s) + " |", "|---|" + "---|" * len(t3s)]
+        for t2 in sorted({r["tau_2"] for r in fb}):
+            cells = {r["tau_3"]: r for r in fb if r["tau_2"] == t2}
+            lines.append(f"| {t2:.1f} | " + " | ".join(
+                f"{_f(cells[t]['kappa_quadratic'])}, {_pct(cells[t]['low_asked'])}, {_pct(cells[t]['high_unasked'])}" for t in t3s) + " |")
     lines += ["", "What the default policy (confirmation from L3) does, by the annotators' level (leave one server out):", "",
               "| rubric level | tools | asked (before) | run without a question (before) |", "|---|---|---|---|"]
     pt, pb = doc["policy"]["served level"], doc["policy"].get("before", {})
@@ -294,6 +337,11 @@ def main() -> None:
     ap.add_argument("--fit-from", default=None,
                     help="an artefact of this script: fit on everything with its recorded choice and --save, no held-out runs")
     ap.add_argument("--workers", type=int, default=1, help="processes for the held-out units (the same figures as one)")
+    ap.add_argument("--tau-low", type=float, default=None,
+                    help="a lower threshold the inner split may also choose for the L2/L3 and L3/L4 boundaries "
+                         "(riskrank.training.levels.TAU_LOW; off by default)")
+    ap.add_argument("--frontier-of", default=None,
+                    help="an artefact of this script: add its two-threshold re-read (frontier_boundaries) to it, no fits")
     a = ap.parse_args()
     if a.fit_from and not a.save:
         ap.error("--fit-from writes a model: name its folder with --save")
@@ -304,19 +352,34 @@ def main() -> None:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise SystemExit(f"risk_levels: --fit-from {a.fit_from}: not an artefact of this script with a 'choice' "
                              f"({type(exc).__name__}: {exc})") from None
+    if a.tau_low is not None:
+        if not 0 < a.tau_low < 1:
+            ap.error(f"--tau-low: a probability between 0 and 1, got {a.tau_low}")
+        import riskrank.training.levels as training_levels
+
+        training_levels.TAU_LOW = a.tau_low  # read by every choice, in this process and the forked workers
     shrinks = PARTIAL_SHRINKS if a.shrinks is None else tuple(float(v) for v in a.shrinks.split(",") if v.strip())
     near = NEIGHBOUR_SCALES if a.neighbours is None else tuple(float(v) for v in a.neighbours.split(",") if v.strip())
     t0 = time.time()
     enc = Encoder(progress=False)
     sets, parts, data = load_level_data(enc, a.data)
     by = {s.name: s for s in sets}
+    if a.frontier_of:
+        from riskrank.fileio import atomic_write_text
+
+        art = json.loads(Path(a.frontier_of).read_text(encoding="utf-8"))
+        art["frontier_boundaries"] = frontier_boundaries(art, data)
+        atomic_write_text(a.frontier_of, json.dumps(art, indent=1) + "\n")
+        print(f"wrote frontier_boundaries into {a.frontier_of}")
+        return
     if fit_choice is not None:
         fit_level_model(data, fit_choice, meta=_meta(enc)).save(a.save)
         print(f"saved the level model to {a.save} (choice of {a.fit_from}: {fit_choice.to_dict()})")
         return
     bench_masks = [(name, (data.source == "paper") & (data.server == name)) for name in ("ultratool", "sealtools")]
     doc: dict = {"seed": a.seed, "encoder": enc.identity, "targets": TARGETS, "form": {"form": "the inner split's choice", "shrinks": list(shrinks),
-                                                                                    **({"neighbours": list(near)} if near else {})},
+                                                                                    **({"neighbours": list(near)} if near else {}),
+                                                                                    **({"tau_low": a.tau_low} if a.tau_low is not None else {})},
                  "n_tools": {s: int((data.source == s).sum()) for s in ("mcp", "rubric", "paper")}}
     doc["annotators"] = annotator_agreement(sets)
     doc["sets"] = {s.name: {"n": len(s), "levels": {str(lv): int((s.levels == lv).sum()) for lv in range(1, 6)},
@@ -390,6 +453,7 @@ def main() -> None:
         doc["saved"] = {"folder": a.save, "choice": choice.to_dict()}
         print(f"saved the level model to {a.save}")
     doc["frontier"] = frontier(doc, data)
+    doc["frontier_boundaries"] = frontier_boundaries(doc, data)
     doc["read_split"] = read_split(doc, data)
     doc["trust_annotations"] = trusting(doc, data, by["mcp"].tools)
     doc["seconds"] = round(time.time() - t0, 1)

@@ -241,6 +241,52 @@ def test_the_inner_split_chooses_the_partial_form_only_where_it_scores_higher_an
     assert serial["predictions"] == forked["predictions"] and serial["choices"] == forked["choices"]
 
 
+def test_the_low_threshold_is_offered_to_the_inner_boundaries_only_and_after_the_grid(monkeypatch) -> None:
+    """Off by default; set, the candidates before :data:`TAU_LOW` come first, in their order (a
+    tie keeps the choice they made), and the low value reaches the L2/L3 and L3/L4 boundaries,
+    never the outer two (a low L4/L5 threshold would refuse likely-L4 tools under the default
+    ``max_level``)."""
+    from riskrank.training import levels as tl
+
+    assert tl.TAU_LOW is None and len(tl._tau_candidates()) == len(tl.TAU_GRID) ** 3
+    monkeypatch.setattr(tl, "TAU_LOW", 0.2)
+    cands = tl._tau_candidates()
+    grid = [(a, b, c, a) for a in tl.TAU_GRID for b in tl.TAU_GRID for c in tl.TAU_GRID]
+    assert cands[:len(grid)] == grid and len(set(cands)) == len(cands)
+    rest = cands[len(grid):]
+    assert rest and all(tl.TAU_LOW in (t[1], t[2]) and t[0] == t[3] != tl.TAU_LOW for t in rest)
+    assert (0.6, 0.5, tl.TAU_LOW, 0.6) in rest
+
+
+def test_the_two_threshold_frontier_rereads_the_held_out_probabilities() -> None:
+    """``risk_levels.frontier_boundaries`` reads each held-out server's stored probabilities at
+    every (τ₂, τ₃) with that fold's outer thresholds: at the folds' own τ it is the run's served
+    levels; a higher τ₃ never lets fewer L4–L5 tools fall below the confirm line."""
+    import sys
+    from pathlib import Path
+
+    from riskrank.training import levels as tl
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import risk_levels
+
+    data = _boundary_data(n_servers=3, per=60)
+    rng = np.random.default_rng(0)
+    cum = np.sort(rng.random((len(data.y), 4)), axis=1)[:, ::-1]  # P(level > k), falling in k
+    choice = {"tau": [0.6, 0.5, 0.3, 0.6], "tau_cautious": [0.3] * 4, "hint_floors": [3, 2, 1]}
+    served = tl.served(cum, data, tuple(choice["tau"]), tuple(choice["tau_cautious"]), tuple(choice["hint_floors"]))
+    doc = {"leave_one_server_out": {"choices": {s: choice for s in ("s0", "s1", "s2")},
+                                    "predictions": {"rows": list(range(len(data.y))), "served": served.tolist(),
+                                                    "cumulative": cum.tolist()}}}
+    rows = risk_levels.frontier_boundaries(doc, data)
+    assert len(rows) == len(risk_levels.FRONTIER_TAU_2) * len(risk_levels.FRONTIER_TAU_3)
+    assert next(r for r in rows if (r["tau_2"], r["tau_3"]) == (0.5, 0.3)) == {
+        "tau_2": 0.5, "tau_3": 0.3, **tl.agreement_row(data.y, served)}
+    for t2 in risk_levels.FRONTIER_TAU_2:
+        by3 = [r["high_unasked"] for r in rows if r["tau_2"] == t2]
+        assert by3 == sorted(by3) and len(set(by3)) > 1
+
+
 @pytest.mark.parametrize(("tau", "cum", "level"), [
     ((0.5,) * 4, [0.9, 0.6, 0.4, 0.1], 3), ((0.3,) * 4, [0.9, 0.6, 0.4, 0.1], 4), ((0.5,) * 4, [0.2, 0.1, 0.0, 0.0], 1),
     ((0.5, 0.7, 0.5, 0.5), [0.9, 0.6, 0.4, 0.1], 2),

@@ -1248,6 +1248,8 @@ claim(BM, "{} of the {} held-out levels moved against the run before", held_out_
 claim(BM, "fitted on everything with it, the inner split would weigh the benchmarks' paper labels at {} where the model then shipped had {}",
       LEVELS_SUBJECT.at("choice", "corpus_weight", fmt=".1f"), LEVELS_PROP.at("choice", "corpus_weight", fmt=".0f"))
 LEVELS_BUYING = Json("benchmarks/results/risk_levels_buying.json")
+#: The whole procedure with the low threshold offered to the inner boundaries (not shipped: its rule failed).
+LEVELS_LOWTAU = Json("benchmarks/results/risk_levels_lowtau.json")
 claim(BM, "machine, 2026-12-07) reads, leave one MCP server out, weighted κ {}, exact {} %, within one {} %, L1–L2 asked {} %,\nL4–L5 run "
       "unasked {} % (the shipped model's run: {}, {} %, {} %, {} %, {} %); {} of the {} held-out levels\nmoved, all but 2 of them in the "
       "{} of the {} folds where the inner split chose otherwise",
@@ -1450,6 +1452,34 @@ claim(BM, "(τ = {} at every boundary)", LEVELS.at("choice", "tau_cautious", 0, 
 claim(BM, "the per-boundary parts shrunk {} times", LEVELS.at("choice", "shrink", fmt=".0f"))
 claim(BM, "the per-boundary parts shrunk {} times,\nthe nearest rated tools' columns at weight {}", LEVELS.at("choice", "shrink", fmt=".0f"),
       LEVELS.at("choice", "neighbour_scale", fmt=".0f"))
+
+
+def frontier_cell(run: Json, tau_2: float, tau_3: float, key: str) -> V:
+    """One cell of a level run's two-threshold re-read (``frontier_boundaries``), as a percentage."""
+    return pct(V(lambda: next(r[key] for r in run.data["frontier_boundaries"] if (r["tau_2"], r["tau_3"]) == (tau_2, tau_3)),
+                 run.path, ""))
+
+
+claim(BM, "a model that asks less at L2/L3 (τ₂ {}: L1–L2 asked {} % where τ₂ {} asks {} %) lets\n   no more L4–L5 tools run unasked "
+      "({} %, as at τ₂ {}) once L3/L4 is read at {}, which the\n   candidates ({} to {} per boundary) did not offer. So the two inner\n"
+      "   boundaries may also take {} (`TAU_LOW`",
+      V(lambda: _bench("risk_levels").FRONTIER_TAU_2[2], "benchmarks/risk_levels.py", ".1f"), frontier_cell(LEVELS, 0.5, 0.2, "low_asked"),
+      LEVELS.at("choice", "tau", 1, fmt=".1f"), frontier_cell(LEVELS, 0.3, 0.2, "low_asked"),
+      frontier_cell(LEVELS, 0.5, 0.2, "high_unasked"), LEVELS.at("choice", "tau", 1, fmt=".1f"), LEVELS_LOWTAU.at("form", "tau_low", fmt=".1f"),
+      TLV.at("TAU_GRID.0", ".1f"), TLV.at("TAU_GRID.3", ".1f"), LEVELS_LOWTAU.at("form", "tau_low", fmt=".1f"))
+claim(BM, "weighted κ falls by at most {} and L4–L5 run unasked does not rise", LEVELS_LOWTAU.at("rule", "kappa_drop_max", fmt="g"))
+claim(BM, "the 2-core machine, 2026-12-07, {} s) reads weighted κ {} ({}), exact {} % ({} %),\n   within one {} % ({} %), L1–L2 asked "
+      "{} % ({} %), L4–L5 run unasked {} % ({} %): the\n   rule failed. The inner split took {} in {} of the {} folds, each time for the L2/L3 boundary",
+      LEVELS_LOWTAU.at("seconds", fmt=",.0f"), *beside(LEVELS_LOWTAU, LEVELS_BUYING, *CLAUSES_SERVED, "kappa_quadratic"),
+      *(x for key in ("exact", "within_one", "low_asked", "high_unasked")
+        for x in beside(LEVELS_LOWTAU, LEVELS_BUYING, *CLAUSES_SERVED, key, percent=True)),
+      LEVELS_LOWTAU.at("form", "tau_low", fmt=".1f"),
+      V(lambda: sum(c["tau"][1] == LEVELS_LOWTAU.data["form"]["tau_low"] for c in LEVELS_LOWTAU.data["leave_one_server_out"]["choices"].values()),
+        LEVELS_LOWTAU.path, "d"),
+      LEVELS_LOWTAU.at("leave_one_server_out", "choices").map(len, "d"))
+claim(BM, "in {}\n   of them for L3/L4 as well), never for the L3/L4 boundary alone",
+      V(lambda: sum(c["tau"][1] == c["tau"][2] == LEVELS_LOWTAU.data["form"]["tau_low"]
+                    for c in LEVELS_LOWTAU.data["leave_one_server_out"]["choices"].values()), LEVELS_LOWTAU.path, "d"))
 claim(BM, "it tries the nearest rated tools' columns at weight {} or {}",
       *[TLV.at("NEIGHBOUR_SCALES").map(lambda v, k=k: v[k], ".0f") for k in range(2)])
 claim(BM, "among the {} of the {} tools the annotators rated", TLV.at("NEIGHBOUR_K", "d"),

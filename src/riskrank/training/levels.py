@@ -49,6 +49,11 @@ CORPUS_WEIGHTS = (0.0, 0.3)
 WORD_SCALES = (0.0, 1.0)
 WORD_MIN_DF, WORD_MAX_FEATURES = 3, 5000
 TAU_GRID = (0.3, 0.4, 0.5, 0.6)
+#: A lower threshold the two inner boundaries (L2/L3: asked or not; L3/L4) may also take, tried
+#: after the candidates before it (a choice it does not beat stays as it was); None: not offered.
+#: Measured with 0.2 (``benchmarks/risk_levels.py --tau-low 0.2``): the inner split took it in
+#: folds where it then asked about more harmless tools held out, so it is off (docs/base-model.md).
+TAU_LOW: float | None = None
 #: The hint floors compared: (destructiveHint, readOnlyHint false, openWorldHint).
 HINT_FLOORS = ((4, 3, 2), (4, 2, 2), (3, 2, 1), (1, 1, 1))
 #: The default policy asks from this level.
@@ -494,9 +499,15 @@ def _scaled(x: Any, f: int, scale: float) -> Any:
 
 
 def _tau_candidates() -> list[tuple[float, float, float, float]]:
-    """tau per boundary: the L2/L3 boundary (asked or not) and the L3/L4 one vary; the outer
-    boundaries share one value."""
-    return [(a, b, c, a) for a in TAU_GRID for b in TAU_GRID for c in TAU_GRID]
+    """tau per boundary: the L2/L3 boundary (asked or not) and the L3/L4 one vary over
+    :data:`TAU_GRID` (and :data:`TAU_LOW`); the outer boundaries share one value of the grid (a
+    low L4/L5 threshold would refuse, under the default ``max_level``, tools that are likely
+    L4). The candidates with :data:`TAU_LOW` (when set) come last: on a tie the earlier one stands."""
+    grid = [(a, b, c, a) for a in TAU_GRID for b in TAU_GRID for c in TAU_GRID]
+    if TAU_LOW is None:
+        return grid
+    inner = (TAU_LOW, *TAU_GRID)
+    return grid + [(a, b, c, a) for a in TAU_GRID for b in inner for c in inner if TAU_LOW in (b, c)]
 
 
 def fit_level_model(data: LevelData, choice: Choice, *, meta: dict[str, Any] | None = None) -> LevelModel:
