@@ -51,8 +51,8 @@ WORD_MIN_DF, WORD_MAX_FEATURES = 3, 5000
 TAU_GRID = (0.3, 0.4, 0.5, 0.6)
 #: A lower threshold the two inner boundaries (L2/L3: asked or not; L3/L4) may also take, tried
 #: after the candidates before it (a choice it does not beat stays as it was); None: not offered.
-#: Measured with 0.2 (``benchmarks/risk_levels.py --tau-low 0.2``): the inner split took it in
-#: folds where it then asked about more harmless tools held out, so it is off (docs/base-model.md).
+#: Measured with 0.2 (``benchmarks/risk_levels.py --tau-low 0.2``): the inner split took it for
+#: L2/L3 in most folds and, pooled, asked about more harmless tools held out: off (docs/base-model.md).
 TAU_LOW: float | None = None
 #: The hint floors compared: (destructiveHint, readOnlyHint false, openWorldHint).
 HINT_FLOORS = ((4, 3, 2), (4, 2, 2), (3, 2, 1), (1, 1, 1))
