@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -128,27 +129,35 @@ def policy_table(gold: np.ndarray, pred: np.ndarray, confirm_level: int = 3) -> 
                       "unasked": int(((gold == lv) & (pred < confirm_level)).sum())} for lv in range(1, 6)}
 
 
-def frontier(doc: dict, data: LevelData) -> list[dict]:
-    """What the default policy would do at other values of the L2/L3 threshold tau_2 (the rest of
-    the choice as made): the leave-one-server-out probabilities re-read, nothing refitted. An
-    operator's view of the trade-off; the shipped tau_2 was chosen by the inner split."""
+def _reread(doc: dict, data: LevelData) -> tuple[np.ndarray, Callable[[float | None, float | None], np.ndarray]]:
+    """The leave-one-server-out run's gold levels, and its held-out probabilities served again at
+    another L2/L3 (``t2``) and L3/L4 (``t3``) threshold (None: as each fold chose it), every other
+    threshold and hint floor as each fold chose them. Nothing refitted."""
     from riskrank.training.levels import served
 
     loso = doc["leave_one_server_out"]
     rows = np.asarray(loso["predictions"]["rows"])
     cum = np.asarray(loso["predictions"]["cumulative"])
     units = {u: np.flatnonzero(data.server[rows] == u) for u in loso["choices"]}
-    gold = data.y[rows]
-    out = []
-    for t2 in (0.2, 0.3, 0.4, 0.5, 0.6, 0.7):
+    subsets = {u: data.subset(np.isin(np.arange(len(data.y)), rows[pos])) for u, pos in units.items()}
+
+    def at(t2: float | None, t3: float | None) -> np.ndarray:
         pred = np.zeros(len(rows), dtype=np.int64)
         for u, pos in units.items():
             ch = loso["choices"][u]
-            tau = (ch["tau"][0], t2, ch["tau"][2], ch["tau"][3])
-            pred[pos] = served(cum[pos], data.subset(np.isin(np.arange(len(data.y)), rows[pos])), tau, ch["tau_cautious"],
-                               tuple(ch["hint_floors"]))
-        out.append({"tau_2": t2, **agreement_row(gold, pred)})
-    return out
+            tau = (ch["tau"][0], ch["tau"][1] if t2 is None else t2, ch["tau"][2] if t3 is None else t3, ch["tau"][3])
+            pred[pos] = served(cum[pos], subsets[u], tau, ch["tau_cautious"], tuple(ch["hint_floors"]))
+        return pred
+
+    return data.y[rows], at
+
+
+def frontier(doc: dict, data: LevelData) -> list[dict]:
+    """What the default policy would do at other values of the L2/L3 threshold tau_2 (the rest of
+    the choice as made): the leave-one-server-out probabilities re-read, nothing refitted. An
+    operator's view of the trade-off; the shipped tau_2 was chosen by the inner split."""
+    gold, at = _reread(doc, data)
+    return [{"tau_2": t2, **agreement_row(gold, at(t2, None))} for t2 in (0.2, 0.3, 0.4, 0.5, 0.6, 0.7)]
 
 
 #: The thresholds the two-boundary re-read crosses: the L2/L3 one (asked or not) and the L3/L4 one.
@@ -160,24 +169,8 @@ def frontier_boundaries(doc: dict, data: LevelData) -> list[dict]:
     """The same re-read as :func:`frontier` over the L2/L3 and the L3/L4 thresholds together (the
     outer two as each fold chose them): whether a model that asks less at L2/L3 keeps the likely
     L4 tools above the line when L3/L4 is read lower. Nothing refitted, nothing chosen."""
-    from riskrank.training.levels import served
-
-    loso = doc["leave_one_server_out"]
-    rows = np.asarray(loso["predictions"]["rows"])
-    cum = np.asarray(loso["predictions"]["cumulative"])
-    units = {u: np.flatnonzero(data.server[rows] == u) for u in loso["choices"]}
-    subsets = {u: data.subset(np.isin(np.arange(len(data.y)), rows[pos])) for u, pos in units.items()}
-    gold = data.y[rows]
-    out = []
-    for t2 in FRONTIER_TAU_2:
-        for t3 in FRONTIER_TAU_3:
-            pred = np.zeros(len(rows), dtype=np.int64)
-            for u, pos in units.items():
-                ch = loso["choices"][u]
-                pred[pos] = served(cum[pos], subsets[u], (ch["tau"][0], t2, t3, ch["tau"][3]), ch["tau_cautious"],
-                                   tuple(ch["hint_floors"]))
-            out.append({"tau_2": t2, "tau_3": t3, **agreement_row(gold, pred)})
-    return out
+    gold, at = _reread(doc, data)
+    return [{"tau_2": t2, "tau_3": t3, **agreement_row(gold, at(t2, t3))} for t2 in FRONTIER_TAU_2 for t3 in FRONTIER_TAU_3]
 
 
 def read_split(doc: dict, data: LevelData) -> dict:

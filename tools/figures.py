@@ -300,6 +300,21 @@ def held_out_moved(before: Json, after: Json) -> V:
     return V(get, f"{before.path}; {after.path}", ",")
 
 
+def folds_chose_otherwise(before: Json, after: Json) -> Callable[[], list[tuple[dict, dict]]]:
+    """The (before, after) inner choices of the held-out MCP servers whose choice differs between
+    two runs of ``benchmarks/risk_levels.py`` (its objective's value aside)."""
+    def same(a: dict, b: dict) -> bool:
+        return {k: v for k, v in a.items() if k != "inner_objective"} == {k: v for k, v in b.items() if k != "inner_objective"}
+
+    return lambda: [(a, b) for a, b in zip(before.data["leave_one_server_out"]["choices"].values(),
+                                          after.data["leave_one_server_out"]["choices"].values(), strict=True) if not same(a, b)]
+
+
+def unasked_count(j: Json) -> V:
+    """How many tools rated L4–L5 a registry's levels artefact serves below the confirm line."""
+    return V(lambda: round(j.data["agreement"]["high_unasked"] * j.data["agreement"]["n_high"]), j.path, "d")
+
+
 def _bench(module: str) -> Any:
     import importlib
 
@@ -1226,12 +1241,8 @@ claim(BM, "Fitted on everything with them, the choice would be τ₃ {} where th
 
 
 claim(BM, "which changed in 13 of the 23 folds for a change of at most {} in its objective",
-      V(lambda: max(abs(a["inner_objective"] - b["inner_objective"])
-                    for a, b in zip(_load("benchmarks/results/risk_levels_proportional.json")["leave_one_server_out"]["choices"].values(),
-                                    _load("benchmarks/results/risk_levels_clauses.json")["leave_one_server_out"]["choices"].values(),
-                                    strict=True)
-                    if {k: v for k, v in a.items() if k != "inner_objective"} != {k: v for k, v in b.items() if k != "inner_objective"}),
-        "benchmarks/results/risk_levels_proportional.json; benchmarks/results/risk_levels_clauses.json", ".3f"))
+      V(lambda: max(abs(a["inner_objective"] - b["inner_objective"]) for a, b in folds_chose_otherwise(LEVELS_PROP, LEVELS_CLAUSES)()),
+        f"{LEVELS_PROP.path}; {LEVELS_CLAUSES.path}", ".3f"))
 LEVELS_SUBJECT = Json("benchmarks/results/risk_levels_subject.json")
 claim(BM, "The same command run with it\n(`python benchmarks/risk_levels.py --json benchmarks/results/risk_levels_subject.json`, the\n2-core machine, "
       "2026-12-07) reads weighted κ {}, exact {} %, within one {} %, L1–L2 asked {} %, L4–L5 run unasked {} %",
@@ -1258,10 +1269,7 @@ claim(BM, "machine, 2026-12-07) reads, leave one MCP server out, weighted κ {},
           pct(run.at(*CLAUSES_SERVED, "low_asked")), pct(run.at(*CLAUSES_SERVED, "high_unasked")))),
       held_out_moved(LEVELS, LEVELS_BUYING),
       LEVELS_BUYING.at(*CLAUSES_SERVED, "n", fmt=","),
-      V(lambda: sum({k: v for k, v in a.items() if k != "inner_objective"} != {k: v for k, v in b.items() if k != "inner_objective"}
-                    for a, b in zip(LEVELS.data["leave_one_server_out"]["choices"].values(),
-                                    LEVELS_BUYING.data["leave_one_server_out"]["choices"].values(), strict=True)),
-        f"{LEVELS.path}; {LEVELS_BUYING.path}", "d"),
+      V(lambda: len(folds_chose_otherwise(LEVELS, LEVELS_BUYING)()), f"{LEVELS.path}; {LEVELS_BUYING.path}", "d"),
       LEVELS_BUYING.at("leave_one_server_out", "choices").map(len, "d"))
 claim(BM, "the inner split would weigh the benchmarks' paper labels\nat {} and choose τ ({}), where the model shipped has {} and ({})",
       LEVELS_BUYING.at("choice", "corpus_weight", fmt=".1f"), LEVELS_BUYING.at("choice", "tau").map(lambda t: ", ".join(f"{x:g}" for x in t), ""),
@@ -1271,7 +1279,7 @@ BFCL_LEVELS = Json("benchmarks/results/bfcl_levels.json")
 BFCL_NEIGHBOURS = Json("benchmarks/results/bfcl_levels_neighbours.json")
 claim(BM, "and the table reads weighted κ {},\nwith {} of the {} tools rated L4–L5 run unasked ({} %)",
       BFCL_LEVELS.at("agreement", "kappa_quadratic", fmt=".3f"),
-      V(lambda: round(BFCL_LEVELS.data["agreement"]["high_unasked"] * BFCL_LEVELS.data["agreement"]["n_high"]), BFCL_LEVELS.path, "d"),
+      unasked_count(BFCL_LEVELS),
       BFCL_LEVELS.at("agreement", "n_high"), pct(BFCL_LEVELS.at("agreement", "high_unasked"), ".1f"))
 LEVELS_BOUND = Json("benchmarks/results/risk_levels_boundaries.json")
 SETS_SERVED = ("leave_one_set_out", "pooled", "served level")
@@ -1370,10 +1378,7 @@ claim(BM, "and weighted κ went from {} to {} (`benchmarks/results/bfcl_levels_p
       BFCL_PARTIAL.at("agreement", "kappa_quadratic", fmt=".3f"), pct(BFCL_PARTIAL.at("agreement", "high_unasked"), ".1f"),
       served_moved("bfcl_levels_partial", "bfcl_levels_neighbours"), BFCL_NEIGHBOURS.at("n_tools"),
       BFCL_NEIGHBOURS.at("agreement", "kappa_quadratic", fmt=".3f"),
-      V(lambda: round((BFCL_NEIGHBOURS.data["agreement"]["high_unasked"]
-                       - _load("benchmarks/results/bfcl_levels_partial.json")["agreement"]["high_unasked"])
-                      * BFCL_NEIGHBOURS.data["agreement"]["n_high"]),
-        "benchmarks/results/bfcl_levels_neighbours.json; benchmarks/results/bfcl_levels_partial.json", "d"),
+      unasked_count(BFCL_NEIGHBOURS) - unasked_count(BFCL_PARTIAL),
       BFCL_NEIGHBOURS.at("agreement", "n_high"),
       pct(BFCL_NEIGHBOURS.at("agreement", "high_unasked"), ".1f"))
 
@@ -1998,8 +2003,7 @@ NPM_PARTIAL = Json("benchmarks/results/npm_levels_partial.json")
 claim(BM, "on BFCL's multi-turn tools weighted κ {} ({} before it), with {} more of the {} tools rated L4–L5 run unasked; on the twelve "
       "npm servers {} ({}), asking about {} % of the tools rated L1–L2 ({} %)",
       BFCL_NEIGHBOURS.at("agreement", "kappa_quadratic", fmt=".3f"), BFCL_PARTIAL.at("agreement", "kappa_quadratic", fmt=".3f"),
-      V(lambda: round((BFCL_NEIGHBOURS.data["agreement"]["high_unasked"] - BFCL_PARTIAL.data["agreement"]["high_unasked"])
-                      * BFCL_NEIGHBOURS.data["agreement"]["n_high"]), f"{BFCL_NEIGHBOURS.path}; {BFCL_PARTIAL.path}", "d"),
+      unasked_count(BFCL_NEIGHBOURS) - unasked_count(BFCL_PARTIAL),
       BFCL_NEIGHBOURS.at("agreement", "n_high"), NPM_LEVELS.at("agreement", "kappa_quadratic", fmt=".3f"),
       NPM_PARTIAL.at("agreement", "kappa_quadratic", fmt=".3f"), pct(NPM_LEVELS.at("agreement", "low_asked"), ".1f"),
       pct(NPM_PARTIAL.at("agreement", "low_asked"), ".1f"))
