@@ -672,14 +672,22 @@ def scan_catalogue(catalogue: Mapping[str, Sequence[dict[str, Any]]], detector: 
 
 
 def scan_result(result: dict[str, Any]) -> list[Finding]:
-    """The findings of a tool's answer (a ``tools/call`` result as a wire dict): its text
-    content and the strings of its structured content, read with the same detectors. An
-    upstream that returns "ignore previous instructions and ..." in a file or a web page is
-    the same attack as a poisoned description, one call later."""
+    """The findings of a tool's answer (a ``tools/call`` result as a wire dict) or of a
+    resource read (a ``resources/read`` result): its text content, the text of the resources it
+    embeds, its resources' text and the strings of its structured content, read with the rules
+    (the learned detector reads definitions, not answers). An upstream that returns "ignore
+    previous instructions and ..." in a file or a web page is the same attack as a poisoned
+    description, one call later."""
     out: list[Finding] = []
-    for i, block in enumerate(result.get("content") or []):
-        if isinstance(block, dict) and isinstance(block.get("text"), str):
-            out += scan_text(block["text"], f"content[{i}].text")
+    for key in ("content", "contents"):
+        for i, block in enumerate(result.get(key) or []):
+            if not isinstance(block, dict):
+                continue
+            if isinstance(block.get("text"), str):
+                out += scan_text(block["text"], f"{key}[{i}].text")
+            inner = block.get("resource")  # an embedded resource: {"type": "resource", "resource": {"uri", "text"}}
+            if isinstance(inner, dict) and isinstance(inner.get("text"), str):
+                out += scan_text(inner["text"], f"{key}[{i}].resource.text")
     stack: list[tuple[str, Any]] = [("structuredContent", result.get("structuredContent"))]
     while stack and len(out) < 100:
         where, node = stack.pop()

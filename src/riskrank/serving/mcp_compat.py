@@ -398,14 +398,15 @@ def notification_method(message: Any) -> str | None:
 class Handlers:
     """What a server answers, in wire dicts, independent of the SDK's major.
     ``call_tool(name, arguments, call)`` gets a :class:`CallCtx`; a handler left None is not
-    advertised. ``read_resource(uri, session_key)`` is told whose read it is; it and
+    advertised. ``read_resource(uri, session_key, client)`` is told whose read it is (the
+    session, and the client the gate identified: its policy judges the read); it and
     ``get_prompt`` raise :class:`LookupError` for an unknown URI or name."""
 
     list_tools: Callable[[], Awaitable[list[Json]]]
     call_tool: Callable[[str, Json, CallCtx], Awaitable[Any]]
     list_resources: Callable[[], Awaitable[list[Json]]] | None = None
     list_resource_templates: Callable[[], Awaitable[list[Json]]] | None = None
-    read_resource: Callable[[str, str], Awaitable[Json]] | None = None
+    read_resource: Callable[[str, str, Json | None], Awaitable[Json]] | None = None
     list_prompts: Callable[[], Awaitable[list[Json]]] | None = None
     get_prompt: Callable[[str, dict[str, str] | None], Awaitable[Json]] | None = None
 
@@ -761,15 +762,17 @@ def _passthrough(h: Handlers) -> list[tuple[str, Any, Any, Any]]:
     return [row for row in table if row[1] is not None]
 
 
-def _handler(fn: Any, res_cls: Any, how: Any, params_of: Callable[[Any], Any], key_of: Callable[[Any], str] | None = None) -> Any:
+def _handler(fn: Any, res_cls: Any, how: Any, params_of: Callable[[Any], Any],
+             caller_of: Callable[[Any], tuple[str, Json | None]] | None = None) -> Any:
     """A ``(ctx, request) -> result`` handler for one pass-through row of :func:`_passthrough`
-    (``params_of`` reads the params from what the SDK hands over; ``key_of``, where given,
-    whose call it is (:func:`_session_key`), passed last: a resource read is a session's read)."""
+    (``params_of`` reads the params from what the SDK hands over; ``caller_of``, where given,
+    whose call it is (:func:`_session_key` and the client the gate identified), passed last: a
+    resource read is a session's read, judged under its client's policy)."""
     async def handler(ctx: Any, request: Any) -> Any:
         if isinstance(how, str):
             return res_cls.model_validate({how: await fn()})
         try:
-            args = how(params_of(request)) + ((key_of(ctx),) if key_of is not None else ())
+            args = how(params_of(request)) + (caller_of(ctx) if caller_of is not None else ())
             return res_cls.model_validate(await fn(*args))
         except LookupError as exc:
             raise _not_found(exc) from None
@@ -801,11 +804,11 @@ def _build_v2(name: str, version: str, instructions: str | None, h: Handlers, ti
             return ir.result
 
     kw: Json = {"on_list_tools": on_list_tools, "on_call_tool": on_call_tool}
-    def key_v2(ctx: Any) -> str:
-        return _session_key(ctx.request, ctx.protocol_version in MODERN_PROTOCOLS)
+    def caller_v2(ctx: Any) -> tuple[str, Json | None]:
+        return _session_key(ctx.request, ctx.protocol_version in MODERN_PROTOCOLS), _client(ctx.request)
 
     for kind, fn, res_cls, how in _passthrough(h):
-        kw[f"on_{kind}"] = _handler(fn, res_cls, how, lambda params: params, key_v2 if kind == "read_resource" else None)
+        kw[f"on_{kind}"] = _handler(fn, res_cls, how, lambda params: params, caller_v2 if kind == "read_resource" else None)
     return Server(name, version=version, title=title, instructions=instructions, **kw)
 
 
@@ -837,11 +840,12 @@ def _build_v1(name: str, version: str, instructions: str | None, h: Handlers) ->
 
     requests = {"list_resources": t.ListResourcesRequest, "list_resource_templates": t.ListResourceTemplatesRequest,
                 "read_resource": t.ReadResourceRequest, "list_prompts": t.ListPromptsRequest, "get_prompt": t.GetPromptRequest}
-    def key_v1(ctx: Any) -> str:
-        return _session_key(server.request_context.request, False)
+    def caller_v1(ctx: Any) -> tuple[str, Json | None]:
+        request = server.request_context.request
+        return _session_key(request, False), _client(request)
 
     for kind, fn, res_cls, how in _passthrough(h):
-        handler = _handler(fn, res_cls, how, lambda req: req.params, key_v1 if kind == "read_resource" else None)
+        handler = _handler(fn, res_cls, how, lambda req: req.params, caller_v1 if kind == "read_resource" else None)
 
         async def wrapped(req: Any, handler: Any = handler) -> Any:
             return t.ServerResult(await handler(None, req))

@@ -69,6 +69,7 @@ from riskrank.serving.gateway.policy import (
     confirmation_refusal,
 )
 from riskrank.serving.gateway.session import (
+    MAX_FLOW_VALUES,
     MAX_SESSIONS,
     Exposure,
     SessionBook,
@@ -801,13 +802,22 @@ class Gateway:
         rec.update(who)
         codes = {h.code for h in outcome.holds}
         cleared = [v for h in outcome.holds for v in h.values]
-        # under once_per_task an approval of a call held for its level alone, inside the scope, is the task's
-        task = policy.confirm == "once_per_task" and codes == {CONFIRM} and ctx.record.in_scope(name)
+        task = self._covers_task(outcome)
         with contextlib.suppress(SessionError):  # not remembered: the next call is asked again
             await self._update(ctx.session, lambda r: r.with_confirmation(
                 name, widen=DRIFT in codes, cleared=cleared, kind=confirmation_kind(name, args, ctx.view.schemas.get(name)),
                 task=task))
         return None
+
+    @staticmethod
+    def _covers_task(outcome: Outcome) -> bool:
+        """Whether approving this held call approves the task's tools (``once_per_task``): a call
+        inside the scope held for its level alone. A call held because its server is untrusted
+        or its definition's scan verdict is confirmed is asked every time, and its approval
+        covers nothing else either."""
+        ctx = outcome.context
+        return (ctx.policy.confirm == "once_per_task" and {h.code for h in outcome.holds} == {CONFIRM}
+                and not ctx.row.get("confirm_every_call", True) and ctx.record.in_scope(ctx.tool))
 
     @staticmethod
     def _gone(name: str, when: str) -> Decision:
@@ -835,7 +845,7 @@ class Gateway:
         record = ctx.record
         if record.anchored and record.anchor != ctx.task and not any(h.code == DRIFT for h in outcome.holds):
             lines.insert(0, f"The session started with {quoted(record.anchor)}.")
-        if ctx.policy.confirm == "once_per_task" and {h.code for h in outcome.holds} == {CONFIRM} and record.in_scope(ctx.tool):
+        if Gateway._covers_task(outcome):
             lines.append("Approving it also lets the other tools this task needs run without asking, while their arguments "
                          "carry nothing first seen in an untrusted result, until the session reads one.")
         return lines
@@ -866,20 +876,31 @@ class Gateway:
 
         values, dropped = (await anyio.to_thread.run_sync(read)) if len(text.text) > THREAD_SCAN_CHARS else read()
         now = time.time()  # one more untrusted read, with or without values: earlier approvals stop holding
-        await self._update(key, lambda r: r.with_values(values, name, now))
-        if text.cut or dropped or text.binary:
+        forgot = 0
+
+        def add(r: SessionRecord) -> SessionRecord:
+            nonlocal forgot
+            out = r.with_values(values, name, now)
+            forgot = out.forgotten - r.forgotten  # the record as written (an update may be tried again)
+            return out
+
+        await self._update(key, add)
+        if text.cut or dropped or text.binary or forgot:
             with contextlib.suppress(AuditLogError):
                 await self.audit.append(**{k: v for k, v in rec.items() if k != "arguments"}, decision="recorded",
                                         code="flow_bounded", reason=(
                                             f"{len(values)} values of the answer recorded; {dropped} more left out, "
                                             f"{text.binary} binary items not read" + (
-                                                f", {text.chars:,} characters read by their head and tail" if text.cut else "")),
+                                                f", {text.chars:,} characters read by their head and tail" if text.cut else "")
+                                            + (f"; {forgot} of the session's oldest values forgotten (it keeps its latest "
+                                               f"{MAX_FLOW_VALUES:,})" if forgot else "")),
                                         sha256=text.sha256)
 
-    async def _screen_result(self, name: str, wired: dict[str, Any], rec: dict[str, Any]) -> dict[str, Any]:
-        """``--scan-results``: an answer holding text addressed to the model is flagged in the
-        audit log; with ``redact`` (and a poisoned finding) the agent gets a notice saying what
-        was removed instead of the answer."""
+    async def _screen_result(self, name: str, wired: dict[str, Any], rec: dict[str, Any],
+                             resource: str | None = None) -> dict[str, Any]:
+        """``--scan-results``: an answer (or the ``resource`` read) holding text addressed to
+        the model is flagged in the audit log; with ``redact`` (and a poisoned finding) the
+        agent gets a notice saying what was removed instead of it."""
         import anyio.to_thread
 
         found = await anyio.to_thread.run_sync(scan_result, wired)
@@ -894,6 +915,10 @@ class Gateway:
                                     findings=[f.to_dict() for f in found[:20]])
         if not redact:
             return wired
+        if resource is not None:
+            notice = (f"riskrank removed the resource {resource!r}: it holds text addressed to the model ({reason}). "
+                      "The user can read it at the source.")
+            return {"contents": [{"uri": resource, "mimeType": "text/plain", "text": notice}]}
         notice = (f"riskrank removed the answer of {name!r}: it holds text addressed to the model ({reason}). "
                   "The call ran; the user can read its result at the source.")
         return {"content": [{"type": "text", "text": notice}], "isError": False}
@@ -911,19 +936,24 @@ class Gateway:
     async def list_resource_templates(self) -> list[dict[str, Any]]:
         return self.manager.templates() if self.manager else []
 
-    async def read_resource(self, uri: str, session_key: str = "stdio") -> dict[str, Any]:
+    async def read_resource(self, uri: str, session_key: str = "stdio", client: dict[str, Any] | None = None) -> dict[str, Any]:
         """A resource of an upstream, passed through; its text is an untrusted read of the
         session like a source tool's answer (its values join the flow record and earlier
-        approvals stop holding), unless the policy trusts that server's sources."""
+        approvals stop holding), unless the caller's policy (``client``'s, as the gate
+        identified it) trusts that server's sources; ``--scan-results`` reads it as it reads
+        an answer."""
         up = self.manager.resource_owner(uri) if self.manager else None
         if up is None or up.session is None:
             raise LookupError(f"unknown resource {uri!r} (no running upstream server lists it)")
+        _name, policy, _view = self.served(client)
         rec = {"tool": "resources/read", "upstream": up.name, "session": session_key}
         with contextlib.suppress(AuditLogError):
             await self.audit.append(**rec, decision="allowed", code="passthrough", reason=uri)
         result = await up.session.read_resource(_any_url(uri))
         wired = result if isinstance(result, dict) else mcp_compat.wire(result)
-        if self.policy.flow != "off" and not self.policy.trusted_sources.matches("resources/read", up.name):
+        if self.scan_results != "off":
+            wired = await self._screen_result(f"resources/read {uri}"[:200], wired, rec, resource=uri)
+        if policy.flow != "off" and not policy.trusted_sources.matches("resources/read", up.name):
             items = [c for c in wired.get("contents") or [] if isinstance(c, dict)]
             as_result = {"content": [{"type": "text", "text": str(c["text"])} if "text" in c else {"type": "blob"} for c in items]}
             try:
