@@ -466,6 +466,13 @@ def test_cli_audit_and_agreement(tmp_path, monkeypatch, capsys):
     assert ToolRegistry.load(labels).risk_levels.tolist() == [1, 5]
     code, text, _ = _cli(monkeypatch, capsys, "agreement", str(labels), "--bootstrap", "0")
     assert code == 0 and "openai:a vs openai:b" in text
+    # Another registry audited into the same file would lose the reviewed decision: refused.
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps([{"name": "read_doc", "description": "Read a document"}]))
+    before = labels.read_text()
+    code, _, err = _cli(monkeypatch, capsys, "audit", "--registry", str(other), "-a", "openai:a", "--out", str(labels))
+    assert code == 2 and "holds 1 reviewed label(s) of tools this registry lacks ('drop_table')" in err
+    assert labels.read_text() == before
 
 
 class _Logged:

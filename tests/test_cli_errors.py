@@ -26,6 +26,7 @@ FILES = {
     "empty.json": "",
     "binary.json": b"\xff\xfe\x00 not json",
     "q.jsonl": '{"task": "read my notes", "gold": ["read_file"]}\n',
+    "reg.json": '[{"name": "read_file", "description": "Read a file."}]',
     "noservers.json": '{"mcpServers": {}}',
     "notmcp.json": '{"mcpServers": {"chatty": {"command": "sh", "args": ["-c", "echo hello; sleep 30"]}}}',
     "nostart.json": '{"mcpServers": {"gone": {"command": "/nonexistent/bin/server"}}}',
@@ -44,6 +45,15 @@ TABLE = [
     ("retrieve", "wrong shape", ["retrieve", "x", "--registry", "list.json"], "record 0 must be a JSON object"),
     ("retrieve", "wrong shape", ["retrieve", "x", "--registry", "str.json"], "expected a JSON list or object of tools"),
     ("retrieve", "empty", ["retrieve", "x", "--registry", "empty.json"], "empty.json: file is empty"),
+    ("retrieve", "over an input", ["retrieve", "x", "--registry", "reg.json", "--json", "reg.json"],
+     "--json reg.json is one of this command's input files"),
+    ("graph stats", "over an input", ["graph", "stats", "--registry", "reg.json", "--json", "./reg.json"],
+     "--json ./reg.json is one of this command's input files"),
+    ("evaluate", "over an input", ["evaluate", "--registry", "reg.json", "--queries", "q.jsonl", "--json", "q.jsonl"],
+     "--json q.jsonl is one of this command's input files"),
+    ("agreement", "over an input", ["agreement", "reg.json", "q.jsonl", "--png", "reg.json"], "--png reg.json is one of"),
+    ("audit", "over an input", ["audit", "--registry", "reg.json", "-a", "keyword", "--out", "q.jsonl"],
+     "--out q.jsonl exists and is not a label file"),
     ("graph stats", "wrong shape", ["graph", "stats", "--registry", "list.json"], "record 0 must be a JSON object"),
     ("graph stats", "empty", ["graph", "stats", "--registry", "empty.json"], "file is empty"),
     ("evaluate", "wrong shape", ["evaluate", "--registry", "list.json", "--queries", "q.jsonl"], "record 0 must be"),
@@ -195,3 +205,5 @@ def test_bad_input_is_one_error_line_and_exit_2(command, kind, argv, names, bad_
     # Nothing else on stderr but riskrank's own progress and warnings: no SDK or library noise.
     assert all(x.startswith(("riskrank: ", "warning: ", "error: ")) for x in lines), err
     assert not (bad_inputs / "ck").exists() and not (bad_inputs / "labels.json").exists()
+    for name in ("reg.json", "q.jsonl"):  # an input named as an output is refused, not written over
+        assert (bad_inputs / name).read_text() == FILES[name]

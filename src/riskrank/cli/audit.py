@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -24,7 +24,7 @@ from riskrank.audit import (
     run_audit,
     write_review,
 )
-from riskrank.cli.common import STDOUT, echo, emit_json, json_option
+from riskrank.cli.common import STDOUT, echo, emit_json, json_option, not_an_input
 from riskrank.datasets import DATASETS
 from riskrank.errors import RiskrankError
 from riskrank.fileio import write_json
@@ -99,6 +99,7 @@ def audit_command(registry: str | None, fmt: str, dataset: str | None, data_dir:
         for b, rb in list(real.items())[i + 1:]:
             if ra == rb:
                 raise RiskrankError(f"{a} and {b} name one file ({given[a]}); the audit writes each to a file of its own")
+    previous = _previous_labels(out_path, reg)  # before any vote is asked for: a file it would lose is refused first
     opts = {"base_url": base_url, "api_key": api_key, "timeout": timeout, "retries": retries, "backoff": backoff,
             "rate_limit": rate_limit, "workers": workers}
     anns = [annotator_kinds.make_annotator(a, benchmark=bench, encoder=encoder, openai_options=opts,
@@ -108,11 +109,7 @@ def audit_command(registry: str | None, fmt: str, dataset: str | None, data_dir:
     except KeyboardInterrupt:
         echo(f"interrupted: the finished votes are in {log_path}; rerun the same command to continue", err=True)
         raise
-    previous = None
-    if out_path.is_file():
-        with contextlib.suppress(AuditError):
-            previous = read_json_file(out_path, "label file")
-    labels, queue = build_labels(reg, run, previous=previous if isinstance(previous, dict) else None, source=source)
+    labels, queue = build_labels(reg, run, previous=previous, source=source)
     write_review(review_path, queue)  # first: a review file it cannot read is refused before anything is written
     write_json(out_path, labels, ensure_ascii=False)
 
@@ -142,6 +139,29 @@ def audit_command(registry: str | None, fmt: str, dataset: str | None, data_dir:
         raise SystemExit(1)
 
 
+def _previous_labels(out_path: Path, reg: ToolRegistry) -> dict[str, Any] | None:
+    """The label file ``--out`` already holds (its reviewed decisions are kept), or None. A file
+    there that is not a label file, or one whose reviewed decisions name tools this registry
+    lacks (another registry's labels), is refused: the audit would write over it."""
+    if not out_path.exists():
+        return None
+    try:
+        previous = read_json_file(out_path, "label file")
+    except AuditError as exc:
+        raise RiskrankError(f"--out {out_path} exists and is not a label file ({exc}); write the labels to another "
+                            "file, or move it away") from None
+    if not (isinstance(previous, dict) and all(isinstance(r, dict) and "resolution" in r for r in previous.values())):
+        raise RiskrankError(f"--out {out_path} exists and is not a label file of riskrank audit; write the labels to another "
+                            "file, or move it away")
+    have = set(reg.names)
+    lost = [n for n, r in previous.items() if r.get("resolution") == REVIEWED and n not in have]
+    if lost:
+        raise RiskrankError(f"--out {out_path} holds {len(lost)} reviewed label(s) of tools this registry lacks "
+                            f"({', '.join(map(repr, lost[:3]))}{', ...' if len(lost) > 3 else ''}): it is another "
+                            "registry's label file; write these labels to another file")
+    return previous
+
+
 @click.command("agreement")
 @click.argument("labels", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--png", type=click.Path(dir_okay=False), default=None, help="Write the confusion matrices as a PNG heat map.")
@@ -157,6 +177,9 @@ def agreement_command(labels: tuple[str, ...], png: str | None, json_out: str | 
 
     if bootstrap < 0:
         raise RiskrankError("--bootstrap must be >= 0")
+    not_an_input({"--json": json_out, "--png": png}, labels)
+    if png and json_out not in (None, STDOUT) and Path(png).resolve() == Path(json_out).resolve():
+        raise RiskrankError(f"--png and --json both name {png}; give each its own file")
     ratings, sources, _names, notes = load_ratings(labels)
     report = agreement(ratings, sources, bootstrap=bootstrap, seed=seed, notes=notes)
     if json_out == STDOUT:

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from riskrank.errors import RiskrankError
 from riskrank.modes import MODES
 
 #: ``--json`` given without a file: the JSON goes to stdout.
@@ -36,6 +37,27 @@ def emit_json(obj: Any, json_out: str | None) -> None:
         return
     write_json(json_out, obj)
     echo(f"wrote {json_out}")
+
+
+def not_an_input(outputs: dict[str, str | None], inputs: Any) -> None:
+    """Refuse, before any work, an output (option -> path) that names one of the command's
+    input files (``inputs``: paths, None skipped): writing it would replace what the user
+    gave with what the command made of it."""
+    import os
+
+    def same(a: str, b: str) -> bool:
+        try:
+            return os.path.samefile(a, b)
+        except OSError:  # one of them does not exist (yet): the same only if the names resolve alike
+            return os.path.realpath(a) == os.path.realpath(b)
+
+    given = [str(i) for i in inputs if i]
+    for option, out in outputs.items():
+        if out in (None, STDOUT):
+            continue
+        for inp in given:
+            if same(str(out), inp):
+                raise RiskrankError(f"{option} {out} is one of this command's input files; write it to another file")
 
 
 def mode_option(help_text: str) -> Callable:

@@ -15,6 +15,7 @@ from riskrank.cli.common import (
     json_option,
     level_model_option,
     mode_option,
+    not_an_input,
     parse_seeds,
     print_table,
     trust_annotations_option,
@@ -70,6 +71,7 @@ def evaluate(dataset: str | None, registry: str | None, queries: str | None, tra
 
     if methods is not None:
         parse_methods(methods)  # fail on a bad method name before any data is read
+    not_an_input({"--json": json_out}, (registry, queries, train_queries, labels))
     if bool(dataset) == bool(registry):
         raise RiskrankError("give --dataset NAME, or --registry FILE with --queries FILE")
     overrides = {k: v for k, v in (("selection", selection), ("rule_selection", rule_selection)) if v}
@@ -202,6 +204,7 @@ def retrieve(task: str | None, registry: str | None, checkpoint: str | None, k: 
         task, json_out = json_out, STDOUT
     if task is None:
         raise click.UsageError("Missing argument 'TASK'.")
+    not_an_input({"--json": json_out}, (registry,))
     enc = Encoder(encoder, progress=False)
     checkpoint, note = resolve_checkpoint(checkpoint, enc.identity)
     if note:
@@ -427,6 +430,7 @@ def graph_stats(dataset: str | None, registry: str | None, data_dir: str | None,
 
     if bool(dataset) == bool(registry):
         raise RiskrankError("give exactly one of --dataset or --registry")
+    not_an_input({"--json": json_out}, (registry,))
     train_gold: list = []
     if dataset:
         from riskrank.datasets import load_benchmark
