@@ -47,6 +47,8 @@ TABLE = [
     ("retrieve", "empty", ["retrieve", "x", "--registry", "empty.json"], "empty.json: file is empty"),
     ("retrieve", "over an input", ["retrieve", "x", "--registry", "reg.json", "--json", "reg.json"],
      "--json reg.json is one of this command's input files"),
+    ("retrieve", "wrong value", ["retrieve", "delete \udcff logs", "--registry", "reg.json"],
+     "the task text holds a lone surrogate at character 7"),
     ("graph stats", "over an input", ["graph", "stats", "--registry", "reg.json", "--json", "./reg.json"],
      "--json ./reg.json is one of this command's input files"),
     ("evaluate", "over an input", ["evaluate", "--registry", "reg.json", "--queries", "q.jsonl", "--json", "q.jsonl"],
@@ -207,3 +209,29 @@ def test_bad_input_is_one_error_line_and_exit_2(command, kind, argv, names, bad_
     assert not (bad_inputs / "ck").exists() and not (bad_inputs / "labels.json").exists()
     for name in ("reg.json", "q.jsonl"):  # an input named as an output is refused, not written over
         assert (bad_inputs / name).read_text() == FILES[name]
+
+
+def test_a_task_that_is_not_text_names_what_it_is():
+    from riskrank.errors import RiskrankError, check_task
+
+    for bad, says in ((b"delete logs", "must be a string, got bytes"), (["x"], "got list"), (None, "got NoneType"),
+                      ("  ", "the task text is empty"), ("a\ud800b", "lone surrogate at character 1")):
+        with pytest.raises(RiskrankError, match=says):
+            check_task(bad)
+    assert check_task("delete the logs") == "delete the logs"
+
+
+def test_a_registry_path_that_is_not_utf8_is_audited(tmp_path, monkeypatch, capfd):
+    import json
+    import os
+
+    reg = tmp_path / os.fsdecode(b"r\xff.json")
+    reg.write_text('[{"name": "read_file", "description": "Read a file."}]')
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["riskrank", "audit", "--registry", str(reg), "-a", "keyword", "--out", "lab.json",
+                                      "--quiet"])
+    code = run()
+    _out, err = capfd.readouterr()
+    assert code in (0, None) and "Traceback" not in err, err
+    assert set(json.loads((tmp_path / "lab.json").read_text())) == {"read_file"}
+

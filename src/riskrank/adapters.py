@@ -48,7 +48,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from riskrank.errors import RiskrankError
+from riskrank.errors import RiskrankError, check_task
 from riskrank.modes import MAX_K
 
 __all__ = ["ToolGuard", "task_of", "tool_name", "tool_record"]
@@ -223,8 +223,7 @@ class ToolGuard:
     def rank(self, task: str, tools: Sequence[Any] | None = None) -> dict[str, Any]:
         """The full retrieval result (scores, f_rel, f_risk, levels and their provenance, and
         in rule modes the deferred tools with reasons), as ``POST /v1/retrieve`` returns it."""
-        if not isinstance(task, str) or not task.strip():
-            raise GuardError("the task text is empty")
+        check_task(task, GuardError)
         if self.url:
             return self._remote(task)
         cat = self._catalogue(tools)

@@ -55,3 +55,20 @@ def error_body(exc: BaseException) -> dict[str, dict[str, str]]:
     if isinstance(exc, OSError):
         return {"error": {"code": "io_error", "message": str(exc)}}
     return {"error": {"code": "internal_error", "message": "internal error; see the server log"}}
+
+
+def check_task(task: object, error: type[RiskrankError] = RiskrankError) -> str:
+    """A task text as retrieval takes it, or ``error`` naming what is wrong: not a string (bytes,
+    a list, None), empty or white space, or holding a lone surrogate (not Unicode: what a
+    command-line argument that is not UTF-8 becomes), which no encoder can read."""
+    if not isinstance(task, str):
+        raise error(f"the task must be a string, got {type(task).__name__}")
+    if not task.strip():
+        raise error("the task text is empty")
+    try:
+        task.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise error(f"the task text holds a lone surrogate at character {exc.start} (it is not valid Unicode; "
+                    "a command-line argument that is not UTF-8 arrives so)") from None
+    return task
+

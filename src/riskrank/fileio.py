@@ -84,8 +84,14 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int |
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str, *, mode: int | None = None, exclusive: bool = False) -> None:
+    """``text`` as UTF-8; a lone surrogate (a file name that is not UTF-8, quoted in what is
+    written) becomes its ``\\udcff`` escape, which JSON reads back as the same character."""
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        data = text.encode("utf-8", "backslashreplace")
     with atomic_writer(path, mode=mode, exclusive=exclusive) as fh:
-        fh.write(text.encode("utf-8"))
+        fh.write(data)
 
 
 def replace_if_unchanged(path: str | os.PathLike[str], expected: bytes, new: bytes, mode: int, changed: Exception,

@@ -61,7 +61,7 @@ from riskrank.base import (
 from riskrank.checkpoint import Checkpoint, TrainResult, in_memory, load_checkpoint, save_checkpoint
 from riskrank.context import ContextDecisions, NeedHead, apply_context
 from riskrank.encoder import Encoder, encode_tools
-from riskrank.errors import CheckpointError, RiskrankError
+from riskrank.errors import CheckpointError, RiskrankError, check_task
 from riskrank.first_stage import (
     DEFAULT_TOP_M,
     PRIOR_FUSION,
@@ -824,8 +824,7 @@ class RiskAwareRetriever:
         if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K:
             raise RiskrankError(f"k must be an integer between 1 and {MAX_K}, got {k!r}")
         for t in tasks:
-            if not isinstance(t, str) or not t.strip():
-                raise RiskrankError("the task text is empty")
+            check_task(t)
         call = self.resolve_call(k, lam=lam, mode=mode, alpha=alpha, risk_source=risk_source, candidates=candidates,
                                  fill=fill, min_score=min_score)
         stages = parse_mode(call.mode)
