@@ -49,6 +49,8 @@ TABLE = [
      "--json reg.json is one of this command's input files"),
     ("retrieve", "wrong value", ["retrieve", "delete \udcff logs", "--registry", "reg.json"],
      "the task text holds a lone surrogate at character 7"),
+    ("retrieve", "wrong value", ["retrieve", "x", "--registry", "reg.json", "--alpha", "-1"], "alpha must be a number in [0, 1]"),
+    ("retrieve", "wrong value", ["retrieve", "x", "--registry", "reg.json", "--alpha", "nan"], "got nan"),
     ("graph stats", "over an input", ["graph", "stats", "--registry", "reg.json", "--json", "./reg.json"],
      "--json ./reg.json is one of this command's input files"),
     ("evaluate", "over an input", ["evaluate", "--registry", "reg.json", "--queries", "q.jsonl", "--json", "q.jsonl"],
@@ -234,4 +236,21 @@ def test_a_registry_path_that_is_not_utf8_is_audited(tmp_path, monkeypatch, capf
     _out, err = capfd.readouterr()
     assert code in (0, None) and "Traceback" not in err, err
     assert set(json.loads((tmp_path / "lab.json").read_text())) == {"read_file"}
+
+
+def test_a_reader_that_goes_away_is_exit_141_not_a_verdict(tmp_path):
+    """``riskrank scan x | head -c 0``: the scan's own codes (1: poisoned) must not be what a
+    closed pipe reads as; 141 is what a shell reports for a process a broken pipe ends."""
+    reg = tmp_path / "clean.json"
+    reg.write_text('[{"name": "read_file", "description": "Read a file."}]')
+    proc = subprocess.Popen([sys.executable, "-c", "from riskrank.cli import entry; entry()", "scan", str(reg)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before the first line
+    try:
+        code = proc.wait(timeout=120)
+        err = proc.stderr.read().decode()
+    finally:
+        proc.kill()
+        proc.stderr.close()
+    assert code == 141 and "Traceback" not in err and "Exception ignored" not in err, (code, err)
 

@@ -513,7 +513,10 @@ class RiskAwareRetriever:
                 raise RiskrankError(f"lambda must be a finite number >= 0, got {lam}")
             out["lam"] = lam
         if alpha is not None:
-            out["alpha"] = float(alpha)
+            alpha = float(alpha)
+            if not 0.0 <= alpha <= 1.0:  # NaN fails too: it would smooth nothing and be reported as asked
+                raise RiskrankError(f"alpha must be a number in [0, 1], got {alpha}")
+            out["alpha"] = alpha
         if not stages.graph:
             out["alpha"] = 0.0
         return out

@@ -14,6 +14,7 @@ what they share.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -21,10 +22,12 @@ import sys
 import click
 
 from riskrank.cli import audit, data, experiments, levels, library, serving, state, trust, wrap
-from riskrank.cli.common import echo
+from riskrank.cli.common import ReaderGone, echo
 from riskrank.errors import RiskrankError
 
 EXIT_USAGE = 2
+#: The reader of the output went away (a broken pipe): 128 + SIGPIPE, as a shell reports a process it killed.
+EXIT_READER_GONE = 141
 #: The longest error line the CLI prints (a message that echoes a bad value is cut here).
 MAX_ERROR_CHARS = 300
 
@@ -96,8 +99,11 @@ def run() -> int:
     except KeyboardInterrupt:
         echo("interrupted", err=True)
         return 130
-    except BrokenPipeError:
-        return 0
+    except (BrokenPipeError, ReaderGone):
+        # the reader went away: nothing more can be said, and the exit flush must not fail again
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_READER_GONE
     except OSError as exc:
         # Disk full, permission denied, ...: name the file, no traceback.
         echo(f"error: {one_line(str(exc))}", err=True)

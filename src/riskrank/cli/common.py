@@ -109,7 +109,15 @@ def echo(message: Any = "", *, err: bool = False, nl: bool = True) -> None:
     terminal escaped, never raw (it could reorder, hide or recolour the line around it)."""
     from riskrank.fileio import terminal_safe
 
-    click.echo(terminal_safe(str(message)), err=err, nl=nl)
+    try:
+        click.echo(terminal_safe(str(message)), err=err, nl=nl)
+    except BrokenPipeError:  # click would exit 1, which scan's callers read as "poisoned"
+        raise ReaderGone from None
+
+
+class ReaderGone(Exception):
+    """The reader of the output went away (``riskrank scan x | head -1``): the command stops
+    and exits 141, as a process a broken pipe kills does, not with one of its own codes."""
 
 
 def log(msg: str) -> None:
