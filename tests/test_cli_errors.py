@@ -254,3 +254,17 @@ def test_a_reader_that_goes_away_is_exit_141_not_a_verdict(tmp_path):
         proc.stderr.close()
     assert code == 141 and "Traceback" not in err and "Exception ignored" not in err, (code, err)
 
+
+
+def test_the_start_up_line_names_the_pass_that_runs():
+    """Not "PyTorch" for an encoder whose pass was not loaded yet (``auto``)."""
+    from types import SimpleNamespace
+
+    from riskrank.cli.serving import _backends
+
+    query, tools = SimpleNamespace(backend="onnx"), SimpleNamespace(backend="auto")
+    assert _backends(SimpleNamespace(query=query, inner=tools), int8=True) == (
+        " (tasks on ONNX Runtime, int8 weights; tools from the embedding cache, their pass loaded when a new tool comes)")
+    same = SimpleNamespace(backend="numpy")
+    assert _backends(SimpleNamespace(query=same, inner=same), int8=False) == " (tasks on NumPy)"
+    assert _backends(SimpleNamespace(query=SimpleNamespace(backend="auto"), inner=tools), int8=False) == ""

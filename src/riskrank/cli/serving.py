@@ -213,10 +213,8 @@ def serve_command(registry: str | None, checkpoint: str | None, mode: str | None
     bound = sock.getsockname()
     url_host = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
     auth = "none (--insecure, loopback)" if token is None else f"bearer token from {token_file or '$' + token_env}"
-    backend = getattr(live.encoder.inner, "backend", None)
     log(f"serving {s['n_tools']} tools, mode {s['mode']} (modes: {', '.join(s['modes'])}), encoder {s['encoder']}"
-        + (f" ({ {'onnx': 'ONNX Runtime', 'numpy': 'NumPy'}.get(backend, 'PyTorch') })" if backend else "")
-        + (", tasks on int8 weights" if s.get("query_encoder") not in (None, s["encoder"]) else "")
+        + _backends(live.encoder, int8=s.get("query_encoder") not in (None, s["encoder"]))
         + (f", first stage {s['first_stage']} top-{s['candidates']}" if s.get("candidates") else ""))
     log(f"listening on http://{url_host}:{bound[1]}  auth: {auth}; admin endpoints: "
         + ("on (admin token" + (f", reloads from {', '.join(reload_dirs)})" if reload_dirs else ", reloads re-read the served artefacts)")
@@ -231,6 +229,24 @@ def serve_command(registry: str | None, checkpoint: str | None, mode: str | None
     server = uvicorn_server(app, sock, log_level)
     mark("serving")
     server.run(sockets=[sock])
+
+
+#: What the start-up line calls each forward pass.
+BACKEND_NAMES = {"onnx": "ONNX Runtime", "numpy": "NumPy", "torch": "PyTorch"}
+
+
+def _backends(encoder: object, *, int8: bool) -> str:
+    """What runs where, as the start-up line says it: the tasks' forward pass (loaded by
+    ``warm``) and the tools' (loaded only when a tool is not in the embedding cache)."""
+    query, tools = getattr(encoder, "query", None), getattr(encoder, "inner", None)
+    tasks = BACKEND_NAMES.get(getattr(query, "backend", None) or "")
+    if tasks is None:
+        return ""
+    out = f" (tasks on {tasks}" + (", int8 weights" if int8 else "")
+    if tools is not None and tools is not query:
+        loaded = BACKEND_NAMES.get(getattr(tools, "backend", None) or "")
+        out += f"; tools on {loaded}" if loaded else "; tools from the embedding cache, their pass loaded when a new tool comes"
+    return out + ")"
 
 
 def start_timeline(verbose: bool) -> None:
