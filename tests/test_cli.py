@@ -96,6 +96,25 @@ def test_evaluate_demo_json(tmp_path):
 
 
 # -- retrieve ----------------------------------------------------------------------------------
+def test_a_tiny_registry_gets_no_default_floor_and_the_table_names_what_a_floor_cut(tmp_path):
+    """The heads read scores normalised over the task's tools: over one tool they say nothing,
+    and that tool fell below the default floor whatever the task. Five or more get the floor,
+    and what it cut is named under the table, not only in the JSON."""
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps([{"name": "delete_files", "description": "Delete files"}]))
+    data = json.loads(invoke("retrieve", "delete logs", "--registry", str(one), "--json").output)
+    assert [t["name"] for t in data["tools"]] == ["delete_files"] and data["min_score"] is None
+    assert any("no relevance floor" in n for n in data["notes"])
+    five = tmp_path / "five.json"
+    five.write_text(json.dumps([{"name": n, "description": d} for n, d in (
+        ("send_email", "Send an e-mail."), ("get_weather", "Weather forecast for a city."), ("read_file", "Read a file."),
+        ("list_files", "List files."), ("translate", "Translate text."))]))
+    res = invoke("retrieve", "send an email to bob", "--registry", str(five))
+    data = json.loads(invoke("retrieve", "send an email to bob", "--registry", str(five), "--json").output)
+    assert data["below_min_score"] and all(n in res.output for n in data["below_min_score"])
+    assert "not shown, below the relevance floor" in res.output
+
+
 def test_retrieve_demo_registry():
     # no --checkpoint: the shipped base model, in the strongest safe mode
     res = invoke("retrieve", WEATHER, "-k", "3")

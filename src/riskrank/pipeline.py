@@ -132,6 +132,10 @@ def final_order(
     return order, None
 
 
+#: A registry of fewer tools gets no default relevance floor (:meth:`RiskAwareRetriever.relevance_floor`).
+MIN_FLOOR_TOOLS = 5
+
+
 @dataclass
 class BatchRanking:
     """Rankings of many queries: ``order`` [Q, L] tool indices best first and, aligned with
@@ -355,10 +359,15 @@ class RiskAwareRetriever:
         """The relevance floor :meth:`retrieve` applies to f_rel in ``mode``: ``min_score`` if
         given, else the retriever's own, else the default of that score scale (the
         checkpoint's, chosen on validation queries, for the heads; the encoder's measured one
-        for dense cosine; :func:`riskrank.modes.default_min_score`). None: no floor."""
+        for dense cosine; :func:`riskrank.modes.default_min_score`), which a registry of fewer
+        than :data:`MIN_FLOOR_TOOLS` tools does not get: the heads read scores normalised over
+        the task's tools, which say nothing over one or two (a one-tool registry's only tool
+        fell below it, whatever the task). None: no floor."""
         value = self._check_min_score(min_score)
         if value is None:
             value = self.min_score
+        if value is None and len(self.registry) < MIN_FLOOR_TOOLS:
+            return None  # the default floor reads per-task normalised scores, degenerate over so few tools
         if value is None:
             stages = parse_mode(mode or self.mode)
             inference = self.checkpoint.inference if self.checkpoint is not None else {}
@@ -866,6 +875,9 @@ class RiskAwareRetriever:
                 res.notes.append(note)
             if ignored:
                 res.notes.append(ignored)
+            if floor is None and min_score is None and self.min_score is None and len(self.registry) < MIN_FLOOR_TOOLS:
+                res.notes.append(f"no relevance floor: the default floor is not applied to a registry of fewer than "
+                                 f"{MIN_FLOOR_TOOLS} tools (min_score sets one)")
             if batch.filters is not None:
                 fr = batch.filters[qi]
                 top = set(int(i) for i in fr.top_k[:k])

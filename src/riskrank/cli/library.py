@@ -273,6 +273,9 @@ def show_result(res: Any, title: str | None = None) -> None:
         echo(f"fallback (too few tools met every rule): {', '.join(res.fallback)}")
     if res.unlabelled:
         echo(f"unlabelled tools treated as high risk (fail closed): {', '.join(res.unlabelled)}")
+    below = getattr(res, "below_min_score", None)
+    if below:
+        echo(f"not shown, below the relevance floor (f_rel < {res.min_score:g}): {', '.join(below)}")
     for note in getattr(res, "notes", []):
         echo(f"note: {note}")
 
