@@ -140,6 +140,20 @@ def test_errors(guard, example):
         ToolGuard(k=0)
     with pytest.raises(GuardError, match="not both"):
         ToolGuard("reg.json", url="http://127.0.0.1:1")
+    with pytest.raises(GuardError, match=r"tools must be a list of tools, got dict \(a \{"):
+        guard.select("x", {"tools": example.TOOLS})
+    with pytest.raises(GuardError, match="got str"):
+        guard.names("x", "read_file")
+    with pytest.raises(GuardError, match="must be a string, got bytes"):
+        guard.select(b"x", example.TOOLS)
+
+
+def test_a_registry_path_where_a_registry_goes_names_the_loader():
+    from riskrank.errors import RiskrankError
+    from riskrank.pipeline import RiskAwareRetriever
+
+    with pytest.raises(RiskrankError, match=r"got str: a file is read with ToolRegistry.load\('tools.json'\)"):
+        RiskAwareRetriever("tools.json")
 
 
 def test_remote_backend_matches_the_server():

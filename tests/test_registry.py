@@ -210,7 +210,8 @@ def test_the_format_is_decided_from_every_record(tmp_path):
         ([{"name": "a", "description": "x" * 70_000}], r"'description' is 70,000 characters; at most 65,536"),
         ([{"name": "a", "description": "x", "parameters": {"p": {"default": "y" * 300_000}}}], r"a string of 300,000 characters"),
         (42, r"expected a JSON list or object of tools, got int"),
-        ({"a": {"description": "x"}, "b": 3}, r"unrecognised registry shape"),
+        ({"a": {"description": "x"}, "b": 3}, r"entry 'b' is int, not a tool record"),
+        ({"x": 1}, r"unrecognised registry shape"),
     ],
 )
 def test_validation_errors_name_file_and_record(tmp_path, records, pattern):

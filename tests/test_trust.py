@@ -615,3 +615,10 @@ def test_a_server_that_drops_out_while_the_catalogue_is_scanned_leaves_no_unchec
 
     served, withdrawn = anyio.run(build_while_evil_drops)
     assert served == ["good_read_notes"] and "evil_add" in withdrawn
+
+
+def test_scan_reads_one_tool_definition_as_the_registry_loader_does(tmp_path):
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps({"name": "read_file", "description": "Read a file."}))
+    out = _scan(str(one))
+    assert out.returncode == 0 and "1 tools: 1 clean" in out.stdout, out.stderr

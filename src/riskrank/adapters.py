@@ -105,6 +105,15 @@ def _as_mapping(tool: Any) -> Mapping[str, Any] | None:
     return None
 
 
+def tool_list(tools: Any) -> Sequence[Any]:
+    """``tools`` as the guard takes them: a list (or tuple, or other sequence) of tools in any
+    accepted shape, not one tool, a ``{"tools": [...]}`` document or a string."""
+    if isinstance(tools, (str, bytes, Mapping)) or not isinstance(tools, Sequence):
+        hint = " (a {\"tools\": [...]} document: pass its list)" if isinstance(tools, Mapping) and "tools" in tools else ""
+        raise GuardError(f"tools must be a list of tools, got {type(tools).__name__}{hint}")
+    return tools
+
+
 def tool_name(tool: Any) -> str:
     """The name of a tool in any accepted shape."""
     m = _as_mapping(tool)
@@ -209,7 +218,7 @@ class ToolGuard:
         Without ``tools``: the ranked entries of the registry's (or server's) top-k, as dicts."""
         if tools is None:
             return self.rank(task)["tools"]
-        by_name = {tool_name(t): t for t in tools}
+        by_name = {tool_name(t): t for t in tool_list(tools)}
         return [by_name[n] for n in self.names(task, tools)]
 
     def names(self, task: str, tools: Sequence[Any] | None = None) -> list[str]:
@@ -253,7 +262,7 @@ class ToolGuard:
 
     async def aselect(self, task: str, tools: Sequence[Any]) -> list[Any]:
         """:meth:`select` in a worker thread."""
-        by_name = {tool_name(t): t for t in tools}
+        by_name = {tool_name(t): t for t in tool_list(tools)}
         return [by_name[n] for n in await self.anames(task, tools)]
 
     def _no_task(self, where: str, warned: set[str], hint: str) -> None:
@@ -440,6 +449,8 @@ class ToolGuard:
         from riskrank.registry import ToolRegistry
 
         base = self._base_registry()
+        if tools is not None:
+            tool_list(tools)
         if tools is None:
             if base is None:
                 raise GuardError("no tools given and no registry: pass tools= or build the guard with registry=")

@@ -648,8 +648,9 @@ def _check_card(path: Path) -> None:
         if got != digest:
             now = "missing" if got is None else f"sha256 {got[:12]}"
             raise CheckpointError(f"{f}: does not match its model card ({CARD_FILE} records sha256 {digest[:12]}, the file is "
-                                  f"{now}): the card and the files are of different builds; rebuild them together "
-                                  "(`make base-model` for the shipped model)")
+                                  f"{now}): the file is damaged (partially written, truncated, edited) or of another "
+                                  "build than the card; reinstall or rebuild the folder (`make base-model` for the "
+                                  "shipped model)")
 
 
 def _verified_need_head(path: Path, meta: Mapping[str, Any], dim: int) -> NeedHead | None:

@@ -452,6 +452,10 @@ def read_weights_folder(folder: str | Path, weights: str, sidecar: str, fmt: str
 
     folder = Path(folder)
     side, blob_path = folder / sidecar, folder / weights
+    if not folder.exists():
+        raise error(f"{folder}: no such {what} folder")
+    if not folder.is_dir():
+        raise error(f"{folder}: a {what} is a folder (holding {sidecar} and {weights}), not a file")
     for f in (side, blob_path):
         if not f.is_file():
             raise error(f"{folder}: missing {f.name}; not a {what}")

@@ -219,6 +219,10 @@ class RiskAwareRetriever:
         tool_levels: ToolLevels | None = None,
         level_model: LevelModel | str | None = BASE_AUTO,
     ) -> None:
+        if not isinstance(registry, ToolRegistry):
+            hint = (f": a file is read with ToolRegistry.load({str(registry)!r}), or RiskAwareRetriever.from_paths"
+                    if isinstance(registry, (str, Path)) else "")
+            raise RiskrankError(f"registry must be a ToolRegistry, got {type(registry).__name__}{hint}")
         self.registry = registry
         # MCP hints only raise an unlabelled tool's level unless the operator trusts its servers.
         self.trust_annotations = bool(trust_annotations)

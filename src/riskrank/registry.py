@@ -467,6 +467,10 @@ def detect_format(data: Any, source: str) -> str:
             return _format_of(data["tools"], source, "plain")
         if data and all(isinstance(v, Mapping) for v in data.values()):
             return "labels"
+        odd = next((k for k, v in data.items() if not isinstance(v, Mapping)), None)
+        if data and isinstance(data.get(odd), (int, float, str, bool, list)) and any(isinstance(v, Mapping) for v in data.values()):
+            raise RegistryError(f"{source}: entry {show(odd)} is {_type(data[odd])}, not a tool record (a name -> record map "
+                                "holds an object per tool)")
         raise RegistryError(f"{source}: unrecognised registry shape (an object that is neither {{'tools': [...]}} nor a name -> record map)")
     if isinstance(data, list):
         if not data:

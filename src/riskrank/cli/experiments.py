@@ -6,6 +6,7 @@ import click
 
 from riskrank.cli.common import echo, parse_seeds
 from riskrank.cli.library import show_result
+from riskrank.errors import RiskrankError
 
 
 # -- reproduce -----------------------------------------------------------------------------------
@@ -53,4 +54,8 @@ def demo(tasks: str | None, checkpoint: str | None, unaudited: bool) -> None:
     Figure 1)."""
     from riskrank.experiments.demo import run_demo
 
+    if checkpoint == "none":
+        raise RiskrankError("the demo compares the heads' modes side by side, so it needs heads: leave --checkpoint out "
+                            "for the base model, or name a checkpoint folder (riskrank retrieve --checkpoint none ranks "
+                            "without them)")
     run_demo(tasks.split(",") if tasks else None, echo=echo, show=show_result, checkpoint=checkpoint, unaudited=unaudited)

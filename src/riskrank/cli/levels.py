@@ -160,7 +160,8 @@ def review_command(path: str, policy_file: str | None, policy_name: str | None, 
     from riskrank.serving.gateway.config import load_policies
 
     if out is not None and os.path.lexists(out) and not force:
-        raise RiskrankError(f"{out}: exists (a review file's decisions would be lost); pin it first, or pass --force")
+        raise RiskrankError(f"{out}: exists (a review file's decisions would be lost); write to another file, or pass "
+                            "--force once its decisions are pinned (riskrank levels pin)")
     if out is not None and not Path(out).parent.is_dir():
         raise RiskrankError(f"{out}: no such directory {str(Path(out).parent)!r}; nothing was written")
     policy = load_policies(_regular(policy_file)).get(policy_name) if policy_file else load_policies(None).get(policy_name)

@@ -105,7 +105,7 @@ def pins_reset(state_dir: str, pin_key: str | None, upstream: str | None) -> Non
 def _definitions(data: Any, path: str) -> list[dict]:
     """The tool definitions a static file holds (nothing runs): a registry's ``tools``, a
     ``tools/list`` result (or its JSON-RPC answer), a list of records (plain, MCP, or OpenAI
-    function specs), or the label-file shape (name -> record). Anything else, an empty list,
+    function specs), the label-file shape (name -> record) or one tool's definition. Anything else, an empty list,
     or a record that is not an object with a name is one error (exit 2)."""
     tools: Any = data
     if isinstance(data, dict):
@@ -115,6 +115,8 @@ def _definitions(data: Any, path: str) -> list[dict]:
             tools = data["tools"]
         elif data and all(isinstance(v, dict) for v in data.values()):
             tools = [{"name": k, **v} for k, v in data.items()]
+        elif isinstance(data.get("name"), str):  # one tool's definition, as the registry loader reads it too
+            tools = [data]
     if not isinstance(tools, list):
         raise RiskrankError(f"{path}: no tool definitions (a registry's \"tools\", a tools/list result, a list of tools) "
                             "and no servers (\"mcpServers\")")

@@ -110,6 +110,9 @@ def read_queries(path: str | Path, registry: ToolRegistry, *, what: str = "queri
             raise DataError(f"{source}: line {lineno}: 'task' must be a non-empty string, got {show(task)}")
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise DataError(f"{source}: line {lineno}: 'gold' must be a list of tool names (strings), got {show(names)}")
+        if not names:
+            raise DataError(f"{source}: line {lineno}: 'gold' is empty (a query is scored against the tools it needs: name "
+                            "at least one)")
         key = normalise_task(task)
         if key in first_line:
             raise DataError(f"{source}: line {lineno}: duplicate task (the same as line {first_line[key]}, "

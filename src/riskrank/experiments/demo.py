@@ -44,14 +44,23 @@ def run_demo(task_ids: list[str] | None = None, *, echo: Callable[[str], None] =
     from riskrank.base import default_checkpoint
 
     bench = load_demo()
+    queries = bench.splits["test"]  # the ids first: a wrong one is refused before anything is printed or loaded
+    by_id = dict(zip(queries.ids, range(len(queries)), strict=True))
+    ids = [i.strip() for i in (task_ids or DEFAULT_TASKS) if i.strip()]  # "demo-01, demo-02": the spaces are not part of an id
+    unknown = [i for i in ids if i not in by_id]
+    if unknown:
+        from riskrank.errors import RiskrankError
+
+        raise RiskrankError(f"unknown demo task id(s): {', '.join(unknown)}; ids run demo-01 .. demo-{len(queries):02d}")
     audited = {t.name: int(t.risk_level or 0) for t in bench.registry}
     registry = bench.registry.with_risk_levels({n: None for n in audited}) if unaudited else bench.registry
     t0 = time.perf_counter()
+    given = checkpoint is not None
     checkpoint = checkpoint or (str(default_checkpoint()) if default_checkpoint() is not None else None)
     if checkpoint is not None:
         retriever = RiskAwareRetriever(registry, checkpoint=checkpoint, progress=False)
         lam = None
-        echo(f"the base model ({checkpoint}) on the demo registry ({len(registry)} tools), which it never saw; "
+        echo(f"{'the checkpoint' if given else 'the base model'} ({checkpoint}) on the demo registry ({len(registry)} tools), which it never saw; "
              f"lambda per pipeline as validated for zero-shot use"
              + ("; audited levels hidden: levels from the risk head, keywords and MCP annotations" if unaudited else ""))
     else:
@@ -62,14 +71,6 @@ def run_demo(task_ids: list[str] | None = None, *, echo: Callable[[str], None] =
         echo(f"no base model in this installation: trained the dual head on {len(bench.train)} demo tasks over "
              f"{len(bench.registry)} tools in {time.perf_counter() - t0:.1f}s (lambda {lam:g}); "
              "the demo trains and shows on the same tasks: a demonstration, not an evaluation")
-    queries = bench.splits["test"]
-    by_id = dict(zip(queries.ids, range(len(queries)), strict=True))
-    ids = list(task_ids or DEFAULT_TASKS)
-    unknown = [i for i in ids if i not in by_id]
-    if unknown:
-        from riskrank.errors import RiskrankError
-
-        raise RiskrankError(f"unknown demo task id(s): {', '.join(unknown)}; ids run demo-01 .. demo-{len(queries):02d}")
     shown = {}
     width = 40
     context = "core+graph+context+rule" if retriever.need_head is not None else None

@@ -343,6 +343,8 @@ def _is_loopback(host: str) -> bool:
 
 def _stdio_target(entry: dict[str, Any], where: str, secret_names: frozenset[str], offline: bool = False) -> ServerTarget:
     command = entry.get("command")
+    if command is not None and not isinstance(command, str):
+        raise ConfigError(f"{where}.command: must be a string (the program to run), got {type(command).__name__}")
     if not isinstance(command, str) or not command.strip():
         raise ConfigError(f"{where}.command: a stdio server needs a command")
     if any(key in entry for key in URL_KEYS):
