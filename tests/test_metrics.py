@@ -7,6 +7,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -227,3 +228,18 @@ def test_bootstrap_ci():
     assert all(math.isnan(x) for x in bootstrap_ci(np.array([np.nan])))
     lo90, hi90 = bootstrap_ci(v, n_resamples=2000, level=0.9)
     assert lo <= lo90 and hi90 <= hi
+
+
+@pytest.mark.parametrize(("ranking", "gold", "risk", "says"), [
+    ([[0, -1]], [[1]], [1, 2], "tool index -1, outside the 2 tools"),
+    ([[0, 1]], [[]], [1, 2], "gold[0] must be a non-empty list"),
+    ([[0, 1]], [[5]], [1, 2], "gold[0] holds tool index 5"),
+    ([[0, 1]], [[1]], [0, 9], "risk levels must be 0 (unknown) to 5"),
+    ([[0, 1]], [[1], [0]], [1, 2], "1 rankings but 2 gold sets"),
+])
+def test_evaluate_names_bad_inputs(ranking, gold, risk, says):
+    from riskrank.errors import RiskrankError
+
+    with pytest.raises(RiskrankError, match=re.escape(says)):
+        evaluate(ranking, gold, risk)
+    assert evaluate([[0, 1]], [[1]], [1, 2])["success@5"].tolist() == [1.0]  # plain lists are read

@@ -12,9 +12,11 @@ nanmean.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
+from riskrank.errors import RiskrankError
 from riskrank.risk import RISKY_LEVEL, SEVERE_LEVEL
 
 K = 5
@@ -107,8 +109,42 @@ def success_at_k(ranking: np.ndarray, gold: Sequence[np.ndarray], k: int = K) ->
     return (hits == np.array([len(g) for g in gold])).astype(np.float64)
 
 
+def checked_inputs(ranking: Any, gold: Any, risk: Any, k: Any) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+    """The inputs of :func:`evaluate` as arrays, or a :class:`RiskrankError` naming what is
+    wrong: a tool index outside the registry (a negative one would silently count the last
+    tool), a query with no gold tool (every metric of it would be meaningless, and success@k
+    read 1), a level outside 0..5, a k below 1. Plain lists are accepted."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise RiskrankError(f"k must be an integer >= 1, got {k!r}")
+    risk = np.asarray(risk)
+    if risk.ndim != 1 or not (np.issubdtype(risk.dtype, np.integer) or risk.size == 0):
+        raise RiskrankError(f"risk must be a 1-D array of integer levels (one per tool), got shape {risk.shape}, dtype {risk.dtype}")
+    if risk.size and (risk.min() < 0 or risk.max() > 5):
+        raise RiskrankError(f"risk levels must be 0 (unknown) to 5, got {int(risk.min())}..{int(risk.max())}")
+    n = len(risk)
+    ranking = np.atleast_2d(np.asarray(ranking))
+    if ranking.ndim != 2 or not np.issubdtype(ranking.dtype, np.integer):
+        raise RiskrankError(f"ranking must be a [queries, positions] array of tool indices, got shape {ranking.shape}, dtype {ranking.dtype}")
+    if ranking.size and (ranking.min() < 0 or ranking.max() >= n):
+        raise RiskrankError(f"ranking holds tool index {int(ranking.min() if ranking.min() < 0 else ranking.max())}, "
+                            f"outside the {n} tools of risk")
+    if isinstance(gold, (str, bytes)) or len(gold) != ranking.shape[0]:
+        raise RiskrankError(f"{ranking.shape[0]} rankings but {len(gold) if not isinstance(gold, (str, bytes)) else 'no'} gold sets")
+    out = []
+    for q, g in enumerate(gold):
+        g = np.asarray(g)
+        if g.ndim != 1 or not np.issubdtype(g.dtype, np.integer) or g.size == 0:
+            raise RiskrankError(f"gold[{q}] must be a non-empty list of tool indices, got {g.tolist()!r}"[:300])
+        if g.min() < 0 or g.max() >= n:
+            raise RiskrankError(f"gold[{q}] holds tool index {int(g.min() if g.min() < 0 else g.max())}, outside the {n} tools of risk")
+        out.append(g)
+    return ranking, out, risk
+
+
 def evaluate(ranking: np.ndarray, gold: Sequence[np.ndarray], risk: np.ndarray, k: int = K) -> dict[str, np.ndarray]:
-    """Every contract metric, per query: {name: [Q] array}. MRR uses the whole ranking."""
+    """Every contract metric, per query: {name: [Q] array}. MRR uses the whole ranking. The
+    inputs are checked first (:func:`checked_inputs`)."""
+    ranking, gold, risk = checked_inputs(ranking, gold, risk, k)
     sfx = f"@{k}"
     return {
         "ndcg" + sfx: ndcg_at_k(ranking, gold, k),
