@@ -203,6 +203,49 @@ def test_a_client_may_not_pick_a_policy_or_call_through_another_clients_session(
     assert out[0]["error"].startswith("invalid_request") and "unknown argument(s) ['policy']" in out[0]["error"]
 
 
+def _open_session(url: str, token: str) -> str:
+    """An MCP session opened over plain HTTP by the client holding ``token``: its id."""
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+    r = httpx.post(url, json=init, headers={"Accept": "application/json, text/event-stream", "Authorization": f"Bearer {token}"})
+    assert r.status_code == 200, r.text
+    sid = r.headers["mcp-session-id"]
+    done = httpx.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+                      headers=_headers(token, sid))
+    assert done.status_code == 202, done.text
+    return sid
+
+
+def _headers(token: str, sid: str) -> dict[str, str]:
+    return {"Accept": "application/json, text/event-stream", "Authorization": f"Bearer {token}", "mcp-session-id": sid,
+            "mcp-protocol-version": "2025-06-18"}
+
+
+@pytest.mark.mcp_sdk
+def test_another_clients_session_id_ends_takes_or_reaches_nothing(team):
+    """The SDK keys a session by its id alone: a client holding another's id could end it,
+    take its stream or call through it. It is answered as a session that does not exist."""
+    url, _, _ = team
+    sid = _open_session(url, TOKENS["bob"])
+    ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+    for method in ("DELETE", "GET", "POST"):
+        r = httpx.request(method, url, headers=_headers(TOKENS["alice"], sid), json=ping if method == "POST" else None)
+        assert r.status_code == 404 and r.json()["error"]["message"] == "Session not found", (method, r.text)
+    r = httpx.post(url, json=ping, headers=_headers(TOKENS["bob"], sid))
+    assert r.status_code == 200, r.text  # the owner's session goes on
+    assert httpx.delete(url, headers=_headers(TOKENS["bob"], sid)).status_code == 200
+
+
+@pytest.mark.mcp_sdk
+def test_a_request_under_the_argument_bound_is_read_not_refused_as_too_large(team):
+    """The documented bound is --max-argument-bytes (1 MiB): the HTTP gate must read a request
+    holding arguments under it (it once stopped every request at 64 KiB)."""
+    url, _, _ = team
+    sid = _open_session(url, TOKENS["alice"])
+    big = {"jsonrpc": "2.0", "id": 3, "method": "ping", "params": {"_meta": {"pad": "x" * 200_000}}}
+    r = httpx.post(url, json=big, headers=_headers(TOKENS["alice"], sid))
+    assert r.status_code == 200, r.text[:300]
+
 @pytest.mark.parametrize(("extra", "message"), [
     (("--insecure",), "--insecure and --clients contradict"),
 ])

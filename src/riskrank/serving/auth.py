@@ -23,6 +23,7 @@ import hmac
 import ipaddress
 import json
 import os
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,8 @@ WEAK_DIGESTS = frozenset(hashlib.sha256(t.encode()).hexdigest() for t in WEAK_TO
 MIN_DISTINCT_CHARS = 6
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json"})
 ADMIN_PREFIX = "/v1/admin/"
+#: How many MCP sessions' owners the gate remembers (the gateway keeps at most this many sessions' records too).
+MAX_SESSION_OWNERS = 4096
 #: Where an OAuth client finds this resource's authorization server (RFC 9728), when the
 #: clients file takes OAuth tokens.
 RESOURCE_METADATA_PATH = "/.well-known/oauth-protected-resource"
@@ -137,6 +140,25 @@ class Gate:
         self.token = token.encode() if token else None
         self.admin_token = admin_token.encode() if admin_token else None
         self.max_body = max_body_bytes
+        #: MCP session id -> the client that opened it (the newest :data:`MAX_SESSION_OWNERS`):
+        #: the SDK keys a session by its id alone, so a client holding another's id could end
+        #: it (DELETE), take its stream (GET) or call through it; here it is answered as an
+        #: unknown session, as the SDK answers one, and nothing reaches the session.
+        self.session_owners: OrderedDict[bytes, str | None] = OrderedDict()
+
+    def _session_owner(self, sid: bytes | None, who: str | None) -> bool:
+        """Whether a request naming session ``sid`` comes from the client that opened it (or
+        names none, or one this gate has not seen opened: the SDK decides those)."""
+        if sid is None or sid not in self.session_owners:
+            return True
+        return self.session_owners[sid] == who
+
+    def _note_session(self, headers: Any, who: str | None) -> None:
+        for key, value in headers or ():
+            if bytes(key).lower() == b"mcp-session-id" and bytes(value) not in self.session_owners:
+                self.session_owners[bytes(value)] = who
+                while len(self.session_owners) > MAX_SESSION_OWNERS:
+                    self.session_owners.popitem(last=False)
 
     def _authorised(self, scope: dict, path: str) -> bool:
         # Without an admin token the admin paths do not exist (the app answers 404 to a caller
@@ -198,6 +220,22 @@ class Gate:
                 return
             scope["riskrank.client"] = ident
         headers = dict(scope.get("headers", ()))
+        who = (scope.get("riskrank.client") or {}).get("name")
+        sid = headers.get(b"mcp-session-id")
+        if not self._session_owner(sid, who):
+            await _send_json(send, 404, {"jsonrpc": "2.0", "id": "server-error",
+                                         "error": {"code": -32600, "message": "Session not found"}})
+            return
+        if sid is None or scope.get("method") == "DELETE":
+            inner_send = send
+
+            async def send(message: dict) -> None:  # the session this request opens (or ends) is its client's
+                if message.get("type") == "http.response.start":
+                    if sid is None:
+                        self._note_session(message.get("headers"), who)
+                    elif message.get("status", 500) < 300:
+                        self.session_owners.pop(sid, None)
+                await inner_send(message)
         length = headers.get(b"content-length")
         has_body = length not in (None, b"0") or b"chunked" in headers.get(b"transfer-encoding", b"").lower()
         if has_body and scope.get("method") in ("POST", "PUT", "PATCH") and not _is_json(headers.get(b"content-type")):

@@ -74,6 +74,14 @@ from riskrank.serving.requests import Limits
 from riskrank.timeline import mark
 
 
+def request_body_limit(limits: CallLimits) -> int:
+    """The largest HTTP request the gateway reads: room for arguments of ``--max-argument-bytes``
+    (counted as compact JSON, so a request may spell them twice as long: escapes, spacing) and
+    the JSON-RPC envelope. Past it the gate answers 413 before parsing; below it a call with
+    arguments over the bound is refused as ``arguments_too_large``, the documented error."""
+    return 2 * limits.max_argument_bytes + 64 * 1024
+
+
 def build_server(gateway: Gateway) -> Any:
     """The SDK's low-level server answering ``gateway``'s handlers."""
     return mcp_compat.build_server("riskrank", __version__, INSTRUCTIONS, gateway.handlers(), title="riskrank tool search")
@@ -355,7 +363,7 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
                 host, port = sock.getsockname()[:2]
                 sock.listen(128)  # before the URL is announced: a client connecting at once waits in the backlog
                 app = Gate(with_probes(mcp_compat.watch_callers(mcp_compat.streamable_http_app(server, host)), gateway, store),
-                           token=token,
+                           token=token, max_body_bytes=request_body_limit(call_limits or CallLimits()),
                            max_inflight=(limits or Limits()).max_inflight, clients=clients, log=echo, audit=audit)
                 auth = ", ".join([*(["bearer token"] if token else []), *(["clients file"] if clients is not None else [])])
                 echo(f"streamable HTTP at http://{host}:{port}/mcp  auth: {auth or 'none (--insecure, loopback)'}")
