@@ -22,6 +22,7 @@ from riskrank.catalogue import ArtefactSpec, LiveCatalogue
 from riskrank.datasets.demo import demo_registry_path
 from riskrank.encoder import BatchingEncoder
 from riskrank.errors import RiskrankError
+from riskrank.fileio import show
 from riskrank.serving.auth import check_bind, read_token
 from riskrank.serving.http import create_app, openapi_schema
 from riskrank.serving.requests import Limits
@@ -567,9 +568,12 @@ def test_reload_reads_only_regular_files_under_the_allowed_directories(reload_se
     for path in (outside, tmp / "missing.json", allowed / "missing.json", allowed / "sub", fifo, link,
                  "/dev/zero", "/proc/self/environ", "/etc", "../../../../etc/passwd", str(allowed / "x") + "\x00"):
         err = error(_reload(c, path), 422, "reload_not_allowed")
-        messages.add(err["message"].replace(str(path), "PATH"))
+        messages.add(err["message"].replace(show(str(path)), "PATH"))
     # one message for all of them: a caller cannot tell which paths exist
     assert len(messages) == 1, messages
+    # the path is shown escaped and cut (it goes to the log): it cannot forge a log line
+    err = error(_reload(c, "x\nWARNING forged line\x00" + "y" * 5000), 422, "reload_not_allowed")
+    assert "\n" not in err["message"] and "\x00" not in err["message"] and len(err["message"]) < 400
     assert c.get("/readyz").json()["generation"] == 1
     # a later reload is not wedged by the FIFO
     good = write_mcp_registry(allowed / "good.json")

@@ -699,6 +699,13 @@ def test_the_hosts_task_anchors_the_session_and_a_second_one_is_ignored(tmp_path
     res = mcp_compat.wire(anyio.run(gw.find_tools, {"task": "anything"}, bad))
     assert res["isError"] and res["content"][0]["text"] == (
         "task_too_long: the host's task (x-riskrank-task header): task: at most 4000 characters")
+    # a header whose bytes are not UTF-8 is refused, not read as replacement characters
+    undecodable = mcp_compat.host_task(SimpleNamespace(headers={"x-riskrank-task": "%ff%fe"}), None, None)
+    res = mcp_compat.wire(anyio.run(gw.find_tools, {"task": "anything"}, Agent(key="s3", host_task=undecodable)))
+    assert res["isError"] and res["content"][0]["text"].startswith(
+        "invalid_request: the host's task (x-riskrank-task header): task: not valid Unicode text")
+    res = mcp_compat.wire(anyio.run(gw.find_tools, {}, Agent(key="s4")))
+    assert res["isError"] and "task: missing" in res["content"][0]["text"]
 
 
 def test_a_session_without_find_tools_and_one_moved_to_another_replica(tmp_path, encoder):

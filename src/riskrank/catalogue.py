@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from riskrank.errors import RiskrankError, error_body
-from riskrank.fileio import UnsafeFileError, read_regular_file
+from riskrank.fileio import UnsafeFileError, read_regular_file, show
 from riskrank.modes import MODES, parse_mode, safe_default_mode
 from riskrank.registry import ToolRegistry
 from riskrank.risk import FILL_LEVELS, PROVENANCE, ToolLevels
@@ -361,7 +361,7 @@ class ReloadPolicy:
 
     def _refuse(self, what: str, path: str) -> ReloadRefused:
         where = "; reloads read only the served artefacts and paths under --reload-dir" if not self.dirs else " (under --reload-dir)"
-        return ReloadRefused(f"{what} {path}: not found or not allowed{where}")
+        return ReloadRefused(f"{what} {show(path)}: not found or not allowed{where}")  # escaped and cut: it goes to the log
 
     def read_registry(self, path: str) -> ToolRegistry:
         real = self._allowed(path)

@@ -47,7 +47,7 @@ from riskrank.base import NO_CHECKPOINT
 from riskrank.catalogue import FILL_LEVELS, PROVENANCE, Catalogue, LiveCatalogue
 from riskrank.errors import RiskrankError, error_body
 from riskrank.extras import requires
-from riskrank.fileio import loads_strict, show, write_json
+from riskrank.fileio import loads_strict, show, terminal_safe, write_json
 from riskrank.modes import MAX_K, MODES, NO_MIN_SCORE, RISK_SOURCES
 from riskrank.serving.auth import ADMIN_PREFIX, PUBLIC_PATHS, Gate
 from riskrank.serving.console.host import ConsoleHost
@@ -537,7 +537,7 @@ async def reload(cur: Active, state: State, req: Annotated[ReloadRequest | None,
         if internal:  # the message points to the server log: the traceback is there
             log.error("reload failed, generation %s still serving", cur.generation, exc_info=exc)
         else:
-            log.warning("%s", body["error"]["message"])
+            log.warning("%s", terminal_safe(" ".join(body["error"]["message"].split()))[:2000])  # one line: a path cannot forge another
         return JSONResponse(body, status_code=500 if internal else 422)
     logging.getLogger("riskrank.server").info("reloaded: generation %s serving", new.generation)
     return {"status": "reloaded", **new.summary()}

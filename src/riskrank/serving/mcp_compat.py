@@ -674,7 +674,7 @@ def host_task(request: Any, params: Any, session: Any, *, header: str = TASK_HEA
     if found is not None:
         from urllib.parse import unquote
 
-        return unquote(found, errors="replace"), "header"
+        return unquote(found, errors="surrogateescape"), "header"  # bytes that are not UTF-8 stay visible, and are refused
     value = _meta_value(getattr(params, "meta", None), key)
     if value is None and initialize:
         init = getattr(session, "client_params", None)

@@ -48,8 +48,12 @@ class Limits:
 
 
 def check_task(task: Any, limits: Limits) -> str:
+    if task is None:
+        raise ApiError(422, "invalid_request", "task: missing (give the task's text)")
     if not isinstance(task, str):
-        raise ApiError(422, "invalid_request", "task: must be a string")
+        raise ApiError(422, "invalid_request", f"task: must be a string, got {type(task).__name__}")
+    if any("\ud800" <= c <= "\udfff" for c in task):  # a header's bytes that are not UTF-8, or a lone surrogate
+        raise ApiError(422, "invalid_request", "task: not valid Unicode text (bytes that are not UTF-8, or a lone surrogate)")
     if len(task) > limits.max_task_chars:
         raise ApiError(422, "task_too_long", f"task: at most {limits.max_task_chars} characters")
     if not any(c.isprintable() and not c.isspace() for c in task):  # blank, or only invisible or control characters
