@@ -1,10 +1,12 @@
 """Write UltraTool as a user would bring it to `riskrank evaluate --registry`: the 2,032 tools
 as an MCP ``tools/list`` result without risk levels, the audited levels as a separate labels
 file, and the 1,000 test queries as JSONL ``{"task", "gold"}``, cut by a seeded shuffle into
-700 training and 300 evaluation queries.
+700 training and 300 evaluation queries. The base model was built on these test queries, so
+`evaluate` will not score its heads on them (``--checkpoint none``: the first stages alone; the
+second command trains heads on the 700 and scores them on the 300).
 
     python examples/user_registry_files.py --data "$RISKRANK_DATA" --out runs/user
-    riskrank evaluate --registry runs/user/tools.json --queries runs/user/queries.jsonl
+    riskrank evaluate --registry runs/user/tools.json --queries runs/user/queries.jsonl --checkpoint none
     riskrank evaluate --registry runs/user/tools.json --queries runs/user/queries.jsonl \\
         --labels runs/user/labels.json --train-queries runs/user/train.jsonl --seeds 42
 """

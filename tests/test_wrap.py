@@ -11,6 +11,7 @@ same tools through the gateway as the servers list directly."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import stat
@@ -437,3 +438,14 @@ def test_a_client_that_saves_while_wrap_writes_keeps_its_save(home, monkeypatch,
     assert code == 2 and "changed while riskrank was writing; nothing of it was changed" in err
     assert files["claude-desktop"].read_text() == CLAUDE_DESKTOP + " "
     assert not list((home / ".config/riskrank/wrapped").iterdir())
+
+
+def test_wrap_shows_the_diff_before_it_asks(home, monkeypatch, capfd):
+    """Without --yes, what would change is shown before the question (a "no" writes nothing)."""
+    files = every_client(home)
+    before = snapshot(home, Path.cwd())
+    monkeypatch.setattr(sys, "stdin", io.StringIO("n\n"))
+    code, out, err = riskrank(monkeypatch, capfd, "wrap", "--client", "claude-desktop", *CMD)
+    path = files["claude-desktop"]
+    assert code == 130 and "aborted" in err and f"--- {path}\n+++ {path}\n" in out
+    assert snapshot(home, Path.cwd()) == before

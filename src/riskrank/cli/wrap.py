@@ -120,13 +120,14 @@ def wrap_command(clients: tuple[str, ...], project: str | None, servers_dir: str
     if not plans:
         echo("nothing to wrap")
         return
-    if dry_run:
+    if dry_run or not yes:  # what would change, before it is asked about (or instead of doing it)
         if not policy.exists():
             echo(f"(would write the default policy to {policy})")
         for plan in plans:
             echo(diff(plan.found.path, plan.found.raw, plan.new_raw), nl=False)
             for sp in plan.sections:
                 echo(diff(sp.servers_file, b"", servers_file_bytes(sp)), nl=False)
+    if dry_run:
         return
     if not yes:
         click.confirm(f"Wrap {len(plans)} file(s)?", default=False, abort=True, err=True)
