@@ -75,8 +75,24 @@ def test_operator_broker_times_out_and_forgets_a_caller_that_left():
         return patient.waiting()
 
     assert anyio.run(leave) == []
+    # the cancelled request is on record as withdrawn, not left pending or called a timeout
+    assert patient.recent[0].answer.action == "caller_gone" and "cancelled while it waited" in patient.recent[0].answer.note
+    assert "cancelled while it waited" in patient.why_not(patient.recent[0].id)
     with pytest.raises(ValueError, match="> 0"):
         OperatorBroker(timeout_s=0)
+
+
+def test_a_request_says_why_it_is_held_beyond_its_level():
+    from riskrank.serving.gateway.confirm import confirmation_text
+
+    drift = "The session started with 'tidy the notes'; the agent now asks for 'wipe'."
+    held = ConfirmationRequest(session="s1", task="wipe", tool="purge_notes", level=2, arguments={"notebook": "x"},
+                               message=confirmation_text("purge_notes", 2, "keyword", "wipe", {"notebook": "x"}, [drift]),
+                               bind="s1:abc")
+    assert held.reasons() == [drift]
+    plain = confirmation_text("purge_notes", 4, "keyword", "tidy", {})
+    assert ConfirmationRequest(session="s1", task="t", tool="purge_notes", level=4, arguments={}, message=plain,
+                               bind="b").reasons() == []
 
 
 def test_the_gateway_waits_for_the_operator(tmp_path, encoder):

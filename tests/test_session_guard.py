@@ -813,6 +813,33 @@ def test_values_pushed_out_of_a_full_flow_record_are_an_audit_line(tmp_path, enc
     assert all("oldest values forgotten (it keeps its latest 2,000)" in x["reason"] for x in bounded)
     assert sum(int(x["reason"].split("; ")[-1].split()[0]) for x in bounded) == gw.sessions.get("s1").forgotten
 
+
+class _NobodyDecides:
+    """A broker whose operator never decides (the timeout), remembering what it was asked."""
+
+    name = "console"
+
+    def __init__(self) -> None:
+        self.asked: list = []
+
+    async def confirm(self, request, call):
+        from riskrank.serving.gateway.confirm import TIMEOUT, Answer
+
+        self.asked.append(request)
+        return Answer(TIMEOUT, note="no operator decided within 1 s")
+
+
+def test_a_drift_that_times_out_says_it_was_a_drift_not_its_level(tmp_path, encoder):
+    gw = mail_gateway(tmp_path, encoder)
+    gw.broker = _NobodyDecides()
+    user = Agent()
+    find(gw, "summarise the e-mails in my inbox", user)
+    find(gw, "send an e-mail with the Q3 report", user)
+    text, err = call(gw, "send_email", {"to": "boss@corp.example"}, user)  # level 2, outside the scope: a drift
+    assert err and text.startswith("confirmation_required: 'send_email' needs an operator's approval (the session started "
+                                   "with 'summarise the e-mails in my inbox'"), text
+    assert "confirm_level" not in text and gw.broker.asked[0].reasons()
+
 def test_nothing_is_anchored_before_a_catalogue_serves():
     """While the upstreams start there is no catalogue to rank the task with: the first
     find_tools that can rank anchors the session."""

@@ -3,7 +3,7 @@
 Five pages, server-rendered (Jinja2, autoescaped; one small script that refreshes the
 approvals page, no build step, every asset in the package):
 
-1. **Approvals**: the gateway's pending confirmation requests (task, tool, level, provenance,
+1. **Approvals**: the gateway's pending confirmation requests (task, why held, tool, level, provenance,
    evidence, arguments); approve or deny with a note. The agent's call waits meanwhile and
    then runs, or fails with ``denied`` (or ``confirmation_required`` once it times out); the
    gateway logs the decision with the operator's name.
@@ -360,7 +360,8 @@ class Console:
 
     async def pending_api(self, request: Request) -> Response:
         """The pending requests: ``pending`` (their ids) and ``holds`` (what an operator decides
-        on: tool, level, task, client, replica, the arguments' digest and the arguments), for a
+        on: tool, level, task, why it is held beyond its level, client, replica, the arguments'
+        digest and the arguments), for a
         console session or an operator's bearer token."""
         if request.headers.get("authorization"):
             if operator_of(request.headers.get("authorization"), self.options.operators) is None:
@@ -371,6 +372,7 @@ class Console:
         waiting = broker.waiting()
         return JSONResponse({"pending": [p.id for p in waiting], "holds": [{
             "id": p.id, "tool": p.request.tool, "level": p.request.level, "task": p.request.task,
+            "held_because": p.request.reasons(),
             "client": p.request.client, "policy": p.request.policy, "session": p.request.session, "replica": p.replica,
             "digest": p.request.digest, "arguments": p.request.arguments, "asked_at": p.asked_at, "deadline": p.deadline,
             "replica_gone": p.gone} for p in waiting]})

@@ -127,6 +127,18 @@ class ConfirmationRequest:
         """The digest of the call this request is for (:func:`call_digest`)."""
         return call_digest(self.tool, self.arguments)
 
+    def reasons(self) -> list[str]:
+        """Why the call is held beyond its level, as the question says it (:func:`confirmation_text`:
+        the lines between its first and its arguments): the session's task beside the agent's
+        words, a drift from it, a value an untrusted result brought, an untrusted server. Empty:
+        held for its level alone."""
+        out = []
+        for line in self.message.split("\n")[1:]:
+            if line.startswith("Arguments (") or line == "No arguments.":
+                break
+            out.append(line)
+        return out
+
     def shown_arguments(self) -> list[tuple[str, str, int]]:
         """Each argument as (name, full value as JSON, its length): the console shows all of it."""
         return [(k, json.dumps(v, indent=2, ensure_ascii=False, sort_keys=True, default=str), len(_json(v)))
@@ -259,7 +271,7 @@ class OperatorBroker:
                 await self.audit.append(
                     task=request.task, tool=request.tool, level=request.level, provenance=request.provenance,
                     session=request.session, arguments=request.arguments, upstream=request.upstream, request=item.id,
-                    **request.who(), decision="pending", code="awaiting_operator",
+                    **request.who(), decision="pending", code="awaiting_operator", held_because=request.reasons(),
                     reason=f"waiting up to {self.timeout_s:g} s for an operator to approve or deny it at the console")
         link = _link(call)
         _tell(self.notifier, "hold", item)
@@ -271,6 +283,11 @@ class OperatorBroker:
             if item.answer is None and link is not None and link.gone:
                 item.answer = Answer(CALLER_GONE, note=link.describe())
                 item.decided_at = link.left_at
+                self.recent.appendleft(item)
+                _tell(self.notifier, "withdrawn", item)
+            elif item.answer is None and time.time() < item.deadline:  # the request itself was cancelled
+                item.answer = Answer(CALLER_GONE, note=CANCELLED_WHILE_HELD)
+                item.decided_at = time.time()
                 self.recent.appendleft(item)
                 _tell(self.notifier, "withdrawn", item)
         if link is not None and link.gone:
@@ -307,6 +324,10 @@ class OperatorBroker:
         item = self.pending.get(request_id) or self.find_recent(request_id)
         return None if item is None else refusal_text(item)
 
+
+#: Why a held request closed before anyone decided it, when its caller is still connected: the
+#: request itself was cancelled (the client's own timeout or cancel, or the gateway stopping).
+CANCELLED_WHILE_HELD = "its request was cancelled while it waited (by the agent, or the gateway stopping)"
 
 #: How often a call held for an operator looks for a decision taken at another replica: the
 #: bound on how long after an approval (at any replica's console) the call runs.
@@ -452,6 +473,7 @@ class StoreBroker:
                     task=request.task, tool=request.tool, level=request.level, provenance=request.provenance,
                     session=request.session, arguments=request.arguments, upstream=request.upstream, request=rid,
                     **request.who(), replica=self.replica, decision="pending", code="awaiting_operator",
+                    held_because=request.reasons(),
                     reason=f"waiting up to {self.timeout_s:g} s for an operator to approve or deny it at a console")
         deadline = now + self.timeout_s
         decided = False
@@ -481,7 +503,8 @@ class StoreBroker:
             if not decided:
                 gone = link is not None and link.gone
                 action, note = ((CALLER_GONE, link.describe()) if gone
-                                else (TIMEOUT, f"no operator decided within {self.timeout_s:g} s"))
+                                else (TIMEOUT, f"no operator decided within {self.timeout_s:g} s") if time.time() >= deadline
+                                else (CALLER_GONE, CANCELLED_WHILE_HELD))
                 with anyio.CancelScope(shield=True), contextlib.suppress(StoreError):
                     if await anyio.to_thread.run_sync(close, action, note):
                         _tell(self.notifier, "withdrawn", Pending(rid, request, now, deadline, None, Answer(action, note=note),

@@ -35,6 +35,7 @@ from riskrank.serving.gateway.config import Policies
 from riskrank.serving.gateway.confirm import (
     ACCEPT,
     CALLER_GONE,
+    CANCELLED_WHILE_HELD,
     REPLICA_GONE,
     TIMEOUT,
     UNAVAILABLE,
@@ -760,12 +761,15 @@ class Gateway:
                 await self.audit.append(**rec, decision="pending", code="confirmation_requested",
                                         reason=f"asked the user through {self.broker.name}", digest=digest, guards=guards)
             raise
-        except BaseException:
-            if link is not None and link.gone:  # cancelled because the caller left (stdin closed): on record even so
-                import anyio
+        except BaseException as exc:
+            import anyio
 
+            if link is not None and link.gone:  # cancelled because the caller left (stdin closed): on record even so
                 with anyio.CancelScope(shield=True):
                     await self._refuse(self._gone(name, link.describe()), rec, confirmation=CALLER_GONE, guards=guards)
+            elif isinstance(exc, anyio.get_cancelled_exc_class()):  # the request cancelled while it waited: on record too
+                with anyio.CancelScope(shield=True):
+                    await self._refuse(self._gone(name, CANCELLED_WHILE_HELD), rec, confirmation=CALLER_GONE, guards=guards)
             raise
         finally:
             if self.metrics is not None:
@@ -785,16 +789,19 @@ class Gateway:
             decision = (self._gone(name, answer.note or "the agent disconnected") if answer.action == CALLER_GONE else
                         Decision(REPLICA_GONE, f"{name!r} was held for an operator's approval, but {answer.note}"))
             return await self._refuse(decision, rec, confirmation=answer.action, guards=guards, **who)
+        session_holds = [h.message for h in outcome.holds if h.message]
         if answer.action == TIMEOUT:
+            needs = (f"is risk level {level} and needs an operator's approval (confirm_level {policy.confirm_level})"
+                     if not session_holds else f"needs an operator's approval ({'; '.join(session_holds)})")
             return await self._refuse(Decision(CONFIRMATION_REQUIRED, (
-                f"{name!r} is risk level {level} and needs an operator's approval (confirm_level "
-                f"{policy.confirm_level}), but {answer.note or 'no operator decided in time'}; ask the operator "
+                f"{name!r} {needs}, but {answer.note or 'no operator decided in time'}; ask the operator "
                 "to watch the console's approvals page, then call it again")), rec, confirmation=TIMEOUT, guards=guards)
         if answer.action != ACCEPT:
             whom = f"the operator {answer.by!r}" if answer.by else "the user"
+            held = {"held_because": session_holds} if session_holds else {}  # on record, not told to the agent
             return await self._refuse(Decision(DENIED, f"{whom} did not confirm {name!r} ({answer.action})"
-                                               + (f": {answer.note}" if answer.note else "")), rec,
-                                      confirmation=answer.action, guards=guards, **who)
+                                               + (f": {answer.note}" if answer.note else "")),
+                                      rec, confirmation=answer.action, guards=guards, digest=digest, **held, **who)
         if call_digest(name, args) != request.digest:  # what runs is what was approved, or nothing
             return await self._refuse(Decision(DENIED, f"the arguments of {name!r} changed after they were approved"), rec,
                                       guards=guards)
