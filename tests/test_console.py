@@ -648,3 +648,26 @@ def test_the_catalogue_shows_each_levels_doubt_and_sorts_by_it():
     order = [m for m in re.findall(r'<tr data-name="([^"]+)"', ranked)]
     assert order == ["unsure_tool", "sure_tool", "pinned_tool"], order
     assert re.findall(r'<tr data-name="([^"]+)"', plain) == ["pinned_tool", "sure_tool", "unsure_tool"]
+
+
+def test_the_catalogue_shows_what_the_session_guard_reads_of_each_tool():
+    """Sink, untrusted source, flow-checked and capabilities: an operator sees why a call was
+    flow-checked without reading the code."""
+    from riskrank.serving.console.app import create_console, with_console
+    from riskrank.serving.console.host import ConsoleHost, ConsoleOptions
+
+    def row(name, **kw):
+        return {"name": name, "description": f"the {name} tool", "level": 2, "provenance": "policy", "evidence": [],
+                "permissions": [], "annotations": None, "upstream": None, "not_offered": None, "needs_confirmation": False,
+                "doubt": None, **kw}
+
+    tools = [row("send_email", sink="capability outbound_send", capabilities=["outbound_send (T1567)"], flow_checked=True),
+             row("read_inbox", source="its words: inbox"), row("mv", flow_checked=True), row("get_time")]
+    host = ConsoleHost("gateway", lambda: {"tools": len(tools)}, lambda: tools, lambda task, k: {"tools": []})
+    with ServerThread(with_console(create_app_stub(), create_console(host, ConsoleOptions(None)))) as srv, \
+            httpx.Client(base_url=srv.url) as c:
+        assert login(c).status_code == 303
+        page = c.get("/console/catalogue").text
+    assert "sink: capability outbound_send" in page and "capabilities: outbound_send (T1567)" in page
+    assert "untrusted source: its words: inbox" in page
+    assert page.count("arguments flow-checked") == 1  # mv: send_email says sink instead; get_time nothing
