@@ -898,6 +898,8 @@ claim(SV, "each is pinged every {} s and re-listed", PING)
 claim(SV, "is restarted after {} s, doubling to {} s (reset after {} s up)", UP.at("BACKOFF_START_S", "g"), UP.at("BACKOFF_MAX_S", "g"),
       UP.at("HEALTHY_RESET_S", "g"))
 claim(SV, "pinged every {} s, and one that goes away", PING)
+claim(SV, "hangs when a ping goes unanswered for {} s",
+      Text("src/riskrank/serving/gateway/upstreams.py").find(r"fail_after\(max\(([\d.]+), self\.ping_interval\)\)"))
 claim(SV, "reconnected on the same backoff ({} s, doubling to {} s)", UP.at("BACKOFF_START_S", "g"), UP.at("BACKOFF_MAX_S", "g"))
 LIM = Source("riskrank.serving.gateway.limits")
 MIB = 1024 * 1024
