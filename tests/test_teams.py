@@ -207,11 +207,12 @@ def _open_session(url: str, token: str) -> str:
     """An MCP session opened over plain HTTP by the client holding ``token``: its id."""
     init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
             "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
-    r = httpx.post(url, json=init, headers={"Accept": "application/json, text/event-stream", "Authorization": f"Bearer {token}"})
+    r = httpx.post(url, json=init, headers={"Accept": "application/json, text/event-stream", "Authorization": f"Bearer {token}"},
+                   follow_redirects=True)  # the 1.x SDK mounts the endpoint at /mcp/
     assert r.status_code == 200, r.text
     sid = r.headers["mcp-session-id"]
     done = httpx.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"},
-                      headers=_headers(token, sid))
+                      headers=_headers(token, sid), follow_redirects=True)
     assert done.status_code == 202, done.text
     return sid
 
@@ -229,11 +230,12 @@ def test_another_clients_session_id_ends_takes_or_reaches_nothing(team):
     sid = _open_session(url, TOKENS["bob"])
     ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
     for method in ("DELETE", "GET", "POST"):
-        r = httpx.request(method, url, headers=_headers(TOKENS["alice"], sid), json=ping if method == "POST" else None)
+        r = httpx.request(method, url, headers=_headers(TOKENS["alice"], sid), json=ping if method == "POST" else None,
+                          follow_redirects=True)
         assert r.status_code == 404 and r.json()["error"]["message"] == "Session not found", (method, r.text)
-    r = httpx.post(url, json=ping, headers=_headers(TOKENS["bob"], sid))
+    r = httpx.post(url, json=ping, headers=_headers(TOKENS["bob"], sid), follow_redirects=True)
     assert r.status_code == 200, r.text  # the owner's session goes on
-    assert httpx.delete(url, headers=_headers(TOKENS["bob"], sid)).status_code == 200
+    assert httpx.delete(url, headers=_headers(TOKENS["bob"], sid), follow_redirects=True).status_code == 200
 
 
 @pytest.mark.mcp_sdk
@@ -243,7 +245,7 @@ def test_a_request_under_the_argument_bound_is_read_not_refused_as_too_large(tea
     url, _, _ = team
     sid = _open_session(url, TOKENS["alice"])
     big = {"jsonrpc": "2.0", "id": 3, "method": "ping", "params": {"_meta": {"pad": "x" * 200_000}}}
-    r = httpx.post(url, json=big, headers=_headers(TOKENS["alice"], sid))
+    r = httpx.post(url, json=big, headers=_headers(TOKENS["alice"], sid), follow_redirects=True)
     assert r.status_code == 200, r.text[:300]
 
 @pytest.mark.parametrize(("extra", "message"), [
