@@ -303,6 +303,7 @@ def test_policy_replay_command(tmp_path, encoder, monkeypatch, capfd):
     new.write_text(json.dumps(TIGHTER))
     code, out, _ = replay_cli("--audit", str(gw.test_audit), "--policy", str(new))
     assert code == 0 and out.startswith("40 calls and ") and "newly_refused" in out and "above_max_level" in out
+    assert "confirmed: held for a confirmation, whatever the answer" in out
     code, out, _ = replay_cli("--audit", str(gw.test_audit), "--policy", str(new), "--json")
     assert code == 0 and json.loads(out)["calls"] == 40
     bad = tmp_path / "bad.json"

@@ -115,6 +115,9 @@ def test_find_tools_returns_the_pipelines_ranking(rule_view):
     ({"task": "ok", "k": 0}, "k_out_of_range"),
     ({"task": "ok", "k": 101}, "k_out_of_range"),
     ({"task": "ok", "k": "many"}, "invalid_request"),
+    ({"task": "ok", "k": 7.5}, "invalid_request"),
+    ({"task": "ok", "k": True}, "invalid_request"),
+    ({"task": "ok", "k": 101.0}, "k_out_of_range"),
     # The agent cannot widen the policy: no mode, lambda or risk source unless the policy lists them.
     ({"task": "ok", "mode": "dense", "k": 100}, "invalid_request"),
     ({"task": "ok", "lambda": 0}, "invalid_request"),
@@ -123,6 +126,12 @@ def test_find_tools_returns_the_pipelines_ranking(rule_view):
 def test_find_tools_errors(dense_view, args, code):
     res = call(build_server(Gateway(dense_view)), "find_tools", args)
     assert error_code(res) == code
+
+
+def test_find_tools_reads_an_integral_number_as_k(dense_view):
+    """``7.0`` is an integer to JSON Schema (and to /v1/retrieve): find_tools reads it as 7."""
+    out = payload(call(build_server(Gateway(dense_view)), "find_tools", {"task": "send an email", "k": 7.0}))
+    assert out["k"] == 7 and isinstance(out["k"], int) and len(out["tools"]) <= 7
 
 
 def test_client_choices_from_the_policy(dense_view, encoder):

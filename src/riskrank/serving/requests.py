@@ -62,6 +62,10 @@ def check_task(task: Any, limits: Limits) -> str:
 
 
 def check_k(k: Any, limits: Limits) -> int:
+    """``k`` as an int: an integral JSON number (``7.0``) is one, as JSON Schema's ``integer``
+    and the HTTP API's ``/v1/retrieve`` read it; a bool, a string or ``7.5`` is not."""
+    if isinstance(k, float) and k.is_integer():
+        k = int(k)
     if isinstance(k, bool) or not isinstance(k, int):
         raise ApiError(422, "invalid_request", "k: must be an integer")
     if not 1 <= k <= limits.max_k:

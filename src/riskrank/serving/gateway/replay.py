@@ -296,6 +296,7 @@ def render(result: Replay, limit: int = 40) -> str:
              + ("; skipped: " + ", ".join(f"{k}: {v}" for k, v in sorted(result.skipped.items())) if result.skipped else "")]
     lines.append("before: " + ", ".join(f"{k} {v}" for k, v in sorted(result.before.items())))
     lines.append("after:  " + ", ".join(f"{k} {v}" for k, v in sorted(result.after.items())))
+    lines.append("(confirmed: held for a confirmation, whatever the answer: approved, declined or timed out)")
     rows = result.table()
     if not rows:
         lines.append("nothing would change")
