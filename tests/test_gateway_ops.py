@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import anyio
 import pytest
@@ -238,7 +239,20 @@ def test_replay_predicts_what_the_gateway_then_does(tmp_path, encoder, new):
     assert len(sure) >= 0.6 * len(actual), predicted.after  # what a log cannot say stays a minority
     assert predicted.rows and any(r.change != "search_would_differ" for r in predicted.rows.values())
     table = render(predicted)
-    assert "change" in table.splitlines()[3] and "\n" in table
+    assert "change" in table.splitlines()[4] and "\n" in table
+
+
+def test_the_docs_replay_transcript_is_what_the_command_prints(tmp_path, encoder):
+    """docs/serving.md shows ``policy replay`` after this file's scripted session under the
+    defaults, replayed under a tighter policy: the transcript is what the code prints today."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "serving.md").read_text()
+    prompt = "$ riskrank policy replay --audit audit.jsonl --policy tighter.json\n"
+    shown = doc[doc.index(prompt) + len(prompt):doc.index("```", doc.index(prompt))].rstrip("\n")
+    gw = mail_gateway(tmp_path, encoder)
+    script(gw, 200)
+    tighter = tmp_path / "tighter.json"
+    tighter.write_text(json.dumps({"max_level": 2, "confirm_level": 2, "deny": ["translate_*"]}))
+    assert render(replay(read_lines(gw.test_audit), load_policies(tighter))) == shown
 
 
 def test_replay_skips_older_lines_with_a_count(tmp_path):
@@ -312,3 +326,13 @@ def test_policy_replay_command(tmp_path, encoder, monkeypatch, capfd):
                           (["--audit", str(tmp_path / "none.jsonl"), "--policy", str(new)], "no such audit log")):
         code, _, err = replay_cli(*args)
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    # Nothing re-decided is said as such, never as "nothing would change": a window no line falls
+    # in, and a log whose every line is an older gateway's.
+    older = tmp_path / "older.jsonl"
+    older.write_text("".join(json.dumps({k: v for k, v in json.loads(line).items() if k not in ("guards", "returned")}) + "\n"
+                             for line in gw.test_audit.read_text().splitlines() if line.strip()))
+    for args, message in ((["--audit", str(gw.test_audit), "--policy", str(new), "--since", "2099-01-01"],
+                           "no call or find_tools line between --since 2099-01-01 to re-decide"),
+                          (["--audit", str(older), "--policy", str(new)], "an older gateway")):
+        code, out, err = replay_cli(*args)
+        assert code == 2 and message in err and "nothing was checked" in err and "would change" not in out + err

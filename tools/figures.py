@@ -1281,12 +1281,18 @@ LEVELS_SEED123 = Json("benchmarks/results/risk_levels_seed123.json")
 claim(BM, "The same procedure with the inner split's groups drawn at seed {} instead of {} (`python benchmarks/risk_levels.py --seed "
       "123 --workers 2 --json benchmarks/results/risk_levels_seed123.json`, the 2-core machine, 2026-12-07, {} s) reads, leave one MCP "
       "server out, weighted κ {}, exact {} %, within one {} %, L1–L2 asked {} %, L4–L5 run unasked {} %, and fitted on everything "
-      "would weigh the paper labels at {} and choose τ ({}): over the two seeds, κ {} and L1–L2 asked {} %.",
+      "would weigh the paper labels at {} and choose τ ({}), {} and the nearest rated tools' columns at weight {} (the "
+      "seed-42 run, like the model shipped, chose the per-boundary parts shrunk {} times and weight {}): over the two seeds, κ {} "
+      "and L1–L2 asked {} %.",
       LEVELS_SEED123.at("seed"), LEVELS_BUYING.at("seed"), LEVELS_SEED123.at("seconds", fmt=",.0f"),
       LEVELS_SEED123.at(*CLAUSES_SERVED, "kappa_quadratic", fmt=".3f"), pct(LEVELS_SEED123.at(*CLAUSES_SERVED, "exact")),
       pct(LEVELS_SEED123.at(*CLAUSES_SERVED, "within_one")), pct(LEVELS_SEED123.at(*CLAUSES_SERVED, "low_asked")),
       pct(LEVELS_SEED123.at(*CLAUSES_SERVED, "high_unasked")), LEVELS_SEED123.at("choice", "corpus_weight", fmt=".1f"),
       LEVELS_SEED123.at("choice", "tau").map(lambda t: ", ".join(f"{x:g}" for x in t), ""),
+      LEVELS_SEED123.at("choice").map(lambda c: "one score for every boundary" if "shrink" not in c
+                                      else f"the per-boundary parts shrunk {c['shrink']:g} times", ""),
+      LEVELS_SEED123.at("choice", "neighbour_scale", fmt="g"),
+      LEVELS_BUYING.at("choice", "shrink", fmt="g"), LEVELS_BUYING.at("choice", "neighbour_scale", fmt="g"),
       span([LEVELS_SEED123.at(*CLAUSES_SERVED, "kappa_quadratic"), LEVELS_BUYING.at(*CLAUSES_SERVED, "kappa_quadratic")], ".3f"),
       span([pct(LEVELS_SEED123.at(*CLAUSES_SERVED, "low_asked")), pct(LEVELS_BUYING.at(*CLAUSES_SERVED, "low_asked"))], ".1f"),
       timing=Timing("2-core machine", "2026-12-07", "benchmarks/results/risk_levels_seed123.json"))

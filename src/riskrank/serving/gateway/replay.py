@@ -298,6 +298,9 @@ def render(result: Replay, limit: int = 40) -> str:
     lines.append("after:  " + ", ".join(f"{k} {v}" for k, v in sorted(result.after.items())))
     lines.append("(confirmed: held for a confirmation, whatever the answer: approved, declined or timed out)")
     rows = result.table()
+    if not result.calls and not result.finds:
+        lines.append("nothing was re-decided: the log holds no call or find_tools line this replay can read")
+        return "\n".join(lines)
     if not rows:
         lines.append("nothing would change")
         return "\n".join(lines)
