@@ -239,6 +239,55 @@ def test_another_clients_session_id_ends_takes_or_reaches_nothing(team):
 
 
 @pytest.mark.mcp_sdk
+@pytest.mark.parametrize(("body", "status", "code", "message"), [
+    ({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": "x"}, 400, -32600,
+     "tools/call: params must be a JSON object, got a string"),
+    ({"jsonrpc": "2.0", "method": "notifications/x", "params": [1]}, 400, -32600, "params must be a JSON object, got an array"),
+    ({"jsonrpc": "2.0", "id": {}, "method": "tools/list"}, 400, -32600, "id must be a string or an integer, got an object"),
+    ({"jsonrpc": "1.0", "id": 5, "method": "tools/list"}, 400, -32600, 'jsonrpc must be "2.0"'),
+    ({"jsonrpc": "2.0", "id": 6, "method": 5}, 400, -32600, "method must be a string"),
+    ([{"jsonrpc": "2.0", "id": 7, "method": "ping"}], 400, -32600, "one JSON-RPC message (a JSON object), got an array"),
+    ({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"arguments": {}}}, 200, -32602,
+     "tools/call: params.name must be a string (the tool's name), got nothing"),
+    ({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "find_tools", "arguments": "x"}}, 200, -32602,
+     "tools/call: params.arguments must be a JSON object, got a string"),
+    ({"jsonrpc": "2.0", "id": 10, "method": "resources/read", "params": {"uri": 5}}, 200, -32602,
+     "resources/read: params.uri must be a string"),
+])
+def test_a_malformed_message_is_named_not_answered_with_the_sdks_validation_dump(team, body, status, code, message):
+    """The SDKs answer a message they cannot validate with their validation library's whole
+    report (every union member tried, with links) or "Invalid request parameters" and nothing
+    more: the gateway names the field instead, and the session goes on."""
+    url, _, _ = team
+    sid = _open_session(url, TOKENS["alice"])
+    r = httpx.post(url, json=body, headers=_headers(TOKENS["alice"], sid), follow_redirects=True)
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert error["code"] == code and message in error["message"] and "pydantic" not in r.text, r.text
+    assert r.json()["id"] == (body.get("id") if isinstance(body, dict) and isinstance(body.get("id"), int) else None)
+    ping = httpx.post(url, json={"jsonrpc": "2.0", "id": 11, "method": "ping"}, headers=_headers(TOKENS["alice"], sid),
+                      follow_redirects=True)
+    assert ping.status_code == 200, ping.text
+
+
+@pytest.mark.mcp_sdk
+def test_a_malformed_call_without_a_session_is_the_sdks_to_answer(team):
+    """Params are judged within a session only: without one the SDK's "Missing session ID"
+    (400) stands; valid messages and responses to the server are the SDK's to read."""
+    from riskrank.serving.mcp_compat import envelope_error
+
+    url, _, _ = team
+    bad = {"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"arguments": {}}}
+    r = httpx.post(url, json=bad, headers={"Accept": "application/json, text/event-stream",
+                                           "Authorization": f"Bearer {TOKENS['alice']}"}, follow_redirects=True)
+    assert r.status_code == 400 and "session" in r.json()["error"]["message"].lower(), r.text
+    assert envelope_error({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "x"}}) is None
+    assert envelope_error({"jsonrpc": "2.0", "id": 1, "result": {}}) is None  # a response to the server
+    assert envelope_error({"jsonrpc": "2.0", "id": True, "method": "ping"})[0] == 400
+    assert envelope_error({"jsonrpc": "2.0", "method": "notifications/initialized"}) is None
+
+
+@pytest.mark.mcp_sdk
 def test_a_request_under_the_argument_bound_is_read_not_refused_as_too_large(team):
     """The documented bound is --max-argument-bytes (1 MiB): the HTTP gate must read a request
     holding arguments under it (it once stopped every request at 64 KiB)."""

@@ -362,7 +362,8 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
             else:
                 host, port = sock.getsockname()[:2]
                 sock.listen(128)  # before the URL is announced: a client connecting at once waits in the backlog
-                app = Gate(with_probes(mcp_compat.watch_callers(mcp_compat.streamable_http_app(server, host)), gateway, store),
+                app = Gate(with_probes(mcp_compat.watch_callers(mcp_compat.checked_envelopes(mcp_compat.streamable_http_app(server, host))),
+                                       gateway, store),
                            token=token, max_body_bytes=request_body_limit(call_limits or CallLimits()),
                            max_inflight=(limits or Limits()).max_inflight, clients=clients, log=echo, audit=audit)
                 auth = ", ".join([*(["bearer token"] if token else []), *(["clients file"] if clients is not None else [])])

@@ -911,6 +911,109 @@ async def serve_stdio(server: Any) -> None:
         _STDIO_LINK[0].leave()
 
 
+#: What each method's ``params`` must hold, checked before the SDK reads a request: (field, a
+#: description of it) for the fields that must be strings, and those that must be objects
+#: when present.
+_PARAM_STRINGS = {"tools/call": ("name", "the tool's name"), "resources/read": ("uri", "the resource's URI"),
+                  "prompts/get": ("name", "the prompt's name")}
+_PARAM_OBJECTS = {"tools/call": "arguments", "prompts/get": "arguments"}
+
+
+def _json_kind(value: Any) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null",
+            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+
+
+def envelope_error(message: Any) -> tuple[int, str] | None:
+    """What is wrong with one JSON-RPC request's ``params`` (HTTP status, message), or None.
+    The SDKs answer such a request with their validation library's whole report (every union
+    member it tried, with links) or with "Invalid request parameters" and nothing to say which;
+    this names the field. A body that is not a request (a response, a notification without
+    ``method``, not JSON) is left to the SDK."""
+    if not isinstance(message, dict):
+        return 400, f"the body must be one JSON-RPC message (a JSON object), got {_json_kind(message)}"
+    if "method" not in message and ("result" in message or "error" in message):
+        return None  # a response (to a request of the server's)
+    if message.get("jsonrpc") != "2.0":
+        return 400, 'jsonrpc must be "2.0"'
+    if not isinstance(message.get("method"), str):
+        return 400, f"method must be a string (the request's name), got {_json_kind(message.get('method')) if 'method' in message else 'nothing'}"
+    if "id" in message and (isinstance(message["id"], bool) or not isinstance(message["id"], (str, int))):
+        return 400, f"{message['method']}: id must be a string or an integer, got {_json_kind(message['id'])}"
+    method, params = message["method"], message.get("params")
+    if "params" in message and not isinstance(params, dict):
+        return 400, f"{method}: params must be a JSON object, got {_json_kind(params)}"
+    if not isinstance(params, dict):
+        return None
+    if method in _PARAM_STRINGS:
+        key, what = _PARAM_STRINGS[method]
+        if not isinstance(params.get(key), str):
+            got = "nothing" if key not in params else _json_kind(params[key])
+            return 200, f"{method}: params.{key} must be a string ({what}), got {got}"
+    key = _PARAM_OBJECTS.get(method)
+    if key is not None and params.get(key) is not None and not isinstance(params[key], dict):
+        return 200, f"{method}: params.{key} must be a JSON object, got {_json_kind(params[key])}"
+    return None
+
+
+def checked_envelopes(app: Any) -> Any:
+    """``app`` (the streamable HTTP endpoint) behind :func:`envelope_error`: a POSTed body that
+    is no JSON-RPC message (-32600, "invalid request", HTTP 400), or a request whose ``params``
+    are malformed (-32602, "invalid params"), is answered here with an error naming the field,
+    and never reaches the SDK. The body, already bounded by the
+    gate, is read once and replayed to ``app`` unchanged."""
+    import json
+
+    async def checked(scope: dict, receive: Any, send: Any) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or scope.get("method") != "POST" or (path != "/mcp" and not path.startswith("/mcp/")):
+            await app(scope, receive, send)
+            return
+        chunks, first = [], None
+        while True:
+            first = await receive()
+            if first["type"] != "http.request":
+                break
+            chunks.append(first.get("body", b""))
+            if not first.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        problem, rid = None, None
+        parsed: Any = None
+        try:
+            parsed = json.loads(body) if body.strip() else None
+        except (ValueError, RecursionError):
+            body_is_json = False
+        else:
+            body_is_json = bool(body.strip())
+        if body_is_json:  # not JSON: the SDK's own "Parse error" names the place
+            problem, rid = envelope_error(parsed), parsed.get("id") if isinstance(parsed, dict) else None
+        # a body the SDK cannot read as a message is answered (as the SDK answers it, 400, before
+        # it looks for a session); a request with bad params only within a session (without
+        # one the SDK's "Missing session ID" stands), and a notification not at all (its 202)
+        in_session = any(k.lower() == b"mcp-session-id" for k, _ in scope.get("headers") or ())
+        if problem is not None and (problem[0] == 400 or (in_session and isinstance(parsed, dict) and "id" in parsed)):
+            status, text = problem
+            payload = json.dumps({"jsonrpc": "2.0", "id": rid if isinstance(rid, (str, int)) and not isinstance(rid, bool) else None,
+                                  "error": {"code": -32600 if status == 400 else -32602, "message": text}}).encode()
+            await send({"type": "http.response.start", "status": status,
+                        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
+            await send({"type": "http.response.body", "body": payload})
+            return
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False} if first["type"] == "http.request" else first
+            return await receive()
+
+        await app(scope, replay, send)
+
+    return checked
+
+
 def streamable_http_app(server: Any, host: str = "127.0.0.1", path: str = "/mcp") -> Any:
     """``server`` over streamable HTTP at ``path`` (an ASGI app with its session manager in the
     lifespan); DNS-rebinding protection on for loopback hosts, as the SDK does."""
