@@ -251,6 +251,38 @@ def test_langchain_middleware_create_agent():
     assert replies[1].startswith("not_exposed: 'purge_disk' was not among the tools shown")
 
 
+def test_langgraph_tool_node_wrappers_run_async_only_tools_under_ainvoke():
+    """MCP tools are async only: a graph run with ``ainvoke`` must run the allowed one (the
+    sync wrapper alone made LangGraph call it synchronously: NotImplementedError)."""
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+    from langchain_core.tools import StructuredTool
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode
+
+    called: list[str] = []
+
+    def async_only(name: str, description: str, reply: str) -> StructuredTool:
+        async def run(**kwargs) -> str:
+            called.append(name)
+            return reply
+        return StructuredTool.from_function(coroutine=run, name=name, description=description,
+                                            args_schema={"type": "object", "properties": {"name": {"type": "string"}}})
+
+    tools = [async_only("read_log", "Read a log file.", "..."), async_only("list_logs", "List the log files in a folder.", "a"),
+             async_only("purge_disk", "Irreversibly erase every file on the disk with a shell command.", "erased")]
+    guard = ToolGuard(k=2, encoder=HashEncoder())
+    graph = StateGraph(MessagesState)
+    graph.add_node("tools", ToolNode(tools, **guard.tool_node_wrappers(tools)))
+    graph.add_edge(START, "tools")
+    graph.add_edge("tools", END)
+    state = {"messages": [HumanMessage("read the log file old.log"),
+                          AIMessage("", tool_calls=[{"name": "read_log", "args": {"name": "old.log"}, "id": "a"},
+                                                    {"name": "purge_disk", "args": {}, "id": "b"}])]}
+    out = asyncio.run(graph.compile().ainvoke(state))
+    replies = {m.tool_call_id: m.content for m in out["messages"] if isinstance(m, ToolMessage)}
+    assert called == ["read_log"] and replies["a"] == "..." and replies["b"].startswith("not_exposed: 'purge_disk'")
+
+
 def test_langgraph_tool_node_guard():
     from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
     from langgraph.graph import END, START, MessagesState, StateGraph

@@ -383,27 +383,44 @@ class ToolGuard:
         return RiskRankToolSelection()
 
     def tool_node_guard(self, tools: Sequence[Any], task: str | Callable[[Any], str | None] | None = None) -> Callable[[Any, Any], Any]:
-        """``wrap_tool_call`` for a LangGraph ``ToolNode`` over ``tools`` (a hand-built graph
-        binds ``guard.select(task, tools)`` to its model): a call runs only if the tool is in
-        riskrank's top-k for the task (``task``, else the latest human message), else the
-        node answers a ``not_exposed`` tool message."""
+        """``wrap_tool_call`` for a LangGraph ``ToolNode`` over ``tools`` run synchronously; a
+        graph run with ``ainvoke`` (MCP tools are async only) needs :meth:`tool_node_wrappers`."""
+        return self.tool_node_wrappers(tools, task)["wrap_tool_call"]
+
+    def tool_node_wrappers(self, tools: Sequence[Any], task: str | Callable[[Any], str | None] | None = None
+                           ) -> dict[str, Callable[[Any, Any], Any]]:
+        """``wrap_tool_call`` and ``awrap_tool_call`` for a LangGraph ``ToolNode`` over ``tools``
+        (``ToolNode(tools, **guard.tool_node_wrappers(tools))``; a hand-built graph binds
+        ``guard.select(task, tools)`` to its model): a call runs only if the tool is in
+        riskrank's top-k for the task (``task``, else the latest human message), else the node
+        answers a ``not_exposed`` tool message. Both: without the async one, a graph run with
+        ``ainvoke`` calls the sync one, which cannot run a tool that is async only (an MCP
+        tool) and ranks on the event loop; the async one ranks in a worker thread."""
         from riskrank.extras import requires
 
-        with requires("frameworks", "ToolGuard.tool_node_guard"):
+        with requires("frameworks", "ToolGuard.tool_node_wrappers"):
             from langchain_core.messages import ToolMessage
         tools = list(tools)
 
-        def guard_call(request: Any, execute: Any) -> Any:
+        def shown_for(request: Any) -> list[str]:
             state = request.state
             text = task(state) if callable(task) else task or _last_human(state)
-            shown = self._allowed_names(text, tools) if text else []
+            return self._allowed_names(text, tools) if text else []
+
+        def refusal(request: Any, shown: list[str]) -> Any:
             name = request.tool_call["name"]
-            if name in shown:
-                return execute(request)
             return ToolMessage(f"not_exposed: {name!r} was not among the tools shown for this task ({', '.join(shown) or 'none'})",
                                tool_call_id=request.tool_call["id"], status="error")
 
-        return guard_call
+        def guard_call(request: Any, execute: Any) -> Any:
+            shown = shown_for(request)
+            return execute(request) if request.tool_call["name"] in shown else refusal(request, shown)
+
+        async def aguard_call(request: Any, execute: Any) -> Any:
+            shown = await asyncio.to_thread(shown_for, request)
+            return await execute(request) if request.tool_call["name"] in shown else refusal(request, shown)
+
+        return {"wrap_tool_call": guard_call, "awrap_tool_call": aguard_call}
 
     # -- internals -----------------------------------------------------------------------------
     def _allowed_names(self, task: str, tools: Sequence[Any] | None) -> list[str]:
