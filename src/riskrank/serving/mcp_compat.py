@@ -51,6 +51,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
+import json
 import os
 import secrets
 import signal
@@ -566,7 +567,7 @@ class CallCtx:
                  protocol_version: str | None = None, params: Any = None, session_key: str = "stdio",
                  client: dict[str, Any] | None = None, host_task: tuple[Any, str] | None = None,
                  host_user: tuple[Any, str] | None = None, link: CallerLink | None = None,
-                 traceparent: str | None = None) -> None:
+                 traceparent: str | None = None, host_task_meta: tuple[Any, str] | None = None) -> None:
         self.session, self.request_id, self.progress_token = session, request_id, progress_token
         #: Whether the caller can still receive this call's answer (None: nothing watches it).
         self.link = link
@@ -580,6 +581,9 @@ class CallCtx:
         #: ``initialize`` request's ``_meta``); None when the host set none. The value is what
         #: was sent (the gateway checks it).
         self.host_task = host_task
+        #: The ``_meta`` task of the request (or of ``initialize``) when the header set
+        #: :attr:`host_task`: read only to say that it was ignored.
+        self.host_task_meta = host_task_meta
         #: The user's latest turn as the host passed it with this request (:data:`USER_HEADER`,
         #: :data:`USER_META`), and where from; None when it passed none.
         self.host_user = host_user
@@ -652,6 +656,14 @@ USER_HEADER = "x-riskrank-user"
 USER_META = "riskrank/user"
 
 
+#: The header and the ``_meta`` key a host names a conversation with on the 2026-07-28 protocol,
+#: which has no MCP sessions: each name is a session of its own (its anchor, scope, flow record
+#: and approvals) within the caller's token. Without one, every conversation of one token is
+#: one session.
+SESSION_HEADER = "x-riskrank-session"
+SESSION_META = "riskrank/session"
+
+
 #: The W3C trace-context header (and ``_meta`` key) an agent framework continues its trace with.
 TRACEPARENT = "traceparent"
 
@@ -710,13 +722,14 @@ def _link(request: Any) -> CallerLink | None:
     return _stdio_link() if request is None else None
 
 
-def _session_key(request: Any, modern: bool) -> str:
+def _session_key(request: Any, modern: bool, params: Any = None) -> str:
     """Whose call: one client per process over stdio (no HTTP request); over streamable HTTP
-    the MCP session id, and on 2026-07-28 (no sessions) the bearer token's digest. A named
-    client's key starts with its whole identity (a clients-file name, or an OAuth
-    ``ISSUER#SUBJECT``, which can never be one): a session id presented with another
+    the MCP session id, and on 2026-07-28 (no sessions) the bearer token's digest, with the
+    conversation the host names (:data:`SESSION_HEADER` or :data:`SESSION_META`) when it
+    names one. A named client's key starts with its whole identity (a clients-file name, or
+    an OAuth ``ISSUER#SUBJECT``, which can never be one): a session id presented with another
     client's token is another key (one client cannot call through what another's find_tools
-    exposed)."""
+    exposed), and a conversation name is one within its token's key."""
     if request is None:
         return "stdio"
     who = (_client(request) or {}).get("name")
@@ -725,7 +738,14 @@ def _session_key(request: Any, modern: bool) -> str:
     if sid and not modern:
         return f"{prefix}http-{sid}"
     auth = _header(request, "authorization")
-    return prefix + ("token-" + hashlib.sha256(auth.encode()).hexdigest()[:16] if auth else "http-anonymous")
+    key = prefix + ("token-" + hashlib.sha256(auth.encode()).hexdigest()[:16] if auth else "http-anonymous")
+    conversation = _header(request, SESSION_HEADER)
+    if conversation is None:
+        conversation = _meta_value(getattr(params, "meta", None), SESSION_META)
+    if conversation is None:
+        return key
+    named = conversation if isinstance(conversation, str) else json.dumps(conversation, sort_keys=True, default=str)
+    return f"{key}/conv-{hashlib.sha256(named.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
 
 
 def build_server(name: str, version: str, instructions: str | None, handlers: Handlers, *, title: str | None = None) -> Any:
@@ -763,7 +783,7 @@ def _passthrough(h: Handlers) -> list[tuple[str, Any, Any, Any]]:
 
 
 def _handler(fn: Any, res_cls: Any, how: Any, params_of: Callable[[Any], Any],
-             caller_of: Callable[[Any], tuple[str, Json | None]] | None = None) -> Any:
+             caller_of: Callable[[Any, Any], tuple[str, Json | None]] | None = None) -> Any:
     """A ``(ctx, request) -> result`` handler for one pass-through row of :func:`_passthrough`
     (``params_of`` reads the params from what the SDK hands over; ``caller_of``, where given,
     whose call it is (:func:`_session_key` and the client the gate identified), passed last: a
@@ -772,7 +792,8 @@ def _handler(fn: Any, res_cls: Any, how: Any, params_of: Callable[[Any], Any],
         if isinstance(how, str):
             return res_cls.model_validate({how: await fn()})
         try:
-            args = how(params_of(request)) + (caller_of(ctx) if caller_of is not None else ())
+            params = params_of(request)
+            args = how(params) + (caller_of(ctx, params) if caller_of is not None else ())
             return res_cls.model_validate(await fn(*args))
         except LookupError as exc:
             raise _not_found(exc) from None
@@ -794,18 +815,18 @@ def _build_v2(name: str, version: str, instructions: str | None, h: Handlers, ti
     async def on_call_tool(ctx: Any, params: Any) -> Any:
         modern = ctx.protocol_version in MODERN_PROTOCOLS
         call = CallCtx(ctx.session, ctx.request_id, token(params), ctx.session.client_capabilities,
-                       protocol_version=ctx.protocol_version, params=params, session_key=_session_key(ctx.request, modern),
+                       protocol_version=ctx.protocol_version, params=params, session_key=_session_key(ctx.request, modern, params),
                        client=_client(ctx.request), host_task=host_task(ctx.request, params, ctx.session),
                        host_user=host_user(ctx.request, params), link=_link(ctx.request),
-                       traceparent=traceparent(ctx.request, params))
+                       traceparent=traceparent(ctx.request, params), host_task_meta=host_task(None, params, ctx.session))
         try:
             return as_call_result(await h.call_tool(params.name, params.arguments or {}, call))
         except InputRequired as ir:
             return ir.result
 
     kw: Json = {"on_list_tools": on_list_tools, "on_call_tool": on_call_tool}
-    def caller_v2(ctx: Any) -> tuple[str, Json | None]:
-        return _session_key(ctx.request, ctx.protocol_version in MODERN_PROTOCOLS), _client(ctx.request)
+    def caller_v2(ctx: Any, params: Any) -> tuple[str, Json | None]:
+        return _session_key(ctx.request, ctx.protocol_version in MODERN_PROTOCOLS, params), _client(ctx.request)
 
     for kind, fn, res_cls, how in _passthrough(h):
         kw[f"on_{kind}"] = _handler(fn, res_cls, how, lambda params: params, caller_v2 if kind == "read_resource" else None)
@@ -830,9 +851,10 @@ def _build_v1(name: str, version: str, instructions: str | None, h: Handlers) ->
         token = getattr(rc.meta, "progressToken", None) if rc.meta is not None else None
         caps = rc.session.client_params.capabilities if rc.session.client_params else None
         call = CallCtx(rc.session, rc.request_id, token, caps, params=req.params,
-                       session_key=_session_key(rc.request, False), client=_client(rc.request),
+                       session_key=_session_key(rc.request, False, req.params), client=_client(rc.request),
                        host_task=host_task(rc.request, req.params, rc.session), host_user=host_user(rc.request, req.params),
-                       link=_link(rc.request), traceparent=traceparent(rc.request, req.params))
+                       link=_link(rc.request), traceparent=traceparent(rc.request, req.params),
+                       host_task_meta=host_task(None, req.params, rc.session))
         return t.ServerResult(as_call_result(await h.call_tool(req.params.name, req.params.arguments or {}, call)))
 
     R[t.ListToolsRequest] = list_tools
@@ -840,9 +862,9 @@ def _build_v1(name: str, version: str, instructions: str | None, h: Handlers) ->
 
     requests = {"list_resources": t.ListResourcesRequest, "list_resource_templates": t.ListResourceTemplatesRequest,
                 "read_resource": t.ReadResourceRequest, "list_prompts": t.ListPromptsRequest, "get_prompt": t.GetPromptRequest}
-    def caller_v1(ctx: Any) -> tuple[str, Json | None]:
+    def caller_v1(ctx: Any, params: Any) -> tuple[str, Json | None]:
         request = server.request_context.request
-        return _session_key(request, False), _client(request)
+        return _session_key(request, False, params), _client(request)
 
     for kind, fn, res_cls, how in _passthrough(h):
         handler = _handler(fn, res_cls, how, lambda req: req.params, caller_v1 if kind == "read_resource" else None)

@@ -425,7 +425,8 @@ class Gateway:
         if record is not None and record.anchored:
             outside = [t["name"] for t in out["tools"] if not record.in_scope(t["name"])
                        and risky(view, policy, t["name"])] if policy.scope != "off" else []
-            out["session"] = {"task": record.anchor, "task_from": record.anchor_from, "outside_scope": outside}
+            out["session"] = {"task": record.anchor, "task_from": record.anchor_from, "outside_scope": outside,
+                              **({"task_ignored": ignored} if ignored is not None else {})}
         try:
             if ignored is not None:
                 await self.audit.append(task=out["task"], tool="find_tools", decision="session", code="task_ignored",
@@ -495,6 +496,10 @@ class Gateway:
         host, user = self._host_text(call, "host_task"), self._host_text(call, "host_user")
         record = await self._record(key)
         ignored = None
+        overridden = self._host_text(call, "host_task_meta") if host is not None and host[1] == "header" else None
+        if overridden is not None and overridden[0] != host[0]:  # one request, two tasks: the header's is read
+            ignored = (f"the _meta {mcp_compat.TASK_META} {quoted(overridden[0])} is ignored: the "
+                       f"{mcp_compat.TASK_HEADER} header's {quoted(host[0])} is read before it")
         if record.anchored:
             if host is not None and host[0] != record.anchor:
                 record = await self._update(key, lambda r: r.with_anchor(host[0], host[1], (), time.time()))
@@ -530,7 +535,7 @@ class Gateway:
         host = getattr(call, which, None)
         if host is None:
             return None
-        what, header, meta = (("the host's task", mcp_compat.TASK_HEADER, mcp_compat.TASK_META) if which == "host_task"
+        what, header, meta = (("the host's task", mcp_compat.TASK_HEADER, mcp_compat.TASK_META) if which.startswith("host_task")
                               else ("the user's turn", mcp_compat.USER_HEADER, mcp_compat.USER_META))
         where = f"{what} ({header} header)" if host[1] == "header" else f"{what} (_meta {meta})"
         try:
@@ -823,8 +828,9 @@ class Gateway:
         or its definition's scan verdict is confirmed is asked every time, and its approval
         covers nothing else either."""
         ctx = outcome.context
-        return (ctx.policy.confirm == "once_per_task" and {h.code for h in outcome.holds} == {CONFIRM}
-                and not ctx.row.get("confirm_every_call", True) and ctx.record.in_scope(ctx.tool))
+        codes = {h.code for h in outcome.holds}
+        return (ctx.policy.confirm == "once_per_task" and CONFIRM in codes and codes <= {CONFIRM, DRIFT}
+                and not ctx.row.get("confirm_every_call", True) and (ctx.record.in_scope(ctx.tool) or DRIFT in codes))
 
     @staticmethod
     def _gone(name: str, when: str) -> Decision:
@@ -937,10 +943,14 @@ class Gateway:
         return _refusal(decision.code, decision.reason)
 
     # -- pass-through ---------------------------------------------------------------------------------
+    # A client lists resources and prompts once, at connect (the gateway does not announce a
+    # change of them): during start-up the lists wait for the first catalogue, as find_tools does.
     async def list_resources(self) -> list[dict[str, Any]]:
+        await self.wait_ready()
         return self.manager.resources() if self.manager else []
 
     async def list_resource_templates(self) -> list[dict[str, Any]]:
+        await self.wait_ready()
         return self.manager.templates() if self.manager else []
 
     async def read_resource(self, uri: str, session_key: str = "stdio", client: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -949,6 +959,7 @@ class Gateway:
         approvals stop holding), unless the caller's policy (``client``'s, as the gate
         identified it) trusts that server's sources; ``--scan-results`` reads it as it reads
         an answer."""
+        await self.wait_ready()
         up = self.manager.resource_owner(uri) if self.manager else None
         if up is None or up.session is None:
             raise LookupError(f"unknown resource {uri!r} (no running upstream server lists it)")
@@ -970,11 +981,13 @@ class Gateway:
         return wired
 
     async def list_prompts(self) -> list[dict[str, Any]]:
+        await self.wait_ready()
         if not self.manager:
             return []
         return [{**p, "name": public} for public, _, p in self.manager.prompts()]
 
     async def get_prompt(self, name: str, arguments: dict[str, str] | None) -> dict[str, Any]:
+        await self.wait_ready()
         for public, up, prompt in self.manager.prompts() if self.manager else []:
             if public == name and up.session is not None:
                 with contextlib.suppress(AuditLogError):

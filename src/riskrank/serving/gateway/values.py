@@ -78,11 +78,27 @@ _NOT_ALNUM = re.compile(r"[\W_]+")
 _TAG = re.compile(r"</?[A-Za-z][A-Za-z0-9-]{0,30}(?:\s[^<>]{0,200})?/?>")
 
 
+#: A JSON string escape a result may carry as text (a JSON document in a text item, written by
+#: an encoder that escapes ``/`` or non-ASCII): ``\/``, ``\uXXXX`` (a surrogate pair joined).
+_JSON_ESCAPE = re.compile(r"\\u([dD][89abAB][0-9a-fA-F]{2})\\u([dD][c-fC-F][0-9a-fA-F]{2})|\\u([0-9a-fA-F]{4})|\\/")
+
+
+def _json_unescaped(m: re.Match[str]) -> str:
+    if m.group(1):
+        hi, lo = int(m.group(1), 16), int(m.group(2), 16)
+        return chr(0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00))
+    if m.group(3):
+        c = int(m.group(3), 16)
+        return "\ufffd" if 0xD800 <= c <= 0xDFFF else chr(c)
+    return "/"
+
+
 def unescape(text: str) -> str:
-    """``text`` percent- and HTML-unescaped (at most twice: a value escaped twice is found
-    too), in NFKC."""
+    """``text`` with JSON string escapes (``\\/``, ``\\u0040``), percent and HTML escapes undone
+    (at most twice: a value escaped twice is found too), in NFKC."""
     for _ in range(2):
-        plain = html.unescape(unquote(text, errors="replace")) if ("%" in text or "&" in text) else text
+        plain = _JSON_ESCAPE.sub(_json_unescaped, text) if "\\" in text else text
+        plain = html.unescape(unquote(plain, errors="replace")) if ("%" in plain or "&" in plain) else plain
         if plain == text:
             break
         text = plain
@@ -231,8 +247,11 @@ class ResultText:
 def result_text(wired: dict[str, Any]) -> ResultText:
     """The readable text of a ``tools/call`` result (wire form): its text items, the text of
     embedded resources and the strings of ``structuredContent``; images, audio and blobs are
-    counted, not read. A text over 2 x :data:`SCAN_CHARS` is read by its head and tail."""
+    counted, not read. A text over 2 x :data:`SCAN_CHARS` is read by its head and tail. The
+    digest covers the binary items too (their type, MIME type, URI and base64 data): two
+    results of images alone are told apart, not both the digest of no text."""
     parts, binary = [], 0
+    unread = hashlib.sha256()
     for item in wired.get("content") or []:
         if not isinstance(item, dict):
             continue
@@ -242,11 +261,17 @@ def result_text(wired: dict[str, Any]) -> ResultText:
             parts.append(str(item["resource"]["text"]))
         else:
             binary += 1
+            inner = item.get("resource") if isinstance(item.get("resource"), dict) else item
+            for key in ("type", "mimeType", "uri", "data", "blob"):
+                unread.update(f"{key}\0{inner.get(key, item.get(key, ''))}\0".encode("utf-8", "replace"))
     structured = wired.get("structuredContent")
     if structured is not None:
         parts.extend(_strings(structured))
     whole = "\n".join(parts)
-    digest = hashlib.sha256(whole.encode("utf-8", "replace")).hexdigest()
+    hasher = hashlib.sha256(whole.encode("utf-8", "replace"))
+    if binary:
+        hasher.update(b"\0binary\0" + unread.digest())
+    digest = hasher.hexdigest()
     text = whole if len(whole) <= 2 * SCAN_CHARS else whole[:SCAN_CHARS] + "\n" + whole[-SCAN_CHARS:]
     return ResultText(text, digest, len(whole), binary)
 
