@@ -503,6 +503,16 @@ def test_once_per_task_only_an_approval_for_the_level_alone_covers_the_task():
         assert Gateway._covers_task(Outcome(ctx, None, (confirm.check(ctx),), ())) is covers
     ctx = ctx_of("purge", plain, record=rec)  # once_per_session: an approval covers its own kind only
     assert not Gateway._covers_task(Outcome(ctx, None, (confirm.check(ctx),), ()))
+    # held for its level and for drift (outside the scope): the question names both texts, and
+    # approving it approves the task's tools too; held for an untrusted value as well: only itself
+    outside = SessionRecord().with_anchor("tidy the reports", "find_tools", ["archive"], 0.0)
+    ctx = ctx_of("purge", plain, record=outside, policy=task)
+    drift = scope.check(ctx)
+    assert drift.code == "drift" and Gateway._covers_task(Outcome(ctx, None, (drift, confirm.check(ctx)), ()))
+    valued = SessionRecord().with_anchor("tidy the reports", "find_tools", ["purge"], 0.0).with_values(
+        candidates("see x@evil.example"), "read_inbox", 1.0)
+    ctx = ctx_of("purge", plain, record=valued, policy=task, args={"to": "x@evil.example"})
+    assert not Gateway._covers_task(Outcome(ctx, None, (flow.check(ctx), confirm.check(ctx)), ()))
 
 def test_an_approval_covers_its_kind_the_tool_with_the_same_switches():
     schema = {"type": "object", "properties": {"unlock": {"type": "boolean"}, "door": {"type": "array"},

@@ -824,9 +824,10 @@ class Gateway:
     @staticmethod
     def _covers_task(outcome: Outcome) -> bool:
         """Whether approving this held call approves the task's tools (``once_per_task``): a call
-        inside the scope held for its level alone. A call held because its server is untrusted
-        or its definition's scan verdict is confirmed is asked every time, and its approval
-        covers nothing else either."""
+        held for its level, inside the scope or also for drift (the question names the task and
+        the agent's words, and the approval puts the tool in the scope). A call held because its
+        server is untrusted or its definition's scan verdict is confirmed is asked every time,
+        and its approval covers nothing else either; nor does one held for an untrusted value."""
         ctx = outcome.context
         codes = {h.code for h in outcome.holds}
         return (ctx.policy.confirm == "once_per_task" and CONFIRM in codes and codes <= {CONFIRM, DRIFT}

@@ -122,8 +122,8 @@ class Policy:
     confirm: str = "once_per_session"
     """``once_per_session``: a tool confirmed once in a session is not asked about again while
     its calls stay inside the scope, carry no untrusted value and are at ``cover_level`` or below;
-    ``once_per_task``: one approval of a call inside the scope covers every tool inside it on
-    the same terms (the user approves the task's tools, not each one); ``every_call``: each
+    ``once_per_task``: one approval of a call held for its level (inside the scope, or
+    drifting out of it) covers every tool inside the scope on the same terms (the user approves the task's tools, not each one); ``every_call``: each
     call is asked about."""
     cover_level: int | None = None
     """The highest level an approval covers for later calls (``confirm`` above); None: one

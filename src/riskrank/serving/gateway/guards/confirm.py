@@ -8,7 +8,7 @@ call), its arguments carry no value first seen in an untrusted result (for any t
 not: the user approved the tool, not what a result put into it), and the session has read no
 untrusted result since the approval (a result may have turned the agent: the next call is
 asked again, once). With ``"confirm": "once_per_task"`` an approval of a call held for its
-level alone, inside the scope, covers every tool inside the scope on the same terms: the user
+level, inside the scope or for drift as well, covers every tool inside the scope on the same terms: the user
 approves the task's tools once, not each tool."""
 
 from __future__ import annotations
