@@ -287,3 +287,39 @@ def test_an_operator_approval_is_bound_to_the_arguments_shown():
 
     first, second, answer = race_result = anyio.run(race)
     assert first is not None and second is None and answer.action == "accept" and answer.by == "alice", race_result
+
+
+def test_the_start_up_line_counts_what_is_served_and_names_a_skipped_tool(tmp_path, encoder):
+    """A tool whose definition is skipped (a 100 kB description) and one trust withholds are
+    neither counted as offered nor called unknown without a word: the line names them, and a
+    call of the skipped one says why it is not in the catalogue."""
+    big = {"name": "notes_big", "description": "Read a note. " + "x" * 100_000}
+    manager = manager_of(notes=[*TOOLS, big])
+    records, routes = upstream_records(manager)
+    registry, skipped = record_registry(records, "stub")
+    assert "notes_big" in skipped and "100,0" in skipped["notes_big"]
+    policy = Policy()
+    view = build_view(registry, ArtefactSpec("stub", fill_levels="keyword"), encoder, policy, 1, routes=routes, skipped=skipped,
+                      withdrawn={"make_folder": "its definition changed since it was pinned"},
+                      held={"make_folder": "quarantined"})
+    lines: list[str] = []
+    audit = AuditLog(tmp_path / "audit.jsonl")
+    _Catalogues(None, manager, ArtefactSpec("", fill_levels="keyword"), encoder, policy, audit, lines.append).audit_upstreams(view)
+    gw = Gateway(view, policy=policy, manager=manager, audit=audit)
+    assert lines and "5 tools audited" in lines[0] and "3 offered" in lines[0], lines
+    assert "1 withheld (quarantined 1)" in lines[0] and "1 skipped: notes_big (" in lines[0]
+    rec = json.loads((tmp_path / "audit.jsonl").read_text().splitlines()[0])
+    assert rec["withheld"] == {"make_folder": "quarantined"} and list(rec["skipped"]) == ["notes_big"]
+    text, err = run_call(gw, "notes_big", {})
+    assert err and text.startswith("unknown_tool: 'notes_big' is listed by its server but not in the catalogue: the gateway "
+                                   "skipped its definition (")
+
+
+def test_find_tools_names_the_servers_down_when_every_one_is(tmp_path, encoder):
+    manager = manager_of(notes=TOOLS)
+    manager.upstreams["notes"].state = "down"
+    policy = Policy()
+    view = build_view(None, ArtefactSpec("stub", fill_levels="keyword"), encoder, policy, 2)
+    out = Gateway(view, policy=policy, manager=manager, audit=AuditLog(tmp_path / "audit.jsonl")).find({"task": "read my notes"}, None)
+    assert out["tools"] == [] and out["note"] == "no tool is available: every upstream server is down"
+    assert out["upstreams_down"] == ["notes"]

@@ -237,3 +237,23 @@ def test_bm25_top_from_impact_ordered_postings():
         s = bm.score([word])[0]
         lists |= set(rank(s)[0, :3].tolist())
     assert set(shallow.tolist()) <= lists
+
+
+def test_building_an_index_logs_nothing_below_the_applications_level():
+    """bm25s sets its logger to DEBUG on import: under a host's root handler every index
+    build printed a debug line. The application's level decides."""
+    import logging
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    root = logging.getLogger()
+    old = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        BM25Retriever(["read a file", "delete a file"])
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old)
+    assert not [r for r in records if r.name.startswith("bm25s") and r.levelno < logging.INFO]

@@ -447,5 +447,5 @@ def test_wrap_shows_the_diff_before_it_asks(home, monkeypatch, capfd):
     monkeypatch.setattr(sys, "stdin", io.StringIO("n\n"))
     code, out, err = riskrank(monkeypatch, capfd, "wrap", "--client", "claude-desktop", *CMD)
     path = files["claude-desktop"]
-    assert code == 130 and "aborted" in err and f"--- {path}\n+++ {path}\n" in out
+    assert code == 1 and "not wrapped: nothing was written" in err and f"--- {path}\n+++ {path}\n" in out
     assert snapshot(home, Path.cwd()) == before

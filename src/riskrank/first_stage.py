@@ -24,6 +24,7 @@ then costs the postings of its own words, never a scan of every name: the four n
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
@@ -84,6 +85,10 @@ class BM25Retriever:
 
     def __init__(self, texts: Sequence[str], *, k1: float = 1.5, b: float = 0.75) -> None:
         import bm25s
+
+        # bm25s sets its logger to DEBUG when imported, so that under a root handler (an MCP
+        # SDK's, a host's) every index build printed a debug line: the application decides
+        logging.getLogger("bm25s").setLevel(logging.NOTSET)
 
         self.n = len(texts)
         tokens = bm25s.tokenize([self._prep(t) for t in texts], stopwords="en", show_progress=False)

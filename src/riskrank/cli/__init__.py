@@ -22,7 +22,7 @@ import sys
 import click
 
 from riskrank.cli import audit, data, experiments, levels, library, serving, state, trust, wrap
-from riskrank.cli.common import ReaderGone, echo
+from riskrank.cli.common import Declined, ReaderGone, echo
 from riskrank.errors import RiskrankError
 
 EXIT_USAGE = 2
@@ -80,6 +80,9 @@ def run() -> int:
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     try:
         main.main(standalone_mode=False)
+    except Declined as exc:
+        echo(str(exc), err=True)
+        return 1
     except click.exceptions.Abort:
         echo("aborted", err=True)
         return 130

@@ -115,6 +115,11 @@ def echo(message: Any = "", *, err: bool = False, nl: bool = True) -> None:
         raise ReaderGone from None
 
 
+class Declined(Exception):
+    """The user answered "no" to a question the command asked (exit 1, nothing written): an
+    answer, not an interrupt (130) nor an error (2)."""
+
+
 class ReaderGone(Exception):
     """The reader of the output went away (``riskrank scan x | head -1``): the command stops
     and exits 141, as a process a broken pipe kills does, not with one of its own codes."""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from riskrank.cli.common import echo, print_table
+from riskrank.cli.common import Declined, echo, print_table
 from riskrank.errors import RiskrankError
 from riskrank.serving.wrap import CLIENTS as CLIENT_TITLES
 
@@ -129,8 +129,8 @@ def wrap_command(clients: tuple[str, ...], project: str | None, servers_dir: str
                 echo(diff(sp.servers_file, b"", servers_file_bytes(sp)), nl=False)
     if dry_run:
         return
-    if not yes:
-        click.confirm(f"Wrap {len(plans)} file(s)?", default=False, abort=True, err=True)
+    if not yes and not click.confirm(f"Wrap {len(plans)} file(s)?", default=False, err=True):
+        raise Declined("not wrapped: nothing was written")
     if not policy.exists():
         write_json(policy, Policy().to_dict())
         echo(f"wrote the default policy to {policy} (edit it: docs/serving.md#the-policy-file)")
@@ -173,8 +173,8 @@ def unwrap_command(clients: tuple[str, ...], servers_dir: str | None, dry_run: b
         for p in plans:
             echo(diff(p.config, p.current, p.new_raw), nl=False)
     elif plans:
-        if not yes:
-            click.confirm(f"Unwrap {len(plans)} file(s)?", default=False, abort=True, err=True)
+        if not yes and not click.confirm(f"Unwrap {len(plans)} file(s)?", default=False, err=True):
+            raise Declined("not unwrapped: nothing was written")
         for p in plans:
             try:
                 kept = apply_unwrap(p)

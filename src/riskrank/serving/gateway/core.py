@@ -362,6 +362,7 @@ class Gateway:
                    else "the policy offers none of the catalogue's tools")
             return {"task": task, "mode": self.mode, "k": k, "tools": [], "withheld": [], "policy": policy,
                     "note": "no tool is available: " + why, "catalogue": {"n_tools": 0, "generation": view.generation},
+                    **({"upstreams_down": self.manager.down()} if self.manager is not None else {}),
                     **({"upstreams_starting": starting} if starting else {})}
         cat.check_request(choice.get("mode"), choice.get("risk_source"))
         res = cat.retrieve(task, k=min(k, len(cat.registry)), mode=choice.get("mode"), lam=choice.get("lambda"),
@@ -1150,14 +1151,25 @@ class _Catalogues:
                 continue
             self.seen[up.name] = mark
             if up.state == "up":
-                offered = [n for n in names if n not in view.not_offered]
+                # what is offered is what is served: a tool the policy never offers, one that
+                # trust withholds (quarantined, poisoned) and one whose definition was skipped
+                # are each counted and named apart
+                skipped = {n: why for n, why in view.skipped.items() if n in names}
+                withheld = {n: view.held.get(n, "withdrawn") for n in names if n in view.withdrawn and n not in skipped}
+                never = [n for n in names if n in view.not_offered and n not in withheld and n not in skipped]
+                offered = [n for n in names if n not in view.not_offered and n not in withheld and n not in skipped]
                 reason = (f"{len(names)} tools audited ({_level_summary(view, names)}); {len(offered)} offered, "
-                          f"{len(names) - len(offered)} never offered by the policy")
+                          f"{len(never)} never offered by the policy")
+                if withheld:
+                    kinds = collections.Counter(withheld.values())
+                    reason += f", {len(withheld)} withheld (" + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) + ")"
+                if skipped:
+                    reason += f", {len(skipped)} skipped: " + "; ".join(f"{n} ({why})" for n, why in sorted(skipped.items()))
                 self.echo(f"upstream {up.name!r}: {reason}")
                 self.audit.write(tool=None, decision="upstream_up", code="audited", reason=reason, upstream=up.name,
                                  levels={n: view.levels[n][0] for n in names if n in view.levels},
                                  not_offered={n: c for n, c in view.not_offered.items() if n in names},
-                                 skipped={n: why for n, why in view.skipped.items()})
+                                 withheld=withheld, skipped=skipped)
             else:
                 self.audit.write(tool=None, decision="upstream_down", code=up.state, reason=up.last_error or up.state,
                                  upstream=up.name)
