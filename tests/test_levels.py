@@ -380,6 +380,7 @@ def test_hard_cases_of_the_served_level(encoder) -> None:
         make_tool("detect_keylogger", "Checks running processes for known keylogger behaviour and lists anything suspicious.", where="t"),
         make_tool("long_tool", "Deletes the given record. " + "Padding words for a very long description. " * 1400, where="t"),
         make_tool("get_weather", "Get the current weather for a city.", where="t"),
+        make_tool("zenbu_sakujo", "すべてのファイルを削除します。この操作は元に戻せません。", where="t"),
     ]
     reg = ToolRegistry(tools)
     for trust in (False, True):
@@ -388,6 +389,8 @@ def test_hard_cases_of_the_served_level(encoder) -> None:
         ev = {t.name: " ".join(r.tool_levels.evidence[i]) for i, t in enumerate(reg)}
         assert lv["backup_config"] == 5 and "harvests credentials" in ev["backup_config"]
     assert "says almost nothing" in ev["clean_notes"] and "does not read as English" in ev["entfernen"]
+    # a sentence without spaces (Japanese) is one "word" to the text facts: said as what it is
+    assert "not written in English" in ev["zenbu_sakujo"] and "says almost nothing" not in ev["zenbu_sakujo"]
     assert r.tool_levels.capabilities_of(reg.index_of("detect_keylogger")) == []
     assert lv["get_weather"] <= 2 and lv["long_tool"] >= 3
 

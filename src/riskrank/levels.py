@@ -109,6 +109,12 @@ def text_facts(name: str, description: str) -> tuple[bool, bool, bool, bool]:
     return reads, acts, little, foreign
 
 
+def _other_script(description: str) -> bool:
+    """Whether ``description`` is written mostly in letters outside ASCII (four letters at least)."""
+    letters = [c for c in description[:WORD_CHARS] if c.isalpha()]
+    return len(letters) >= 4 and sum(not c.isascii() for c in letters) >= 0.5 * len(letters)
+
+
 def shared_openings(descriptions: Sequence[str]) -> list[str | None]:
     """Each description's opening that it shares with other tools of its registry, or None.
 
@@ -180,6 +186,10 @@ class ToolEvidence:
     openings: tuple[str | None, ...] = ()
     #: Each description's length in characters (a long one is read in part: :meth:`LevelPrediction.explain` says so).
     lengths: tuple[int, ...] = ()
+    #: Whether each description is written mostly in letters outside ASCII (Chinese, Japanese:
+    #: a whole sentence without spaces is one or two "words" to the text facts, which then
+    #: read it as saying almost nothing; the evidence says what it is). Not a model input.
+    other_script: tuple[bool, ...] = ()
 
     @classmethod
     def of(cls, tools: Sequence[Any], openings: Sequence[str | None] | None = None) -> ToolEvidence:
@@ -187,7 +197,8 @@ class ToolEvidence:
         to read each without its registry's shared opening)."""
         hits = tuple(tuple(detect_capabilities(t.name, t.description, getattr(t, "parameters", None))) for t in tools)
         facts = np.asarray([text_facts(t.name, t.description) for t in tools], dtype=np.float32).reshape(len(tools), len(TEXT_FEATURES))
-        return cls(hits, facts, tuple(openings) if openings is not None else (), tuple(len(t.description or "") for t in tools))
+        return cls(hits, facts, tuple(openings) if openings is not None else (), tuple(len(t.description or "") for t in tools),
+                   tuple(_other_script(t.description or "") for t in tools))
 
     @property
     def capability_matrix(self) -> np.ndarray:
@@ -341,7 +352,10 @@ class LevelPrediction:
         dist = " ".join(f"L{k + 1} {p[k]:.2f}" for k in range(5) if p[k] >= 0.05)
         why = [f"level model: L{int(self.model_levels[i])} ({dist})"]
         _reads, _acts, little, foreign = (bool(x) for x in self.evidence.facts[i])
-        if little:
+        other = i < len(self.evidence.other_script) and self.evidence.other_script[i]
+        if little and other and not foreign:
+            why.append("the description is not written in English (the encoder's language): read at the cautious end")
+        elif little:
             why.append("the description says almost nothing: read at the cautious end of the model's range")
         if foreign:
             why.append("the description does not read as English (the encoder's language): read at the cautious end")
