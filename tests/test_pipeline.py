@@ -119,10 +119,46 @@ def test_label_penalty_in_dense_mode(dense, demo):
 
 
 # -- bounds and bad input --------------------------------------------------------------------------
-@pytest.mark.parametrize("k", [0, -1, 101, True, 2.5, "5"])
+@pytest.mark.parametrize("k", [0, -1, 101, True, 2.5, "5", np.bool_(True), 101.0])
 def test_k_bounds(dense, k):
     with pytest.raises(RiskrankError, match="k must be an integer between 1 and 100"):
         dense.retrieve(TASKS[0], k=k)
+
+
+@pytest.mark.parametrize("k", [3, 3.0, np.int64(3), np.float32(3.0)])
+def test_k_as_any_integral_number_the_servers_accept(dense, k):
+    """7.0 is an integer to JSON (the HTTP API and find_tools read it so), and a numpy integer is one."""
+    assert dense.retrieve(TASKS[0], k=k, min_score=NO_MIN_SCORE).k == 3
+
+
+def test_numbers_and_tasks_of_the_wrong_type_are_named(dense, demo):
+    for kw, what in (({"lam": "0.5"}, "lambda must be a number, got '0.5'"), ({"alpha": "0.1"}, "alpha must be a number"),
+                     ({"lam": True}, "lambda must be a number, got True")):
+        with pytest.raises(RiskrankError, match=what):
+            dense.retrieve(TASKS[0], **kw)
+    with pytest.raises(RiskrankError, match="tasks must be a list of task strings, got str"):
+        dense.retrieve_many(TASKS[0])
+    assert [r.task for r in dense.retrieve_many(iter(TASKS[:2]))] == TASKS[:2]  # an iterator: read once, all of it ranked
+    for kw, what in (({"lam": -5}, "lambda must be a finite number >= 0"), ({"lam": float("nan")}, "lambda must be a finite"),
+                     ({"alpha": 5}, r"alpha must be a number in \[0, 1\]"), ({"lam": "0.1"}, "lambda must be a number")):
+        with pytest.raises(RiskrankError, match=what):  # the constructor's, as a call's
+            RiskAwareRetriever(demo.registry, encoder=dense.encoder, checkpoint=None, tool_emb=dense.tool_emb, **kw)
+
+
+@pytest.mark.parametrize("emb,what", [
+    (np.zeros(8, dtype=np.float32), r"2-d \[tools, dim\] array, got shape \(8,\)"),
+    ("nope", "numeric"),
+])
+def test_tool_embeddings_of_the_wrong_shape_are_named(demo, encoder, emb, what):
+    with pytest.raises(RiskrankError, match=what):
+        RiskAwareRetriever(demo.registry, encoder=encoder, checkpoint=None, tool_emb=emb, progress=False)
+
+
+def test_tool_embeddings_with_nan_are_refused_not_ranked(demo, encoder):
+    emb = np.ones((len(demo.registry), 8), dtype=np.float32)
+    emb[3] = np.nan
+    with pytest.raises(RiskrankError, match=r"NaN or infinity in 1 row\(s\), the first \[3\]"):
+        RiskAwareRetriever(demo.registry, encoder=encoder, checkpoint=None, tool_emb=emb, progress=False)
 
 
 def test_k_edges(dense, demo):
@@ -478,3 +514,13 @@ def test_each_pipeline_reads_its_own_validated_lambda(demo_fitted, demo, encoder
 def test_fit_moved_says_where(demo):
     with pytest.raises(RiskrankError, match=r"riskrank\.fit_retriever"):
         RiskAwareRetriever.fit(demo.registry, ["x"], [np.array([0])])
+
+
+def test_from_paths_loads_the_base_model_as_the_constructor_does():
+    """Omitting the checkpoint means the same in both: the base model (from_paths once meant none)."""
+    import inspect
+
+    from riskrank.pipeline import BASE_AUTO
+
+    for fn in (RiskAwareRetriever.from_paths, RiskAwareRetriever.__init__):
+        assert inspect.signature(fn).parameters["checkpoint"].default == BASE_AUTO

@@ -38,6 +38,7 @@ import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import pairwise
 from pathlib import Path
 from types import SimpleNamespace
@@ -83,6 +84,12 @@ PREAMBLE_MIN_TOOLS = 3
 #: At most this many opening sentences are compared.
 PREAMBLE_MAX_SENTENCES = 3
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    """``a`` made read-only: a cached array handed to every reader must not be changed by one."""
+    a.setflags(write=False)
+    return a
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
@@ -200,21 +207,23 @@ class ToolEvidence:
         return cls(hits, facts, tuple(openings) if openings is not None else (), tuple(len(t.description or "") for t in tools),
                    tuple(_other_script(t.description or "") for t in tools))
 
-    @property
+    @cached_property
     def capability_matrix(self) -> np.ndarray:
         out = np.zeros((len(self.hits), len(CAPABILITY_KEYS)), dtype=np.float32)
         for i, hs in enumerate(self.hits):
             for h in hs:
                 out[i, CAPABILITY_KEYS.index(h.key)] = 1.0
-        return out
+        return _frozen(out)
 
-    @property
+    # Each is read once per tool while a registry's levels are resolved: computed once (an
+    # array over every tool rebuilt at each read made resolving N tools cost N^2), read-only.
+    @cached_property
     def floors(self) -> np.ndarray:
-        return np.asarray([capability_floor(hs) for hs in self.hits], dtype=np.int8)
+        return _frozen(np.asarray([capability_floor(hs) for hs in self.hits], dtype=np.int8))
 
-    @property
+    @cached_property
     def cautious(self) -> np.ndarray:
-        return (self.facts[:, 2] > 0) | (self.facts[:, 3] > 0)
+        return _frozen((self.facts[:, 2] > 0) | (self.facts[:, 3] > 0))
 
 
 def features(tool_emb: np.ndarray, evidence: ToolEvidence) -> np.ndarray:
@@ -330,16 +339,16 @@ class LevelPrediction:
     def floors(self) -> np.ndarray:
         return self.evidence.floors
 
-    @property
+    @cached_property
     def levels(self) -> np.ndarray:
         """The level after the capability floors (before declared hints)."""
-        return np.maximum(self.model_levels, self.floors).astype(np.int8)
+        return _frozen(np.maximum(self.model_levels, self.floors).astype(np.int8))
 
-    @property
+    @cached_property
     def probabilities(self) -> np.ndarray:
         """[N, 5] P(level = k)."""
         c = np.hstack([np.ones((len(self), 1)), self.cumulative, np.zeros((len(self), 1))])
-        return np.clip(c[:, :-1] - c[:, 1:], 0.0, 1.0)
+        return _frozen(np.clip(c[:, :-1] - c[:, 1:], 0.0, 1.0))
 
     @property
     def expected(self) -> np.ndarray:

@@ -175,6 +175,42 @@ def served_level_prediction(level_model: LevelModel, encoder: Encoder, tool_emb:
     return level_model.predict(emb, read, ToolEvidence.of(read, openings))
 
 
+def checked_k(k: Any) -> int:
+    """``k`` as an int between 1 and :data:`MAX_K`: an int, a numpy integer or an integral float
+    (``7.0``, as the HTTP API and ``find_tools`` read JSON's numbers); a bool, a string or
+    ``7.5`` is refused."""
+    if isinstance(k, (float, np.floating)) and float(k).is_integer():
+        k = int(k)
+    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)) or not 1 <= k <= MAX_K:
+        raise RiskrankError(f"k must be an integer between 1 and {MAX_K}, got {k!r}")
+    return int(k)
+
+
+def _number(name: str, value: Any) -> float:
+    """``value`` as a float, or an error naming ``name``: a number (not a bool, not a string:
+    ``"0.5"`` is refused here as the HTTP API refuses it)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise RiskrankError(f"{name} must be a number, got {value!r}")
+    return float(value)
+
+
+def _checked_embeddings(tool_emb: Any) -> np.ndarray:
+    """Tool embeddings as a float32 [tools, dim] array, or an error naming what is wrong: not
+    2-d (one vector, a batch of matrices), or holding NaN or infinity (every score they touch
+    would be NaN, and a ranking of NaNs is no ranking)."""
+    try:
+        arr = np.ascontiguousarray(tool_emb, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise RiskrankError(f"tool embeddings must be a numeric [tools, dim] array: {exc}") from None
+    if arr.ndim != 2:
+        raise RiskrankError(f"tool embeddings must be a 2-d [tools, dim] array, got shape {tuple(arr.shape)}")
+    bad = ~np.isfinite(arr).all(axis=1)
+    if bad.any():
+        rows = np.flatnonzero(bad)
+        raise RiskrankError(f"tool embeddings hold NaN or infinity in {len(rows)} row(s), the first {rows[:5].tolist()}")
+    return arr
+
+
 class RiskAwareRetriever:
     """Risk-aware retrieval over one registry.
 
@@ -247,7 +283,7 @@ class RiskAwareRetriever:
         self.checkpoint = checkpoint
         if tool_emb is None:
             tool_emb = encode_tools(self.encoder, registry.texts(tool_template))
-        tool_emb = np.ascontiguousarray(tool_emb, dtype=np.float32)
+        tool_emb = _checked_embeddings(tool_emb)
         if tool_emb.shape[0] != len(registry):
             raise RiskrankError(f"tool embeddings have {tool_emb.shape[0]} rows for {len(registry)} tools")
         if checkpoint is not None and tool_emb.shape[1] != checkpoint.model.dim:
@@ -278,8 +314,12 @@ class RiskAwareRetriever:
         #: lambda / alpha / normalisation per pipeline, chosen on validation (the checkpoint's).
         self.pipelines: dict[str, dict[str, Any]] = dict(inference.get("pipelines") or {})
         self._given = {"lam": lam is not None, "alpha": alpha is not None, "normalisation": normalisation is not None}
-        self.lam = float(lam if lam is not None else inference.get("lam", 0.1))
-        self.alpha = float(alpha if alpha is not None else inference.get("alpha", 0.1))
+        self.lam = _number("lambda", lam) if lam is not None else float(inference.get("lam", 0.1))
+        self.alpha = _number("alpha", alpha) if alpha is not None else float(inference.get("alpha", 0.1))
+        if not (np.isfinite(self.lam) and self.lam >= 0):  # as a call's own lambda and alpha are checked
+            raise RiskrankError(f"lambda must be a finite number >= 0, got {self.lam}")
+        if not 0.0 <= self.alpha <= 1.0:
+            raise RiskrankError(f"alpha must be a number in [0, 1], got {self.alpha}")
         self.normalisation = normalisation or inference.get("normalisation") or (graph.config.normalisation if graph else "row")
         if self.normalisation not in NORMALISATIONS:
             raise RiskrankError(f"unknown normalisation {self.normalisation!r}; choose from {NORMALISATIONS}")
@@ -340,8 +380,9 @@ class RiskAwareRetriever:
         return model
 
     @classmethod
-    def from_paths(cls, registry: str | Path, checkpoint: str | Path | None = None, **kwargs: Any) -> RiskAwareRetriever:
-        """Load a registry file and (optionally) a checkpoint directory."""
+    def from_paths(cls, registry: str | Path, checkpoint: str | Path | None = BASE_AUTO, **kwargs: Any) -> RiskAwareRetriever:
+        """Load a registry file and a checkpoint: omitted, the base model as the constructor
+        loads it (None or ``"none"``: no heads); a path, that checkpoint directory."""
         return cls(ToolRegistry.load(registry), checkpoint=checkpoint, **kwargs)
 
     @property
@@ -521,12 +562,12 @@ class RiskAwareRetriever:
         if not stages.heads:
             out["lam"] = 0.0
         if lam is not None:
-            lam = float(lam)
+            lam = _number("lambda", lam)
             if not np.isfinite(lam) or lam < 0:
                 raise RiskrankError(f"lambda must be a finite number >= 0, got {lam}")
             out["lam"] = lam
         if alpha is not None:
-            alpha = float(alpha)
+            alpha = _number("alpha", alpha)
             if not 0.0 <= alpha <= 1.0:  # NaN fails too: it would smooth nothing and be reported as asked
                 raise RiskrankError(f"alpha must be a number in [0, 1], got {alpha}")
             out["alpha"] = alpha
@@ -837,8 +878,13 @@ class RiskAwareRetriever:
         fill: str | None = None, min_score: float | None = None,
     ) -> list[RetrievalResult]:
         """:meth:`retrieve` for several tasks, encoded and ranked in one batch."""
-        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K:
-            raise RiskrankError(f"k must be an integer between 1 and {MAX_K}, got {k!r}")
+        k = checked_k(k)
+        if isinstance(tasks, (str, bytes)):
+            raise RiskrankError(f"tasks must be a list of task strings, got {type(tasks).__name__} (retrieve takes one task)")
+        try:
+            tasks = list(tasks)  # an iterator is read once: checked, then ranked
+        except TypeError:
+            raise RiskrankError(f"tasks must be a list of task strings, got {type(tasks).__name__}") from None
         for t in tasks:
             check_task(t)
         call = self.resolve_call(k, lam=lam, mode=mode, alpha=alpha, risk_source=risk_source, candidates=candidates,
