@@ -236,6 +236,9 @@ def test_bootstrap_ci():
     ([[0, 1]], [[5]], [1, 2], "gold[0] holds tool index 5"),
     ([[0, 1]], [[1]], [0, 9], "risk levels must be 0 (unknown) to 5"),
     ([[0, 1]], [[1], [0]], [1, 2], "1 rankings but 2 gold sets"),
+    ([[0, 0, 0]], [[0]], [1, 2], "ranking[0] lists tool 0 more than once"),  # it lifted NDCG to 2.9, recall to 3
+    ([[0, 1], [1, 1, 0]], [[0], [1]], [1, 2], "ranking[1] lists tool 1 more than once"),
+    ([[0, 1], [2]], [[0], [1]], [1, 2], "tool index 2, outside the 2 tools"),
 ])
 def test_evaluate_names_bad_inputs(ranking, gold, risk, says):
     from riskrank.errors import RiskrankError
@@ -243,3 +246,16 @@ def test_evaluate_names_bad_inputs(ranking, gold, risk, says):
     with pytest.raises(RiskrankError, match=re.escape(says)):
         evaluate(ranking, gold, risk)
     assert evaluate([[0, 1]], [[1]], [1, 2])["success@5"].tolist() == [1.0]  # plain lists are read
+
+
+def test_rankings_of_different_lengths_score_the_missing_places_as_no_tool():
+    """A rule filter's or a relevance floor's list can be shorter than k, or empty: scored as
+    the places it left empty, not refused by numpy; a tool a plan calls twice is one gold tool."""
+    risk = [1, 4, 1, 5, 2]
+    ragged = evaluate([[0, 1, 3], [2], []], [[0], [2], [4]], risk)
+    assert ragged["ndcg@5"].tolist() == [1.0, 1.0, 0.0] and ragged["mrr"].tolist() == [1.0, 1.0, 0.0]
+    assert ragged["rvr@5"].tolist() == pytest.approx([0.4, 0.0, 0.0])  # two risky tools of five places
+    alone = evaluate([[0, 1, 3]], [[0]], risk)  # the same query scored by itself: the same figures
+    assert {k: v[0] for k, v in alone.items() if not np.isnan(v[0])} == {k: v[0] for k, v in ragged.items() if not np.isnan(v[0])}
+    twice = evaluate([[0, 1, 2, 3, 4]], [[0, 0]], risk)
+    assert twice["recall@5"].tolist() == [1.0] and twice["success@5"].tolist() == [1.0]

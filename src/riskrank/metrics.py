@@ -113,7 +113,10 @@ def checked_inputs(ranking: Any, gold: Any, risk: Any, k: Any) -> tuple[np.ndarr
     """The inputs of :func:`evaluate` as arrays, or a :class:`RiskrankError` naming what is
     wrong: a tool index outside the registry (a negative one would silently count the last
     tool), a query with no gold tool (every metric of it would be meaningless, and success@k
-    read 1), a level outside 0..5, a k below 1. Plain lists are accepted."""
+    read 1), a level outside 0..5, a k below 1, a ranking that lists a tool twice. Plain lists
+    are accepted, rankings of different lengths too (a list shorter than k, or empty, scores its
+    missing places as no tool: padded with an index past the registry, at no risk, which the
+    returned risk holds as its last entry); a gold tool listed twice is one."""
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise RiskrankError(f"k must be an integer >= 1, got {k!r}")
     risk = np.asarray(risk)
@@ -122,12 +125,39 @@ def checked_inputs(ranking: Any, gold: Any, risk: Any, k: Any) -> tuple[np.ndarr
     if risk.size and (risk.min() < 0 or risk.max() > 5):
         raise RiskrankError(f"risk levels must be 0 (unknown) to 5, got {int(risk.min())}..{int(risk.max())}")
     n = len(risk)
+    rows = None
+    if not isinstance(ranking, np.ndarray) and isinstance(ranking, Sequence) and ranking and all(
+            isinstance(r, (Sequence, np.ndarray)) and not isinstance(r, (str, bytes)) for r in ranking):
+        rows = [np.asarray(r) for r in ranking]
+        if len({len(r) for r in rows}) > 1 or any(len(r) == 0 for r in rows):
+            # lists of different lengths (a rule filter's or a relevance floor's: fewer than k):
+            # padded with a tool past the registry, at no risk and in no gold set
+            for q, r in enumerate(rows):
+                if r.size and (r.ndim != 1 or not np.issubdtype(r.dtype, np.integer)):
+                    raise RiskrankError(f"ranking[{q}] must be a list of tool indices, got {r.tolist()!r}"[:300])
+                if r.size and (r.min() < 0 or r.max() >= n):  # before the padding, which is index n
+                    raise RiskrankError(f"ranking holds tool index {int(r.min() if r.min() < 0 else r.max())}, "
+                                        f"outside the {n} tools of risk")
+            width = max(len(r) for r in rows)
+            ranking = np.full((len(rows), max(width, 1)), n, dtype=np.int64)
+            for q, r in enumerate(rows):
+                ranking[q, :len(r)] = r
+        else:
+            rows = None
     ranking = np.atleast_2d(np.asarray(ranking))
     if ranking.ndim != 2 or not np.issubdtype(ranking.dtype, np.integer):
         raise RiskrankError(f"ranking must be a [queries, positions] array of tool indices, got shape {ranking.shape}, dtype {ranking.dtype}")
-    if ranking.size and (ranking.min() < 0 or ranking.max() >= n):
-        raise RiskrankError(f"ranking holds tool index {int(ranking.min() if ranking.min() < 0 else ranking.max())}, "
+    real = ranking[ranking != n] if rows is not None else ranking
+    if real.size and (real.min() < 0 or real.max() >= n):
+        raise RiskrankError(f"ranking holds tool index {int(real.min() if real.min() < 0 else real.max())}, "
                             f"outside the {n} tools of risk")
+    for q in range(ranking.shape[0]):
+        listed = ranking[q][ranking[q] != n] if rows is not None else ranking[q]
+        if len(np.unique(listed)) != len(listed):  # counted twice, it would lift recall past 1
+            twice = next(int(t) for t in listed if (listed == t).sum() > 1)
+            raise RiskrankError(f"ranking[{q}] lists tool {twice} more than once (a ranking names each tool once)")
+    if rows is not None:
+        risk = np.append(risk, 0).astype(risk.dtype)
     if isinstance(gold, (str, bytes)) or len(gold) != ranking.shape[0]:
         raise RiskrankError(f"{ranking.shape[0]} rankings but {len(gold) if not isinstance(gold, (str, bytes)) else 'no'} gold sets")
     out = []
@@ -137,7 +167,7 @@ def checked_inputs(ranking: Any, gold: Any, risk: Any, k: Any) -> tuple[np.ndarr
             raise RiskrankError(f"gold[{q}] must be a non-empty list of tool indices, got {g.tolist()!r}"[:300])
         if g.min() < 0 or g.max() >= n:
             raise RiskrankError(f"gold[{q}] holds tool index {int(g.min() if g.min() < 0 else g.max())}, outside the {n} tools of risk")
-        out.append(g)
+        out.append(np.asarray(list(dict.fromkeys(g.tolist())), dtype=g.dtype))  # a tool a plan calls twice is one gold tool
     return ranking, out, risk
 
 
