@@ -99,6 +99,15 @@ def test_mcp_tools_list(tmp_path, wrapped):
     assert reg["rm_tree"].description == "Remove a directory tree"
     assert reg["list_files"].parameters["properties"]["path"]["type"] == "string"
     assert reg["list_files"].to_dict()["annotations"]["title"] == "List files"
+    # the tool's own title (MCP's top-level one), with no annotations at all: read as the
+    # adapters read the same record, not as the name's words
+    alone = ToolRegistry.load(write(tmp_path, "titled.json", {"tools": [{"name": "fs_rm", "title": "Delete a file permanently",
+                                                                         "inputSchema": {}}]}))
+    assert alone["fs_rm"].description == "Delete a file permanently"
+    from riskrank.adapters import tool_record
+
+    assert tool_record({"name": "fs_rm", "title": "Delete a file permanently", "inputSchema": {}})["description"] == \
+        alone["fs_rm"].description
 
 
 def test_mcp_bad_annotation_type(tmp_path):

@@ -562,9 +562,11 @@ def _mcp(data: Any, source: str) -> list[Tool]:
     for where, rec in _each(_records(data, source), source):
         description = rec.get("description")
         annotations = rec.get("annotations")
-        if (description is None or (isinstance(description, str) and not description.strip())) and isinstance(annotations, Mapping):
-            # MCP makes description optional; fall back to the human title when given.
-            description = annotations.get("title") or rec.get("title")
+        if description is None or (isinstance(description, str) and not description.strip()):
+            # MCP makes description optional; fall back to the human title when given (the
+            # tool's own, else its annotations'), as riskrank.adapters reads the same record
+            title = rec.get("title") or (annotations.get("title") if isinstance(annotations, Mapping) else None)
+            description = title if title is not None else description
         tools.append(
             make_tool(
                 rec.get("name"), description, where=where, parameters=rec.get("inputSchema"),
