@@ -300,3 +300,19 @@ def test_registry_arrays_are_aligned_with_file_order():
 def test_labels_format_on_a_non_object(data):
     with pytest.raises(RegistryError, match=r"f\.json"):
         ToolRegistry.from_data(data, fmt="labels", source="f.json")
+
+
+def test_a_tool_built_directly_is_checked_and_gets_its_permissions():
+    """Tool(...) and ToolRegistry([...]) used directly, as a library user would: what
+    make_tool checks in full fails here with a message, not later in numpy or an encoder."""
+    from riskrank.registry import Tool
+
+    assert Tool("delete_file", "Permanently delete a file from the disk.").permissions  # computed, not left empty
+    assert Tool("x", "d", risk_level=3.0).risk_level == 3 and Tool("x", "d", permissions=frozenset({"p"})).permissions == {"p"}
+    for kwargs, says in (({"name": 5, "description": "x"}, "'name' must be a non-empty string"),
+                         ({"name": "x", "description": None}, "'description' must be a string"),
+                         ({"name": "x", "description": "d", "risk_level": 9}, "risk_level must be between 1 and 5")):
+        with pytest.raises(RegistryError, match=says):
+            Tool(**kwargs)
+    with pytest.raises(RegistryError, match="record 0 is a dict"):
+        ToolRegistry([{"name": "x", "description": "d"}])

@@ -128,10 +128,23 @@ class Tool:
     description: str
     parameters: Mapping[str, Any] | None = None
     risk_level: int | None = None
-    permissions: frozenset[str] = field(default=frozenset())
+    permissions: frozenset[str] = field(default=None)  # type: ignore[assignment]  # None: computed
     annotations: Mapping[str, Any] | None = None
     reason: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """A tool built directly (not by :func:`make_tool`, which checks every field in full)
+        is checked for what would otherwise fail later, far from here: a name and a
+        description that are strings, a level 1..5 or None; its permissions are computed when
+        not given (the broad-permission cap reads them)."""
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise RegistryError(f"Tool: 'name' must be a non-empty string{_got(self.name)}")
+        if not isinstance(self.description, str):
+            raise RegistryError(f"Tool {show(self.name)}: 'description' must be a string, got {_type(self.description)}")
+        object.__setattr__(self, "risk_level", _check_risk(self.risk_level, f"Tool {show(self.name)}"))
+        if self.permissions is None:
+            object.__setattr__(self, "permissions", permission_categories(self.name, self.description))
 
     def text(self, template: str = DEFAULT_TOOL_TEMPLATE) -> str:
         """The text the encoder embeds for this tool."""
@@ -157,7 +170,7 @@ class Tool:
 def _check_risk(value: Any, where: str) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
         raise RegistryError(f"{where}: risk_level must be an integer 1-5{_got(value)}")
     if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
         raise RegistryError(f"{where}: risk_level must be an integer 1-5{_got(value)}")
@@ -243,6 +256,10 @@ class ToolRegistry:
         self.source = source
         if not self.tools:
             raise RegistryError(f"{source}: the registry holds no tools")
+        for i, tool in enumerate(self.tools):
+            if not isinstance(tool, Tool):
+                raise RegistryError(f"{source}: record {i} is a {_type(tool)}, not a Tool (records as dicts are read with "
+                                    "ToolRegistry.from_data({'tools': [...]}); one tool is built with make_tool)")
         self._index: dict[str, int] = {}
         for i, tool in enumerate(self.tools):
             if tool.name in self._index:
