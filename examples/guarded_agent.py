@@ -2,8 +2,8 @@
 
     python examples/guarded_agent.py
 
-Offline: the "LLM" is a stand-in that calls the visible tool sharing the most words with the
-task, and the tools are fakes. The guard is real: for each task, ToolGuard ranks the agent's
+Offline: the "LLM" is a stand-in that calls the first tool it is shown (the guard ranks the
+most relevant first; a real model would read the descriptions), and the tools are fakes. The guard is real: for each task, ToolGuard ranks the agent's
 OpenAI-style function specs by relevance and risk, applies the rule filter (at most one
 tool of risk level >= 3 in the top-k, deferred tools reported with the reason), and the
 agent loop passes only the kept specs to the model, and refuses any call to a tool it did
@@ -12,7 +12,6 @@ not show. The first run loads the bundled MiniLM encoder (a few seconds).
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from riskrank import ToolGuard
@@ -63,24 +62,14 @@ TASKS = [
 ]
 
 
-STOP = {"the", "and", "with", "from", "for", "my", "in", "a", "an", "of", "to", "is", "what", "how", "much", "left", "old", "their"}
-
-
-def words(text: str) -> set[str]:
-    return {w[:4] for w in re.findall(r"[a-z]+", text.lower()) if w not in STOP}
-
-
 def fake_llm(task: str, visible: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Stands in for the model: pick the visible tool whose name and description share the most
-    words with the task, and fill every required argument with the task text."""
-    best, overlap = None, 0
-    for spec in visible:
-        f = spec["function"]
-        n = len(words(task) & words(f["name"].replace("_", " ") + " " + f["description"]))
-        if n > overlap:
-            best, overlap = f, n
-    if best is None:
+    """Stands in for the model: call the first tool shown (riskrank's most relevant for the
+    task), with every required argument filled with the task text. (A stand-in that picked
+    the tool sharing the most words with the task called transfer_funds for "How much money
+    is left in my savings account?": "money" and "account" are in its description.)"""
+    if not visible:
         return None
+    best = visible[0]["function"]
     return {"name": best["name"], "arguments": {p: task for p in best["parameters"]["required"]}}
 
 

@@ -188,5 +188,5 @@ def test_example_agent_loop(example, guard):
 @pytest.mark.slow
 def test_example_script_with_the_default_encoder():
     out = subprocess.run([sys.executable, str(EXAMPLE)], capture_output=True, text=True, timeout=600, check=True)
-    assert out.stdout.count("model sees 3 of 12 tools") == 4
-    assert "model calls get_weather" in out.stdout and "model calls transfer_funds" in out.stdout
+    calls = [line.split("model calls ")[1].split(" ")[0] for line in out.stdout.splitlines() if "model calls " in line]
+    assert calls == ["get_weather", "delete_file", "get_account_balance", "transfer_funds"], out.stdout
