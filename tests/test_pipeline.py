@@ -4,6 +4,8 @@ agreeing with the full pool."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -524,3 +526,18 @@ def test_from_paths_loads_the_base_model_as_the_constructor_does():
 
     for fn in (RiskAwareRetriever.from_paths, RiskAwareRetriever.__init__):
         assert inspect.signature(fn).parameters["checkpoint"].default == BASE_AUTO
+
+
+def test_pins_fill_and_encoder_of_the_wrong_kind_are_named(demo, dense):
+    """A misspelt pin pinned nothing without a word; a pin out of range, an unknown fill in a
+    mode without rules, an encoder that is not one failed later or not at all."""
+    name = demo.registry[0].name
+    for kw, says in (({"level_pins": {"no_such_tool": 2}}, "level_pins names 1 tool(s) the registry does not hold: 'no_such_tool'"),
+                     ({"level_pins": {name: 9}}, f"level_pins['{name}'] must be a level 1..5, got 9"),
+                     ({"encoder": 5}, "encoder must be an encoder name, an Encoder or an object with encode(), got int")):
+        with pytest.raises(RiskrankError, match=re.escape(says)):
+            RiskAwareRetriever(demo.registry, **{"encoder": dense.encoder, **kw}, checkpoint=None, tool_emb=dense.tool_emb)
+    assert RiskAwareRetriever(demo.registry, encoder=dense.encoder, checkpoint=None, tool_emb=dense.tool_emb,
+                              level_pins={name: 4}).tool_levels.levels[0] == 4
+    with pytest.raises(RiskrankError, match="fill must be one of"):
+        dense.retrieve(TASKS[0], mode="dense", fill="bogus")

@@ -254,3 +254,22 @@ def test_accepts_permission_matrix_and_validates():
     with pytest.raises(RiskrankError, match="fill"):
         RuleConfig(fill="sometimes")
     assert isinstance(rf.filter(np.array([1, 0])), FilterResult)
+
+
+@pytest.mark.parametrize(("kw", "says"), [
+    ({"max_risky": "1"}, "RuleConfig.max_risky must be an integer >= 0 or None, got '1'"),
+    ({"k": 0}, "RuleConfig.k must be an integer >= 1"),
+    ({"risky_level": 7}, "RuleConfig.risky_level must be an integer between 1 and 5"),
+    ({"redundancy_threshold": 5}, "RuleConfig.redundancy_threshold must be a cosine in [0, 1] or None"),
+    ({"fill": "bogus"}, "RuleConfig.fill must be one of"),
+])
+def test_rule_config_names_a_bad_setting(kw, says):
+    """Each setting is checked where it is given (a threshold of 5 disabled the redundancy
+    check without a word; a string failed later in a comparison)."""
+    import re
+
+    from riskrank.errors import RiskrankError
+
+    with pytest.raises(RiskrankError, match=re.escape(says)):
+        RuleConfig(**kw)
+    assert RuleConfig(k=np.int64(3)).k == 3

@@ -290,7 +290,9 @@ def audit_tools(spec: ArtefactSpec, encoder: Any, registry: ToolRegistry, level_
     from riskrank.base import resolve_checkpoint
 
     path, note = resolve_checkpoint(spec.checkpoint, getattr(encoder, "identity", None))
-    r = _retriever(spec, encoder, registry, path, level_pins=level_pins, tool_groups=groups)
+    # a policy pins tools of every server it knows; this registry holds those listed now
+    pins = {n: v for n, v in (level_pins or {}).items() if n in registry}
+    r = _retriever(spec, encoder, registry, path, level_pins=pins, tool_groups=groups)
     return ToolAudit(registry, r.tool_levels, r.tool_emb, r.checkpoint, note)
 
 

@@ -41,7 +41,7 @@ import dataclasses
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,7 +100,7 @@ from riskrank.risk import (
     level_from_score,
     resolve_tool_levels,
 )
-from riskrank.rules import FilterResult, RuleConfig, RuleFilter
+from riskrank.rules import FILL_POLICIES, FilterResult, RuleConfig, RuleFilter
 
 #: The approximate first stage joins BM25's best M // LEXICAL_SHARE tools to the index's
 #: cosine top-M (a task whose words match a tool's is rarely served by the cosine alone).
@@ -194,6 +194,25 @@ def _number(name: str, value: Any) -> float:
     return float(value)
 
 
+def _checked_pins(pins: Any, registry: ToolRegistry) -> dict[str, int]:
+    """The operator's level pins (name -> level 1..5), each naming a tool of ``registry``: a
+    misspelt name pinned nothing without a word, a level out of range failed at the first
+    retrieve without naming the pin."""
+    if pins is None:
+        return {}
+    if not isinstance(pins, Mapping):
+        raise RiskrankError(f"level_pins must be a mapping of tool name to level 1..5, got {type(pins).__name__}")
+    unknown = [n for n in pins if n not in registry]
+    if unknown:
+        raise RiskrankError(f"level_pins names {len(unknown)} tool(s) the registry does not hold: "
+                            + ", ".join(map(repr, unknown[:5])))
+    bad = {n: v for n, v in pins.items() if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= 5}
+    if bad:
+        name, value = next(iter(bad.items()))
+        raise RiskrankError(f"level_pins[{name!r}] must be a level 1..5, got {value!r}")
+    return {n: int(v) for n, v in pins.items()}
+
+
 def _checked_embeddings(tool_emb: Any) -> np.ndarray:
     """Tool embeddings as a float32 [tools, dim] array, or an error naming what is wrong: not
     2-d (one vector, a batch of matrices), or holding NaN or infinity (every score they touch
@@ -263,6 +282,8 @@ class RiskAwareRetriever:
         # MCP hints only raise an unlabelled tool's level unless the operator trusts its servers.
         self.trust_annotations = bool(trust_annotations)
         self.cache_queries = cache_queries
+        if encoder is not None and not isinstance(encoder, str) and not callable(getattr(encoder, "encode", None)):
+            raise RiskrankError(f"encoder must be an encoder name, an Encoder or an object with encode(), got {type(encoder).__name__}")
         self.encoder = encoder if encoder is not None and not isinstance(encoder, str) else Encoder(encoder, progress=progress)
         self.tool_template = tool_template
         #: Why no checkpoint was loaded by default (no base model here, or another encoder), or None.
@@ -338,7 +359,7 @@ class RiskAwareRetriever:
         if fill_levels not in FILL_LEVELS:
             raise RiskrankError(f"fill_levels must be one of {', '.join(FILL_LEVELS)}, got {fill_levels!r}")
         self.fill_levels = fill_levels
-        self.level_pins = dict(level_pins or {})
+        self.level_pins = _checked_pins(level_pins, registry)
         if tool_groups is not None and len(tool_groups) != len(self.registry):
             raise RiskrankError(f"tool_groups names {len(tool_groups)} groups for {len(self.registry)} tools")
         self.tool_groups = list(tool_groups) if tool_groups is not None else None
@@ -869,6 +890,8 @@ class RiskAwareRetriever:
         m = self.candidates if candidates is None else self._check_candidates(candidates)
         setting = self.settings(stages.name, risk_source=source, candidates=m, lam=lam, alpha=alpha)
         fill = self.rule_config.fill if fill is None else fill
+        if fill not in FILL_POLICIES:  # checked in every mode, not only where a rule stage reads it
+            raise RiskrankError(f"fill must be one of {', '.join(FILL_POLICIES)}, got {fill!r}")
         return CallSettings(stages.name, int(k), setting["lam"], setting["alpha"], setting["normalisation"], source,
                             fill if stages.rule else None, self.relevance_floor(stages.name, min_score), m)
 

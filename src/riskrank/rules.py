@@ -63,14 +63,25 @@ class RuleConfig:
     fill: str = "safe"
 
     def __post_init__(self) -> None:
-        if self.k < 1:
-            raise RiskrankError(f"RuleConfig.k must be >= 1, got {self.k}")
+        def integer(name: str, low: int, high: int | None = None, none: bool = False) -> None:
+            v = getattr(self, name)
+            if v is None and none:
+                return
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low or (high is not None and v > high):
+                bound = f">= {low}" if high is None else f"between {low} and {high}"
+                raise RiskrankError(f"RuleConfig.{name} must be an integer {bound}{' or None' if none else ''}, got {v!r}")
+
+        integer("k", 1)
         if self.fill not in FILL_POLICIES:
             raise RiskrankError(f"RuleConfig.fill must be one of {', '.join(FILL_POLICIES)}, got {self.fill!r}")
-        for name in ("max_risky", "max_broad"):
-            v = getattr(self, name)
-            if v is not None and v < 0:
-                raise RiskrankError(f"RuleConfig.{name} must be >= 0 or None, got {v}")
+        integer("max_risky", 0, none=True)
+        integer("max_broad", 0, none=True)
+        integer("risky_level", 1, 5)
+        integer("broad_min_perms", 1)
+        t = self.redundancy_threshold
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 <= t <= 1.0):
+            # a cosine above 1 never happens: a threshold of 5 would silently disable the check
+            raise RiskrankError(f"RuleConfig.redundancy_threshold must be a cosine in [0, 1] or None, got {t!r}")
 
 
 @dataclass
