@@ -1929,7 +1929,7 @@ def guard_trade(before: str, after: str, per_call: str) -> tuple[V, ...]:
             ratio, pct(s.at("summary", before, "attack_success"), ".1f"), pct(s.at("summary", after, "attack_success"), ".1f"))
 
 
-claim("docs/session-guard.md", "questions fall\nfrom {} to {} per task ({}x the per-call policy's), and attacks run unasked rise from\n{} % to {} %",
+claim("docs/session-guard.md", "covers the task's tools: questions fall\nfrom {} to {} per task ({}x the per-call policy's), and attacks run unasked rise from\n{} % to {} %",
       *guard_trade("session_guard", "once_per_task", "per_call"), timing=SESSION_RUN)
 claim("docs/session-guard.md", "per-call policy letting {} % of the attacks through and the guard {} %",
       pct(SESSION_STEPS.at("runs", "before_drift_level", "summary", "per_call", "attack_success"), "g"),
@@ -1941,10 +1941,10 @@ claim("docs/session-guard.md", "loads\n{} to {}), the guard added {}, {} and {} 
       load_of(OVERHEAD, "runs", 0), load_of(OVERHEAD, "runs", 2).map(lambda x: f"{float(x):.2f}"),
       *(OVERHEAD.at("runs", i, "overhead", "memory/added_source_ms", fmt=".3f") for i in range(3)),
       *(OVERHEAD.at("runs", i, "overhead", "sqlite/added_source_ms", fmt=".3f") for i in range(3)))
-claim("docs/session-guard.md", "added {} ms there at a load of {},\n{} ms at {}, {} ms at {} and {} ms at {}; the three runs committed before this one, after it, {} ms at {}, {} ms at {} "
-      "and {} ms at {}; this one adds {} ms at {}",
+claim("docs/session-guard.md", "added {} ms there at a load of {},\n{} ms at {}, {} ms at {} and {} ms at {}; the four runs committed before this one, after it, {} ms at {}, {} ms at {}, "
+      "{} ms at {} and {} ms at {}; this one adds {} ms at {}",
       *(x for run in ("before_audited_columns", "before_talks_to_and_addresses", "before_int8_tasks", "before_partial_levels",
-                      "before_neighbour_levels", "before_buying", "before_places")
+                      "before_neighbour_levels", "before_buying", "before_places", "before_drift_covers_task")
         for x in (SESSION_STEPS.at("runs", run, "overhead", "sqlite/added_source_ms", fmt=".3f"), load_of(SESSION_STEPS, "runs", run))),
       Json(SESSION).at("overhead", "sqlite/added_source_ms", fmt=".3f"), load_of(Json(SESSION)), timing=SESSION_RUN)
 claim("docs/session-guard.md", "with the annotators' levels the questions\nfall from {} to {} per task, {}x the per-call policy's, still above half, while the\nattacks run unasked rise from {} % to {} %",
@@ -2060,3 +2060,11 @@ claim("docs/session-guard.md", "The model shipped since moves {} of the {} serve
       served_moved("bfcl_levels_partial", "bfcl_levels_neighbours"), BFCL_NEIGHBOURS.at("n_tools"))
 claim("docs/session-guard.md", "with the flow change, {} % on the base model then shipped",
       pct(SESSION_STEPS.at("runs", "before_base_rebuild", "summary", "session_guard", "attack_success"), ".1f"))
+
+claim("docs/session-guard.md", "with `once_per_task` questions per task\n  {} → {}, with `cover_level` 4 as well {} → {}, and the same attacks run unasked in\n  every column ({} % and {} %)",
+      SESSION_STEPS.at("runs", "before_drift_covers_task", "summary", "once_per_task", "confirmations_per_task", fmt=".2f"),
+      Json(SESSION).at("summary", "once_per_task", "confirmations_per_task", fmt=".2f"),
+      SESSION_STEPS.at("runs", "before_drift_covers_task", "summary", "once_per_task_cover4", "confirmations_per_task", fmt=".2f"),
+      Json(SESSION).at("summary", "once_per_task_cover4", "confirmations_per_task", fmt=".2f"),
+      pct(Json(SESSION).at("summary", "once_per_task", "attack_success"), ".1f"),
+      pct(Json(SESSION).at("summary", "once_per_task_cover4", "attack_success"), ".1f"), timing=SESSION_RUN)
