@@ -2068,3 +2068,5 @@ claim("docs/session-guard.md", "with `once_per_task` questions per task\n  {} â†
       Json(SESSION).at("summary", "once_per_task_cover4", "confirmations_per_task", fmt=".2f"),
       pct(Json(SESSION).at("summary", "once_per_task", "attack_success"), ".1f"),
       pct(Json(SESSION).at("summary", "once_per_task_cover4", "attack_success"), ".1f"), timing=SESSION_RUN)
+claim("docs/session-guard.md", "{}", V(lambda: _load(SESSION)["columns"]["session_guard"]["asked_texts"][0], SESSION),
+      timing=SESSION_RUN)
