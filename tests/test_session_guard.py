@@ -49,6 +49,7 @@ from riskrank.serving.gateway.limits import CallLimits
 from riskrank.serving.gateway.policy import Globs, Policy
 from riskrank.serving.gateway.session import (
     MAX_FLOW_VALUES,
+    MAX_SESSIONS,
     Exposure,
     Flow,
     SessionBook,
@@ -1039,3 +1040,24 @@ def test_resources_and_prompts_wait_for_the_first_catalogue(tmp_path, encoder):
 
     anyio.run(main)
     assert order[0] == "ready" and sorted(order[1:]) == ["prompts", "resources", "templates"]
+
+
+def test_one_caller_flooding_sessions_pushes_out_its_own_never_anothers():
+    """Past the bound, the oldest entry of the caller holding the most goes: a client that
+    opens thousands of conversations cannot wipe another client's anchor and flow record."""
+    from riskrank.serving.gateway.session import OwnedTable, session_owner
+
+    assert session_owner("alice/http-1") == "alice" and session_owner("token-ab12/conv-9") == "token-ab12"
+    assert session_owner("token-ab12") == "token-ab12" and session_owner("http-1") == session_owner("stdio") == ""
+    table = OwnedTable(limit=10)
+    table.put("alice/conv-victim", "anchor")
+    table.put("token-cd/conv-victim", "anchor")
+    for i in range(1000):
+        table.put(f"ci-bot/conv-flood-{i}", i)
+    assert table["alice/conv-victim"] == "anchor" and table.get("token-cd/conv-victim") == "anchor" and len(table) == 10
+    assert "ci-bot/conv-flood-999" in table and "ci-bot/conv-flood-0" not in table  # its own oldest went
+    book = SessionBook()
+    book.update("alice/victim", lambda r: r.with_anchor("list the services", "header", [], 0.0))
+    for i in range(MAX_SESSIONS + 50):
+        book.update(f"ci-bot/flood-{i}", lambda r: r.with_anchor("x", "find_tools", [], 0.0))
+    assert book.get("alice/victim").anchor == "list the services"

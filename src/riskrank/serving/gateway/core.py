@@ -71,8 +71,8 @@ from riskrank.serving.gateway.policy import (
 )
 from riskrank.serving.gateway.session import (
     MAX_FLOW_VALUES,
-    MAX_SESSIONS,
     Exposure,
+    OwnedTable,
     SessionBook,
     SessionError,
     SessionRecord,
@@ -208,7 +208,7 @@ class Gateway:
             raise RiskrankError(f"k must be between 1 and {self.limits.max_k}, got {default_k}")
         self.default_k = default_k
         self.forward = forward and manager is not None
-        self.exposure: collections.OrderedDict[str, Exposure] = collections.OrderedDict()
+        self.exposure = OwnedTable()
         #: The state store (``--state``): exposures are written through to it, so a caller's
         #: find_tools at one replica exposes its tools at every replica (a session-less client
         #: behind a load balancer); None: this process's memory only.
@@ -581,10 +581,7 @@ class Gateway:
     def _expose(self, key: str, exposure: Exposure) -> None:
         # Replace, never accumulate: a tool returned once is not callable after a later
         # result withholds it.
-        self.exposure[key] = exposure
-        self.exposure.move_to_end(key)
-        while len(self.exposure) > MAX_SESSIONS:
-            self.exposure.popitem(last=False)
+        self.exposure.put(key, exposure)
 
     # -- call_tool ----------------------------------------------------------------------------------
     async def forward_call(self, arguments: dict[str, Any], call: Any) -> Any:

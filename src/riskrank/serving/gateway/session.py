@@ -462,8 +462,8 @@ class SessionBook:
     def __init__(self, store: Any = None) -> None:
         self.store = store
         #: memory mode: the records; with a store: what this replica last read or wrote, by version
-        self._memory: collections.OrderedDict[str, SessionRecord] = collections.OrderedDict()
-        self._seen: collections.OrderedDict[str, tuple[int, SessionRecord]] = collections.OrderedDict()
+        self._memory = OwnedTable()
+        self._seen = OwnedTable()
         self._pruned_at = 0.0
 
     def get(self, key: str) -> SessionRecord:
@@ -541,11 +541,74 @@ class SessionBook:
             self.store.prune_sessions(now - IDLE_S)
 
 
-def _remember(table: collections.OrderedDict[str, Any], key: str, value: Any) -> None:
-    table[key] = value
-    table.move_to_end(key)
-    while len(table) > MAX_SESSIONS:
-        table.popitem(last=False)
+def session_owner(key: str) -> str:
+    """Who a session key belongs to, for bounding what one caller may keep: a named client
+    (``alice/...``) or a token (``token-<digest>[/conv-...]``) is its own; the sessions of
+    callers with no identity of their own (the shared bearer token's MCP sessions, stdio)
+    are one."""
+    if "/" in key:
+        return key.split("/", 1)[0]
+    return key if key.startswith("token-") else ""
+
+
+_MISSING = object()
+
+
+class OwnedTable:
+    """The latest ``limit`` entries by session key, where a caller who opens many sessions
+    pushes out its own oldest, never another caller's: past the bound, the oldest entry of the
+    owner (:func:`session_owner`) holding the most goes. (One LRU over every session let one
+    client's flood of new conversations or MCP sessions wipe another client's anchor, flow
+    record and approvals.)"""
+
+    def __init__(self, limit: int = MAX_SESSIONS) -> None:
+        self.limit = limit
+        self._owners: dict[str, collections.OrderedDict[str, Any]] = {}
+        self._size = 0
+
+    def get(self, key: str, default: Any = None) -> Any:
+        entries = self._owners.get(session_owner(key))
+        return entries.get(key, default) if entries is not None else default
+
+    def __getitem__(self, key: str) -> Any:
+        got = self.get(key, _MISSING)
+        if got is _MISSING:
+            raise KeyError(key)
+        return got
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and key in self._owners.get(session_owner(key), ())
+
+    def __len__(self) -> int:
+        return self._size
+
+    def pop(self, key: str, default: Any = None) -> Any:
+        owner = session_owner(key)
+        entries = self._owners.get(owner)
+        if entries is None or key not in entries:
+            return default
+        self._size -= 1
+        value = entries.pop(key)
+        if not entries:
+            del self._owners[owner]
+        return value
+
+    def put(self, key: str, value: Any) -> None:
+        entries = self._owners.setdefault(session_owner(key), collections.OrderedDict())
+        if key not in entries:
+            self._size += 1
+        entries[key] = value
+        entries.move_to_end(key)
+        while self._size > self.limit:
+            owner, most = max(self._owners.items(), key=lambda kv: len(kv[1]))
+            most.popitem(last=False)
+            self._size -= 1
+            if not most:
+                del self._owners[owner]
+
+
+def _remember(table: OwnedTable, key: str, value: Any) -> None:
+    table.put(key, value)
 
 
 def _merged(got: tuple[int, Any, list[tuple[int, Any]]], seen: tuple[int, SessionRecord] | None) -> SessionRecord | None:
