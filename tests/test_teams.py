@@ -444,3 +444,22 @@ def test_oauth_identities_and_client_names_are_one_namespace_that_never_collides
     client = {"name": "deploy", "policy": "read-only", "via": "client"}
     keys = {_session_key(Request(w, "s-1"), False) for w in (client, ident.to_scope())}
     assert keys == {"deploy/http-s-1", f"{issuer}#deploy-bot/http-s-1"}
+
+
+def test_a_client_opening_many_sessions_forgets_its_own_and_unknown_ids_fail_closed(monkeypatch):
+    """The gate's table of who opened which MCP session is bounded: a flood of initializes
+    pushes out the flooding client's own oldest, and an id the gate does not know (forgotten,
+    or never opened through it) is answered as unknown, not passed to the SDK (which would
+    serve whoever holds it)."""
+    from riskrank.serving import auth
+
+    monkeypatch.setattr(auth, "MAX_SESSION_OWNERS", 3)
+    gate = auth.Gate(lambda *a: None, token=None)
+    gate._note_session([(b"mcp-session-id", b"alice-1")], "alice")
+    for i in range(10):
+        gate._note_session([(b"mcp-session-id", f"bot-{i}".encode())], "ci-bot")
+    assert gate._session_owner(b"alice-1", "alice") and not gate._session_owner(b"alice-1", "ci-bot")
+    assert gate._session_owner(b"bot-9", "ci-bot") and not gate._session_owner(b"bot-0", "ci-bot")  # its own went
+    assert not gate._session_owner(b"never-opened", "ci-bot") and gate._session_owner(None, "ci-bot")
+    gate._forget_session(b"alice-1")
+    assert not gate._session_owner(b"alice-1", "alice") and len(gate.session_owners) == 2

@@ -140,25 +140,44 @@ class Gate:
         self.token = token.encode() if token else None
         self.admin_token = admin_token.encode() if admin_token else None
         self.max_body = max_body_bytes
-        #: MCP session id -> the client that opened it (the newest :data:`MAX_SESSION_OWNERS`):
+        #: MCP session id -> the client that opened it (at most :data:`MAX_SESSION_OWNERS`; past
+        #: it the oldest session of the client holding the most is forgotten, and a session id
+        #: this gate does not know is answered as unknown, never passed on):
         #: the SDK keys a session by its id alone, so a client holding another's id could end
         #: it (DELETE), take its stream (GET) or call through it; here it is answered as an
         #: unknown session, as the SDK answers one, and nothing reaches the session.
-        self.session_owners: OrderedDict[bytes, str | None] = OrderedDict()
+        self.session_owners: dict[bytes, str | None] = {}
+        self._owned: dict[str | None, OrderedDict[bytes, None]] = {}
 
     def _session_owner(self, sid: bytes | None, who: str | None) -> bool:
         """Whether a request naming session ``sid`` comes from the client that opened it (or
         names none, or one this gate has not seen opened: the SDK decides those)."""
-        if sid is None or sid not in self.session_owners:
+        if sid is None:
             return True
-        return self.session_owners[sid] == who
+        # An id this gate did not see opened, or has forgotten, fails closed: passed on, the
+        # SDK would serve whoever holds it (a client that opened 4,096 sessions of its own
+        # used to push another's out of the table, then use, read and end it).
+        return sid in self.session_owners and self.session_owners[sid] == who
+
+    def _forget_session(self, sid: bytes) -> None:
+        who = self.session_owners.pop(sid, None)
+        owned = self._owned.get(who)
+        if owned is not None:
+            owned.pop(sid, None)
+            if not owned:
+                del self._owned[who]
 
     def _note_session(self, headers: Any, who: str | None) -> None:
         for key, value in headers or ():
             if bytes(key).lower() == b"mcp-session-id" and bytes(value) not in self.session_owners:
                 self.session_owners[bytes(value)] = who
-                while len(self.session_owners) > MAX_SESSION_OWNERS:
-                    self.session_owners.popitem(last=False)
+                self._owned.setdefault(who, OrderedDict())[bytes(value)] = None
+                while len(self.session_owners) > MAX_SESSION_OWNERS:  # the flooding client's own go first
+                    owner, most = max(self._owned.items(), key=lambda kv: len(kv[1]))
+                    oldest, _ = most.popitem(last=False)
+                    self.session_owners.pop(oldest, None)
+                    if not most:
+                        del self._owned[owner]
 
     def _authorised(self, scope: dict, path: str) -> bool:
         # Without an admin token the admin paths do not exist (the app answers 404 to a caller
@@ -221,7 +240,7 @@ class Gate:
             scope["riskrank.client"] = ident
         headers = dict(scope.get("headers", ()))
         who = (scope.get("riskrank.client") or {}).get("name")
-        sid = headers.get(b"mcp-session-id")
+        sid = headers.get(b"mcp-session-id") if path == "/mcp" or path.startswith("/mcp/") else None
         if not self._session_owner(sid, who):
             await _send_json(send, 404, {"jsonrpc": "2.0", "id": "server-error",
                                          "error": {"code": -32600, "message": "Session not found"}})
@@ -234,7 +253,7 @@ class Gate:
                     if sid is None:
                         self._note_session(message.get("headers"), who)
                     elif message.get("status", 500) < 300:
-                        self.session_owners.pop(sid, None)
+                        self._forget_session(sid)
                 await inner_send(message)
         length = headers.get(b"content-length")
         has_body = length not in (None, b"0") or b"chunked" in headers.get(b"transfer-encoding", b"").lower()
