@@ -150,6 +150,18 @@ def test_metrics_endpoint_needs_the_admin_token(tmp_path, encoder):
     assert get(app, path="/mcp")[0] == 404  # everything else goes on
     loopback_only = with_metrics(inner, metrics, None)
     assert get(loopback_only)[0] == 401 and get(loopback_only, client=("127.0.0.1", 1))[0] == 200
+    # wrong tokens are throttled per address, as the console's logins: the endpoint is no faster
+    # oracle for the admin token (2,000 guesses were answered in 1.4 s), and each goes on record
+    audited = gw.audit
+    guarded = with_metrics(inner, metrics, "s3cret", audited)
+    statuses = [get(guarded, [(b"authorization", f"Bearer guess-{i}".encode())])[0] for i in range(8)]
+    assert statuses[:5] == [401] * 5 and set(statuses[5:]) == {429}
+    assert get(guarded, [(b"authorization", b"Bearer s3cret")])[0] == 429  # not even compared while held
+    assert get(guarded, [(b"authorization", b"Bearer s3cret")], client=("198.51.100.7", 1))[0] == 200  # another address
+    lines = [json.loads(x) for x in gw.test_audit.read_text().splitlines()]
+    codes = [r["code"] for r in lines if r.get("decision") == "auth_refused"]
+    assert codes.count("wrong_token") == 5 and "metrics_throttled" in codes and not any("s3cret" in x or "guess" in x
+                                                                                    for x in gw.test_audit.read_text().split())
 
 
 # -- traces -----------------------------------------------------------------------------------------------

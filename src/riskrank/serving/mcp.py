@@ -161,31 +161,63 @@ def with_probes(app: Any, gateway: Gateway, store: Any = None) -> Any:
     return probed
 
 
-def with_metrics(app: Any, metrics: Any, admin_token: str | None) -> Any:
+def with_metrics(app: Any, metrics: Any, admin_token: str | None, audit: Any = None) -> Any:
     """``app`` with ``GET /metrics`` (:mod:`.gateway.metrics`, the Prometheus text format):
     for ``Authorization: Bearer <admin token>`` only, or, when there is no admin token, for a
-    loopback caller only (the command refuses a wider bind without one); 401 otherwise."""
+    loopback caller only (the command refuses a wider bind without one); 401 otherwise. Wrong
+    tokens are throttled per address as the console's logins are (429 with ``Retry-After``,
+    the token not even compared meanwhile) and go on the audit log (``auth_refused``), so the
+    endpoint is no faster oracle for the admin token than the console's login."""
+    import contextlib
     import hmac
+    import math
 
     from riskrank.serving.auth import is_loopback
+    from riskrank.serving.console.security import LoginThrottle
     from riskrank.serving.gateway.metrics import CONTENT_TYPE
 
     expected = f"Bearer {admin_token}".encode() if admin_token else None
+    throttle = LoginThrottle()
+
+    async def note(code: str, address: str, reason: str) -> None:
+        if audit is not None:
+            with contextlib.suppress(RiskrankError):  # the refusal stands whether or not it is logged
+                await audit.append(tool=None, decision="auth_refused", code=code, reason=reason, address=address)
+
+    async def answer(send: Any, status: int, body: bytes, kind: str, head: bool, extra: list[Any] | None = None) -> None:
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", kind.encode()), (b"content-length", str(len(body)).encode()), *(extra or [])]})
+        await send({"type": "http.response.body", "body": b"" if head else body})
 
     async def metered(scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope.get("path") != "/metrics" or scope.get("method") not in ("GET", "HEAD"):
             await app(scope, receive, send)
             return
+        head, address = scope.get("method") == "HEAD", (scope.get("client") or ("",))[0] or ""
+        plain = "text/plain; charset=utf-8"
         if expected is not None:
+            wait = throttle.wait(address)
+            if wait > 0:  # the token is not looked at: a throttle that checked it would still answer the guess
+                refused = throttle.throttled(address)
+                if refused:
+                    await note("metrics_throttled", address, f"{refused} request(s) to /metrics refused without a check "
+                                                             f"after {throttle.per_address} wrong admin tokens")
+                await answer(send, 429, b"too many wrong tokens: try again later\n", plain, head,
+                             [(b"retry-after", str(max(1, math.ceil(wait))).encode())])
+                return
             given = dict(scope.get("headers") or []).get(b"authorization", b"")
             allowed = hmac.compare_digest(given, expected)
+            if allowed:
+                throttle.succeeded(address)
+            else:
+                throttle.failed(address)
+                await note("wrong_token", address, "/metrics: no or a wrong admin token")
         else:
-            allowed = is_loopback((scope.get("client") or ("",))[0] or "")
-        status, body, kind = (200, metrics.exposition(), CONTENT_TYPE) if allowed else (
-            401, b"/metrics needs the admin token (Authorization: Bearer ...)\n", "text/plain; charset=utf-8")
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", kind.encode()), (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body if scope.get("method") == "GET" else b""})
+            allowed = is_loopback(address)
+        if allowed:
+            await answer(send, 200, metrics.exposition(), CONTENT_TYPE, head)
+        else:
+            await answer(send, 401, b"/metrics needs the admin token (Authorization: Bearer ...)\n", plain, head)
 
     return metered
 
@@ -369,7 +401,7 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
                 auth = ", ".join([*(["bearer token"] if token else []), *(["clients file"] if clients is not None else [])])
                 echo(f"streamable HTTP at http://{host}:{port}/mcp  auth: {auth or 'none (--insecure, loopback)'}")
                 if gauges is not None:
-                    app = with_metrics(app, gauges, metrics_token)
+                    app = with_metrics(app, gauges, metrics_token, audit)
                     echo(f"metrics at {_url(sock)}/metrics  auth: " + ("the admin token" if metrics_token else "none (loopback only)"))
                 if console_app is not None:
                     from riskrank.serving.console.app import with_console
