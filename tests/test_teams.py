@@ -406,20 +406,20 @@ def test_an_oauth_subject_that_shadows_a_client_is_refused_and_audited(tmp_path)
         def get(tok):
             return httpx.get(srv.url + "/mcp", headers={"Authorization": f"Bearer {tok}"})
 
-        for sub in ("ci", "CI", "\u0441i"):
+        for sub in ("ci", "CI", "\u0441i", "ci ", "\u3000ci", "cI"):  # blanks around it, a capital I for an i
             r = get(token(sub))
             assert r.status_code == 401, (sub, r.text)
         assert get(TOKENS["ci-bot"]).json() == {"name": "ci", "policy": "read-only", "via": "client"}
         assert get(token("deploy-bot")).json()["name"] == f"{issuer}#deploy-bot"
     audit.close()
     refused = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
-    assert [r["subject"] for r in refused] == ["ci", "CI", "\u0441i"]
+    assert [r["subject"] for r in refused] == ["ci", "CI", "\u0441i", "ci ", "\u3000ci", "cI"]
     first = refused[0]
     assert (first["decision"], first["code"], first["issuer"], first["shadows"], first["address"]) == (
         "auth_refused", "identity_collision", issuer, "ci", "127.0.0.1")
     assert "reads as the clients-file client 'ci'" in first["reason"] and first["time"]
     assert not any(token("ci")[:40] in x for x in (tmp_path / "audit.jsonl").read_text().splitlines())
-    assert sum("OAuth token refused" in x and "reads as the clients-file client" in x for x in lines) == 3
+    assert sum("OAuth token refused" in x and "reads as the clients-file client" in x for x in lines) == 6
 
 
 def test_oauth_identities_and_client_names_are_one_namespace_that_never_collides(tmp_path):

@@ -89,6 +89,20 @@ class Identity:
         return {"name": self.name, "policy": self.policy, "via": self.via}
 
 
+def name_looks(name: str) -> tuple[str, ...]:
+    """Every way ``name`` can look to a reader of an audit line or the console: as the scan
+    compares tool names across servers (:func:`riskrank.scan.name_folds`: NFKC, case folding,
+    Unicode's confusables, and the ASCII look-alikes a font hides, a capital I or a 1 for an l,
+    a 0 for an o), after the blanks around it are dropped (``'alice '``, ``'alice\\u3000'``).
+    (:func:`riskrank.names.skeleton` alone let ``aIice``, ``a1ice`` and ``'alice '`` through.)"""
+    import unicodedata
+
+    from riskrank.scan import name_folds
+
+    plain = unicodedata.normalize("NFKC", name).strip()
+    return tuple(dict.fromkeys((*name_folds(plain), skeleton(plain))))
+
+
 def oauth_identity(issuer: str, subject: str) -> str:
     """The one name of an OAuth caller: ``ISSUER#SUBJECT`` (an issuer has no ``#``, so the
     first one splits it; a clients-file name has no ``:``, so the two never meet)."""
@@ -195,7 +209,7 @@ class ClientBook:
     log: Callable[[str], None] = print
     _by_digest: dict[str, Client] = field(default_factory=dict, init=False)
     _names: dict[str, str] = field(default_factory=dict, init=False)
-    """Each client's :func:`riskrank.names.skeleton` -> its name (what an OAuth subject may not read as)."""
+    """Each way a client's name can look (:func:`name_looks`) -> its name (what an OAuth subject may not read as)."""
     _oauth: Any = field(default=None, init=False)
     _oauth_default: str | None = field(default=None, init=False)
     _stat: tuple[int, int, int] | None = field(default=None, init=False)
@@ -236,7 +250,7 @@ class ClientBook:
             validator = JwtValidator(OAuthConfig.from_dict(body, f"{self.path}: oauth"))
             default = oauth.get("default_policy", self.policies.default)
         self._by_digest = {d: c for c in clients.values() for d in c.digests}
-        self._names = {skeleton(n): n for n in clients}
+        self._names = {look: n for n in clients for look in name_looks(n)}
         self._oauth, self._oauth_default, self._stat, self._broken = validator, default, stat, None
 
     def refresh(self) -> None:
@@ -277,7 +291,7 @@ class ClientBook:
             raise JwtRejected("this gateway takes no OAuth tokens")
         got = validator.validate(token)
         issuer = validator.config.issuer
-        shadowed = self._names.get(skeleton(got.name))
+        shadowed = next((self._names[look] for look in name_looks(got.name) if look in self._names), None)
         if shadowed is not None:
             raise IdentityCollision(issuer, got.name, shadowed)
         who = oauth_identity(issuer, got.name)
