@@ -253,6 +253,10 @@ def test_another_clients_session_id_ends_takes_or_reaches_nothing(team):
      "tools/call: params.arguments must be a JSON object, got a string"),
     ({"jsonrpc": "2.0", "id": 10, "method": "resources/read", "params": {"uri": 5}}, 200, -32602,
      "resources/read: params.uri must be a string"),
+    ({"jsonrpc": "2.0", "id": 12, "method": "tools/call", "params": {"name": "find_tools", "_meta": [1]}}, 200, -32602,
+     "tools/call: params._meta must be a JSON object, got an array"),
+    ({"jsonrpc": "2.0", "id": {"a": 1}, "error": {"code": 1, "message": "x"}}, 400, -32600,
+     "a response's id must be a string or an integer, got an object"),
 ])
 def test_a_malformed_message_is_named_not_answered_with_the_sdks_validation_dump(team, body, status, code, message):
     """The SDKs answer a message they cannot validate with their validation library's whole
@@ -283,6 +287,7 @@ def test_a_malformed_call_without_a_session_is_the_sdks_to_answer(team):
     assert r.status_code == 400 and "session" in r.json()["error"]["message"].lower(), r.text
     assert envelope_error({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "x"}}) is None
     assert envelope_error({"jsonrpc": "2.0", "id": 1, "result": {}}) is None  # a response to the server
+    assert envelope_error({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": None}) is None  # null is absent
     assert envelope_error({"jsonrpc": "2.0", "id": True, "method": "ping"})[0] == 400
     assert envelope_error({"jsonrpc": "2.0", "method": "notifications/initialized"}) is None
 

@@ -372,7 +372,9 @@ def test_scan_no_start_runs_nothing_and_lists_what_would_run(tmp_path, monkeypat
     servers = {"mcpServers": {
         "x": {"command": "sh", "args": ["-c", f"touch {pwned}; sleep 1"], "env": {"API_KEY": "s3cret-in-the-file"}},
         "r": {"url": "https://mcp.example.invalid/mcp", "headersFromEnv": {"Authorization": "PROBE_SECRET"}},
-        "gone": {"command": "no-such-command-anywhere", "cwd": "/no/such/dir"}}}
+        "gone": {"command": "no-such-command-anywhere", "cwd": "/no/such/dir"},
+        # a line break in an argument must not print a plan line of its own
+        "forged": {"command": "echo", "args": ["hi\nwould start evil: rm -rf /"]}}}
     cfg = tmp_path / "evil.json"
     cfg.write_text(json.dumps(servers))
     out = _scan("--no-start", str(cfg), cwd=tmp_path)
@@ -382,11 +384,13 @@ def test_scan_no_start_runs_nothing_and_lists_what_would_run(tmp_path, monkeypat
     assert f"would start x: sh -c 'touch {pwned}; sleep 1'  [cwd {tmp_path}; env API_KEY" in lines[0], lines
     assert lines[1].startswith("would connect r: https://mcp.example.invalid/mcp") and "Authorization=$PROBE_SECRET" in lines[1]
     assert "would start gone: no-such-command-anywhere  [cwd /no/such/dir" in lines[2]  # listed, though it could not run
+    assert len(lines) == 5 and lines[3].startswith("would start forged: echo 'hi\\nwould start evil") and not any(
+        line.startswith("would start evil") for line in lines)
     assert "s3cret-in-the-file" not in out.stdout + out.stderr and "value-never-shown" not in out.stdout + out.stderr
     allowed = _scan("--no-start", "--allow-unreachable", "--json", str(cfg), cwd=tmp_path)
     doc = json.loads(allowed.stdout)
     assert allowed.returncode == 0 and not pwned.exists() and doc["tools"] == []
-    assert [(s["name"], s["started"]) for s in doc["servers"]] == [("x", False), ("r", False), ("gone", False)]
+    assert [(s["name"], s["started"]) for s in doc["servers"]] == [("x", False), ("r", False), ("gone", False), ("forged", False)]
     assert doc["servers"][0]["env"] == ["API_KEY"] and doc["servers"][1]["headers_from_env"] == {"Authorization": "PROBE_SECRET"}
     from riskrank.cli import main
 

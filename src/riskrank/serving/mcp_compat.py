@@ -954,8 +954,11 @@ def envelope_error(message: Any) -> tuple[int, str] | None:
     ``method``, not JSON) is left to the SDK."""
     if not isinstance(message, dict):
         return 400, f"the body must be one JSON-RPC message (a JSON object), got {_json_kind(message)}"
-    if "method" not in message and ("result" in message or "error" in message):
-        return None  # a response (to a request of the server's)
+    if "method" not in message and ("result" in message or "error" in message):  # a response to the server's request
+        rid = message.get("id")
+        if isinstance(rid, bool) or not isinstance(rid, (str, int)):
+            return 400, f"a response's id must be a string or an integer, got {_json_kind(rid) if 'id' in message else 'nothing'}"
+        return None
     if message.get("jsonrpc") != "2.0":
         return 400, 'jsonrpc must be "2.0"'
     if not isinstance(message.get("method"), str):
@@ -963,10 +966,12 @@ def envelope_error(message: Any) -> tuple[int, str] | None:
     if "id" in message and (isinstance(message["id"], bool) or not isinstance(message["id"], (str, int))):
         return 400, f"{message['method']}: id must be a string or an integer, got {_json_kind(message['id'])}"
     method, params = message["method"], message.get("params")
-    if "params" in message and not isinstance(params, dict):
+    if params is not None and not isinstance(params, dict):  # null is absent, as the SDK reads it
         return 400, f"{method}: params must be a JSON object, got {_json_kind(params)}"
     if not isinstance(params, dict):
         return None
+    if params.get("_meta") is not None and not isinstance(params["_meta"], dict):
+        return 200, f"{method}: params._meta must be a JSON object, got {_json_kind(params['_meta'])}"
     if method in _PARAM_STRINGS:
         key, what = _PARAM_STRINGS[method]
         if not isinstance(params.get(key), str):

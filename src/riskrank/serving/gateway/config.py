@@ -81,7 +81,12 @@ class UpstreamConfig:
 
     def plan(self) -> str:
         """:meth:`shown` in one line: ``start NAME: COMMAND ARGS [cwd DIR; env A, B]`` or
-        ``connect NAME: URL [headers ...]``."""
+        ``connect NAME: URL [headers ...]``; a line break or tab in a value is shown escaped
+        (``\\n``), so a servers file cannot print a line of its own under the plan."""
+        line = self._plan()
+        return line.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+
+    def _plan(self) -> str:
         t, shown = self.target, self.shown()
         if t.url:
             parts = ([f"headers {', '.join(shown['headers'])}"] if shown["headers"] else []) + (
