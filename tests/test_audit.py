@@ -533,3 +533,20 @@ def test_a_review_file_it_cannot_read_is_left_as_it_is_and_each_file_is_its_own(
         fh.write("[" * 100_000 + "]" * 100_000 + "\n" + "9" * 5000 + "\n")
     code, _, err = _cli(monkeypatch, capsys, "audit", "--registry", str(reg), "-a", "keyword", "--out", str(tmp_path / "l.json"))
     assert code == 0 and "Traceback" not in err, err
+
+
+def test_a_file_that_is_not_a_vote_log_is_neither_appended_to_nor_cut(tmp_path):
+    """--votes given another file (a queries file without a final newline): appending would
+    break it and repairing its 'torn' last line would cut a record. Refused, untouched."""
+    from riskrank.audit import VoteLog
+
+    queries = tmp_path / "q.jsonl"
+    queries.write_bytes(b'{"task": "read my notes", "gold": ["read_notes"]}\n{"task": "send it", "gold": ["send"]}')
+    before = queries.read_bytes()
+    with pytest.raises(AuditError, match="not a vote log"), VoteLog(queries):
+        pass
+    assert queries.read_bytes() == before
+    torn = tmp_path / "v.jsonl"
+    torn.write_bytes(b'{"annotator": "keyword", "config": "x", "to')  # the first vote, cut by a kill
+    with VoteLog(torn) as log:
+        assert log.repaired and torn.read_bytes() == b""

@@ -152,6 +152,24 @@ TABLE = [
     ("levels pin", "empty", ["levels", "pin", "empty.json", "--policy", "policy.json"], "nothing to pin"),
     ("levels pin", "unreadable", ["levels", "pin", "binary.json", "--policy", "policy.json"], "binary.json: not UTF-8 text"),
     ("levels pin", "missing", ["levels", "pin", "nowhere.jsonl", "--policy", "policy.json"], "does not exist"),
+    # an output named over an input is refused even with --force (a servers file, a policy file,
+    # the store's own database, the registry served, the gateway's config)
+    ("levels review", "over an input", ["levels", "review", "reg.json", "--out", "reg.json", "--force"],
+     "--out reg.json is one of this command's input files"),
+    ("levels review", "over an input", ["levels", "review", "reg.json", "--policy", "policy.json", "--out", "policy.json",
+                                        "--force"], "--out policy.json is one of this command's input files"),
+    ("serve", "over an input", ["serve", "--registry", "reg.json", "--write-openapi", "reg.json"],
+     "--write-openapi reg.json is one of this command's input files"),
+    ("mcp", "over an input", ["mcp", "--config", "sh.json", "--audit-log", "sh.json"],
+     "--audit-log sh.json is one of this command's input files"),
+    ("mcp", "over an input", ["mcp", "--registry", "reg.json", "--policy", "policy.json", "--audit-log", "policy.json"],
+     "--audit-log policy.json is one of this command's input files"),
+    ("state export", "over an input", ["state", "export", "--state", "state", "--what", "audit", "--out", "state/pins.json", "--force"],
+     "is inside the state store state"),
+    ("audit", "over an input", ["audit", "--registry", "reg.json", "-a", "keyword", "--out", "labels.json", "--votes", "q.jsonl"],
+     "q.jsonl: not a vote log"),
+    ("clients add", "over an input", ["clients", "add", "eve", "--policy", "std", "--clients", "sh.json"],
+     "sh.json: not a clients file"),
 ]
 
 
@@ -219,7 +237,7 @@ def test_bad_input_is_one_error_line_and_exit_2(command, kind, argv, names, bad_
     # Nothing else on stderr but riskrank's own progress and warnings: no SDK or library noise.
     assert all(x.startswith(("riskrank: ", "warning: ", "error: ")) for x in lines), err
     assert not (bad_inputs / "ck").exists() and not (bad_inputs / "labels.json").exists()
-    for name in ("reg.json", "q.jsonl"):  # an input named as an output is refused, not written over
+    for name in ("reg.json", "q.jsonl", "policy.json", "sh.json", "state/pins.json"):  # an input named as an output is refused, not written over
         assert (bad_inputs / name).read_text() == FILES[name]
 
 

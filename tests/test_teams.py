@@ -115,6 +115,16 @@ def test_tokens_rotate_and_are_revoked_without_a_restart(tmp_path, monkeypatch):
         add_client(path, "bob", "on-call", token="short")
     with pytest.raises(ConfigError, match="low-variety"):
         add_client(path, "bob", "on-call", token="ab" * 12)
+    # a name the file cannot hold, or another file given as the clients file: refused, nothing written
+    for bad in ("", "a b/../"):
+        with pytest.raises(ConfigError, match="a client name is 1 to 64"):
+            add_client(path, bad, "on-call")
+    servers = tmp_path / "servers.json"
+    servers.write_text('{"mcpServers": {"x": {"command": "echo"}}}')
+    before = servers.read_bytes()
+    with pytest.raises(ConfigError, match=r"not a clients file .*mcpServers.*nothing was written"):
+        add_client(servers, "eve", "std")
+    assert servers.read_bytes() == before
 
 
 def test_the_clients_command_adds_and_lists(tmp_path):

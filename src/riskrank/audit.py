@@ -90,6 +90,12 @@ class VoteLog:
             raise AuditError(f"{self.path}: another audit is writing this vote log; wait for it, or give this run its own --out (its vote log and review file follow it)") from None
         fh.seek(0, os.SEEK_END)
         size = fh.tell()
+        if size and not _holds_a_vote(fh):
+            # another file given as the vote log (a queries file, a registry): appending would
+            # break it, and cutting its "torn" last line would lose one of its records
+            fh.close()
+            raise AuditError(f"{self.path}: not a vote log (none of its lines is a vote); give --votes a vote log of "
+                             "riskrank audit, or a new file; nothing was written")
         if size:
             fh.seek(size - 1)
             if fh.read(1) != b"\n":
@@ -150,6 +156,21 @@ class VoteLog:
         record["sum"] = line_checksum(record)
         self._fh.write((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
         self._fh.flush()  # in the OS once written: a killed process loses nothing
+
+
+def _holds_a_vote(fh: Any) -> bool:
+    """Whether a file opened for the vote log holds at least one line shaped as a vote record."""
+    fh.seek(0)
+    for line in fh:
+        try:
+            rec = json.loads(line)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            if not line.endswith(b"\n") and b'"annotator"' in line:
+                return True  # the first vote, torn by a kill: repaired as any torn last line
+            continue
+        if isinstance(rec, dict) and {"annotator", "config", "tool", "key"} <= rec.keys():
+            return True
+    return False
 
 
 def line_checksum(record: dict[str, Any]) -> str:

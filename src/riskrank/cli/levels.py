@@ -17,7 +17,13 @@ from typing import Any
 
 import click
 
-from riskrank.cli.common import echo, level_model_option, read_user_file, trust_annotations_option
+from riskrank.cli.common import (
+    echo,
+    level_model_option,
+    not_an_input,
+    read_user_file,
+    trust_annotations_option,
+)
 from riskrank.errors import RiskrankError
 from riskrank.fileio import show
 
@@ -159,6 +165,7 @@ def review_command(path: str, policy_file: str | None, policy_name: str | None, 
     from riskrank.fileio import atomic_write_text
     from riskrank.serving.gateway.config import load_policies
 
+    not_an_input({"--out": out}, (path, policy_file))  # --force replaces a review file, never an input
     if out is not None and os.path.lexists(out) and not force:
         raise RiskrankError(f"{out}: exists (a review file's decisions would be lost); write to another file, or pass "
                             "--force once its decisions are pinned (riskrank levels pin)")

@@ -19,6 +19,7 @@ from riskrank.cli.common import (
     level_model_option,
     log,
     mode_option,
+    not_an_input,
     trust_annotations_option,
 )
 from riskrank.errors import RiskrankError
@@ -177,6 +178,7 @@ def serve_command(registry: str | None, checkpoint: str | None, mode: str | None
     )
 
     if openapi_out:
+        not_an_input({"--write-openapi": openapi_out}, (registry, checkpoint, token_file, admin_token_file, labels, review))
         write_openapi(openapi_out)
         log(f"wrote {openapi_out}")
         return
@@ -423,6 +425,9 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
     confirm_by = confirm_by or ("console" if console and gateway_forwards else "elicitation")
     if confirm_by == "console" and not console:
         raise RiskrankError("--confirm-by console needs --console (the page where an operator approves calls)")
+    # the audit log is appended to: never one of the files the gateway reads
+    not_an_input({"--audit-log": audit_log}, (registry, config_file, policy_file, clients_file, operators_file, token_file,
+                                              admin_token_file, notify_secret_file, labels, review, pin_key))
     if state_url is not None and audit_log:
         raise RiskrankError("--state keeps the audit log in the store: drop --audit-log (riskrank state export writes it "
                             "as JSONL or CSV)")

@@ -76,6 +76,9 @@ def state_export(where: str, what: str, fmt: str, out: str, force: bool) -> None
     from riskrank.fileio import atomic_writer
     from riskrank.serving.gateway.store import export_lines, open_store
 
+    if "://" not in where and Path(where).is_dir() and Path(out).resolve().parent == Path(where).resolve():
+        # the store's own files (its database, its journal) are there: --force must not replace one
+        raise RiskrankError(f"--out {out} is inside the state store {where}; write the export elsewhere")
     if Path(out).exists() and not force:
         raise RiskrankError(f"--out {out} exists; pass --force to replace it")
     n = -1 if fmt == "csv" else 0

@@ -306,11 +306,18 @@ def add_client(path: Path, name: str, policy: str, *, token: str | None = None, 
     """Add ``name`` to the clients file at ``path`` (created if missing) with a new token, or
     (``rotate``) add a second token to an existing client; the file is written atomically and
     the token is returned (shown once: only its digest is kept)."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ConfigError(f"{name!r}: a client name is 1 to 64 letters, digits, '_', '.', '@' or '-'; nothing was written")
     data: dict[str, Any] = {"clients": {}}
     if path.exists():
         data = loads_strict(path.read_text(encoding="utf-8-sig"), str(path), ConfigError)
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: the clients file must hold a JSON object")
+        unknown = sorted(set(data) - TOP_KEYS)
+        if unknown or (data and "clients" not in data and "oauth" not in data) or not isinstance(data.get("clients", {}), dict):
+            # another file (a servers file, a policy file) given as --clients: writing into it would break it
+            raise ConfigError(f"{path}: not a clients file (expected {{\"clients\": {{...}}}}"
+                              + (f"; it holds {unknown}" if unknown else "") + "); nothing was written")
         data.setdefault("clients", {})
     token = token if token is not None else secrets.token_urlsafe(32)
     check_token_strength(token)
