@@ -227,3 +227,14 @@ def test_console_script_error_policy(tmp_path):
     assert "Traceback" not in proc.stderr and proc.stdout == ""
     lines = [x for x in proc.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and str(bad) in lines[0] and "line 3" in lines[0]
+
+
+@pytest.mark.parametrize("argv", [[], ["pins"], ["levels"]])
+def test_a_group_without_a_command_shows_its_help(argv, monkeypatch, capfd):
+    """`riskrank` alone (or a group alone) prints the help, not the help squashed into one
+    cut-off error line."""
+    monkeypatch.setattr(sys, "argv", ["riskrank", *argv])
+    code = run()
+    _, err = capfd.readouterr()
+    assert code == 2 and err.startswith("Usage: ") and f"riskrank{' ' + argv[0] if argv else ''} [OPTIONS] COMMAND" in err
+    assert "\nCommands:\n" in err and "error:" not in err

@@ -34,3 +34,12 @@ def test_bad_files_are_one_line_errors(tmp_path):
     for path, why in ((tmp_path / "none.json", "no such results file"), (tmp_path / "x.json", "not a results file")):
         res = CliRunner().invoke(main, ["compare", str(path), str(COMMITTED)])
         assert res.exit_code != 0 and why in str(res.exception)
+
+
+def test_a_metric_neither_file_holds_is_named_not_compared_as_nothing():
+    """A typo in --metrics compared nothing and said "0 outside the seed spread", exit 0: a CI
+    gate on that line passed. Now it is an error naming the metrics the files hold."""
+    res = CliRunner().invoke(main, ["compare", str(COMMITTED), str(COMMITTED), "--metrics", "ndcg5"])
+    assert res.exit_code != 0 and "'ndcg5' is in neither file" in str(res.exception) and "ndcg@5" in str(res.exception)
+    ok = CliRunner().invoke(main, ["compare", str(COMMITTED), str(COMMITTED), "--metrics", "ndcg@5"])
+    assert ok.exit_code == 0 and "0 outside the seed spread" in ok.output

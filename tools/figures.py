@@ -2070,3 +2070,5 @@ claim("docs/session-guard.md", "with `once_per_task` questions per task\n  {} â†
       pct(Json(SESSION).at("summary", "once_per_task_cover4", "attack_success"), ".1f"), timing=SESSION_RUN)
 claim("docs/session-guard.md", "{}", V(lambda: _load(SESSION)["columns"]["session_guard"]["asked_texts"][0], SESSION),
       timing=SESSION_RUN)
+claim("docs/teams.md", "The gateway remembers who opened each of\n  the latest {} sessions",
+      Source("riskrank.serving.auth").at("MAX_SESSION_OWNERS", ","))

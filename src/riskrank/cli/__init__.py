@@ -86,6 +86,9 @@ def run() -> int:
     except click.exceptions.Abort:
         echo("aborted", err=True)
         return 130
+    except click.exceptions.NoArgsIsHelpError as exc:  # `riskrank`, `riskrank pins`: the help, as click would show it
+        echo(exc.ctx.get_help() if exc.ctx is not None else exc.format_message(), err=True)
+        return EXIT_USAGE
     except click.UsageError as exc:
         # One line, like every other user error (click's own form is four: usage, a hint, a
         # blank line, the error); the command's --help is named for the rest.

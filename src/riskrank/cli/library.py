@@ -149,6 +149,11 @@ def compare(before: str, after: str, metrics: str, as_json: bool) -> None:
     rows, notes = compare_files(before, after)
     if metrics != "all":
         wanted = [m.strip() for m in metrics.split(",") if m.strip()]
+        known = sorted({r.metric for r in rows})
+        unknown = [m for m in wanted if m not in known]
+        if unknown:  # a typo must not compare nothing and report "0 outside the seed spread"
+            raise RiskrankError(f"--metrics: {', '.join(map(repr, unknown))} is in neither file; they hold "
+                                + ", ".join(known))
         rows = [r for r in rows if r.metric in wanted]
     if as_json:
         echo(json.dumps({"rows": [r.to_dict() for r in rows], "notes": notes}, indent=2))

@@ -40,7 +40,7 @@ def token_options(f: Callable) -> Callable:
     """The auth and bind options ``serve`` and ``mcp --transport streamable-http`` share."""
     opts = [
         click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind."),
-        click.option("--port", type=int, default=8000, show_default=True, help="Port (0: any free port)."),
+        click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="Port (0: any free port)."),
         click.option("--token-file", type=click.Path(dir_okay=False), default=None,
                      help=f"File holding the bearer token [default: ${TOKEN_ENV}]."),
         click.option("--token-env", default=TOKEN_ENV, show_default=True, help="Environment variable holding the token."),

@@ -69,7 +69,10 @@ def pins_list(state_dir: str, pin_key: str | None, as_json: bool) -> None:
 def pins_diff(state_dir: str, pin_key: str | None, upstream: str, tool: str | None) -> None:
     """The change of each held tool of UPSTREAM (or of TOOL): the pinned definition against
     the one the server lists now."""
-    changes = [c for c in _store(state_dir, pin_key).changes(upstream) if tool is None or c.name == tool]
+    store = _store(state_dir, pin_key)
+    if store.broken:  # its contents cannot be read as pinned: "nothing awaits approval" would not be true
+        raise RiskrankError(f"the pin store is not trusted ({store.broken}): check it, then `riskrank pins reset`")
+    changes = [c for c in store.changes(upstream) if tool is None or c.name == tool]
     if not changes:
         raise RiskrankError(f"nothing of {upstream!r}{' ' + repr(tool) if tool else ''} awaits approval")
     for c in changes:
@@ -98,7 +101,11 @@ def pins_approve(state_dir: str, pin_key: str | None, upstream: str, tool: str |
 def pins_reset(state_dir: str, pin_key: str | None, upstream: str | None) -> None:
     """Forget the pins of UPSTREAM (every server, and a store that is not trusted, without it):
     the next list pins afresh under the policy's first_seen."""
-    _store(state_dir, pin_key).reset(upstream)
+    store = _store(state_dir, pin_key)
+    if store.broken and upstream is not None:  # one server's pins cannot be told apart in a store not trusted
+        raise RiskrankError(f"the pin store is not trusted ({store.broken}): `riskrank pins reset` without a server "
+                            "forgets every pin")
+    store.reset(upstream)
     echo(f"reset the pins of {upstream!r}" if upstream else "reset every pin")
 
 
