@@ -49,6 +49,8 @@ TABLE = [
     ("retrieve", "empty", ["retrieve", "x", "--registry", "empty.json"], "empty.json: file is empty"),
     ("retrieve", "over an input", ["retrieve", "x", "--registry", "reg.json", "--json", "reg.json"],
      "--json reg.json is one of this command's input files"),
+    ("retrieve", "unwritable", ["retrieve", "x", "--registry", "reg.json", "--json", "reg.json/out.json"],
+     ": 'reg.json/out.json'"),  # the file asked for, not the temporary one beside it
     ("retrieve", "wrong value", ["retrieve", "delete \udcff logs", "--registry", "reg.json"],
      "the task text holds a lone surrogate at character 7"),
     ("retrieve", "wrong value", ["retrieve", "x", "--registry", "reg.json", "--alpha", "-1"], "alpha must be a number in [0, 1]"),

@@ -304,3 +304,18 @@ def test_download_network_error_names_url(tmp_path: Path) -> None:
             timeout=5.0,
             progress=False,
         )
+
+
+def test_an_unreachable_host_stops_the_fetch_at_the_first_file(fake: tuple[Path, list[ManifestEntry]], tmp_path: Path) -> None:
+    """No network: the fetch stops at once, naming the host, instead of failing every file of
+    the manifest one by one (1,178 identical lines over four minutes)."""
+    import socket
+
+    _, entries = fake
+    with socket.socket() as s:  # a loopback port nothing listens on: the connection is refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    template = f"http://127.0.0.1:{port}/{{repo}}/{{path}}"
+    with pytest.raises(DataError, match=r"cannot reach 127\.0\.0\.1: .*nothing more was tried") as info:
+        fetch("upstream", tmp_path / "dest", manifest=entries, upstream_url_template=template, progress=False)
+    assert str(info.value).count("cannot reach") == 1

@@ -60,8 +60,11 @@ def atomic_writer(path: str | os.PathLike[str], *, suffix: str = ".tmp", mode: i
     ``exclusive``: create ``path``, never replace it (``FileExistsError`` if someone created it
     meanwhile: the new file is linked in, not renamed over)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
+    except OSError as exc:  # named as the file asked for, not as the temporary one beside it
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
     try:
         with os.fdopen(fd, "wb") as fh:
             yield fh

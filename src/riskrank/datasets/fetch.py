@@ -261,6 +261,8 @@ def fetch(
                         status = "absent"
                     else:
                         raise DataError(f"{entry.rel_path}: required file not found at {where}")
+                except _Unreachable as exc:
+                    raise DataError(f"data fetch into {dest}: {exc}") from None
                 except DataError as exc:
                     status = "error"
                     report.errors.append(str(exc))
@@ -321,6 +323,11 @@ def _http_client(timeout: float) -> Any:
     return httpx.Client(timeout=timeout, follow_redirects=True)
 
 
+class _Unreachable(DataError):
+    """The download host cannot be reached at all: the fetch stops at the first file (it went on
+    through every file of the manifest, printing the same failure for each)."""
+
+
 def _download(client: Any, url: str, target: Path, entry: ManifestEntry, progress: bool) -> bool:
     """Download one file; ``False`` on HTTP 404 (missing upstream), DataError on anything else."""
     import httpx
@@ -345,6 +352,9 @@ def _download(client: Any, url: str, target: Path, entry: ManifestEntry, progres
                 file=sys.stderr,
             ) as bar:
                 _write_verified(target, entry, _counted(resp.iter_bytes(_CHUNK), bar), origin=url)
+    except httpx.ConnectError as exc:  # no route, no name: every other file would fail the same way
+        raise _Unreachable(f"cannot reach {httpx.URL(url).host}: download from {url} failed ({exc}); nothing more was "
+                           "tried: check the network, or fetch from a local copy (riskrank data fetch --help)") from None
     except httpx.HTTPError as exc:
         raise DataError(f"{entry.rel_path}: download from {url} failed ({exc!r})") from None
     except OSError as exc:
