@@ -35,6 +35,7 @@ FILES = {
     "exits.json": '{"mcpServers": {"quits": {"command": "sh", "args": ["-c", "exit 3"]}}}',
     "sh.json": '{"mcpServers": {"x": {"command": "sh"}}}',
     "policy.json": '{"max_level": 3}',
+    "lab.json": '{"read_file": {"risk_level": 2, "description": "Read a file."}}',
     "state/pins.json": "{ not json",
     "home/.cursor/mcp.json": '{"mcpServers": {"a": {"command": "x"}}}',
 }
@@ -60,6 +61,7 @@ TABLE = [
     ("evaluate", "over an input", ["evaluate", "--registry", "reg.json", "--queries", "q.jsonl", "--json", "q.jsonl"],
      "--json q.jsonl is one of this command's input files"),
     ("agreement", "over an input", ["agreement", "reg.json", "q.jsonl", "--png", "reg.json"], "--png reg.json is one of"),
+    ("agreement", "wrong value", ["agreement", "lab.json", "./lab.json"], "lab.json is given twice"),
     ("audit", "over an input", ["audit", "--registry", "reg.json", "-a", "keyword", "--out", "q.jsonl"],
      "--out q.jsonl exists and is not a label file"),
     ("graph stats", "wrong shape", ["graph", "stats", "--registry", "list.json"], "record 0 must be a JSON object"),

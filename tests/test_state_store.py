@@ -393,8 +393,11 @@ def test_import_refuses_a_bad_file_whole(store, tmp_path):
     with pytest.raises(StoreError, match=r"audit.jsonl: line 8: duplicate key"):
         import_audit_log(store, path)
     assert store.count() == 0  # checked before anything went in
-    path.write_text('{"a": 1}\n[1, 2]\n')
+    path.write_text('{"time": "t", "decision": "allowed"}\n[1, 2]\n')
     with pytest.raises(StoreError, match="line 2: not a JSON object"):
+        import_audit_log(store, path)
+    path.write_text('{"task": "read my notes", "gold": ["read_notes"]}\n')  # another JSONL file: not imported as records
+    with pytest.raises(StoreError, match="line 1: not an audit record"):
         import_audit_log(store, path)
     with pytest.raises(StoreError, match=re.escape("missing.jsonl: No such file")):
         import_audit_log(store, tmp_path / "missing.jsonl")
@@ -480,7 +483,7 @@ def test_cli_bad_input_is_one_line(tmp_path, monkeypatch, capsys):
     code, err = run_cli(["import", "--state", state, "--audit-log", str(tmp_path / "missing.jsonl")], monkeypatch, capsys)
     assert code == 2 and err.startswith("error: --audit-log") and "No such file" in err and "Traceback" not in err
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"ok": 1}\n{"broken": \n')
+    bad.write_text('{"time": "t", "decision": "allowed"}\n{"broken": \n')
     code, err = run_cli(["import", "--state", state, "--audit-log", str(bad)], monkeypatch, capsys)
     assert code == 2 and "bad.jsonl: line 2: invalid JSON" in err and err.count("\n") == 1
     assert not Path(state).exists()  # checked before the store was opened: nothing created

@@ -181,6 +181,10 @@ def agreement_command(labels: tuple[str, ...], png: str | None, json_out: str | 
     if png and json_out not in (None, STDOUT) and Path(png).resolve() == Path(json_out).resolve():
         raise RiskrankError(f"--png and --json both name {png}; give each its own file")
     ratings, sources, _names, notes = load_ratings(labels)
+    resolved = [os.path.realpath(p) for p in labels]
+    twice = next((p for p, r in zip(labels, resolved, strict=True) if resolved.count(r) > 1), None)
+    if twice is not None:  # a file against itself agrees perfectly, which says nothing
+        raise RiskrankError(f"{twice} is given twice: agreement compares different annotators' files")
     report = agreement(ratings, sources, bootstrap=bootstrap, seed=seed, notes=notes)
     if json_out == STDOUT:
         if png:

@@ -300,7 +300,7 @@ def show_result(res: Any, title: str | None = None) -> None:
 @click.option("--penalty", type=click.Choice(["p_risky", "paper"]), default=None,
               help="What lambda multiplies: P(r >= 3) in logit space, or the paper's (r - 1) / 4 head [default: p_risky; paper: paper].")
 @click.option("--sampling", type=click.Choice(["random", "hard", "mixed"]), default=None, help="Negatives [default: hard].")
-@click.option("--epochs", type=int, default=10, show_default=True)
+@click.option("--epochs", type=click.IntRange(1), default=10, show_default=True)
 @click.option("--seed", type=int, default=42, show_default=True)
 @click.option("--selection", default="budget:0.65", show_default=True, help="Lambda rule without the rule filter: budget:R, ucb:R or utility:W.")
 @click.option("--rule-selection", default="budget:0.4", show_default=True, help="Lambda rule of the pipelines with the rule filter.")

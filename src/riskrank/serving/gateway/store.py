@@ -969,6 +969,10 @@ def _audit_lines(path: Path) -> Iterator[tuple[int, str, dict[str, Any], str]]:
                 raise StoreError(f"{source}: line {lineno}: not a JSON object (an audit record is one)")
             if "id" in record:
                 raise StoreError(f"{source}: line {lineno}: a record with its own 'id' (the state store numbers records)")
+            if not isinstance(record.get("time"), str) or "decision" not in record:
+                # every line the gateway writes has both (AuditLog.REQUIRED): another JSONL file is not imported
+                raise StoreError(f"{source}: line {lineno}: not an audit record (no 'time' and 'decision'); is this the "
+                                 "gateway's --audit-log file?")
             n = seen[raw] = seen.get(raw, 0) + 1
             digest = hashlib.sha256(raw if n == 1 else raw + b"\n#%d" % n).hexdigest()
             yield lineno, text, record, digest
