@@ -1049,15 +1049,18 @@ def test_one_caller_flooding_sessions_pushes_out_its_own_never_anothers():
 
     assert session_owner("alice/http-1") == "alice" and session_owner("token-ab12/conv-9") == "token-ab12"
     assert session_owner("token-ab12") == "token-ab12" and session_owner("http-1") == session_owner("stdio") == ""
+    oauth = "https://id.example.com/realms/x#bob"  # an OAuth identity holds '/': its whole identity is the owner
+    assert session_owner(f"{oauth}/http-9") == session_owner(f"{oauth}/token-ab/conv-1") == oauth
+    assert session_owner("alice/token-ab12/conv-9") == "alice" and session_owner("alice/http-anonymous") == "alice"
     table = OwnedTable(limit=10)
-    table.put("alice/conv-victim", "anchor")
+    table.put("alice/http-victim", "anchor")
     table.put("token-cd/conv-victim", "anchor")
     for i in range(1000):
-        table.put(f"ci-bot/conv-flood-{i}", i)
-    assert table["alice/conv-victim"] == "anchor" and table.get("token-cd/conv-victim") == "anchor" and len(table) == 10
-    assert "ci-bot/conv-flood-999" in table and "ci-bot/conv-flood-0" not in table  # its own oldest went
+        table.put(f"ci-bot/token-cb/conv-flood-{i}", i)
+    assert table["alice/http-victim"] == "anchor" and table.get("token-cd/conv-victim") == "anchor" and len(table) == 10
+    assert "ci-bot/token-cb/conv-flood-999" in table and "ci-bot/token-cb/conv-flood-0" not in table  # its own oldest went
     book = SessionBook()
-    book.update("alice/victim", lambda r: r.with_anchor("list the services", "header", [], 0.0))
+    book.update("alice/http-victim", lambda r: r.with_anchor("list the services", "header", [], 0.0))
     for i in range(MAX_SESSIONS + 50):
-        book.update(f"ci-bot/flood-{i}", lambda r: r.with_anchor("x", "find_tools", [], 0.0))
-    assert book.get("alice/victim").anchor == "list the services"
+        book.update(f"ci-bot/http-flood-{i}", lambda r: r.with_anchor("x", "find_tools", [], 0.0))
+    assert book.get("alice/http-victim").anchor == "list the services"

@@ -546,9 +546,11 @@ def session_owner(key: str) -> str:
     (``alice/...``) or a token (``token-<digest>[/conv-...]``) is its own; the sessions of
     callers with no identity of their own (the shared bearer token's MCP sessions, stdio)
     are one."""
-    if "/" in key:
-        return key.split("/", 1)[0]
-    return key if key.startswith("token-") else ""
+    for marker in ("/http-", "/token-"):  # a named client's whole identity (an OAuth one, ISSUER#SUBJECT, holds '/')
+        at = key.rfind(marker)
+        if at > 0:
+            return key[:at]
+    return key.split("/", 1)[0] if key.startswith("token-") else ""
 
 
 _MISSING = object()
