@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -44,10 +45,12 @@ def run_entry(args, monkeypatch, capsys):
     ["retrieve", TASK, "-k", "3", "--json", "-"],
     ["evaluate", "--dataset", "demo", "--methods", "bm25", "--quiet", "--json"],
     ["graph", "stats", "--registry", DEMO, "--json"],
-    ["agreement", DEMO, DEMO, "--bootstrap", "0", "--json"],
+    ["agreement", DEMO, "{copy}", "--bootstrap", "0", "--json"],  # two files (one given twice is refused)
 ])
-def test_json_without_a_file_is_the_document_on_stdout(argv):
-    res = invoke(*argv)
+def test_json_without_a_file_is_the_document_on_stdout(argv, tmp_path):
+    copy = tmp_path / "copy.json"
+    copy.write_bytes(Path(DEMO).read_bytes())
+    res = invoke(*[a.replace("{copy}", str(copy)) for a in argv])
     assert res.exit_code == 0, res.output
     json.loads(res.stdout)  # stdout holds the document and nothing else
 
@@ -56,11 +59,12 @@ def test_json_without_a_file_is_the_document_on_stdout(argv):
     ["retrieve", TASK, "--json", "{out}"],
     ["evaluate", "--dataset", "demo", "--methods", "bm25", "--quiet", "--json", "{out}"],
     ["graph", "stats", "--registry", DEMO, "--json", "{out}"],
-    ["agreement", DEMO, DEMO, "--bootstrap", "0", "--json", "{out}"],
+    ["agreement", DEMO, "{copy}", "--bootstrap", "0", "--json", "{out}"],
 ])
 def test_json_with_a_file_writes_it_and_prints_the_table(tmp_path, argv):
-    out = tmp_path / "out.json"
-    res = invoke(*[a.replace("{out}", str(out)) for a in argv])
+    out, copy = tmp_path / "out.json", tmp_path / "copy.json"
+    copy.write_bytes(Path(DEMO).read_bytes())
+    res = invoke(*[a.replace("{out}", str(out)).replace("{copy}", str(copy)) for a in argv])
     assert res.exit_code == 0, res.output
     json.loads(out.read_text())
     assert f"wrote {out}" in res.stdout and not res.stdout.lstrip().startswith("{")
