@@ -71,6 +71,12 @@ TABLE = [
     ("evaluate", "wrong shape", ["evaluate", "--registry", DEMO, "--queries", "q.jsonl", "--labels", "strings.json"],
      "a labels file must be a JSON object"),
     ("evaluate", "empty", ["evaluate", "--registry", DEMO, "--queries", "empty.json"], "no queries (the file is empty"),
+    ("evaluate", "wrong value", ["evaluate", "--registry", DEMO, "--queries", "q.jsonl", "--selection", "foo"],
+     "--selection: invalid lambda selection rule 'foo'"),
+    ("evaluate", "wrong value", ["evaluate", "--registry", DEMO, "--queries", "q.jsonl", "--selection", "budget:0.5"],
+     "choose lambda when a run trains: add --train-queries"),
+    ("reproduce", "missing", ["reproduce", "--dataset", "sealtools", "--out", "runs", "--cross-encoder", "/nonexistent/ce"],
+     "--cross-encoder: cross-encoder folder /nonexistent/ce does not exist"),  # before the training, not after it
     ("compare", "unreadable", ["compare", "adir", "adir"], "is a directory"),
     ("compare", "wrong shape", ["compare", "strings.json", "list.json"], "not a results file"),
     ("compare", "empty", ["compare", "empty.json", "empty.json"], "not a results file"),

