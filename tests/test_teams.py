@@ -295,6 +295,10 @@ def test_a_malformed_call_without_a_session_is_the_sdks_to_answer(team):
     r = httpx.post(url, json=bad, headers={"Accept": "application/json, text/event-stream",
                                            "Authorization": f"Bearer {TOKENS['alice']}"}, follow_redirects=True)
     assert r.status_code == 400 and "session" in r.json()["error"]["message"].lower(), r.text
+    # on 2026-07-28 there is no session id to miss: the field is named there too
+    modern = httpx.post(url, json=bad, headers={"Accept": "application/json, text/event-stream", "mcp-protocol-version": "2026-07-28",
+                                                "Authorization": f"Bearer {TOKENS['alice']}"}, follow_redirects=True)
+    assert modern.json()["error"]["message"].startswith("tools/call: params.name must be a string"), modern.text
     assert envelope_error({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "x"}}) is None
     assert envelope_error({"jsonrpc": "2.0", "id": 1, "result": {}}) is None  # a response to the server
     assert envelope_error({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": None}) is None  # null is absent

@@ -950,8 +950,8 @@ def envelope_error(message: Any) -> tuple[int, str] | None:
     """What is wrong with one JSON-RPC request's ``params`` (HTTP status, message), or None.
     The SDKs answer such a request with their validation library's whole report (every union
     member it tried, with links) or with "Invalid request parameters" and nothing to say which;
-    this names the field. A body that is not a request (a response, a notification without
-    ``method``, not JSON) is left to the SDK."""
+    this names the field. A well-formed response to a request of the server's is left to the
+    SDK, and so is a body that is not JSON (its "Parse error" names the place)."""
     if not isinstance(message, dict):
         return 400, f"the body must be one JSON-RPC message (a JSON object), got {_json_kind(message)}"
     if "method" not in message and ("result" in message or "error" in message):  # a response to the server's request
@@ -1017,8 +1017,12 @@ def checked_envelopes(app: Any) -> Any:
             problem, rid = envelope_error(parsed), parsed.get("id") if isinstance(parsed, dict) else None
         # a body the SDK cannot read as a message is answered (as the SDK answers it, 400, before
         # it looks for a session); a request with bad params only within a session (without
-        # one the SDK's "Missing session ID" stands), and a notification not at all (its 202)
-        in_session = any(k.lower() == b"mcp-session-id" for k, _ in scope.get("headers") or ())
+        # one, on the earlier protocols, the SDK's "Missing session ID" stands), and a
+        # notification not at all (its 202)
+        headers = {bytes(k).lower(): bytes(v) for k, v in scope.get("headers") or ()}
+        version = headers.get(b"mcp-protocol-version", b"").decode("latin-1")
+        # within a session, or on a protocol that has none (2026-07-28: no session id to miss)
+        in_session = b"mcp-session-id" in headers or version in MODERN_PROTOCOLS
         if problem is not None and (problem[0] == 400 or (in_session and isinstance(parsed, dict) and "id" in parsed)):
             status, text = problem
             payload = json.dumps({"jsonrpc": "2.0", "id": rid if isinstance(rid, (str, int)) and not isinstance(rid, bool) else None,
