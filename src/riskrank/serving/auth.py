@@ -150,8 +150,9 @@ class Gate:
         self._owned: dict[str | None, OrderedDict[bytes, None]] = {}
 
     def _session_owner(self, sid: bytes | None, who: str | None) -> bool:
-        """Whether a request naming session ``sid`` comes from the client that opened it (or
-        names none, or one this gate has not seen opened: the SDK decides those)."""
+        """Whether a request naming session ``sid`` comes from the client that opened it, or
+        names none (a new session, or the 2026-07-28 protocol); an id this gate has not seen
+        opened, or has forgotten, is no one's."""
         if sid is None:
             return True
         # An id this gate did not see opened, or has forgotten, fails closed: passed on, the
