@@ -1045,14 +1045,15 @@ def test_resources_and_prompts_wait_for_the_first_catalogue(tmp_path, encoder):
 def test_one_caller_flooding_sessions_pushes_out_its_own_never_anothers():
     """Past the bound, the oldest entry of the caller holding the most goes: a client that
     opens thousands of conversations cannot wipe another client's anchor and flow record."""
-    from riskrank.serving.gateway.session import OwnedTable, session_owner
+    from riskrank.serving.gateway.session import session_owner
+    from riskrank.serving.owned import OwnedTable
 
     assert session_owner("alice/http-1") == "alice" and session_owner("token-ab12/conv-9") == "token-ab12"
     assert session_owner("token-ab12") == "token-ab12" and session_owner("http-1") == session_owner("stdio") == ""
     oauth = "https://id.example.com/realms/x#bob"  # an OAuth identity holds '/': its whole identity is the owner
     assert session_owner(f"{oauth}/http-9") == session_owner(f"{oauth}/token-ab/conv-1") == oauth
     assert session_owner("alice/token-ab12/conv-9") == "alice" and session_owner("alice/http-anonymous") == "alice"
-    table = OwnedTable(limit=10)
+    table = OwnedTable(10, session_owner)
     table.put("alice/http-victim", "anchor")
     table.put("token-cd/conv-victim", "anchor")
     for i in range(1000):

@@ -257,8 +257,8 @@ def policy_replay(audit: str, policy_file: str, since: str | None, until: str | 
         raise RiskrankError(f"--audit {audit}: none of its {sum(result.skipped.values())} lines is an audit record "
                             "(a JSON object per line)")
     if not result.calls and not result.finds:  # "nothing would change" would claim what was never checked
-        window_text = " between " + " and ".join(x for x in (f"--since {since}" if since else "",
-                                                               f"--until {until}" if until else "") if x) if since or until else ""
+        bounds = [f"--since {since}"] * bool(since) + [f"--until {until}"] * bool(until)
+        window_text = f" between {' and '.join(bounds)}" if bounds else ""
         why = ("; skipped: " + ", ".join(f"{k}: {v}" for k, v in sorted(result.skipped.items()))) if result.skipped else ""
         raise RiskrankError(f"--audit {audit}: no call or find_tools line{window_text} to re-decide "
                             f"({result.records} audit records read{why}): nothing was checked")

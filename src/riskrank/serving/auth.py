@@ -23,12 +23,12 @@ import hmac
 import ipaddress
 import json
 import os
-from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from riskrank.errors import RiskrankError
+from riskrank.serving.owned import OwnedTable
 from riskrank.serving.requests import ApiError
 
 TOKEN_ENV = "RISKRANK_TOKEN"
@@ -146,8 +146,7 @@ class Gate:
         #: the SDK keys a session by its id alone, so a client holding another's id could end
         #: it (DELETE), take its stream (GET) or call through it; here it is answered as an
         #: unknown session, as the SDK answers one, and nothing reaches the session.
-        self.session_owners: dict[bytes, str | None] = {}
-        self._owned: dict[str | None, OrderedDict[bytes, None]] = {}
+        self.session_owners = OwnedTable(MAX_SESSION_OWNERS)
 
     def _session_owner(self, sid: bytes | None, who: str | None) -> bool:
         """Whether a request naming session ``sid`` comes from the client that opened it, or
@@ -161,24 +160,12 @@ class Gate:
         return sid in self.session_owners and self.session_owners[sid] == who
 
     def _forget_session(self, sid: bytes) -> None:
-        who = self.session_owners.pop(sid, None)
-        owned = self._owned.get(who)
-        if owned is not None:
-            owned.pop(sid, None)
-            if not owned:
-                del self._owned[who]
+        self.session_owners.pop(sid)
 
     def _note_session(self, headers: Any, who: str | None) -> None:
         for key, value in headers or ():
             if bytes(key).lower() == b"mcp-session-id" and bytes(value) not in self.session_owners:
-                self.session_owners[bytes(value)] = who
-                self._owned.setdefault(who, OrderedDict())[bytes(value)] = None
-                while len(self.session_owners) > MAX_SESSION_OWNERS:  # the flooding client's own go first
-                    owner, most = max(self._owned.items(), key=lambda kv: len(kv[1]))
-                    oldest, _ = most.popitem(last=False)
-                    self.session_owners.pop(oldest, None)
-                    if not most:
-                        del self._owned[owner]
+                self.session_owners.put(bytes(value), who, owner=who)  # the flooding client's own go first
 
     def _authorised(self, scope: dict, path: str) -> bool:
         # Without an admin token the admin paths do not exist (the app answers 404 to a caller

@@ -71,13 +71,14 @@ from riskrank.serving.gateway.policy import (
 )
 from riskrank.serving.gateway.session import (
     MAX_FLOW_VALUES,
+    MAX_SESSIONS,
     Exposure,
-    OwnedTable,
     SessionBook,
     SessionError,
     SessionRecord,
     StoreSessionError,
     confirmation_kind,
+    session_owner,
 )
 from riskrank.serving.gateway.store import STATE_UNAVAILABLE, StateUnavailable, unavailable_message
 from riskrank.serving.gateway.upstreams import UpstreamManager, describe
@@ -90,6 +91,7 @@ from riskrank.serving.gateway.view import (
     upstream_records,
     withdrawn_view,
 )
+from riskrank.serving.owned import OwnedTable
 from riskrank.serving.requests import ApiError, Limits, check_k, check_lambda, check_task
 from riskrank.timeline import mark
 
@@ -208,7 +210,7 @@ class Gateway:
             raise RiskrankError(f"k must be between 1 and {self.limits.max_k}, got {default_k}")
         self.default_k = default_k
         self.forward = forward and manager is not None
-        self.exposure = OwnedTable()
+        self.exposure = OwnedTable(MAX_SESSIONS, session_owner)
         #: The state store (``--state``): exposures are written through to it, so a caller's
         #: find_tools at one replica exposes its tools at every replica (a session-less client
         #: behind a load balancer); None: this process's memory only.

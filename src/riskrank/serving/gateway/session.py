@@ -20,7 +20,6 @@ Standard library only (and the capability vocabulary).
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import functools
 import hashlib
@@ -36,6 +35,7 @@ from riskrank.errors import RiskrankError
 from riskrank.risk import normalise_text, split_name
 from riskrank.serving.gateway.policy import Policy
 from riskrank.serving.gateway.values import KINDS, Value, candidates, unescape, within
+from riskrank.serving.owned import OwnedTable
 
 #: Values a session's flow record keeps; beyond it the oldest are forgotten (and counted).
 MAX_FLOW_VALUES = 2000
@@ -462,8 +462,8 @@ class SessionBook:
     def __init__(self, store: Any = None) -> None:
         self.store = store
         #: memory mode: the records; with a store: what this replica last read or wrote, by version
-        self._memory = OwnedTable()
-        self._seen = OwnedTable()
+        self._memory = OwnedTable(MAX_SESSIONS, session_owner)
+        self._seen = OwnedTable(MAX_SESSIONS, session_owner)
         self._pruned_at = 0.0
 
     def get(self, key: str) -> SessionRecord:
@@ -479,7 +479,7 @@ class SessionBook:
         applied to it again, never written over)."""
         if self.store is None:
             new = change(self._memory.get(key) or SessionRecord())
-            _remember(self._memory, key, new)
+            self._memory.put(key, new)
             return new
         from riskrank.serving.gateway.store import StoreError
 
@@ -497,7 +497,7 @@ class SessionBook:
                                                  at=time.time(), values=values,
                                                  drop_below=new.forgotten if new.forgotten > old.forgotten else None)
                 if version is not None:
-                    _remember(self._seen, key, (version, new))
+                    self._seen.put(key, (version, new))
                     self._prune()
                     return new
         except StoreError as exc:
@@ -527,7 +527,7 @@ class SessionBook:
         if got is None or record is None:
             self._seen.pop(key, None)
             return None
-        _remember(self._seen, key, (got[0], record))
+        self._seen.put(key, (got[0], record))
         return got[0], record
 
     def _prune(self) -> None:
@@ -551,66 +551,6 @@ def session_owner(key: str) -> str:
         if at > 0:
             return key[:at]
     return key.split("/", 1)[0] if key.startswith("token-") else ""
-
-
-_MISSING = object()
-
-
-class OwnedTable:
-    """The latest ``limit`` entries by session key, where a caller who opens many sessions
-    pushes out its own oldest, never another caller's: past the bound, the oldest entry of the
-    owner (:func:`session_owner`) holding the most goes. (One LRU over every session let one
-    client's flood of new conversations or MCP sessions wipe another client's anchor, flow
-    record and approvals.)"""
-
-    def __init__(self, limit: int = MAX_SESSIONS) -> None:
-        self.limit = limit
-        self._owners: dict[str, collections.OrderedDict[str, Any]] = {}
-        self._size = 0
-
-    def get(self, key: str, default: Any = None) -> Any:
-        entries = self._owners.get(session_owner(key))
-        return entries.get(key, default) if entries is not None else default
-
-    def __getitem__(self, key: str) -> Any:
-        got = self.get(key, _MISSING)
-        if got is _MISSING:
-            raise KeyError(key)
-        return got
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and key in self._owners.get(session_owner(key), ())
-
-    def __len__(self) -> int:
-        return self._size
-
-    def pop(self, key: str, default: Any = None) -> Any:
-        owner = session_owner(key)
-        entries = self._owners.get(owner)
-        if entries is None or key not in entries:
-            return default
-        self._size -= 1
-        value = entries.pop(key)
-        if not entries:
-            del self._owners[owner]
-        return value
-
-    def put(self, key: str, value: Any) -> None:
-        entries = self._owners.setdefault(session_owner(key), collections.OrderedDict())
-        if key not in entries:
-            self._size += 1
-        entries[key] = value
-        entries.move_to_end(key)
-        while self._size > self.limit:
-            owner, most = max(self._owners.items(), key=lambda kv: len(kv[1]))
-            most.popitem(last=False)
-            self._size -= 1
-            if not most:
-                del self._owners[owner]
-
-
-def _remember(table: OwnedTable, key: str, value: Any) -> None:
-    table.put(key, value)
 
 
 def _merged(got: tuple[int, Any, list[tuple[int, Any]]], seen: tuple[int, SessionRecord] | None) -> SessionRecord | None:
