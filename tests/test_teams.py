@@ -482,3 +482,55 @@ def test_a_client_opening_many_sessions_forgets_its_own_and_unknown_ids_fail_clo
     assert not gate._session_owner(b"never-opened", "ci-bot") and gate._session_owner(None, "ci-bot")
     gate._forget_session(b"alice-1")
     assert not gate._session_owner(b"alice-1", "alice") and len(gate.session_owners) == 2
+
+
+@pytest.mark.mcp_sdk
+def test_sessions_the_gate_forgets_are_closed_in_the_sdk_too(monkeypatch):
+    """A session pushed out of the gate's owners' table is unreachable (404), and the SDK is
+    told to end it: it used to keep every one until it idled for 30 minutes (770 MB after
+    4,100 initializes, and the SDK's own cap of 10,000 sessions then refuses every client)."""
+    import asyncio
+    import gc
+    import threading
+    import time
+
+    from mcp.server.streamable_http import StreamableHTTPServerTransport
+
+    from riskrank.serving import auth, mcp_compat
+    from riskrank.serving.listen import bind_socket, uvicorn_server
+
+    async def no_tools():
+        return []
+
+    async def no_call(name, arguments, call):
+        raise LookupError(name)
+
+    monkeypatch.setattr(auth, "MAX_SESSION_OWNERS", 3)
+    server = mcp_compat.build_server("t", "0", None, mcp_compat.Handlers(list_tools=no_tools, call_tool=no_call))
+    app = auth.Gate(mcp_compat.watch_callers(mcp_compat.checked_envelopes(mcp_compat.streamable_http_app(server, "127.0.0.1"))),
+                    token=None)
+    sock = bind_socket("127.0.0.1", 0)
+    srv = uvicorn_server(app, sock, "error", lifespan="on")
+    srv.install_signal_handlers = lambda: None  # uvicorn < 0.29
+    thread = threading.Thread(target=lambda: asyncio.run(srv.serve(sockets=[sock])), daemon=True)
+    thread.start()
+    while not srv.started:
+        time.sleep(0.02)
+
+    def live() -> int:
+        gc.collect()
+        return sum(isinstance(o, StreamableHTTPServerTransport) and not o.is_terminated for o in gc.get_objects())
+
+    try:
+        url = "http://{}:{}/mcp".format(*sock.getsockname()[:2])
+        sids = [_open_session(url, "x") for _ in range(8)]
+        ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+        held = [httpx.post(url, json=ping, headers=_headers("x", s), follow_redirects=True).status_code for s in sids]
+        assert held == [404] * 5 + [200] * 3, held  # the oldest five are forgotten; the newest three answer
+        deadline = time.monotonic() + GUARD_S
+        while live() > 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert live() == 3
+    finally:
+        srv.should_exit = True
+        thread.join(10)

@@ -51,9 +51,10 @@ class OwnedTable:
             del self._owners[owner]
         return value
 
-    def put(self, key: Any, value: Any, owner: Any = _MISSING) -> None:
+    def put(self, key: Any, value: Any, owner: Any = _MISSING) -> list[Any]:
         """Keep ``value`` under ``key`` (the newest of its owner's); an entry's owner is the
-        one it was first put with."""
+        one it was first put with. Returns the keys pushed out to make room (the caller may
+        hold more for them than this table: the HTTP gate closes the MCP sessions it forgets)."""
         if key in self._where:
             owner = self._where[key]
         elif owner is _MISSING:
@@ -64,9 +65,12 @@ class OwnedTable:
         self._where[key] = owner
         entries[key] = value
         entries.move_to_end(key)
+        evicted = []
         while len(self._where) > self.limit:
             most_owner, most = max(self._owners.items(), key=lambda kv: len(kv[1]))
             oldest, _ = most.popitem(last=False)
             del self._where[oldest]
+            evicted.append(oldest)
             if not most:
                 del self._owners[most_owner]
+        return evicted
