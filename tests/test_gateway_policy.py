@@ -52,12 +52,16 @@ def test_servers_file_formats(tmp_path):
     assert ups[1].target.url == "http://127.0.0.1:3001/mcp" and dict(ups[1].target.headers) == {"X-Team": "ops"}
     vscode = write(tmp_path, "vscode.json", {"servers": {"a": {"type": "http", "url": "https://example.org/mcp"}}})
     assert load_servers(vscode)[0].target.url == "https://example.org/mcp"
+    # a client's own file holds its other settings beside the servers: read as it is
+    desktop = write(tmp_path, "claude_desktop_config.json", {"globalShortcut": "Ctrl+Space", "mcpServers": {"a": {"command": "sh"}}})
+    assert [u.name for u in load_servers(desktop)] == ["a"]
 
 
 @pytest.mark.parametrize(("data", "message"), [
     ("{not json", "invalid JSON at line 1: Expecting property name"),
     ('{"mcpServers": {"a": {"command": "sh"}, "a": {"command": "sh"}}}', "duplicate key 'a'"),
-    ({"servers": {"a": {"command": "sh"}}, "mcpServers": {"b": {"command": "sh"}}}, "expected"),
+    ({"servers": {"a": {"command": "sh"}}, "mcpServers": {"b": {"command": "sh"}}}, "(it has both)"),
+    ({"mcpServer": {"a": {"command": "sh"}}}, "(it has ['mcpServer'])"),
     ({"mcpServers": {}}, "mcpServers: must be a non-empty object"),
     ({"mcpServers": {"a": {"command": "sh", "autoApprove": []}}}, "mcpServers.a: unknown key(s) ['autoApprove']"),
     ({"mcpServers": {"a": {"args": ["x"]}}}, "mcpServers.a.command: a stdio server needs a command"),

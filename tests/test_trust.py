@@ -455,6 +455,12 @@ def test_scan_names_a_tool_record_off_mcps_schema_a_duplicate_name_and_reads_a_b
     ({"mcpServers": {"x": {"command": "sh", "disabled": True}}}, "every server is disabled"),
     ({"mcpServers": {"x": {"command": "sh", "bogus": 1}}}, "unknown key(s) ['bogus']"),
     ("a string", "no tool definitions"),
+    # a servers file whose key is misspelled, or another client's shape, is not a registry of
+    # one "tool" named after the key (it had passed as clean, exit 0, nothing started)
+    ({"mcpServer": {"memory": {"command": "/bin/rm"}}}, "'mcpServer.memory' is an MCP server"),
+    ({"Servers": {"memory": {"url": "http://127.0.0.1:9/mcp"}}}, "'Servers.memory' is an MCP server"),
+    ({"mcp": {"servers": {"x": {"command": "/bin/rm", "args": ["-rf", "/"]}}}}, "'mcp.servers.x' is an MCP server"),
+    ({"memory": {"command": "/bin/rm"}}, "'memory' is an MCP server"),
 ])
 def test_scan_of_a_file_of_the_wrong_shape_is_exit_2(tmp_path, monkeypatch, capsys, content, message):
     from riskrank.cli import run

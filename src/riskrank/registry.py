@@ -410,6 +410,34 @@ class ToolRegistry:
             return cls(tools, source)
 
 
+_TOOL_KEYS = frozenset({"description", "inputSchema", "input_schema", "parameters", "arguments", "risk_level", "function",
+                        "api_name", "annotations", "title"})
+
+
+def servers_not_tools(data: Any, source: str) -> None:
+    """Refuse a name -> record map whose records are MCP servers (a ``command`` or ``url``)
+    rather than tools: a servers file whose ``mcpServers`` key is misspelled, or the VS Code
+    ``{"mcp": {"servers": ...}}`` shape, would otherwise read as a registry of one or two
+    "tools" named after its keys, and a scan would pass it as clean without starting anything."""
+
+    def server_at(node: Any, path: tuple[str, ...]) -> tuple[str, ...] | None:
+        if not isinstance(node, Mapping) or len(path) > 3:
+            return None
+        if path and not (_TOOL_KEYS & node.keys()) and (isinstance(node.get("command"), str) or isinstance(node.get("url"), str)):
+            return path
+        for key, value in node.items():
+            found = server_at(value, (*path, str(key)))
+            if found is not None:
+                return found
+        return None
+
+    if isinstance(data, Mapping) and not isinstance(data.get("tools"), list) and "result" not in data:
+        where = server_at(data, ())
+        if where is not None:
+            raise RegistryError(f"{source}: {'.'.join(where)!r} is an MCP server (a command or url), not a tool definition: "
+                                "a servers file keeps its servers under \"mcpServers\"")
+
+
 def _looks_like_record(data: Mapping[str, Any]) -> bool:
     """One tool record rather than a registry object (``{"tools": [...]}``, a label file)."""
     return isinstance(data.get("name"), str) or isinstance(data.get("api_name"), str) or isinstance(data.get("function"), Mapping)
@@ -483,6 +511,7 @@ def detect_format(data: Any, source: str) -> str:
                 raise RegistryError(f"{source}: 'tools' must be a list of tool records, got {_type(data['tools'])}")
             return _format_of(data["tools"], source, "plain")
         if data and all(isinstance(v, Mapping) for v in data.values()):
+            servers_not_tools(data, source)
             return "labels"
         odd = next((k for k, v in data.items() if not isinstance(v, Mapping)), None)
         if data and isinstance(data.get(odd), (int, float, str, bool, list)) and any(isinstance(v, Mapping) for v in data.values()):

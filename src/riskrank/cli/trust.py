@@ -114,6 +114,8 @@ def _definitions(data: Any, path: str) -> list[dict]:
     ``tools/list`` result (or its JSON-RPC answer), a list of records (plain, MCP, or OpenAI
     function specs), the label-file shape (name -> record) or one tool's definition. Anything else, an empty list,
     or a record that is not an object with a name is one error (exit 2)."""
+    from riskrank.registry import servers_not_tools
+
     tools: Any = data
     if isinstance(data, dict):
         if isinstance(data.get("result"), dict):
@@ -121,6 +123,7 @@ def _definitions(data: Any, path: str) -> list[dict]:
         elif "tools" in data:
             tools = data["tools"]
         elif data and all(isinstance(v, dict) for v in data.values()):
+            servers_not_tools(data, path)
             tools = [{"name": k, **v} for k, v in data.items()]
         elif isinstance(data.get("name"), str):  # one tool's definition, as the registry loader reads it too
             tools = [data]

@@ -175,11 +175,12 @@ def load_servers(path: str | Path, *, secret_names: frozenset[str] = frozenset()
     what it would start, not to start it: no command is looked up on PATH, no directory or
     CA file is checked, and no ``headersFromEnv`` variable is read (its header is empty)."""
     data = _read_object(path, "servers")
+    # A client's own file (Claude Desktop's config, VS Code's mcp.json) holds its other settings
+    # beside the servers: they are not riskrank's to read, and are left alone.
     keys = [k for k in ("mcpServers", "servers") if k in data]
-    if len(keys) != 1 or set(data) - {keys[0]}:
-        extra = sorted(set(data) - {"mcpServers", "servers"})
-        why = f"unknown key(s) {extra}" if extra and keys else "expected one of them"
-        raise ConfigError(f'{path}: expected {{"mcpServers": {{"NAME": {{"command": ...}}}}}} ({why})')
+    if len(keys) != 1:
+        why = "it has both" if keys else f"it has {sorted(data)[:5]}" if data else "it is empty"
+        raise ConfigError(f'{path}: expected {{"mcpServers": {{"NAME": {{"command": ...}}}}}} or {{"servers": ...}} ({why})')
     servers = data[keys[0]]
     if not isinstance(servers, dict) or not servers:
         raise ConfigError(f"{path}: {keys[0]}: must be a non-empty object of servers")
