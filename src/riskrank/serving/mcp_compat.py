@@ -399,9 +399,10 @@ def notification_method(message: Any) -> str | None:
 class Handlers:
     """What a server answers, in wire dicts, independent of the SDK's major.
     ``call_tool(name, arguments, call)`` gets a :class:`CallCtx`; a handler left None is not
-    advertised. ``read_resource(uri, session_key, client)`` is told whose read it is (the
-    session, and the client the gate identified: its policy judges the read); it and
-    ``get_prompt`` raise :class:`LookupError` for an unknown URI or name."""
+    advertised. ``read_resource(uri, session_key, client)`` and ``get_prompt(name, arguments,
+    session_key, client)`` are told whose read it is (the session, and the client the gate
+    identified: its policy judges the read); both raise :class:`LookupError` for an unknown
+    URI or name."""
 
     list_tools: Callable[[], Awaitable[list[Json]]]
     call_tool: Callable[[str, Json, CallCtx], Awaitable[Any]]
@@ -409,7 +410,7 @@ class Handlers:
     list_resource_templates: Callable[[], Awaitable[list[Json]]] | None = None
     read_resource: Callable[[str, str, Json | None], Awaitable[Json]] | None = None
     list_prompts: Callable[[], Awaitable[list[Json]]] | None = None
-    get_prompt: Callable[[str, dict[str, str] | None], Awaitable[Json]] | None = None
+    get_prompt: Callable[[str, dict[str, str] | None, str, Json | None], Awaitable[Json]] | None = None
 
 
 CONFIRM_KEY = "riskrank/confirm"
@@ -768,6 +769,11 @@ def _not_found(exc: LookupError) -> Exception:
     return McpError(t.ErrorData(code=t.INVALID_PARAMS, message=text))
 
 
+#: The pass-through requests that are a session's reads (told whose call it is: what they bring
+#: the agent is an untrusted read, judged under the caller's policy).
+_READS = ("read_resource", "get_prompt")
+
+
 def _passthrough(h: Handlers) -> list[tuple[str, Any, Any, Any]]:
     """(kind, handler, result model, how to call it) for each pass-through handler given: a
     listing answers ``{key: items}``, a lookup takes arguments read from the request params."""
@@ -787,7 +793,7 @@ def _handler(fn: Any, res_cls: Any, how: Any, params_of: Callable[[Any], Any],
     """A ``(ctx, request) -> result`` handler for one pass-through row of :func:`_passthrough`
     (``params_of`` reads the params from what the SDK hands over; ``caller_of``, where given,
     whose call it is (:func:`_session_key` and the client the gate identified), passed last: a
-    resource read is a session's read, judged under its client's policy)."""
+    resource read or a prompt is a session's read, judged under its client's policy)."""
     async def handler(ctx: Any, request: Any) -> Any:
         if isinstance(how, str):
             return res_cls.model_validate({how: await fn()})
@@ -829,7 +835,7 @@ def _build_v2(name: str, version: str, instructions: str | None, h: Handlers, ti
         return _session_key(ctx.request, ctx.protocol_version in MODERN_PROTOCOLS, params), _client(ctx.request)
 
     for kind, fn, res_cls, how in _passthrough(h):
-        kw[f"on_{kind}"] = _handler(fn, res_cls, how, lambda params: params, caller_v2 if kind == "read_resource" else None)
+        kw[f"on_{kind}"] = _handler(fn, res_cls, how, lambda params: params, caller_v2 if kind in _READS else None)
     return Server(name, version=version, title=title, instructions=instructions, **kw)
 
 
@@ -867,7 +873,7 @@ def _build_v1(name: str, version: str, instructions: str | None, h: Handlers) ->
         return _session_key(request, False, params), _client(request)
 
     for kind, fn, res_cls, how in _passthrough(h):
-        handler = _handler(fn, res_cls, how, lambda req: req.params, caller_v1 if kind == "read_resource" else None)
+        handler = _handler(fn, res_cls, how, lambda req: req.params, caller_v1 if kind in _READS else None)
 
         async def wrapped(req: Any, handler: Any = handler) -> Any:
             return t.ServerResult(await handler(None, req))

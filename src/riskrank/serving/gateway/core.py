@@ -730,6 +730,12 @@ class Gateway:
             internal = isinstance(exc, AttributeError | TypeError | KeyError | IndexError | NameError | AssertionError)
             message = (f"the upstream server {upstream_name!r} failed on {tool!r}: {describe(exc)}" if not internal
                        else f"the upstream server {upstream_name!r} failed on {tool!r} (it stopped or the connection broke)")
+            if not internal and ctx.row.get("source") and policy.flow != "off":
+                # An untrusted source's error text reaches the agent as its answer would: read it too.
+                try:
+                    await self._record_flow(key, name, {"content": [{"type": "text", "text": message}]}, rec)
+                except SessionError:
+                    message = f"the upstream server {upstream_name!r} failed on {tool!r}"
             with contextlib.suppress(AuditLogError):
                 await self.audit.append(**rec, decision="failed", code="upstream_error", reason=message,
                                         detail=describe(exc), elapsed_s=round(time.monotonic() - started, 3))
@@ -987,14 +993,28 @@ class Gateway:
             return []
         return [{**p, "name": public} for public, _, p in self.manager.prompts()]
 
-    async def get_prompt(self, name: str, arguments: dict[str, str] | None) -> dict[str, Any]:
+    async def get_prompt(self, name: str, arguments: dict[str, str] | None, session_key: str = "stdio",
+                         client: dict[str, Any] | None = None) -> dict[str, Any]:
+        """A prompt of an upstream, passed through; its messages are an untrusted read of the
+        session as a resource's text is (a server's prompt can carry what it fetched: the
+        latest e-mail, a web page), unless the caller's policy trusts that server's sources."""
         await self.wait_ready()
         for public, up, prompt in self.manager.prompts() if self.manager else []:
             if public == name and up.session is not None:
+                _name, policy, _view = self.served(client)
+                rec = {"tool": "prompts/get", "upstream": up.name, "session": session_key}
                 with contextlib.suppress(AuditLogError):
-                    await self.audit.append(tool="prompts/get", decision="allowed", code="passthrough", reason=name,
-                                            upstream=up.name)
-                return mcp_compat.wire(await up.session.get_prompt(prompt["name"], arguments))
+                    await self.audit.append(**rec, decision="allowed", code="passthrough", reason=name)
+                result = await up.session.get_prompt(prompt["name"], arguments)
+                wired = result if isinstance(result, dict) else mcp_compat.wire(result)
+                if policy.flow != "off" and not policy.trusted_sources.matches("prompts/get", up.name):
+                    content = [m.get("content") for m in wired.get("messages") or [] if isinstance(m, dict)]
+                    try:
+                        await self._record_flow(session_key, f"prompts/get {name}"[:200],
+                                                {"content": [c for c in content if isinstance(c, dict)]}, rec)
+                    except SessionError as exc:  # not handed on, as a tool's answer would not be
+                        raise LookupError(f"prompt {name!r} was read but the session's record cannot be written ({exc})") from None
+                return wired
         raise LookupError(f"unknown prompt {name!r}")
 
     def handlers(self) -> mcp_compat.Handlers:

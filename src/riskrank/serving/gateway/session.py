@@ -34,7 +34,16 @@ from riskrank.capabilities import ACT_VERBS, name_only_reads, name_reads
 from riskrank.errors import RiskrankError
 from riskrank.risk import normalise_text, split_name
 from riskrank.serving.gateway.policy import Policy
-from riskrank.serving.gateway.values import KINDS, Value, candidates, unescape, within
+from riskrank.serving.gateway.values import (
+    KINDS,
+    Value,
+    candidates,
+    folded_arguments,
+    shape,
+    strings_of,
+    unescape,
+    within,
+)
 from riskrank.serving.owned import OwnedTable
 
 #: Values a session's flow record keeps; beyond it the oldest are forgotten (and counted).
@@ -261,10 +270,15 @@ def _listed(x: Any, choices: list[Any]) -> bool:
 
 
 @functools.lru_cache(maxsize=1024)
-def _users_own(words: tuple[str, ...]) -> tuple[frozenset[str], str]:
-    """(the folded values of the user's own words, those words unescaped and case-folded):
-    read once per session's words, not at every call."""
-    return frozenset(v.folded for t in words for v in candidates(t)), "\n".join(unescape(t).casefold() for t in words)
+def _users_own(words: tuple[str, ...]) -> tuple[dict[str, frozenset[str]], str]:
+    """(each folded value of the user's own words -> the forms the user wrote it in, in
+    :func:`~.values.shape`'s form; those words unescaped and case-folded): read once per
+    session's words, not at every call."""
+    own: dict[str, set[str]] = {}
+    for t in words:
+        for v in candidates(t):
+            own.setdefault(v.folded, set()).add(shape(v.shown))
+    return {k: frozenset(v) for k, v in own.items()}, "\n".join(unescape(t).casefold() for t in words)
 
 
 def flow_to_list(f: Flow) -> list[Any]:
@@ -313,17 +327,32 @@ class SessionRecord:
         """Whether ``tool`` is inside the scope (or the session has no anchor: nothing to drift from)."""
         return self.anchor is None or tool in self.scope or tool in self.widened
 
-    def flow_hits(self, folded_arguments: str) -> list[Flow]:
-        """The recorded values ``folded_arguments`` (:func:`~.values.folded_arguments`) carry
-        that neither the user's own words (the anchor, the user's turns) nor the user's
-        approvals hold, first seen first."""
-        if not self.flows or not folded_arguments:
+    def flow_hits(self, arguments: dict[str, Any]) -> list[Flow]:
+        """The recorded values a call's ``arguments`` carry (matched in
+        :func:`~.values.folded_arguments`' form) that neither the user's own words (the anchor,
+        the user's turns) nor the user's approvals hold, first seen first. A value that folds
+        like one of the user's is the user's only where the arguments write it as the user did
+        (:func:`~.values.shape`): ``bobsmith@outlook.com`` folds like the user's
+        ``bob.smith@outlook.com`` but is another mailbox."""
+        if not self.flows or not arguments:
             return []
-        present = [f for f in self.flows if f.folded in folded_arguments]
+        folded = folded_arguments(arguments)
+        present = [f for f in self.flows if f.folded in folded]
         if not present:
             return []
         own_values, own_text = _users_own(tuple(t for t in (self.anchor or "", *self.user_turns) if t))
-        hits = [f for f in present if f.folded not in own_values and not within(f.shown, own_text)]
+        shaped: str | None = None
+
+        def users_own(f: Flow) -> bool:
+            nonlocal shaped
+            if f.folded in own_values:
+                if shaped is None:
+                    shaped = "|".join(shape(x) for x in strings_of(arguments))
+                # each place the arguments carry the value must be written as the user wrote it
+                return folded.count(f.folded) <= sum(shaped.count(form) for form in own_values[f.folded])
+            return within(f.shown, own_text)
+
+        hits = [f for f in present if not users_own(f)]
         # a host found inside an address or a URL the call carries says nothing more than it:
         # the whole value is the hit (or the user's approval), not its domain
         cleared = set(self.cleared)

@@ -3,8 +3,9 @@
 An injected instruction works by making the agent put the attacker's choice into a call: the
 recipient of a message, the URL of an upload, the account of a payment, the path of a file to
 delete. Such a choice is a *value* the agent copies from what it read. :func:`candidates`
-finds them in a result (its invisible characters and markup tags dropped first, so that
-``USR\u200b042`` or ``USR<b></b>042`` is ``USR042``): e-mail addresses, URLs and domains (a
+finds them in a result (its invisible characters dropped first, and its markup tags read
+both as nothing and as a blank, so that ``USR\u200b042`` or ``USR<b></b>042`` is ``USR042``
+and ``x@evil.example</p>Best`` is ``x@evil.example``): e-mail addresses, URLs and domains (a
 URL's or an address's host also on its own: ``https://evil.example/drop`` gives
 ``evil.example``), IBAN-like account numbers, file
 paths and names, phone numbers, street addresses (``1428 Elm Street, Springfield``), ``@handles``, long identifiers (six characters or more with a
@@ -18,7 +19,8 @@ value escaped twice), NFKC, case-folded, Unicode's confusables mapped to one rep
 then every character that is not a letter or a digit removed. ``X@Evil.Example``,
 ``x%40evil.example``, ``x&#64;evil.example``, ``ｘ@evil.example`` and ``x @ evil . example``
 all fold to ``xevilexample``; an argument holds a value when its folded text contains the
-value's. What folding cannot undo is in docs/session-guard.md.
+value's. A value is the user's own when the user's words hold it in :func:`shape`'s form,
+which keeps the punctuation folding drops. What folding cannot undo is in docs/session-guard.md.
 
 Standard library only (and :mod:`riskrank.names`).
 """
@@ -59,6 +61,11 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("url", re.compile(r"(?:\b(?:https?|ftp)://|\bwww\.)[^\s<>\"'`)\]}]{3,}")),
     ("iban", re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b")),
     ("path", re.compile(r"(?:~|\.{1,2})?/[\w.~-]+(?:/[\w.~-]+)+|\b[\w-]{1,64}(?:\.[\w-]{1,63})*\.[A-Za-z][A-Za-z0-9]{0,5}\b")),
+    # a bare domain whose top-level name is longer than a file's extension (``evil-corp.digital``,
+    # ``mail.attacker.network``; shorter ones are read by the path pattern above), the top-level
+    # name in one case (``self.assertEqual`` is code), not followed by a call's parenthesis
+    ("domain", re.compile(r"\b[A-Za-z0-9][A-Za-z0-9-]{0,62}(?:\.[A-Za-z0-9][A-Za-z0-9-]{0,62})*\.(?:[a-z]{7,24}|[A-Z]{7,24})"
+                          r"(?![\w(-])")),
     ("phone", re.compile(r"(?<![\w+])\+?\d[\d ().-]{6,18}\d\b")),
     # a house number, one to four capitalised words ending in a street word, then the town's
     # capitalised words after a comma
@@ -149,8 +156,12 @@ def candidates(text: str) -> list[Value]:
     plain = unescape(text)
     if not plain.isascii():  # zero-width characters, soft hyphens, bidi controls (ASCII has none)
         plain = without_invisible(plain)
+    texts = [plain]
     if "<" in plain:
-        plain = _TAG.sub("", plain)
+        # A tag read as nothing joins a value split by empty tags (``USR<b></b>042``); read as
+        # a blank it keeps a value apart from the next word (``x@evil.example</p><p>Best``
+        # would otherwise be ``x@evil.exampleBest``, and the address itself never recorded).
+        texts = [_TAG.sub("", plain), _TAG.sub(" ", plain)]
     found: dict[str, tuple[int, Value]] = {}
 
     def add(kind: str, raw: str, at: int) -> None:
@@ -158,17 +169,33 @@ def candidates(text: str) -> list[Value]:
         if len(folded) >= MIN_VALUE_CHARS and folded not in found:
             found[folded] = (at, Value(kind, raw[:MAX_VALUE_CHARS], folded))
 
-    for kind, rx, needs in _PATTERNS_NEED:
-        if needs and not any(n in plain for n in needs):
-            continue  # the pattern cannot match: its scan is skipped, nothing else changes
-        group = 1 if rx.groups else 0
-        hosts = kind in ("email", "url")
-        for m in rx.finditer(plain):
-            raw = m.group(group).strip().rstrip(".,;:!?")
-            add(kind, raw, m.start())
-            if hosts and (host := _host(kind, raw)) is not None:
-                add("domain", host, m.start())
+    for plain in texts:
+        for kind, rx, needs in _PATTERNS_NEED:
+            if needs and not any(n in plain for n in needs):
+                continue  # the pattern cannot match: its scan is skipped, nothing else changes
+            group = 1 if rx.groups else 0
+            hosts = kind in ("email", "url")
+            for m in rx.finditer(plain):
+                raw = m.group(group).strip().rstrip(".,;:!?")
+                add(kind, raw, m.start())
+                if hosts and (host := _host(kind, raw)) is not None:
+                    add("domain", host, m.start())
     return [v for _, v in sorted(found.values(), key=lambda p: p[0])]
+
+
+_BLANKS = re.compile(r"\s+")
+
+
+def shape(text: str) -> str:
+    """The form a value is compared with the user's own values in: :func:`fold`'s, with the
+    punctuation kept (blanks dropped, trailing full stops too). Two addresses that differ
+    only in a dot, an underscore or where the ``@`` sits fold to the same letters, but are
+    two mailboxes: an attacker's ``bobsmith@outlook.com`` is not the user's
+    ``bob.smith@outlook.com``."""
+    plain = unescape(text)
+    if not plain.isascii():
+        plain = without_invisible(plain)
+    return _BLANKS.sub("", skeleton(plain)).rstrip(".,;:!?")
 
 
 def _host(kind: str, raw: str) -> str | None:
@@ -194,7 +221,7 @@ def within(value: str, text: str) -> bool:
     return bool(v) and re.search(r"(?<![\w@.+-])" + re.escape(v) + r"(?![\w@+-]|[.-]\w)", text) is not None
 
 
-def _strings(value: Any) -> Iterator[str]:
+def strings_of(value: Any) -> Iterator[str]:
     """Every string (and number, as text) inside a JSON value, without recursion."""
     stack = [value]
     while stack:
@@ -214,7 +241,7 @@ def _strings(value: Any) -> Iterator[str]:
 def unencodable(value: Any) -> bool:
     """Whether a JSON value holds a string (or a key) UTF-8 cannot encode: a lone surrogate,
     which some JSON parsers let through and no digest, log line or upstream can take."""
-    for s in _strings(value):
+    for s in strings_of(value):
         try:
             s.encode("utf-8")
         except UnicodeEncodeError:
@@ -226,7 +253,7 @@ def folded_arguments(arguments: dict[str, Any]) -> str:
     """The folded text a call's argument values are matched in: each string folded on its own,
     joined by ``|`` (never part of a folded value, so no value spans two arguments); the keys of
     an object inside an argument are read too, the argument names (the schema's) are not."""
-    return "|".join(fold(s) for v in arguments.values() for s in _strings(v))
+    return "|".join(fold(s) for v in arguments.values() for s in strings_of(v))
 
 
 @dataclass(frozen=True)
@@ -246,7 +273,8 @@ class ResultText:
 
 def result_text(wired: dict[str, Any]) -> ResultText:
     """The readable text of a ``tools/call`` result (wire form): its text items, the text of
-    embedded resources and the strings of ``structuredContent``; images, audio and blobs are
+    embedded resources, a resource link's URI, name, title and description, and the strings
+    of ``structuredContent``; images, audio and blobs are
     counted, not read. A text over 2 x :data:`SCAN_CHARS` is read by its head and tail. The
     digest covers the binary items too (their type, MIME type, URI and base64 data): two
     results of images alone are told apart, not both the digest of no text."""
@@ -259,6 +287,8 @@ def result_text(wired: dict[str, Any]) -> ResultText:
             parts.append(str(item.get("text", "")))
         elif item.get("type") == "resource" and isinstance(item.get("resource"), dict) and "text" in item["resource"]:
             parts.append(str(item["resource"]["text"]))
+        elif item.get("type") == "resource_link":  # a link the agent is shown: its words are read like a text's
+            parts.extend(str(item[k]) for k in ("uri", "name", "title", "description") if isinstance(item.get(k), str))
         else:
             binary += 1
             inner = item.get("resource") if isinstance(item.get("resource"), dict) else item
@@ -266,7 +296,7 @@ def result_text(wired: dict[str, Any]) -> ResultText:
                 unread.update(f"{key}\0{inner.get(key, item.get(key, ''))}\0".encode("utf-8", "replace"))
     structured = wired.get("structuredContent")
     if structured is not None:
-        parts.extend(_strings(structured))
+        parts.extend(strings_of(structured))
     whole = "\n".join(parts)
     hasher = hashlib.sha256(whole.encode("utf-8", "replace"))
     if binary:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from riskrank.serving.gateway.guards.chain import HOLD, CallContext, Guard, Verdict
 from riskrank.serving.gateway.session import TASK_KIND, confirmation_kind
-from riskrank.serving.gateway.values import folded_arguments
 
 CONFIRM = "confirm"
 
@@ -30,7 +29,7 @@ def check(ctx: CallContext) -> Verdict | None:
         ctx.record.confirmed_since_read(confirmation_kind(ctx.tool, ctx.arguments, ctx.view.schemas.get(ctx.tool)))
         or (policy.confirm == "once_per_task" and ctx.record.confirmed_since_read(TASK_KIND)))
     if (approved and not every and in_scope and level is not None and level <= policy.approval_ceiling
-            and not (ctx.record.flows and ctx.record.flow_hits(folded_arguments(dict(ctx.arguments))))):
+            and not (ctx.record.flows and ctx.record.flow_hits(dict(ctx.arguments)))):
         return None
     if policy.untrusted_server(ctx.upstream):
         why = f"its server {ctx.upstream!r} is untrusted by the policy: every call is confirmed"

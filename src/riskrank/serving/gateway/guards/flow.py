@@ -10,7 +10,6 @@ Values are matched in :func:`riskrank.serving.gateway.values.fold`'s form."""
 from __future__ import annotations
 
 from riskrank.serving.gateway.guards.chain import HOLD, REFUSE, CallContext, Guard, Verdict
-from riskrank.serving.gateway.values import folded_arguments
 
 FLOW = "flow"
 #: The refusal of a sink call that carries an untrusted value, under ``"flow": "refuse"``.
@@ -22,7 +21,7 @@ SHOWN = 3
 def check(ctx: CallContext) -> Verdict | None:
     if not ctx.row.get("flow_checked", bool(ctx.row.get("sink"))):
         return None
-    hits = ctx.record.flow_hits(folded_arguments(dict(ctx.arguments)))
+    hits = ctx.record.flow_hits(dict(ctx.arguments))
     if not hits:
         return None
     said = "; ".join(h.provenance() for h in hits[:SHOWN]) + (f" (and {len(hits) - SHOWN} more)" if len(hits) > SHOWN else "")
