@@ -404,7 +404,8 @@ def test_scan_says_what_it_starts_and_a_server_that_cannot_be_listed_is_exit_2(t
     list its tools is one error line (exit 2), no traceback and no SDK noise, unless
     --allow-unreachable, which scans the others."""
     ran = tmp_path / "ran"
-    cases = {"exits": ["-c", f"touch {ran}; exit 3"], "talks": ["-c", "echo hello; echo oops >&2; sleep 5"]}
+    cases = {"exits": ["-c", f"touch {ran}; echo 'Error: no such directory /srv' >&2; exit 3"],
+             "talks": ["-c", "echo hello; echo oops >&2; sleep 5"]}
     for name, args in cases.items():
         (tmp_path / f"{name}.json").write_text(json.dumps({"mcpServers": {name: {"command": "sh", "args": args}}}))
         out = _scan("--startup-timeout", "20", str(tmp_path / f"{name}.json"))
@@ -413,6 +414,8 @@ def test_scan_says_what_it_starts_and_a_server_that_cannot_be_listed_is_exit_2(t
         assert len(err) == 2 and err[0].startswith(f"riskrank scan: start {name}: sh -c ") and err[1].startswith("error: "), err
         assert f"{name!r} could not be listed" in err[1] and "Traceback" not in out.stderr
     assert ran.exists()  # the user chose to start it: it ran, and said so first
+    # why it exited, in its own words: the last line it wrote on stderr (as the gateway says it)
+    assert "its stderr ends: 'Error: no such directory /srv'" in _scan(str(tmp_path / "exits.json")).stderr
     assert "it printed 'hello', which is not MCP JSON-RPC" in _scan(str(tmp_path / "talks.json")).stderr
     both = {"mcpServers": {"notes": {"command": sys.executable, "args": [str(HERE / "trust_upstream.py")]},
                            "exits": {"command": "sh", "args": ["-c", "exit 3"]}}}

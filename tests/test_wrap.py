@@ -449,3 +449,7 @@ def test_wrap_shows_the_diff_before_it_asks(home, monkeypatch, capfd):
     path = files["claude-desktop"]
     assert code == 1 and "not wrapped: nothing was written" in err and f"--- {path}\n+++ {path}\n" in out
     assert snapshot(home, Path.cwd()) == before
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # no answer at all (< /dev/null): a no, not an abort (130)
+    code, out, err = riskrank(monkeypatch, capfd, "wrap", "--client", "claude-desktop", *CMD)
+    assert code == 1 and "standard input is closed" in err and "not wrapped: nothing was written" in err, err
+    assert snapshot(home, Path.cwd()) == before

@@ -94,6 +94,9 @@ def run() -> int:
         # blank line, the error); the command's --help is named for the rest.
         where = exc.ctx.command_path if exc.ctx is not None else "riskrank"
         what = exc.format_message().rstrip(".")
+        takes_task = exc.ctx is not None and any(p.name == "task" for p in exc.ctx.command.params)
+        if takes_task and what.startswith("Got unexpected extra argument"):  # `riskrank retrieve list files`
+            what += "; a task of several words is one argument: quote it"
         echo(f"error: {one_line(f'{where}: {what} (see {where} --help)')}", err=True)
         return EXIT_USAGE
     except click.ClickException as exc:

@@ -5,8 +5,8 @@ it starts only without ``--no-start``; docs/trust.md) and ``riskrank clients``."
 from __future__ import annotations
 
 import json
-import os
 import sys
+import tempfile
 from typing import Any
 
 import click
@@ -157,19 +157,23 @@ def _list_server(up: Any, startup_timeout: float) -> list[dict]:
         if isinstance(message, Exception) and not printed:
             printed.append(mcp_compat.bad_line(message) or "")
 
-    async def one() -> list[dict]:
-        with anyio.fail_after(startup_timeout), open(os.devnull, "w") as quiet:
-            async with mcp_compat.open_session(up.target, errlog=quiet, message_handler=note) as session:
+    async def one(errlog: Any) -> list[dict]:
+        with anyio.fail_after(startup_timeout):
+            async with mcp_compat.open_session(up.target, errlog=errlog, message_handler=note) as session:
                 return [{**t, "name": f"{up.name}/{t.get('name')}"} for t in await mcp_compat.list_all(session, "tools")]
 
-    try:
-        return anyio.run(one)
-    except Exception as exc:  # every failure of an untrusted server is one line
-        inner = leaf(exc)
-        why = (f"it did not list its tools within {startup_timeout:g} s (--startup-timeout)" if isinstance(inner, TimeoutError)
-               else f"it printed {printed[0]!r}, which is not MCP JSON-RPC" if printed and printed[0]
-               else describe(inner))
-        raise RiskrankError(f"{up.name!r} could not be listed: {why}") from None
+    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as errlog:  # kept for a failure's line only
+        try:
+            return anyio.run(one, errlog)
+        except Exception as exc:  # every failure of an untrusted server is one line
+            inner = leaf(exc)
+            why = (f"it did not list its tools within {startup_timeout:g} s (--startup-timeout)" if isinstance(inner, TimeoutError)
+                   else f"it printed {printed[0]!r}, which is not MCP JSON-RPC" if printed and printed[0]
+                   else describe(inner))
+            errlog.seek(0)
+            said = [ln.strip() for ln in errlog.read(1 << 20).splitlines() if ln.strip()]
+            tail = f"; its stderr ends: {said[-1][:160]!r}" if said else ""
+            raise RiskrankError(f"{up.name!r} could not be listed: {why}{tail}") from None
 
 
 def listed_definitions(path: str, startup_timeout: float, *, command: str, no_start: bool = False,

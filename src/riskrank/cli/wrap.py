@@ -46,6 +46,19 @@ def default_command() -> list[str]:
     return [os.path.abspath(found)] if found else [sys.executable, "-m", "riskrank"]
 
 
+
+def _asked(question: str) -> bool:
+    """The user's yes to ``question``; a closed standard input (``< /dev/null``, a pipe that
+    ended) is no answer, so a no: nothing is written, exit 1, as for a typed "n" (Ctrl-C stays
+    an abort)."""
+    try:
+        return click.confirm(question, default=False, err=True)
+    except click.Abort as exc:
+        if isinstance(exc.__context__, EOFError):  # click raises Abort "from None" for both
+            echo("(no answer: standard input is closed; --yes does not ask)", err=True)
+            return False
+        raise
+
 @click.command("wrap")
 @CLIENTS
 @click.option("--project", type=click.Path(file_okay=False, exists=True), default=None, metavar="DIR",
@@ -129,7 +142,7 @@ def wrap_command(clients: tuple[str, ...], project: str | None, servers_dir: str
                 echo(diff(sp.servers_file, b"", servers_file_bytes(sp)), nl=False)
     if dry_run:
         return
-    if not yes and not click.confirm(f"Wrap {len(plans)} file(s)?", default=False, err=True):
+    if not yes and not _asked(f"Wrap {len(plans)} file(s)?"):
         raise Declined("not wrapped: nothing was written")
     if not policy.exists():
         write_json(policy, Policy().to_dict())
@@ -173,7 +186,7 @@ def unwrap_command(clients: tuple[str, ...], servers_dir: str | None, dry_run: b
         for p in plans:
             echo(diff(p.config, p.current, p.new_raw), nl=False)
     elif plans:
-        if not yes and not click.confirm(f"Unwrap {len(plans)} file(s)?", default=False, err=True):
+        if not yes and not _asked(f"Unwrap {len(plans)} file(s)?"):
             raise Declined("not unwrapped: nothing was written")
         for p in plans:
             try:
