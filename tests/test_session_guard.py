@@ -933,6 +933,10 @@ def test_an_address_that_folds_like_the_users_own_is_not_the_users_own():
         assert r.flow_hits({"to": "bob.smith@outlook.com"}) == []  # the user's own, in any case
         assert r.flow_hits({"to": "BOB.SMITH@OUTLOOK.COM", "cc": "bob.smith%40outlook.com"}) == []
         assert r.flow_hits({"to": "bob.smith@outlook.com", "cc": "bobsmith@outlook.com"})  # the user's beside it: held
+    # a number set out otherwise is the same number: the user's own
+    phone = SessionRecord().with_anchor("text +1 (555) 123-4567 and pay DE89 3704 0044 0532 0130 00", "find_tools", [], 0.0)
+    phone = phone.with_values(candidates("call +15551234567, IBAN DE89370400440532013000"), "read_inbox", 1.0)
+    assert phone.flow_hits({"to": "+1-555-123-4567", "iban": "DE89370400440532013000"}) == []
 
 
 def test_markup_glued_values_bare_domains_and_resource_links_are_read():

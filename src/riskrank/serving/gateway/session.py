@@ -269,6 +269,13 @@ def _listed(x: Any, choices: list[Any]) -> bool:
     return any(not isinstance(c, bool) and isinstance(c, str) == isinstance(x, str) and c == x for c in choices)
 
 
+#: Kinds of value whose punctuation and spacing are only how they are set out: the same
+#: letters and digits are the same phone number, account, street address or identifier
+#: (``+1 (555) 123-4567`` is ``+15551234567``). An address, URL, domain, path, handle or
+#: recipient with a dot, a dash or an underscore moved is another one.
+FORMATTED_KINDS = frozenset({"phone", "iban", "address", "identifier"})
+
+
 @functools.lru_cache(maxsize=1024)
 def _users_own(words: tuple[str, ...]) -> tuple[dict[str, frozenset[str]], str]:
     """(each folded value of the user's own words -> the forms the user wrote it in, in
@@ -333,7 +340,8 @@ class SessionRecord:
         the user's turns) nor the user's approvals hold, first seen first. A value that folds
         like one of the user's is the user's only where the arguments write it as the user did
         (:func:`~.values.shape`): ``bobsmith@outlook.com`` folds like the user's
-        ``bob.smith@outlook.com`` but is another mailbox."""
+        ``bob.smith@outlook.com`` but is another mailbox (a phone number, an account, a street
+        address or an identifier set out otherwise is the same one: :data:`FORMATTED_KINDS`)."""
         if not self.flows or not arguments:
             return []
         folded = folded_arguments(arguments)
@@ -346,6 +354,8 @@ class SessionRecord:
         def users_own(f: Flow) -> bool:
             nonlocal shaped
             if f.folded in own_values:
+                if f.kind in FORMATTED_KINDS:  # the same digits and letters are the same number, however set out
+                    return True
                 if shaped is None:
                     shaped = "|".join(shape(x) for x in strings_of(arguments))
                 # each place the arguments carry the value must be written as the user wrote it
