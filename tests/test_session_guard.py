@@ -692,8 +692,13 @@ def test_once_per_session_and_every_call(tmp_path, encoder):
         for i in range(3):
             assert call(gw, "archive_email", {"n": i}, user)[1] is False
         assert len(user.asked) == expected, mode
-        reasons = {r["reason"] for r in map(json.loads, gw.test_audit.read_text().splitlines()) if r.get("tool") == "archive_email"}
-        assert reasons == {"level 3 >= confirm_level 3"}, reasons  # held for its level alone: the level decision
+        reasons = [r["reason"] for r in map(json.loads, gw.test_audit.read_text().splitlines())
+                   if r.get("tool") == "archive_email" and r.get("session") == mode]
+        assert reasons[0] == "level 3 >= confirm_level 3", reasons  # held for its level alone: the level decision
+        covered = [r for r in reasons[1:] if "not asked: an approval earlier in this session covers it" in r]
+        assert len(covered) == (2 if mode == "once_per_session" else 0), reasons  # the calls the approval let run say so
+        if mode == "once_per_session":  # and the question said it would
+            assert "Approving it also lets later calls of archive_email with other arguments" in user.asked[0], user.asked[0]
 
 
 def test_the_per_call_policy_lets_the_injected_call_through(tmp_path, encoder):

@@ -71,7 +71,8 @@ def served_registry(path: str, tools: list[dict], from_servers: bool
 
 
 def review_rows(registry: Any, servers: dict[str, str | None], policy: Any, *, verdicts: dict[str, str] | None = None,
-                trust_annotations: bool = False, level_model: str = "auto") -> tuple[list[dict[str, Any]], dict[str, int]]:
+                trust_annotations: bool = False, level_model: str = "auto",
+                own: dict[str, str] | None = None) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """(one review row per tool whose level is the level model's and decides a question, most
     doubtful first: the name served, the level, whether a call would be asked about (or, for a
     tool above ``max_level``, whether it would be offered at all), the doubt, the model's
@@ -84,7 +85,8 @@ def review_rows(registry: Any, servers: dict[str, str | None], policy: Any, *, v
     from riskrank.catalogue import ArtefactSpec, audit_tools
     from riskrank.serving.gateway.policy import ABOVE_MAX_LEVEL
 
-    pins = {t.name: lvl for t in registry if (lvl := policy.pinned_level(t.name)) is not None}
+    own = own or {}  # the name served -> the tool's own name at its server (the policy's globs read both)
+    pins = {t.name: lvl for t in registry if (lvl := policy.pinned_level(t.name, own.get(t.name))) is not None}
     spec = ArtefactSpec(registry.source, trust_annotations=trust_annotations, level_model=level_model)
     levels = audit_tools(spec, None, registry, pins, [servers.get(t.name) or "" for t in registry]).levels
     if levels.distribution is None:
@@ -99,7 +101,7 @@ def review_rows(registry: Any, servers: dict[str, str | None], policy: Any, *, v
     rows = []
     for i in levels.review_order(policy.confirm_level):
         t, level = registry.tools[i], int(levels.levels[i])
-        refused = policy.refusal(t.name, level)
+        refused = policy.refusal(t.name, level, own.get(t.name))
         verdict = verdicts.get(t.name, "clean")
         action = {"poisoned": policy.on_poisoned, "suspicious": policy.on_suspicious}.get(verdict, "allow")
         if refused is not None and refused != ABOVE_MAX_LEVEL:
@@ -188,7 +190,8 @@ def review_command(path: str, policy_file: str | None, policy_name: str | None, 
     for name, why in skipped.items():
         echo(f"warning: {name}: not served, not reviewed ({why})", err=True)
     verdicts = {public[sc.name]: sc.verdict for sc in scan_listed(tools, bool(servers), policy.learned_scan) if sc.name in public}
-    rows, left = review_rows(registry, by_server, policy, verdicts=verdicts, trust_annotations=trust_annotations,
+    rows, left = review_rows(registry, by_server, policy, own={v: k.split("/", 1)[-1] for k, v in public.items()},
+                             verdicts=verdicts, trust_annotations=trust_annotations,
                              level_model=level_model)
     if out is not None:
         atomic_write_text(Path(out).resolve() if os.path.islink(out) else out,

@@ -91,7 +91,7 @@ def confirmation_text(tool: str, level: int, provenance: str | None, task: str |
     lines += list(reasons)
     lines.append(f"Arguments ({len(arguments)}):" if arguments else "No arguments.")
     lines += [f"  {shown_value(k) if len(k) > 60 else k} = {shown_value(v)}" for k, v in sorted(arguments.items())]
-    lines.append(f"Call digest sha256 {call_digest(tool, arguments)[:16]}: the approval holds for exactly these arguments.")
+    lines.append(f"Call digest sha256 {call_digest(tool, arguments)[:16]}: this approval runs this call, with exactly these arguments.")
     lines.append("Allow this call?")
     return "\n".join(lines)
 

@@ -60,6 +60,7 @@ from riskrank.serving.gateway.guards.flow import FLOW
 from riskrank.serving.gateway.guards.schema import INVALID_ARGUMENTS, argument_problem
 from riskrank.serving.gateway.guards.scope import DRIFT, quoted, risky
 from riskrank.serving.gateway.guards.unknown import UNKNOWN_TOOL
+from riskrank.serving.gateway.guards.upstream import UPSTREAM_DOWN
 from riskrank.serving.gateway.limits import CALL_TIMEOUT, CallLimits, LimitError, check_result
 from riskrank.serving.gateway.pins import PinStore
 from riskrank.serving.gateway.policy import (
@@ -676,6 +677,14 @@ class Gateway:
             if refused is not None:
                 return refused
             span.set_attribute("riskrank.confirmed", rec.get("confirmed") or "")
+            changed = self._changed_while_held(call, view, name, route)
+            if changed is not None:  # what was approved is not what would run now
+                return await self._refuse(changed, rec, guards=guards)
+            up = self.manager.upstreams.get(upstream_name) if self.manager is not None else None
+            session = up.session if up is not None else None  # its server may have restarted while the user read
+            if session is None:
+                return await self._refuse(Decision(UPSTREAM_DOWN, f"the server of {name!r} stopped while its call was held; "
+                                                                  "it was not run: try again later"), rec, guards=guards)
         link = getattr(call, "link", None)
         if link is not None and link.gone:  # nothing runs for a caller who cannot receive the result
             return await self._refuse(Decision(CALLER_GONE, f"{link.describe()}; {name!r} was not run"), rec, guards=guards)
@@ -687,7 +696,7 @@ class Gateway:
             return _error(exc)
         span.set_attribute("riskrank.decision", "allowed")
         progress = call.progress if call.wants_progress else None
-        timeout = policy.call_timeout(name, self.call_limits.timeout_s)
+        timeout = policy.call_timeout(name, self.call_limits.timeout_s, tool)
         started = time.monotonic()
         try:
             with tracing.stage("upstream") as up_span:
@@ -741,6 +750,25 @@ class Gateway:
                                         detail=describe(exc), elapsed_s=round(time.monotonic() - started, 3))
             return _refusal("upstream_error", message)
         return mcp_compat.as_call_result(wired)
+
+    def _changed_while_held(self, call: Any, view: View, name: str, route: tuple[str, str]) -> Decision | None:
+        """Why an approved call must not run after all: while it was held (a question can wait
+        minutes) its tool was quarantined, withdrawn or withheld by the policy, moved to
+        another server, or its definition changed. The user approved the tool as it was."""
+        _, _, now = self.served(_caller(call))
+        if now is view:
+            return None
+        code = now.held.get(name) or ("withdrawn" if name in now.withdrawn else None) or now.not_offered.get(name)
+        if code is not None:
+            why = now.withdrawn.get(name) or f"the policy no longer offers it ({code})"
+            return Decision(code, f"{name!r} was approved, then changed while its call was held: {why}; it was not run")
+        before, after = view.tools.get(name) or {}, now.tools.get(name) or {}
+        if (now.routes.get(name) != route or before.get("description") != after.get("description")
+                or view.schemas.get(name) != now.schemas.get(name)):
+            return Decision("withdrawn", f"{name!r} was approved, then its server listed it otherwise while its call was "
+                                         "held (another server, description or input schema); it was not run: call it again "
+                                         "to be asked about it as it is now")
+        return None
 
     async def _confirm(self, outcome: Outcome, call: Any, rec: dict[str, Any], digest: str, guards: list[list[str]]) -> Any:
         """Ask whoever confirms (the broker) about a held call, with every hold's reason; None
@@ -850,8 +878,12 @@ class Gateway:
         """Why a call that runs was or was not asked about: the policy's level decision, and the
         session's holds that put it to the user (drift, a value from an untrusted result). A call
         asked for drift alone says so, not "level 2 < confirm_level 3"."""
-        level = policy_guard.decision(outcome.context).reason
+        ctx = outcome.context
+        level = policy_guard.decision(ctx).reason
         held = [h.message for h in outcome.holds if h.message]
+        if ctx.view.needs_confirmation(ctx.tool) and not any(h.code == CONFIRM for h in outcome.holds):
+            level += (f"; not asked: an approval earlier in this session covers it (confirm: {ctx.policy.confirm}; the "
+                      "approved call's line has the user's or operator's answer)")
         if not held:
             return level
         return "; ".join([level, *held] if any(h.code == CONFIRM for h in outcome.holds) else held)
@@ -868,7 +900,21 @@ class Gateway:
         if Gateway._covers_task(outcome):
             lines.append("Approving it also lets the other tools this task needs run without asking, while their arguments "
                          "carry nothing first seen in an untrusted result, until the session reads one.")
+        elif Gateway._covers_kind(outcome):
+            lines.append(f"Approving it also lets later calls of {ctx.tool} with other arguments (the same switches) run "
+                         "without asking in this session, while they carry nothing first seen in an untrusted result, until "
+                         "the session reads one.")
         return lines
+
+    @staticmethod
+    def _covers_kind(outcome: Outcome) -> bool:
+        """Whether approving this held call lets later calls of its kind run unasked (``confirm``
+        not ``every_call``; the confirm guard's terms): the question says so, since the operator
+        sees this call's arguments only."""
+        ctx = outcome.context
+        return (ctx.policy.confirm != "every_call" and any(h.code == CONFIRM for h in outcome.holds)
+                and not ctx.row.get("confirm_every_call", True) and ctx.level is not None
+                and ctx.level <= ctx.policy.approval_ceiling)
 
     @staticmethod
     def _unconfirmable(outcome: Outcome) -> Decision:

@@ -75,7 +75,13 @@ def _nfc(value: Any) -> Any:
     if isinstance(value, str):
         return unicodedata.normalize("NFC", value)
     if isinstance(value, dict):
-        return {_nfc(k): _nfc(v) for k, v in value.items()}
+        out: dict[Any, Any] = {}
+        for k, v in value.items():
+            key = _nfc(k)
+            if key in out:  # two keys, one after NFC: both are kept (two parameters the model sees), told apart
+                key = "\0" + json.dumps(k, ensure_ascii=True)
+            out[key] = _nfc(v)
+        return out
     if isinstance(value, list):
         return [_nfc(v) for v in value]
     return value
@@ -83,7 +89,8 @@ def _nfc(value: Any) -> Any:
 
 def canonical(tool: dict[str, Any]) -> dict[str, Any]:
     """The pinned part of a definition, NFC-normalised: a server that re-sends the same text
-    in another Unicode normal form has not changed it."""
+    in another Unicode normal form has not changed it (but one whose object gains a key that is
+    another form of a key it has, two parameters where there was one, has)."""
     return {k: _nfc(tool[k]) for k in PINNED_KEYS if tool.get(k) is not None}
 
 

@@ -69,12 +69,21 @@ class Globs:
     servers: tuple[str, ...] = ()
     tools: tuple[str, ...] = ()
 
-    def matches(self, tool: str, server: str | None) -> bool:
-        return (any(fnmatch.fnmatchcase(tool, g) for g in self.tools)
+    def matches(self, tool: str, server: str | None, own: str | None = None) -> bool:
+        """Whether the tool (its public name, or ``own``, its name at its server) or its server matches."""
+        return (any(fnmatch.fnmatchcase(n, g) for n in _names(tool, own) for g in self.tools)
                 or (server is not None and any(fnmatch.fnmatchcase(server, g) for g in self.servers)))
 
     def to_dict(self) -> dict[str, list[str]]:
         return {"servers": list(self.servers), "tools": list(self.tools)}
+
+
+def _names(name: str, own: str | None) -> tuple[str, ...]:
+    """The names a tool's globs are matched against: the name it is offered under and its own
+    name at its server. Two servers listing one name are offered as ``SERVER__NAME``, so a
+    rule written for ``delete_repo`` would stop matching the day another server (any server:
+    listing a tool is all it takes) lists a ``delete_repo`` too."""
+    return (name,) if own is None or own == name else (name, own)
 
 
 @dataclass(frozen=True)
@@ -142,10 +151,14 @@ class Policy:
     source: str = DEFAULT_SOURCE
     """Where the policy comes from: the policy file (and its entry), or :data:`DEFAULT_SOURCE`."""
 
-    def refusal(self, name: str, level: int) -> str | None:
-        """The code that refuses ``name`` at ``level`` whatever the exposure
-        (``denied_by_policy``, ``above_max_level``): such a tool is never offered. None otherwise."""
-        if any(fnmatch.fnmatchcase(name, g) for g in self.deny) or not any(fnmatch.fnmatchcase(name, g) for g in self.allow):
+    def refusal(self, name: str, level: int, own: str | None = None) -> str | None:
+        """The code that refuses ``name`` (``own``: its name at its server) at ``level`` whatever
+        the exposure (``denied_by_policy``, ``above_max_level``): such a tool is never offered.
+        None otherwise. A ``deny`` glob matching either name denies it; an ``allow`` glob
+        matching either allows it."""
+        names = _names(name, own)
+        if (any(fnmatch.fnmatchcase(n, g) for n in names for g in self.deny)
+                or not any(fnmatch.fnmatchcase(n, g) for n in names for g in self.allow)):
             return DENIED_BY_POLICY
         if level > self.max_level:
             return ABOVE_MAX_LEVEL
@@ -160,18 +173,22 @@ class Policy:
         """Whether every call of ``upstream``'s tools is confirmed (``untrusted``, ``preset``)."""
         return any(fnmatch.fnmatchcase(upstream or "", g) for g in self.untrusted)
 
-    def call_timeout(self, name: str, default: float) -> float:
-        """The seconds a call of ``name`` may take (``call_timeouts``' first match, else ``default``)."""
-        return next((s for g, s in self.call_timeouts.items() if fnmatch.fnmatchcase(name, g)), default)
+    def call_timeout(self, name: str, default: float, own: str | None = None) -> float:
+        """The seconds a call of ``name`` (``own`` at its server) may take (``call_timeouts``'
+        first match of either, else ``default``)."""
+        names = _names(name, own)
+        return next((s for g, s in self.call_timeouts.items() if any(fnmatch.fnmatchcase(n, g) for n in names)), default)
 
     @property
     def approval_ceiling(self) -> int:
         """The highest level an approval covers (``cover_level``, else one below ``max_level``)."""
         return self.cover_level if self.cover_level is not None else self.max_level - 1
 
-    def pinned_level(self, name: str) -> int | None:
-        """The level ``levels`` pins for ``name`` (the first matching glob, in file order)."""
-        return next((lvl for g, lvl in self.levels.items() if fnmatch.fnmatchcase(name, g)), None)
+    def pinned_level(self, name: str, own: str | None = None) -> int | None:
+        """The level ``levels`` pins for ``name`` (``own`` at its server): the first glob, in
+        file order, that matches either."""
+        names = _names(name, own)
+        return next((lvl for g, lvl in self.levels.items() if any(fnmatch.fnmatchcase(n, g) for n in names)), None)
 
     def to_dict(self) -> dict[str, Any]:
         return {"max_level": self.max_level, "confirm_level": self.confirm_level, "allow": list(self.allow),
@@ -199,9 +216,10 @@ class Decision:
 
 
 def decide(policy: Policy, name: str, level: int, *, exposed: bool, expired: bool = False,
-           upstream: str | None = None) -> Decision:
-    """The call-time decision for ``name`` at its current ``level`` (module docstring)."""
-    code = policy.refusal(name, level)
+           upstream: str | None = None, own: str | None = None) -> Decision:
+    """The call-time decision for ``name`` (``own``: its name at its server) at its current
+    ``level`` (module docstring)."""
+    code = policy.refusal(name, level, own)
     if code == DENIED_BY_POLICY:
         return Decision(DENIED_BY_POLICY, f"{name!r} is never offered to this client: the policy ({policy.source}) "
                                           "denies it; no search will return it")

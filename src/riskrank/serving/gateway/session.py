@@ -114,7 +114,8 @@ def _reads_others(name: str, description: str) -> str | None:
 
 
 def tool_roles(name: str, description: str, schema: Mapping[str, Any] | None, annotations: Mapping[str, Any] | None,
-               capabilities: Iterable[str], upstream: str | None, policy: Policy) -> tuple[str | None, str | None]:
+               capabilities: Iterable[str], upstream: str | None, policy: Policy,
+               own: str | None = None) -> tuple[str | None, str | None]:
     """(why the tool is an untrusted source, why it is a sink); None where it is not one.
 
     A source: ``openWorldHint`` true; or, when its name does not act, its name reads what
@@ -125,9 +126,9 @@ def tool_roles(name: str, description: str, schema: Mapping[str, Any] | None, an
     :data:`SINK_CAPABILITIES`, or a word of :data:`SINK_VERBS` in its name. The policy's
     ``sources``/``sinks`` add tools and servers; ``trusted_sources``/``trusted_sinks`` take them out."""
     source = sink = None
-    if policy.trusted_sources.matches(name, upstream):
+    if policy.trusted_sources.matches(name, upstream, own):
         source = None
-    elif policy.sources.matches(name, upstream):
+    elif policy.sources.matches(name, upstream, own):
         source = "the policy lists it among the untrusted sources"
     elif (annotations or {}).get("openWorldHint") is True:
         source = "openWorldHint: it reads an open world"
@@ -136,9 +137,9 @@ def tool_roles(name: str, description: str, schema: Mapping[str, Any] | None, an
     caps = [c for c in capabilities if c in SINK_CAPABILITIES]
     # a name that reads (get_order_details, list_bookings) uses these words as nouns
     verbs = [] if name_only_reads(name) else sorted(set(normalise_text(split_name(name)).split()) & SINK_VERBS)
-    if policy.trusted_sinks.matches(name, upstream):
+    if policy.trusted_sinks.matches(name, upstream, own):
         sink = None
-    elif policy.sinks.matches(name, upstream):
+    elif policy.sinks.matches(name, upstream, own):
         sink = "the policy lists it among the sinks"
     elif caps:
         sink = "capability " + ", ".join(caps)

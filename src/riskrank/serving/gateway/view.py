@@ -123,7 +123,8 @@ def build_view(registry: ToolRegistry | None, spec: ArtefactSpec, encoder: Any, 
     withheld = _withheld_rows(withdrawn or {}, held or {}, scans or {}, withheld_records or {}, routes)
     if registry is None:  # no tool left to serve: an empty catalogue, each withdrawn tool with its reason
         return View(None, generation, {}, routes or {}, {}, skipped or {}, {}, withdrawn or {}, held or {}, withheld_tools=withheld)
-    pins = {t.name: lvl for t in registry if (lvl := policy.pinned_level(t.name)) is not None}
+    own = {t.name: (routes or {}).get(t.name, (None, t.name))[1] for t in registry}  # its name at its server
+    pins = {t.name: lvl for t in registry if (lvl := policy.pinned_level(t.name, own[t.name])) is not None}
     # each tool's server: a description opening shared by one server's tools is counted there only
     groups = [(routes or {}).get(t.name, ("", t.name))[0] or "" for t in registry]
     audit = audit_tools(spec, encoder, registry, pins, groups)
@@ -136,7 +137,7 @@ def build_view(registry: ToolRegistry | None, spec: ArtefactSpec, encoder: Any, 
     mark(f"levels of {len(registry)} tools resolved (model files, tool embeddings, risk head, keywords)", once=True)
     lv = audit.levels
     levels = {t.name: (int(lv.levels[i]), lv.provenance[i]) for i, t in enumerate(registry)}
-    not_offered = {n: code for n, (lvl, _) in levels.items() if (code := policy.refusal(n, lvl)) is not None}
+    not_offered = {n: code for n, (lvl, _) in levels.items() if (code := policy.refusal(n, lvl, own[n])) is not None}
     offered = [t.name for t in registry if t.name not in not_offered]
     cat = load_catalogue(spec, encoder, generation, audit=audit.subset(offered)) if offered else None
     mark("catalogue built (lexical index, tool graph, probe query)", once=True)
@@ -167,10 +168,10 @@ def build_view(registry: ToolRegistry | None, spec: ArtefactSpec, encoder: Any, 
         caps = capability_keys(served) if lv.capabilities else [h.key for h in own_caps[i]]
         row["capabilities"] = served or caps
         row["source"], row["sink"] = tool_roles(t.name, t.description, t.parameters, t.annotations, caps, row["upstream"],
-                                                policy)
+                                                policy, own=own[t.name])
         # whose arguments the flow guard checks: a sink, and any tool whose name does not say it only
         # reads (a level read too low must not let an attacker's path or account through), unless trusted
-        row["flow_checked"] = row["sink"] is not None or not (policy.trusted_sinks.matches(t.name, row["upstream"])
+        row["flow_checked"] = row["sink"] is not None or not (policy.trusted_sinks.matches(t.name, row["upstream"], own[t.name])
                                                               or name_only_reads(t.name))
         # confirmed at every call whatever the session: an untrusted server's tools, a scan verdict the policy confirms
         row["confirm_every_call"] = policy.untrusted_server(row["upstream"]) or _scan_confirms(policy, (scans or {}).get(t.name))

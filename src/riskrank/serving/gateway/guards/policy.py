@@ -9,7 +9,8 @@ from riskrank.serving.gateway.policy import Decision, decide
 
 def decision(ctx: CallContext) -> Decision:
     """The policy's decision for this call (a tool no catalogue rates is judged at level 5)."""
-    return decide(ctx.policy, ctx.tool, ctx.level or 5, exposed=ctx.exposed, expired=ctx.expired, upstream=ctx.upstream)
+    return decide(ctx.policy, ctx.tool, ctx.level or 5, exposed=ctx.exposed, expired=ctx.expired, upstream=ctx.upstream,
+                  own=(ctx.row or {}).get("original"))
 
 
 def check(ctx: CallContext) -> Verdict | None:
