@@ -193,6 +193,23 @@ def test_call_log_exports(tmp_path):
     assert table[-1][1] == "'=cmd|' /C calc'!A0" and table[-1][6] == "'+1"  # no formula reaches a spreadsheet
 
 
+def test_why_a_call_was_held_is_in_the_call_log_after_it_was_decided(tmp_path):
+    """The provenance of a held call (on its decision's line) is searchable and exported: the
+    operator who looks back for the attacker's address finds the call that carried it."""
+    import csv
+    import io
+
+    log = auditlog.AuditLog(tmp_path / "audit.jsonl")
+    log.write(task="t", tool="add_observations", level=2, decision="refused", code="denied", reason="the operator 'lee' did not confirm",
+              held_because=["e-mail address 'trent@evil.example' first appeared in the result of read_file, 00:55:31 UTC"])
+    log.close()
+    path = tmp_path / "audit.jsonl"
+    rows, _ = calllog.page(path, calllog.Filter(q="evil.example"), 1, 10)
+    assert [r["tool"] for r in rows] == ["add_observations"]
+    table = list(csv.reader(io.StringIO(b"".join(calllog.csv_lines(path, calllog.Filter())).decode(), newline="")))
+    assert table[0][-1] == "held_because" and "trent@evil.example" in table[1][-1]
+
+
 def test_csv_quotes_every_cell_a_spreadsheet_would_read_as_a_formula(tmp_path):
     """Leading whitespace of any kind (a spreadsheet may strip it), a leading line break, and
     the full-width and small forms of = + - @ are quoted like the ASCII signs."""

@@ -285,6 +285,19 @@ def test_replay_skips_older_lines_with_a_count(tmp_path):
                            "find_tools line without returned (an older gateway)": 1, "not a JSON object": 1}
 
 
+def test_a_held_call_whose_caller_left_was_confirmed_not_refused(tmp_path):
+    """A call held, then withdrawn because its agent disconnected (``caller_gone``) or its
+    replica stopped, was a confirmed call under the policy: replayed under the same policy it
+    changes nothing (it had been reported newly allowed)."""
+    guards = [["policy", "pass"], ["confirm", "hold", "confirm"]]
+    log = tmp_path / "audit.jsonl"
+    log.write_text("".join(json.dumps({"time": f"2026-01-01T00:00:0{i}.000Z", "task": "t", "tool": "archive_email", "level": 3,
+                                       "decision": "refused", "code": code, "reason": "r", "session": "s", "upstream": "mail",
+                                       "guards": guards}) + "\n" for i, code in enumerate(("caller_gone", "replica_gone"))))
+    out = replay(read_lines(log), load_policies(None))
+    assert out.before == {"confirmed": 2} and out.after == {"confirmed": 2} and out.table() == []
+
+
 def test_replay_reads_a_state_store_and_counts_an_operators_call_once(tmp_path):
     from riskrank.serving.gateway.store import open_store
 

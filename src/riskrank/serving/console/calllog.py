@@ -23,12 +23,18 @@ from riskrank.fileio import spreadsheet_cell
 from riskrank.serving.gateway.auditlog import read_records
 
 #: The table's columns, and the CSV's (the audit log's required fields first; ``anchor``: the
-#: task the session started with; ``guards``: the chain's verdicts, :func:`guards_text`).
+#: task the session started with; ``guards``: the chain's verdicts, :func:`guards_text`;
+#: ``held_because``: why a held call was put to the user or the operator, one reason per line).
 COLUMNS = ("time", "task", "tool", "level", "decision", "code", "reason", "decided_by", "note", "upstream", "session",
-           "client", "anchor", "guards")
+           "client", "anchor", "guards", "held_because")
 #: Decisions the gateway writes (the filter's choices; others are shown as they come).
 DECISIONS = ("found", "allowed", "refused", "pending", "failed", "upstream_up", "upstream_down", "pins", "scan",
              "login_failed", "auth_refused", "session", "recorded")
+
+
+def _lines(value: Any) -> Any:
+    """A list of reasons as one cell, a reason a line; anything else as it is."""
+    return "\n".join(str(w) for w in value) if isinstance(value, list) else value
 
 
 def guards_text(rec: Mapping[str, Any]) -> str:
@@ -53,8 +59,8 @@ MAX_QUERY_CHARS = 200
 
 @dataclass(frozen=True)
 class Filter:
-    """What the table shows: ``q`` (a substring of task, tool, reason, code, or who decided,
-    case-insensitive), ``decision``, ``tool`` (exact), ``level`` (exact)."""
+    """What the table shows: ``q`` (a substring of task, tool, reason, code, who decided, or why
+    a call was held, case-insensitive), ``decision``, ``tool`` (exact), ``level`` (exact)."""
 
     q: str = ""
     decision: str = ""
@@ -76,7 +82,9 @@ class Filter:
         if self.level is not None and rec.get("level") != self.level:
             return False
         if self.q:
-            hay = " ".join(str(rec.get(k) or "") for k in ("task", "tool", "reason", "code", "decided_by", "note", "upstream"))
+            held = rec.get("held_because")
+            hay = " ".join([*(str(rec.get(k) or "") for k in ("task", "tool", "reason", "code", "decided_by", "note", "upstream")),
+                            *(str(w) for w in (held if isinstance(held, list) else [held] if held else []))])
             if self.q.lower() not in hay.lower():
                 return False
         return True
@@ -124,5 +132,6 @@ def csv_lines(path: Path, flt: Filter) -> Iterator[bytes]:
     yield flush()
     for rec in read_records(path):
         if flt.matches(rec):
-            writer.writerow([spreadsheet_cell(guards_text(rec) if c == "guards" else rec.get(c)) for c in COLUMNS])
+            writer.writerow([spreadsheet_cell(guards_text(rec) if c == "guards" else _lines(rec.get(c)) if c == "held_because"
+                                              else rec.get(c)) for c in COLUMNS])
             yield flush()

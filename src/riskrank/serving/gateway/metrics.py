@@ -31,7 +31,7 @@ BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.
 #: that puts free text there must not grow the series without end).
 MAX_CODES = 64
 #: What a confirmation's answer may be labelled with (:mod:`.confirm`'s actions).
-ANSWERS = ("accept", "decline", "cancel", "timeout", "unsupported")
+ANSWERS = ("accept", "decline", "cancel", "timeout", "unsupported", "caller_gone", "replica_gone")
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 

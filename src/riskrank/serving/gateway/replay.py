@@ -52,8 +52,9 @@ from riskrank.serving.gateway.policy import NOT_EXPOSED, Policy, decide
 
 #: Guards whose refusal no policy changes (they run before the policy guard).
 BEFORE_POLICY = ("bounds", "trust", "withdrawn", "upstream", "unknown")
-#: The refusals of a confirmation that did not come (the call was held, then not approved).
-HELD_REFUSALS = ("confirmation_required", "denied")
+#: The refusals of a confirmation that did not come (the call was held, then not approved, or
+#: withdrawn because its caller or the replica holding it went away before an answer).
+HELD_REFUSALS = ("confirmation_required", "denied", "caller_gone", "replica_gone")
 ALLOWED, CONFIRMED = "allowed", "confirmed"
 #: A call whose exposure the new policy may change: its search would return another list.
 UNCERTAIN = "uncertain"
