@@ -293,9 +293,10 @@ def test_a_held_call_whose_caller_left_was_confirmed_not_refused(tmp_path):
     log = tmp_path / "audit.jsonl"
     log.write_text("".join(json.dumps({"time": f"2026-01-01T00:00:0{i}.000Z", "task": "t", "tool": "archive_email", "level": 3,
                                        "decision": "refused", "code": code, "reason": "r", "session": "s", "upstream": "mail",
-                                       "guards": guards}) + "\n" for i, code in enumerate(("caller_gone", "replica_gone"))))
-    out = replay(read_lines(log), load_policies(None))
-    assert out.before == {"confirmed": 2} and out.after == {"confirmed": 2} and out.table() == []
+                                       "guards": guards}) + "\n"
+                       for i, code in enumerate(("caller_gone", "replica_gone", "quarantined", "upstream_down"))))
+    out = replay(read_lines(log), load_policies(None))  # the last two: the tool changed, or its server stopped, meanwhile
+    assert out.before == {"confirmed": 4} and out.after == {"confirmed": 4} and out.table() == []
 
 
 def test_replay_reads_a_state_store_and_counts_an_operators_call_once(tmp_path):

@@ -52,6 +52,12 @@ def test_servers_file_formats(tmp_path):
     assert ups[1].target.url == "http://127.0.0.1:3001/mcp" and dict(ups[1].target.headers) == {"X-Team": "ops"}
     vscode = write(tmp_path, "vscode.json", {"servers": {"a": {"type": "http", "url": "https://example.org/mcp"}}})
     assert load_servers(vscode)[0].target.url == "https://example.org/mcp"
+    # a tool whose schema holds a url or a command of its own is a tool, not a server
+    from riskrank.registry import ToolRegistry
+
+    labels = {"fetch": {"description": "Fetch a page.", "inputSchema": {"type": "object", "default": {"url": "https://example.com"}}},
+              "run": {"description": "Run a check.", "parameters": {"default": {"command": "uptime"}}}}
+    assert ToolRegistry.from_data(labels).names == ["fetch", "run"]
     # a client's own file holds its other settings beside the servers: read as it is
     desktop = write(tmp_path, "claude_desktop_config.json", {"globalShortcut": "Ctrl+Space", "mcpServers": {"a": {"command": "sh"}}})
     assert [u.name for u in load_servers(desktop)] == ["a"]

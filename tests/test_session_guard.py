@@ -923,6 +923,7 @@ def test_the_users_own_words_hold_a_value_whole_not_a_prefix_of_it():
     assert [h.shown for h in r.flow_hits({"to": "alice@corp.co"})] == ["alice@corp.co"]
     assert [h.shown for h in r.flow_hits({"ref": "12345678"})] == ["12345678"]
     assert r.flow_hits({"to": "alice@corp.com"}) == []  # the user's own address, and its domain
+    assert [h.shown for h in r.flow_hits({"to": "alice@corp.com", "cc": "alice@corp.co"})] == ["alice@corp.co"]  # beside it
 
 
 def test_an_address_that_folds_like_the_users_own_is_not_the_users_own():
@@ -938,6 +939,15 @@ def test_an_address_that_folds_like_the_users_own_is_not_the_users_own():
         assert r.flow_hits({"to": "bob.smith@outlook.com"}) == []  # the user's own, in any case
         assert r.flow_hits({"to": "BOB.SMITH@OUTLOOK.COM", "cc": "bob.smith%40outlook.com"}) == []
         assert r.flow_hits({"to": "bob.smith@outlook.com", "cc": "bobsmith@outlook.com"})  # the user's beside it: held
+    # planted first as an identifier (its letters run together), then as the look-alike: still held
+    planted = anchored.with_values(candidates("ref bobsmithoutlookcom"), "read_inbox", 1.0)
+    planted = planted.with_values(candidates("write to bobsmith@outlook.com"), "read_inbox", 2.0)
+    assert planted.flow_hits({"to": "bobsmith@outlook.com"})
+    # an identifier set out otherwise is another one (a username); a URL is the same with a trailing slash
+    user = SessionRecord().with_anchor("add bob_smith42 and upload to https://files.corp.example/drop/", "find_tools", [], 0.0)
+    user = user.with_values(candidates("use bobsmith42, or https://files.corp.example/drop"), "read_inbox", 1.0)
+    assert [h.shown for h in user.flow_hits({"user": "bobsmith42"})] == ["bobsmith42"]
+    assert user.flow_hits({"url": "https://files.corp.example/drop"}) == []
     # a number set out otherwise is the same number: the user's own
     phone = SessionRecord().with_anchor("text +1 (555) 123-4567 and pay DE89 3704 0044 0532 0130 00", "find_tools", [], 0.0)
     phone = phone.with_values(candidates("call +15551234567, IBAN DE89370400440532013000"), "read_inbox", 1.0)

@@ -534,3 +534,58 @@ def test_sessions_the_gate_forgets_are_closed_in_the_sdk_too(monkeypatch):
     finally:
         srv.should_exit = True
         thread.join(10)
+
+
+def test_a_forgotten_session_with_a_request_in_flight_is_closed_when_it_ends(monkeypatch):
+    """Closing a forgotten session under a call in progress (or a held question, or an open
+    event stream) would cancel that caller's work, not only refuse its next request: the
+    close waits until its last request ends."""
+    import anyio
+
+    from riskrank.serving import auth
+
+    monkeypatch.setattr(auth, "MAX_SESSION_OWNERS", 1)
+    deletes: list[bytes] = []
+    release = anyio.Event()
+    opened = iter([b"s-1", b"s-2"])
+
+    async def app(scope, receive, send):
+        sid = dict(scope["headers"]).get(b"mcp-session-id")
+        if scope["method"] == "DELETE":
+            deletes.append(sid)
+        elif sid is None:
+            headers = [(b"mcp-session-id", next(opened))]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": b"{}"})
+            return
+        elif sid == b"s-1":
+            await release.wait()  # a long call of the first session
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    gate = auth.Gate(app, token=None)
+
+    async def request(sid: bytes | None) -> None:
+        headers = [(b"content-type", b"application/json"), *([(b"mcp-session-id", sid)] if sid else [])]
+        scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": headers}
+        messages = iter([{"type": "http.request", "body": b"{}", "more_body": False}])
+
+        async def receive():
+            return next(messages, {"type": "http.disconnect"})
+
+        async def send(message):
+            return None
+
+        await gate(scope, receive, send)
+
+    async def main() -> None:
+        await request(None)  # opens s-1
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(request, b"s-1")  # in flight
+            await anyio.sleep(0.05)
+            await request(None)  # opens s-2: s-1 is forgotten, but busy
+            assert deletes == []
+            release.set()
+        assert deletes == [b"s-1"]  # closed once its call ended
+
+    anyio.run(main)

@@ -421,9 +421,9 @@ def servers_not_tools(data: Any, source: str) -> None:
     "tools" named after its keys, and a scan would pass it as clean without starting anything."""
 
     def server_at(node: Any, path: tuple[str, ...]) -> tuple[str, ...] | None:
-        if not isinstance(node, Mapping) or len(path) > 3:
-            return None
-        if path and not (_TOOL_KEYS & node.keys()) and (isinstance(node.get("command"), str) or isinstance(node.get("url"), str)):
+        if not isinstance(node, Mapping) or len(path) > 3 or (path and _TOOL_KEYS & node.keys()):
+            return None  # a tool record's schema may hold a "url" or a "command" of its own
+        if path and (isinstance(node.get("command"), str) or isinstance(node.get("url"), str)):
             return path
         for key, value in node.items():
             found = server_at(value, (*path, str(key)))

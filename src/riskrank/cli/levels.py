@@ -86,7 +86,7 @@ def review_rows(registry: Any, servers: dict[str, str | None], policy: Any, *, v
     from riskrank.serving.gateway.policy import ABOVE_MAX_LEVEL
 
     own = own or {}  # the name served -> the tool's own name at its server (the policy's globs read both)
-    pins = {t.name: lvl for t in registry if (lvl := policy.pinned_level(t.name, own.get(t.name))) is not None}
+    pins = {t.name: lvl for t in registry if (lvl := policy.pinned_level(t.name)) is not None}
     spec = ArtefactSpec(registry.source, trust_annotations=trust_annotations, level_model=level_model)
     levels = audit_tools(spec, None, registry, pins, [servers.get(t.name) or "" for t in registry]).levels
     if levels.distribution is None:

@@ -17,6 +17,7 @@ Standard library only: the gate wraps any ASGI app.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import hmac
@@ -147,6 +148,11 @@ class Gate:
         #: it (DELETE), take its stream (GET) or call through it; here it is answered as an
         #: unknown session, as the SDK answers one, and nothing reaches the session.
         self.session_owners = OwnedTable(MAX_SESSION_OWNERS)
+        #: Requests in flight per MCP session id, and the forgotten sessions whose close waits for
+        #: theirs to end (a call in progress, a held question, an open event stream: closing the
+        #: session under them would cancel another caller's work, not only its next request).
+        self._busy: collections.Counter[bytes] = collections.Counter()
+        self._close_when_idle: set[bytes] = set()
 
     def _session_owner(self, sid: bytes | None, who: str | None) -> bool:
         """Whether a request naming session ``sid`` comes from the client that opened it, or
@@ -266,6 +272,28 @@ class Gate:
             return
         forgotten: list[bytes] = []  # sessions pushed out of the owners' table by the one this request opens
         as_received = dict(scope)  # the routers below rewrite the scope in place (a mount's root path)
+        if sid is not None:
+            self._busy[sid] += 1
+        try:
+            await self._pass(scope, receive, send, sid, who, forgotten)
+        finally:
+            if sid is not None:
+                self._busy[sid] -= 1
+                if self._busy[sid] <= 0:
+                    del self._busy[sid]
+                    if sid in self._close_when_idle:
+                        forgotten.append(sid)
+            closing = [f for f in forgotten if not self._busy.get(f)]
+            self._close_when_idle.difference_update(closing)
+            self._close_when_idle.update(f for f in forgotten if self._busy.get(f))
+            if closing:
+                await self._close_sessions(as_received, closing)
+
+    async def _pass(self, scope: dict, receive: Callable, send: Callable, sid: bytes | None, who: str | None,
+                    forgotten: list[bytes]) -> None:
+        """The request past the gate's identity and session checks: its body bounded, then the
+        app; ``forgotten`` gets the sessions pushed out of the owners' table by one it opens."""
+        headers = dict(scope.get("headers", ()))
         if sid is None or scope.get("method") == "DELETE":
             inner_send = send
 
@@ -324,8 +352,6 @@ class Gate:
                 await self.app(scope, replay, send)
             finally:
                 self.inflight -= 1
-        if forgotten:
-            await self._close_sessions(as_received, forgotten)
 
 
 def _bearer(scope: dict) -> bytes:

@@ -677,9 +677,6 @@ class Gateway:
             if refused is not None:
                 return refused
             span.set_attribute("riskrank.confirmed", rec.get("confirmed") or "")
-            changed = self._changed_while_held(call, view, name, route)
-            if changed is not None:  # what was approved is not what would run now
-                return await self._refuse(changed, rec, guards=guards)
             up = self.manager.upstreams.get(upstream_name) if self.manager is not None else None
             session = up.session if up is not None else None  # its server may have restarted while the user read
             if session is None:
@@ -696,7 +693,7 @@ class Gateway:
             return _error(exc)
         span.set_attribute("riskrank.decision", "allowed")
         progress = call.progress if call.wants_progress else None
-        timeout = policy.call_timeout(name, self.call_limits.timeout_s, tool)
+        timeout = policy.call_timeout(name, self.call_limits.timeout_s)
         started = time.monotonic()
         try:
             with tracing.stage("upstream") as up_span:
@@ -751,7 +748,7 @@ class Gateway:
             return _refusal("upstream_error", message)
         return mcp_compat.as_call_result(wired)
 
-    def _changed_while_held(self, call: Any, view: View, name: str, route: tuple[str, str]) -> Decision | None:
+    def _changed_while_held(self, call: Any, view: View, name: str, route: tuple[str, str] | None) -> Decision | None:
         """Why an approved call must not run after all: while it was held (a question can wait
         minutes) its tool was quarantined, withdrawn or withheld by the policy, moved to
         another server, or its definition changed. The user approved the tool as it was."""
@@ -844,6 +841,9 @@ class Gateway:
         if call_digest(name, args) != request.digest:  # what runs is what was approved, or nothing
             return await self._refuse(Decision(DENIED, f"the arguments of {name!r} changed after they were approved"), rec,
                                       guards=guards)
+        changed = self._changed_while_held(call, ctx.view, name, ctx.view.routes.get(name))
+        if changed is not None:  # what was approved is not what would run now: refused, and not remembered
+            return await self._refuse(changed, rec, confirmation=answer.action, guards=guards, **who)
         rec["confirmed"] = self.broker.name
         rec.update(who)
         codes = {h.code for h in outcome.holds}

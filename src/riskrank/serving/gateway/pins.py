@@ -75,13 +75,14 @@ def _nfc(value: Any) -> Any:
     if isinstance(value, str):
         return unicodedata.normalize("NFC", value)
     if isinstance(value, dict):
-        out: dict[Any, Any] = {}
-        for k, v in value.items():
-            key = _nfc(k)
-            if key in out:  # two keys, one after NFC: both are kept (two parameters the model sees), told apart
-                key = "\0" + json.dumps(k, ensure_ascii=True)
-            out[key] = _nfc(v)
-        return out
+        forms: dict[Any, int] = {}
+        for k in value:
+            forms[_nfc(k)] = forms.get(_nfc(k), 0) + 1
+        # two keys that are one after NFC are two parameters the model sees: each is kept under
+        # its own raw form (in any order the server lists them), so the object differs from one
+        # that held either alone
+        return {("\0" + json.dumps(k, ensure_ascii=True)) if forms[_nfc(k)] > 1 else _nfc(k): _nfc(v)
+                for k, v in value.items()}
     if isinstance(value, list):
         return [_nfc(v) for v in value]
     return value

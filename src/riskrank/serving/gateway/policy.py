@@ -70,7 +70,8 @@ class Globs:
     tools: tuple[str, ...] = ()
 
     def matches(self, tool: str, server: str | None, own: str | None = None) -> bool:
-        """Whether the tool (its public name, or ``own``, its name at its server) or its server matches."""
+        """Whether the tool (its public name, or ``own``, its name at its server: pass it only
+        for a rule that restricts) or its server matches."""
         return (any(fnmatch.fnmatchcase(n, g) for n in _names(tool, own) for g in self.tools)
                 or (server is not None and any(fnmatch.fnmatchcase(server, g) for g in self.servers)))
 
@@ -154,11 +155,11 @@ class Policy:
     def refusal(self, name: str, level: int, own: str | None = None) -> str | None:
         """The code that refuses ``name`` (``own``: its name at its server) at ``level`` whatever
         the exposure (``denied_by_policy``, ``above_max_level``): such a tool is never offered.
-        None otherwise. A ``deny`` glob matching either name denies it; an ``allow`` glob
-        matching either allows it."""
-        names = _names(name, own)
-        if (any(fnmatch.fnmatchcase(n, g) for n in names for g in self.deny)
-                or not any(fnmatch.fnmatchcase(n, g) for n in names for g in self.allow)):
+        None otherwise. A ``deny`` glob matching either name denies it; only an ``allow`` glob
+        matching the name it is offered under allows it (a rule that grants must not reach
+        another server's tool of the same name)."""
+        if (any(fnmatch.fnmatchcase(n, g) for n in _names(name, own) for g in self.deny)
+                or not any(fnmatch.fnmatchcase(name, g) for g in self.allow)):
             return DENIED_BY_POLICY
         if level > self.max_level:
             return ABOVE_MAX_LEVEL
@@ -173,22 +174,26 @@ class Policy:
         """Whether every call of ``upstream``'s tools is confirmed (``untrusted``, ``preset``)."""
         return any(fnmatch.fnmatchcase(upstream or "", g) for g in self.untrusted)
 
-    def call_timeout(self, name: str, default: float, own: str | None = None) -> float:
-        """The seconds a call of ``name`` (``own`` at its server) may take (``call_timeouts``'
-        first match of either, else ``default``)."""
-        names = _names(name, own)
-        return next((s for g, s in self.call_timeouts.items() if any(fnmatch.fnmatchcase(n, g) for n in names)), default)
+    def call_timeout(self, name: str, default: float) -> float:
+        """The seconds a call of ``name`` may take (``call_timeouts``' first match, else ``default``)."""
+        return next((s for g, s in self.call_timeouts.items() if fnmatch.fnmatchcase(name, g)), default)
 
     @property
     def approval_ceiling(self) -> int:
         """The highest level an approval covers (``cover_level``, else one below ``max_level``)."""
         return self.cover_level if self.cover_level is not None else self.max_level - 1
 
-    def pinned_level(self, name: str, own: str | None = None) -> int | None:
-        """The level ``levels`` pins for ``name`` (``own`` at its server): the first glob, in
-        file order, that matches either."""
-        names = _names(name, own)
-        return next((lvl for g, lvl in self.levels.items() if any(fnmatch.fnmatchcase(n, g) for n in names)), None)
+    def pinned_level(self, name: str) -> int | None:
+        """The level ``levels`` pins for ``name`` (the first matching glob, in file order)."""
+        return next((lvl for g, lvl in self.levels.items() if fnmatch.fnmatchcase(name, g)), None)
+
+    def floor_for(self, name: str, own: str | None) -> int | None:
+        """The level a ``levels`` glob pins for a tool's own name at its server when the name it
+        is offered under matches none (two servers list one name): a floor, never a lowering,
+        since it may be another server's tool of that name."""
+        if own is None or own == name or self.pinned_level(name) is not None:
+            return None
+        return self.pinned_level(own)
 
     def to_dict(self) -> dict[str, Any]:
         return {"max_level": self.max_level, "confirm_level": self.confirm_level, "allow": list(self.allow),

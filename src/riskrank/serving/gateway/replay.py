@@ -117,8 +117,11 @@ def recorded_outcome(rec: dict[str, Any]) -> str | None:
     if decision == "allowed":
         return CONFIRMED if rec.get("confirmed") else ALLOWED
     if decision == "refused":
-        held = any(len(g) > 1 and g[1] == "hold" for g in rec.get("guards") or [])
-        if held and rec.get("code") in HELD_REFUSALS:
+        guards = [g for g in rec.get("guards") or [] if isinstance(g, list) and len(g) > 1]
+        held = any(g[1] == "hold" for g in guards)
+        # held and refused by no guard: refused after the hold (not approved, withdrawn, or changed
+        # while it waited), so a confirmed call under the policy, whatever the answer
+        if held and (rec.get("code") in HELD_REFUSALS or not any(g[1] == "refuse" for g in guards)):
             return CONFIRMED
         return f"refused:{rec.get('code')}"
     return None

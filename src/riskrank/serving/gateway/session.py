@@ -126,7 +126,7 @@ def tool_roles(name: str, description: str, schema: Mapping[str, Any] | None, an
     :data:`SINK_CAPABILITIES`, or a word of :data:`SINK_VERBS` in its name. The policy's
     ``sources``/``sinks`` add tools and servers; ``trusted_sources``/``trusted_sinks`` take them out."""
     source = sink = None
-    if policy.trusted_sources.matches(name, upstream, own):
+    if policy.trusted_sources.matches(name, upstream):
         source = None
     elif policy.sources.matches(name, upstream, own):
         source = "the policy lists it among the untrusted sources"
@@ -137,7 +137,7 @@ def tool_roles(name: str, description: str, schema: Mapping[str, Any] | None, an
     caps = [c for c in capabilities if c in SINK_CAPABILITIES]
     # a name that reads (get_order_details, list_bookings) uses these words as nouns
     verbs = [] if name_only_reads(name) else sorted(set(normalise_text(split_name(name)).split()) & SINK_VERBS)
-    if policy.trusted_sinks.matches(name, upstream, own):
+    if policy.trusted_sinks.matches(name, upstream):
         sink = None
     elif policy.sinks.matches(name, upstream, own):
         sink = "the policy lists it among the sinks"
@@ -271,21 +271,23 @@ def _listed(x: Any, choices: list[Any]) -> bool:
 
 
 #: Kinds of value whose punctuation and spacing are only how they are set out: the same
-#: letters and digits are the same phone number, account, street address or identifier
-#: (``+1 (555) 123-4567`` is ``+15551234567``). An address, URL, domain, path, handle or
-#: recipient with a dot, a dash or an underscore moved is another one.
-FORMATTED_KINDS = frozenset({"phone", "iban", "address", "identifier"})
+#: letters and digits are the same phone number, account or street address (``+1 (555)
+#: 123-4567`` is ``+15551234567``). An e-mail address, URL, domain, path, handle, identifier
+#: (``bob_smith42`` is not ``bobsmith42``) or recipient with a dot, a dash or an underscore
+#: moved is another one.
+FORMATTED_KINDS = frozenset({"phone", "iban", "address"})
 
 
 @functools.lru_cache(maxsize=1024)
 def _users_own(words: tuple[str, ...]) -> tuple[dict[str, frozenset[str]], str]:
     """(each folded value of the user's own words -> the forms the user wrote it in, in
-    :func:`~.values.shape`'s form; those words unescaped and case-folded): read once per
-    session's words, not at every call."""
+    :func:`~.values.shape`'s form, or ``{""}`` where the user wrote it as a kind whose setting
+    out does not matter (:data:`FORMATTED_KINDS`); those words unescaped and case-folded):
+    read once per session's words, not at every call."""
     own: dict[str, set[str]] = {}
     for t in words:
         for v in candidates(t):
-            own.setdefault(v.folded, set()).add(shape(v.shown))
+            own.setdefault(v.folded, set()).add("" if v.kind in FORMATTED_KINDS else shape(v.shown))
     return {k: frozenset(v) for k, v in own.items()}, "\n".join(unescape(t).casefold() for t in words)
 
 
@@ -355,20 +357,25 @@ class SessionRecord:
         def users_own(f: Flow) -> bool:
             nonlocal shaped
             if f.folded in own_values:
-                if f.kind in FORMATTED_KINDS:  # the same digits and letters are the same number, however set out
+                forms = own_values[f.folded]
+                if "" in forms:  # the user wrote it as a number whose setting out does not matter
                     return True
                 if shaped is None:
                     shaped = "|".join(shape(x) for x in strings_of(arguments))
                 # each place the arguments carry the value must be written as the user wrote it
-                return folded.count(f.folded) <= sum(shaped.count(form) for form in own_values[f.folded])
+                return folded.count(f.folded) <= sum(shaped.count(form) for form in forms)
             return within(f.shown, own_text)
 
         hits = [f for f in present if not users_own(f)]
         # a host found inside an address or a URL the call carries says nothing more than it:
         # the whole value is the hit (or the user's approval), not its domain
         cleared = set(self.cleared)
-        return [f for f in hits if f.folded not in cleared
-                and not any(f.folded in g.folded and len(g.folded) > len(f.folded) for g in present)]
+
+        def inside_longer(f: Flow) -> bool:  # every place it occurs is inside a longer recorded value the call carries
+            longer = [g for g in present if f.folded in g.folded and len(g.folded) > len(f.folded)]
+            return bool(longer) and folded.count(f.folded) <= sum(folded.count(g.folded) for g in longer)
+
+        return [f for f in hits if f.folded not in cleared and not inside_longer(f)]
 
     def confirmed_since_read(self, kind: str) -> bool:
         """Whether the user approved a call of ``kind`` (:func:`confirmation_kind`; a tool's

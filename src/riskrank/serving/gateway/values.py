@@ -188,14 +188,14 @@ _BLANKS = re.compile(r"\s+")
 
 def shape(text: str) -> str:
     """The form a value is compared with the user's own values in: :func:`fold`'s, with the
-    punctuation kept (blanks dropped, trailing full stops too). Two addresses that differ
+    punctuation kept (blanks dropped, and a trailing full stop or slash). Two addresses that differ
     only in a dot, an underscore or where the ``@`` sits fold to the same letters, but are
     two mailboxes: an attacker's ``bobsmith@outlook.com`` is not the user's
     ``bob.smith@outlook.com``."""
     plain = unescape(text)
     if not plain.isascii():
         plain = without_invisible(plain)
-    return _BLANKS.sub("", skeleton(plain)).rstrip(".,;:!?")
+    return _BLANKS.sub("", skeleton(plain)).rstrip(".,;:!?/")
 
 
 def _host(kind: str, raw: str) -> str | None:

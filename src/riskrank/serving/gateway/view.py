@@ -124,10 +124,16 @@ def build_view(registry: ToolRegistry | None, spec: ArtefactSpec, encoder: Any, 
     if registry is None:  # no tool left to serve: an empty catalogue, each withdrawn tool with its reason
         return View(None, generation, {}, routes or {}, {}, skipped or {}, {}, withdrawn or {}, held or {}, withheld_tools=withheld)
     own = {t.name: (routes or {}).get(t.name, (None, t.name))[1] for t in registry}  # its name at its server
-    pins = {t.name: lvl for t in registry if (lvl := policy.pinned_level(t.name, own[t.name])) is not None}
+    pins = {t.name: lvl for t in registry if (lvl := policy.pinned_level(t.name)) is not None}
     # each tool's server: a description opening shared by one server's tools is counted there only
     groups = [(routes or {}).get(t.name, ("", t.name))[0] or "" for t in registry]
     audit = audit_tools(spec, encoder, registry, pins, groups)
+    # a pin written for a name two servers now list holds for both as a floor (it may be the
+    # other server's tool: raised to it, never lowered)
+    floors = {t.name: f for t in registry if (f := policy.floor_for(t.name, own[t.name])) is not None}
+    raised = {n: f for n, f in floors.items() if f > int(audit.levels.levels[registry.index_of(n)])}
+    if raised:
+        audit = audit_tools(spec, encoder, registry, {**pins, **raised}, groups)
     # The scan's findings join each tool's evidence where its level is read (find_tools, the
     # call-time check, the audit log, the console); the policy decides what the verdict does.
     found = {name: [f"scan {f.verdict}: {f.kind} in {f.field}: {f.evidence}" for f in sc.findings]
@@ -171,7 +177,7 @@ def build_view(registry: ToolRegistry | None, spec: ArtefactSpec, encoder: Any, 
                                                 policy, own=own[t.name])
         # whose arguments the flow guard checks: a sink, and any tool whose name does not say it only
         # reads (a level read too low must not let an attacker's path or account through), unless trusted
-        row["flow_checked"] = row["sink"] is not None or not (policy.trusted_sinks.matches(t.name, row["upstream"], own[t.name])
+        row["flow_checked"] = row["sink"] is not None or not (policy.trusted_sinks.matches(t.name, row["upstream"])
                                                               or name_only_reads(t.name))
         # confirmed at every call whatever the session: an untrusted server's tools, a scan verdict the policy confirms
         row["confirm_every_call"] = policy.untrusted_server(row["upstream"]) or _scan_confirms(policy, (scans or {}).get(t.name))
