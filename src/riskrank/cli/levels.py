@@ -190,7 +190,8 @@ def review_command(path: str, policy_file: str | None, policy_name: str | None, 
     for name, why in skipped.items():
         echo(f"warning: {name}: not served, not reviewed ({why})", err=True)
     verdicts = {public[sc.name]: sc.verdict for sc in scan_listed(tools, bool(servers), policy.learned_scan) if sc.name in public}
-    rows, left = review_rows(registry, by_server, policy, own={v: k.split("/", 1)[-1] for k, v in public.items()},
+    own = {v: k.split("/", 1)[1] for k, v in public.items()} if servers else None  # a static file's names are their own
+    rows, left = review_rows(registry, by_server, policy, own=own,
                              verdicts=verdicts, trust_annotations=trust_annotations,
                              level_model=level_model)
     if out is not None:
