@@ -524,6 +524,23 @@ def test_without_a_session_no_path_tells_what_exists(console):
         assert r.status_code == 401 and "log in first" in r.text
 
 
+def test_an_error_page_says_its_error_alone_and_the_note_waits(console, audited):
+    """A note of a change not yet shown (a form posted without following its redirect) is not
+    printed on an error page beside the error (a stale "Approved ..." above "already decided"),
+    but on the next page."""
+    with console() as srv, httpx.Client(base_url=srv.url) as c:
+        assert login(c).status_code == 303
+        page = c.get("/console/review").text
+        form = {"csrf": re.search(r'name="csrf" value="([^"]+)"', page).group(1),
+                "tool": re.search(r'name="tool" value="([^"]+)"', page).group(1),
+                "votes": re.search(r'name="votes" value="([^"]+)"', page).group(1), "level": "2", "reason": "why"}
+        assert c.post("/console/review/save", data=form).status_code == 303  # not followed: its note is pending
+        missing = c.get("/console/nope")
+        assert missing.status_code == 404 and 'class="flash' not in missing.text
+        shown = c.get("/console/review").text  # the next page says it
+        assert 'class="flash done"' in shown and "Saved L2 for" in shown, shown[:2000]
+
+
 def test_the_review_page_says_which_file_it_looked_for(console, audited):
     """A review queue written elsewhere (``riskrank audit --review FILE``) is not silently
     "empty": the page names the file it looked for and how many tools await review."""

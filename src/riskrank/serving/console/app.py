@@ -201,7 +201,7 @@ class Console:
             except Exception:  # the header must not take a page down
                 log.exception("the console's host could not describe itself")
         flash, flash_kind = "", "done"
-        if session is not None:
+        if session is not None and status < 400:  # an error page says its error alone; the note waits for the next page
             flash, flash_kind, session.flash, session.flash_kind = session.flash, session.flash_kind, "", "done"
         html = self.env.get_template(template).render(
             prefix=PREFIX, pages=self.pages(), session=session, csrf=session.csrf if session else "",
