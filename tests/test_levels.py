@@ -620,3 +620,20 @@ def test_a_registry_is_read_in_blocks_with_the_same_levels(monkeypatch) -> None:
     np.testing.assert_allclose(blocks.cumulative, whole.cumulative, atol=1e-6)
     if whole.neighbour_shares is not None:
         np.testing.assert_allclose(blocks.neighbour_shares, whole.neighbour_shares, atol=1e-9)
+
+
+def test_a_level_that_is_not_the_likeliest_says_which_thresholds_decided_it():
+    """"L3 (L2 0.59 L3 0.30)" read as a contradiction: the evidence names the boundaries whose
+    threshold was reached (or not) where the level served is not the likeliest."""
+    from riskrank.levels import LevelPrediction, ToolEvidence
+
+    cum = np.array([[0.92, 0.33, 0.05, 0.01], [0.96, 0.50, 0.02, 0.0]], dtype=np.float32)  # P(level >= 2..5)
+    evidence = ToolEvidence.of(list(ToolRegistry.from_data([
+        {"name": "trigger_op", "description": "Trigger a long running operation on the demo server and report progress."},
+        {"name": "trigger_op2", "description": "Trigger another long running operation on the demo server and report it."}])))
+    pred = LevelPrediction(cum, np.array([3, 3], dtype=np.int8), evidence, tau=(0.6, 0.3, 0.3, 0.6),
+                           tau_cautious=(0.3,) * 4)
+    first = pred.explain(0)[0]
+    assert first.startswith("level model: L3 (L1 0.08 L2 0.59 L3 0.28") and "served at L3: P(level >= 2) 0.92 >= 0.60, " \
+        "P(level >= 3) 0.33 >= 0.30 (each boundary's threshold)" in first, first
+    assert "served at" not in pred.explain(1)[0]  # the likeliest level: nothing to explain

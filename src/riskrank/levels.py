@@ -331,6 +331,10 @@ class LevelPrediction:
     #: boundary (:func:`neighbour_shares`), and how many were read; None: a model without them.
     neighbour_shares: np.ndarray | None = None
     neighbour_k: int = 0
+    #: The thresholds the levels were read at (``tau``; ``tau_cautious`` for a tool read at the
+    #: cautious end), for the evidence; empty: not known.
+    tau: tuple[float, ...] = ()
+    tau_cautious: tuple[float, ...] = ()
 
     def __len__(self) -> int:
         return len(self.model_levels)
@@ -355,11 +359,26 @@ class LevelPrediction:
         """E[level] under the model (1..5): a continuous level score."""
         return (1.0 + self.cumulative.sum(axis=1)).astype(np.float32)
 
+    def _threshold(self, i: int) -> str:
+        """Why the level is not the likeliest one, where it is not: the boundary and threshold
+        that decided it ("L3 (L2 0.59 L3 0.30)" reads as a contradiction without it)."""
+        tau = self.tau_cautious if (self.tau_cautious and bool(self.evidence.cautious[i])) else self.tau
+        level, likeliest = int(self.model_levels[i]), int(np.argmax(self.probabilities[i])) + 1
+        if not tau or level == likeliest:
+            return ""
+        # the level counts the boundaries whose P(level >= k) reaches its threshold
+        cmp = [(k, float(self.cumulative[i, k - 2]), float(tau[k - 2])) for k in range(2, 6)]
+        if level > likeliest:
+            told = [f"P(level >= {k}) {p:.2f} >= {t:.2f}" for k, p, t in cmp if p >= t]
+            return f"; served at L{level}: {', '.join(told)} (each boundary's threshold)"
+        told = [f"P(level >= {k}) {p:.2f} < {t:.2f}" for k, p, t in cmp if k <= likeliest and p < t]
+        return f"; served at L{level}: {', '.join(told)} (below the boundary's threshold)"
+
     def explain(self, i: int) -> list[str]:
         """Why tool ``i`` gets its level: the model's distribution, the caution, the floors."""
         p = self.probabilities[i]
         dist = " ".join(f"L{k + 1} {p[k]:.2f}" for k in range(5) if p[k] >= 0.05)
-        why = [f"level model: L{int(self.model_levels[i])} ({dist})"]
+        why = [f"level model: L{int(self.model_levels[i])} ({dist}{self._threshold(i)})"]
         _reads, _acts, little, foreign = (bool(x) for x in self.evidence.facts[i])
         other = i < len(self.evidence.other_script) and self.evidence.other_script[i]
         if little and other and not foreign:
@@ -483,7 +502,8 @@ class LevelModel:
             cum[a:a + ROW_BLOCK] = self.cumulative(x)
         levels = np.where(evidence.cautious, levels_from_cumulative(cum, self.tau_cautious), levels_from_cumulative(cum, self.tau))
         return LevelPrediction(cum.astype(np.float32), levels.astype(np.int8), evidence, self.hint_floors,
-                               shares if shares is None else shares.astype(np.float32), 0 if nb is None else min(nb[2], len(nb[0])))
+                               shares if shares is None else shares.astype(np.float32), 0 if nb is None else min(nb[2], len(nb[0])),
+                               tau=self.tau, tau_cautious=self.tau_cautious)
 
     def save(self, folder: str | Path) -> Path:
         """Write the weights and the sidecar (with their sha256) atomically."""
