@@ -564,8 +564,10 @@ def test_one_bad_upstream_does_not_deny_the_others(bins, tmp_path):
         "dies": {"command": "sh", "args": ["-c", "exit 3"]},
     }}))
     problems: list[str] = []
-    configs = load_servers(tmp_path / "servers.json", problems=problems)
+    left_out: list[str] = []
+    configs = load_servers(tmp_path / "servers.json", problems=problems, left_out=left_out)
     assert [c.name for c in configs] == ["memory", "dies"] and "mcpServers.typo: unknown key(s)" in problems[0]
+    assert left_out == ["typo"]  # the agent's find_tools names it (tests/test_names_and_holds.py)
     logged: list[str] = []
 
     async def main() -> dict:

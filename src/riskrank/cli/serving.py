@@ -401,7 +401,9 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
         raise RiskrankError("--forward needs upstream servers (--config SERVERS.json or --upstream CMD)")
     secret_names = frozenset({TOKEN_ENV, ADMIN_TOKEN_ENV, token_env})
     problems: list[str] = []  # a bad entry leaves that server out, not the gateway
-    upstreams = load_servers(config_file, secret_names=secret_names, problems=problems) if config_file is not None else []
+    left_out: list[str] = []  # the servers file's entries left out: the agent's find_tools names them
+    upstreams = (load_servers(config_file, secret_names=secret_names, problems=problems, left_out=left_out)
+                 if config_file is not None else [])
     if upstream is not None:
         upstreams.append(upstream_from_command(upstream))
     policies = load_policies(policy_file)
@@ -493,6 +495,7 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
             problems.append(f"{config_file}: mcpServers.{up.name}.env: holds riskrank's own token; it cannot be passed "
                             "to an upstream server")
             upstreams.remove(up)
+            left_out.append(up.name)
     if gateway and not upstreams:
         raise ConfigError(problems[0] if problems else f"{config_file}: no server to start")
     for problem in problems:
@@ -535,7 +538,7 @@ def mcp_command(registry: str | None, checkpoint: str | None, mode: str | None, 
         raise RiskrankError("--pin-key signs the pins of --state-dir or --state: give one of them")
     enc = make_encoder(encoder, device=device, threads=threads, backend=encoder_backend, query_weights=query_weights)
     try:
-        anyio.run(lambda: run(spec, enc, upstreams=upstreams or None, policies=policies, clients=clients,
+        anyio.run(lambda: run(spec, enc, upstreams=upstreams or None, left_out=left_out, policies=policies, clients=clients,
                               audit_log=audit_log, forward=gateway_forwards, k=k, transport=transport, sock=sock,
                               token=token, startup_timeout=startup_timeout, echo=log, console=console_opts,
                               console_sock=console_sock, confirm_by=confirm_by, confirm_timeout=confirm_timeout,

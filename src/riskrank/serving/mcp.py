@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from riskrank._version import __version__
@@ -278,7 +278,7 @@ def _serving_line(gateway: Gateway, manager: UpstreamManager | None, audit_log: 
 
 
 async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfig] | None = None,
-              policy: Policy | None = None, policies: Policies | None = None, clients: Any = None,
+              left_out: Sequence[str] = (), policy: Policy | None = None, policies: Policies | None = None, clients: Any = None,
               audit_log: str | None = None, forward: bool = True, k: int = 5,
               transport: str = "stdio", sock: Any = None, token: str | None = None, startup_timeout: float = 30.0,
               limits: Limits | None = None, echo: Callable[[str], None] = print, console: ConsoleOptions | None = None,
@@ -288,6 +288,9 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
               notifier: Any = None, metrics: bool = False, metrics_token: str | None = None) -> None:
     """Load the catalogue (a registry, or the upstream servers), then serve until the client
     goes away or SIGTERM/SIGINT (which stop every upstream child first).
+
+    ``left_out``: the servers file's entries left out at start (each named in a warning), which
+    ``find_tools`` names to the agent.
 
     ``pins``: the pin store of the upstreams' definitions (:mod:`.gateway.pins`, opened on
     ``--state-dir``): a changed or new tool of a pinned server is quarantined until an
@@ -347,7 +350,7 @@ async def run(spec: ArtefactSpec, encoder: Any, *, upstreams: list[UpstreamConfi
             if upstreams:
                 spec = dataclasses.replace(spec, fill_levels="keyword")
                 keeper_ref: list[_Catalogues] = []
-                manager = UpstreamManager(upstreams, startup_timeout=startup_timeout, log=echo,
+                manager = UpstreamManager(upstreams, startup_timeout=startup_timeout, log=echo, left_out=left_out,
                                           on_change=lambda: keeper_ref[0].changed() if keeper_ref else None)
                 if pins is not None:
                     echo(f"pins: {pins.path}" + (f" is NOT trusted ({pins.broken}): every upstream tool is quarantined"

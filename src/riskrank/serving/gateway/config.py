@@ -166,12 +166,14 @@ def _strings(value: Any, where: str) -> dict[str, str]:
 
 
 def load_servers(path: str | Path, *, secret_names: frozenset[str] = frozenset(),
-                 problems: list[str] | None = None, offline: bool = False) -> list[UpstreamConfig]:
+                 problems: list[str] | None = None, offline: bool = False,
+                 left_out: list[str] | None = None) -> list[UpstreamConfig]:
     """The enabled servers of an ``mcpServers`` (or ``servers``) file, in file order.
     ``secret_names``: environment variables no upstream may be given (riskrank's tokens).
     With a ``problems`` list, a server entry that cannot be used is left out and its one-line
     reason appended there (one bad entry does not deny the others); the file itself must
-    still parse, and at least one entry must be usable. ``offline``: read the file to show
+    still parse, and at least one entry must be usable (``left_out``, when given, gets the
+    names of the entries left out). ``offline``: read the file to show
     what it would start, not to start it: no command is looked up on PATH, no directory or
     CA file is checked, and no ``headersFromEnv`` variable is read (its header is empty)."""
     data = _read_object(path, "servers")
@@ -192,6 +194,8 @@ def load_servers(path: str | Path, *, secret_names: frozenset[str] = frozenset()
             if problems is None:
                 raise
             problems.append(str(exc))
+            if left_out is not None:
+                left_out.append(str(name))
             continue
         if server is not None:
             out.append(server)

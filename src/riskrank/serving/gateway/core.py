@@ -366,7 +366,8 @@ class Gateway:
             return {"task": task, "mode": self.mode, "k": k, "tools": [], "withheld": [], "policy": policy,
                     "note": "no tool is available: " + why, "catalogue": {"n_tools": 0, "generation": view.generation},
                     **({"upstreams_down": self.manager.down()} if self.manager is not None else {}),
-                    **({"upstreams_starting": starting} if starting else {})}
+                    **({"upstreams_starting": starting} if starting else {}),
+                    **({"upstreams_left_out": self.manager.left_out} if self.manager and self.manager.left_out else {})}
         cat.check_request(choice.get("mode"), choice.get("risk_source"))
         res = cat.retrieve(task, k=min(k, len(cat.registry)), mode=choice.get("mode"), lam=choice.get("lambda"),
                                      risk_source=choice.get("risk_source"))
@@ -377,6 +378,8 @@ class Gateway:
             out["upstreams_down"] = self.manager.down()
             if starting:
                 out["upstreams_starting"] = starting
+            if self.manager.left_out:
+                out["upstreams_left_out"] = self.manager.left_out
         return out
 
     async def find_tools(self, arguments: dict[str, Any], call: Any) -> Any:

@@ -159,11 +159,15 @@ class UpstreamManager:
     per event; ``on_change()`` is called whenever the set of live tools may have changed."""
 
     def __init__(self, configs: list[UpstreamConfig], *, startup_timeout: float = 30.0, ping_interval: float = 2.0,
-                 log: Callable[[str], None] = print, on_change: Callable[[], None] = lambda: None) -> None:
+                 log: Callable[[str], None] = print, on_change: Callable[[], None] = lambda: None,
+                 left_out: Iterable[str] = ()) -> None:
         names = [c.name for c in configs]
         if len(set(names)) != len(names):
             raise UpstreamError(f"two upstream servers are named {sorted({n for n in names if names.count(n) > 1})[0]!r}")
         self.upstreams = {c.name: Upstream(c) for c in configs}
+        #: The servers file's entries the gateway left out at start (a bad entry: the start-up
+        #: warning says why): ``find_tools`` names them, so the agent knows they are missing.
+        self.left_out = sorted(set(left_out))
         self.startup_timeout, self.ping_interval = startup_timeout, ping_interval
         self.log, self.on_change = log, on_change
         self.generation = 0
