@@ -144,7 +144,7 @@ def test_a_call_approved_while_its_tool_changed_does_not_run(tmp_path, monkeypat
 def test_find_tools_names_the_servers_left_out_at_start(tmp_path, monkeypatch):
     """A servers-file entry the gateway could not use is a start-up warning for the operator;
     the agent is told too, so it does not take a missing server's tools for absent ones."""
-    gw, keeper, m = _gateway(tmp_path, monkeypatch, {"wx": [{"name": "weather", "description": "Forecast."}]},
+    gw, _keeper, m = _gateway(tmp_path, monkeypatch, {"wx": [{"name": "weather", "description": "Forecast."}]},
                              Policy(source="p.json"))
     out = json.loads(_text(anyio.run(gw.find_tools, {"task": "the weather", "k": 3}, StubCall(key="s1"))))
     assert "upstreams_left_out" not in out
