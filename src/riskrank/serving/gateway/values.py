@@ -83,6 +83,8 @@ _PATTERNS_NEED = tuple((kind, rx, _NEEDS.get(kind, ())) for kind, rx in _PATTERN
 _NOT_ALNUM = re.compile(r"[\W_]+")
 #: A markup tag (``<b>``, ``</span>``, ``<br/>``): not text. ``<x@evil.example>`` is no tag.
 _TAG = re.compile(r"</?[A-Za-z][A-Za-z0-9-]{0,30}(?:\s[^<>]{0,200})?/?>")
+#: Tags standing between two characters that are not blanks (``x@evil.example</p>Best``).
+_GLUED = re.compile(r"\S(?:" + _TAG.pattern + r")+\S")
 
 
 #: A JSON string escape a result may carry as text (a JSON document in a text item, written by
@@ -161,7 +163,9 @@ def candidates(text: str) -> list[Value]:
         # A tag read as nothing joins a value split by empty tags (``USR<b></b>042``); read as
         # a blank it keeps a value apart from the next word (``x@evil.example</p><p>Best``
         # would otherwise be ``x@evil.exampleBest``, and the address itself never recorded).
-        texts = [_TAG.sub("", plain), _TAG.sub(" ", plain)]
+        # The two differ only where tags stand between two characters that are not blanks: a
+        # text without such a place is read once.
+        texts = [_TAG.sub("", plain), _TAG.sub(" ", plain)] if _GLUED.search(plain) else [_TAG.sub("", plain)]
     found: dict[str, tuple[int, Value]] = {}
 
     def add(kind: str, raw: str, at: int) -> None:
