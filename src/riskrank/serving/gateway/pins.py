@@ -257,6 +257,31 @@ class PinStore:
         self.quarantine_unknown = False
         #: The document in memory differs from the one on disk (a repair, an alert reported): written at the next write.
         self._dirty = False
+        #: How many documents this store has written (under the document's MAC; with the store's
+        #: own key, also kept beside the key, outside the state directory): an older copy put
+        #: back whole has a lower one.
+        self.generation = self._high_water()
+
+    def _high_water_path(self) -> Path | None:
+        """Where the store's own key keeps the highest generation written (None with a key given
+        by --pin-key: it may be shared by replicas, each writing)."""
+        return self.key.path.with_name(self.key.path.stem + ".generation") if self.key.own else None
+
+    def _high_water(self) -> int:
+        path = self._high_water_path()
+        try:
+            text = path.read_text().strip() if path is not None else ""
+        except OSError:
+            return 0
+        return int(text) if text.isdigit() else 0
+
+    def _wrote(self) -> None:
+        """One more document written: its generation is the store's, and beside its own key."""
+        self.generation += 1
+        path = self._high_water_path()
+        if path is not None:
+            with contextlib.suppress(OSError):  # a key directory that cannot be written loses only the rollback check
+                atomic_write_bytes(path, f"{self.generation}\n".encode())
 
     def stamp(self) -> tuple[int, int] | None:
         """The file's (mtime_ns, size), or None without a file: what :meth:`refresh` compares."""
@@ -364,8 +389,21 @@ class PinStore:
             return {}
         alerts = data.get("alerts") if isinstance(data.get("alerts"), list) else []
         body = {"servers": servers, "alerts": alerts, "quarantine_unknown": data.get("quarantine_unknown") is True}
+        if "generation" in data:  # documents written before generations were counted have none
+            body["generation"] = data["generation"]
         if fmt == FORMAT and hmac.compare_digest(str(data.get("mac", "")), _mac(key, body)):
             self.alerts, self.quarantine_unknown = [a for a in alerts if isinstance(a, dict)], body["quarantine_unknown"]
+            written = data.get("generation") if isinstance(data.get("generation"), int) else 0
+            if written < self.generation:
+                # An older copy, signed by the same key, put back whole: the approvals and
+                # quarantines made since are gone, and a server added since would be trusted on
+                # first sight (a rug pull waiting for approval pinned as it is).
+                self._alert(f"{self.path} is an older copy of the pins (generation {written}; this store has written "
+                            f"{self.generation}): put back outside riskrank; a server it does not name waits for an "
+                            "operator on first sight, and a definition that changed since its pins is quarantined again",
+                            "pins_rolled_back")
+                self.quarantine_unknown = True
+            self.generation = max(self.generation, written)
             return servers
         # Changed outside riskrank. Only an alert this process can vouch for is kept (the
         # document's own ones may be forged); what its pins' MACs still vouch for stays.
@@ -412,7 +450,8 @@ class PinStore:
         for up, entry in self.servers.items():
             for name, pin in entry.get("tools", {}).items():
                 pin["mac"] = _pin_mac(key, up, name, pin["sha256"])
-        body = {"servers": self.servers, "alerts": self.alerts, "quarantine_unknown": self.quarantine_unknown}
+        body = {"servers": self.servers, "alerts": self.alerts, "quarantine_unknown": self.quarantine_unknown,
+                "generation": self.generation + 1}
         return {"format": FORMAT, **body, "mac": _mac(key, body)}
 
     def _signing_key(self) -> bytes:
@@ -425,6 +464,7 @@ class PinStore:
         atomic_write_bytes(self.path, (json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode())
         self._stamp = self.stamp()
         self._dirty = False
+        self._wrote()
 
     def take_alerts(self) -> list[tuple[str, str]]:
         """(code, what) of each finding not yet reported, once (the gateway writes each as one
@@ -582,6 +622,7 @@ class StorePinStore(PinStore):
             raise _LostRace
         self._stamp = version
         self._dirty = False
+        self._wrote()
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[None]:
