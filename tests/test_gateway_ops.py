@@ -299,6 +299,20 @@ def test_a_held_call_whose_caller_left_was_confirmed_not_refused(tmp_path):
     assert out.before == {"confirmed": 4} and out.after == {"confirmed": 4} and out.table() == []
 
 
+def test_replay_reads_a_renamed_tools_own_name_as_the_gateway_does(tmp_path):
+    """A tool two servers list is offered as SERVER__NAME; its call line keeps its own name
+    (``original``), so a deny written for the name is replayed as the gateway decides it."""
+    guards = [["policy", "pass"], ["confirm", "pass"]]
+    log = tmp_path / "audit.jsonl"
+    log.write_text(json.dumps({"time": "2026-01-01T00:00:01.000Z", "task": "t", "tool": "github__delete_repo",
+                               "original": "delete_repo", "level": 3, "decision": "allowed", "code": "allowed",
+                               "reason": "r", "session": "s", "upstream": "github", "guards": guards}) + "\n")
+    new = tmp_path / "new.json"
+    new.write_text(json.dumps({"max_level": 5, "confirm_level": 5, "deny": ["delete_repo"]}))
+    out = replay(read_lines(log), load_policies(new))
+    assert out.after == {"refused:denied_by_policy": 1}, out.after
+
+
 def test_replay_reads_a_state_store_and_counts_an_operators_call_once(tmp_path):
     from riskrank.serving.gateway.store import open_store
 

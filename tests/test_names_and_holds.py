@@ -76,6 +76,8 @@ def test_a_second_server_listing_the_name_does_not_turn_a_rule_off(tmp_path, mon
     assert "github__delete_repo" not in _find(gw, "delete the github repository acme/prod")
     assert _call(gw, "github__delete_repo", {"repo": "acme/prod"}).startswith(("denied_by_policy", "above_max_level"))
     assert m.upstreams["github"].session.calls == []
+    line = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()][-1]
+    assert line["tool"] == "github__delete_repo" and line["original"] == "delete_repo"  # what policy replay reads
 
 
 def test_a_rule_that_grants_does_not_reach_another_servers_tool_of_the_name(tmp_path, monkeypatch):

@@ -669,6 +669,8 @@ class Gateway:
                                "session": key, **_who(_caller(call)), "arguments": args}
         if record.anchored:
             rec["anchor"] = record.anchor
+        if (original := (view.tools.get(name) or {}).get("original")) is not None:
+            rec["original"] = original  # its own name at its server (offered as SERVER__NAME): policy replay reads it
         if outcome.refusal is not None:
             return await self._refuse(Decision(outcome.refusal.code, outcome.refusal.message), rec, guards=guards)
         upstream_name, tool = route

@@ -154,13 +154,15 @@ def redecide(policy: Policy, rec: dict[str, Any], age_s: float | None, unsure: s
         if g[0] in BEFORE_POLICY and len(g) > 2 and g[1] == "refuse":
             return f"refused:{g[2]}"
     tool = str(rec.get("tool"))
+    own = rec.get("original") if isinstance(rec.get("original"), str) else None  # offered as SERVER__NAME
     recorded_level = rec.get("level")
     level = policy.pinned_level(tool) or (recorded_level if isinstance(recorded_level, int) else 5)
+    level = max(level, policy.floor_for(tool, own) or 0)  # as the gateway reads a pin of the own name: a floor
     old = verdicts.get("policy")
     exposed = old is not None and old[1] == "pass"
     expired = exposed and policy.exposure_ttl_s is not None and age_s is not None and age_s > policy.exposure_ttl_s
-    d = decide(policy, tool, level, exposed=exposed, expired=expired, upstream=rec.get("upstream"))
-    if policy.refusal(tool, level) is None and (
+    d = decide(policy, tool, level, exposed=exposed, expired=expired, upstream=rec.get("upstream"), own=own)
+    if policy.refusal(tool, level, own) is None and (
             unsure == "widened" or (unsure == "dropped" and not exposed)):
         return UNCERTAIN
     if not d.allowed:
