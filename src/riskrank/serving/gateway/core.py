@@ -1029,14 +1029,23 @@ class Gateway:
         wired = result if isinstance(result, dict) else mcp_compat.wire(result)
         if self.scan_results != "off":
             wired = await self._screen_result(f"resources/read {uri}"[:200], wired, rec, resource=uri)
-        if policy.flow != "off" and not policy.trusted_sources.matches("resources/read", up.name):
-            items = [c for c in wired.get("contents") or [] if isinstance(c, dict)]
-            as_result = {"content": [{"type": "text", "text": str(c["text"])} if "text" in c else {"type": "blob"} for c in items]}
-            try:
-                await self._record_flow(session_key, f"resources/read {uri}"[:200], as_result, rec)
-            except SessionError as exc:  # its values cannot be recorded: not handed on, as a tool's answer
-                raise LookupError(f"resource {uri!r} was read but the session's record cannot be written ({exc})") from None
+        items = [c for c in wired.get("contents") or [] if isinstance(c, dict)]
+        await self._read_passthrough(policy, "resources/read", up.name, f"resource {uri!r}", f"resources/read {uri}",
+                                     [{"type": "text", "text": str(c["text"])} if "text" in c else {"type": "blob"}
+                                      for c in items], session_key, rec)
         return wired
+
+    async def _read_passthrough(self, policy: Policy, kind: str, upstream: str, what: str, label: str,
+                                content: list[dict[str, Any]], session_key: str, rec: dict[str, Any]) -> None:
+        """A resource or a prompt handed through is an untrusted read of the session, as a
+        source's answer is (unless the caller's policy trusts that server's sources); one whose
+        values cannot be recorded is not handed on (:class:`LookupError`, naming ``what``)."""
+        if policy.flow == "off" or policy.trusted_sources.matches(kind, upstream):
+            return
+        try:
+            await self._record_flow(session_key, label[:200], {"content": content}, rec)
+        except SessionError as exc:
+            raise LookupError(f"{what} was read but the session's record cannot be written ({exc})") from None
 
     async def list_prompts(self) -> list[dict[str, Any]]:
         await self.wait_ready()
@@ -1058,13 +1067,9 @@ class Gateway:
                     await self.audit.append(**rec, decision="allowed", code="passthrough", reason=name)
                 result = await up.session.get_prompt(prompt["name"], arguments)
                 wired = result if isinstance(result, dict) else mcp_compat.wire(result)
-                if policy.flow != "off" and not policy.trusted_sources.matches("prompts/get", up.name):
-                    content = [m.get("content") for m in wired.get("messages") or [] if isinstance(m, dict)]
-                    try:
-                        await self._record_flow(session_key, f"prompts/get {name}"[:200],
-                                                {"content": [c for c in content if isinstance(c, dict)]}, rec)
-                    except SessionError as exc:  # not handed on, as a tool's answer would not be
-                        raise LookupError(f"prompt {name!r} was read but the session's record cannot be written ({exc})") from None
+                content = [m.get("content") for m in wired.get("messages") or [] if isinstance(m, dict)]
+                await self._read_passthrough(policy, "prompts/get", up.name, f"prompt {name!r}", f"prompts/get {name}",
+                                             [c for c in content if isinstance(c, dict)], session_key, rec)
                 return wired
         raise LookupError(f"unknown prompt {name!r}")
 

@@ -114,6 +114,13 @@ def unescape(text: str) -> str:
     return unicodedata.normalize("NFKC", text)
 
 
+def _readable(text: str) -> str:
+    """``text`` unescaped (:func:`unescape`), its invisible characters dropped (zero-width
+    characters, soft hyphens, bidi controls: ASCII has none)."""
+    plain = unescape(text)
+    return plain if plain.isascii() else without_invisible(plain)
+
+
 def fold(text: str) -> str:
     """The form values are compared in (module docstring): only letters and digits, after
     unescaping, NFKC, case folding and the confusables."""
@@ -155,9 +162,7 @@ class Value:
 def candidates(text: str) -> list[Value]:
     """The candidate values of ``text`` in order of first appearance, one per folded form,
     folded ones shorter than :data:`MIN_VALUE_CHARS` left out."""
-    plain = unescape(text)
-    if not plain.isascii():  # zero-width characters, soft hyphens, bidi controls (ASCII has none)
-        plain = without_invisible(plain)
+    plain = _readable(text)
     texts = [plain]
     if "<" in plain:
         # A tag read as nothing joins a value split by empty tags (``USR<b></b>042``); read as
@@ -196,10 +201,7 @@ def shape(text: str) -> str:
     only in a dot, an underscore or where the ``@`` sits fold to the same letters, but are
     two mailboxes: an attacker's ``bobsmith@outlook.com`` is not the user's
     ``bob.smith@outlook.com``."""
-    plain = unescape(text)
-    if not plain.isascii():
-        plain = without_invisible(plain)
-    return _BLANKS.sub("", skeleton(plain)).rstrip(".,;:!?/")
+    return _BLANKS.sub("", skeleton(_readable(text))).rstrip(".,;:!?/")
 
 
 def _host(kind: str, raw: str) -> str | None:
